@@ -1,0 +1,126 @@
+/* cli/cmd_train.c — `qsync train`. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+#include "commands.h"
+#include "options.h"
+#include "train/trainer.h"
+
+static const char *const qs_train_summary =
+    "Train a built-in model (see qsync models) on fashion-mnist (Debian package dataset-fashion-mnist),\n"
+    "cifar10 (binary version, --data-dir required) or synthetic data, on the CPU in FP32.";
+
+/* Translate the textual options that need checking into the config; 0 or 2. */
+static int qs_train_check(qs_train_config *c, const char *optimizer, const char *precision, const char *device) {
+    if (strcmp(optimizer, "sgd") == 0) c->optim.kind = QS_OPTIM_SGD;
+    else if (strcmp(optimizer, "adamw") == 0) c->optim.kind = QS_OPTIM_ADAMW;
+    else {
+        fprintf(stderr, "qsync train: --optimizer must be sgd or adamw (got '%s')\n", optimizer);
+        return 2;
+    }
+    qs_precision p;
+    if (!qs_precision_parse(precision, &p)) {
+        fprintf(stderr, "qsync train: --precision must be one of fp32, tf32, bf16, fp16, fp8, int8 (got '%s')\n",
+                precision);
+        return 2;
+    }
+    if (p != QS_PREC_FP32) {
+        fprintf(stderr, "qsync train: --precision %s is not available yet: this build trains in fp32 only\n", precision);
+        return 2;
+    }
+    if (strcmp(device, "cpu") != 0) {
+        fprintf(stderr, "qsync train: --device %s is not available: this build runs on the cpu only\n", device);
+        return 2;
+    }
+    if (c->batch < 1 || c->epochs < 0 || c->steps < 0 || (c->epochs == 0 && c->steps == 0) || c->log_every < 1) {
+        fprintf(stderr, "qsync train: --batch and --log-every must be ≥ 1, and --epochs or --steps must be > 0\n");
+        return 2;
+    }
+    if (!(c->optim.lr > 0)) {
+        fprintf(stderr, "qsync train: --lr must be > 0 (got %g)\n", c->optim.lr);
+        return 2;
+    }
+    return 0;
+}
+
+static void qs_train_print_json(const qs_train_result *r) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "steps", (double)r->steps);
+    cJSON_AddNumberToObject(o, "final_train_loss", r->final_loss);
+    cJSON_AddNumberToObject(o, "test_accuracy", r->test_accuracy);
+    cJSON_AddNumberToObject(o, "test_loss", r->test_loss);
+    cJSON_AddNumberToObject(o, "train_wall_s", r->wall_s);
+    cJSON_AddNumberToObject(o, "images_per_s", r->images_per_s);
+    if (r->profile) cJSON_AddItemReferenceToObject(o, "profile", r->profile);
+    char *s = cJSON_Print(o);
+    puts(s);
+    free(s);
+    cJSON_Delete(o);
+}
+
+int qs_cmd_train(int argc, char **argv) {
+    qs_train_config c;
+    qs_train_config_defaults(&c);
+    const char *optimizer = "sgd", *precision = "fp32", *device = "cpu";
+    bool json = false, quiet = false, no_progress = false;
+    bool cifar_stem = true;
+    qs_cli_opt opts[] = {
+        {"model", QS_CLI_STR, &c.model, "NAME", "model: mlp, cnn, resnet18/34/50, vgg11/16 (default cnn)"},
+        {"data", QS_CLI_STR, &c.data, "NAME", "fashion-mnist (default), cifar10, synthetic"},
+        {"data-dir", QS_CLI_STR, &c.data_dir, "DIR", "dataset directory (default: the Debian package's)"},
+        {"epochs", QS_CLI_I64, &c.epochs, "N", "epochs (default 1; ignored when --steps is given)"},
+        {"steps", QS_CLI_I64, &c.steps, "N", "total optimizer steps"},
+        {"batch", QS_CLI_I64, &c.batch, "N", "batch size (default 128)"},
+        {"lr", QS_CLI_FLOAT, &c.optim.lr, "X", "peak learning rate (default 0.05)"},
+        {"optimizer", QS_CLI_STR, &optimizer, "NAME", "sgd (default) or adamw"},
+        {"momentum", QS_CLI_FLOAT, &c.optim.momentum, "X", "SGD momentum (default 0.9)"},
+        {"no-nesterov", QS_CLI_NOFLAG, &c.optim.nesterov, NULL, "plain momentum instead of Nesterov"},
+        {"weight-decay", QS_CLI_FLOAT, &c.optim.weight_decay, "X", "weight decay (default 5e-4)"},
+        {"beta1", QS_CLI_FLOAT, &c.optim.beta1, "X", "AdamW beta1 (default 0.9)"},
+        {"beta2", QS_CLI_FLOAT, &c.optim.beta2, "X", "AdamW beta2 (default 0.999)"},
+        {"clip", QS_CLI_FLOAT, &c.optim.clip_norm, "X", "clip the gradient global norm to X (default off)"},
+        {"schedule", QS_CLI_STR, &c.lr_schedule, "S", "constant, cosine (default), step:EVERY:GAMMA"},
+        {"warmup", QS_CLI_I64, &c.warmup_steps, "N", "linear warm-up steps (default 0)"},
+        {"augment", QS_CLI_FLAG, &c.augment, NULL, "random crop and horizontal flip"},
+        {"width", QS_CLI_I64, &c.model_opt.width, "N", "base width (resnet 64, vgg 64, cnn 32, mlp 1024)"},
+        {"no-cifar-stem", QS_CLI_NOFLAG, &cifar_stem, NULL, "resnet: ImageNet stem (7x7/2 + max-pool)"},
+        {"dropout", QS_CLI_FLOAT, &c.model_opt.dropout, "P", "classifier dropout (mlp, cnn, vgg)"},
+        {"precision", QS_CLI_STR, &precision, "P", "uniform operator precision (fp32 in this build)"},
+        {"device", QS_CLI_STR, &device, "D", "cpu (this build)"},
+        {"seed", QS_CLI_U64, &c.seed, "N", "seed of initialisation, data order, dropout (default 1)"},
+        {"threads", QS_CLI_INT, &c.threads, "N", "compute threads (default: all cores)"},
+        {"train-subset", QS_CLI_I64, &c.train_subset, "N", "train on the first N samples only"},
+        {"eval-subset", QS_CLI_I64, &c.eval_subset, "N", "evaluate on the first N test samples only"},
+        {"eval-every", QS_CLI_I64, &c.eval_every, "N", "evaluate every N epochs (default: at the end)"},
+        {"log-every", QS_CLI_I64, &c.log_every, "N", "metrics record every N steps (default 50)"},
+        {"metrics", QS_CLI_STR, &c.metrics_path, "FILE", "write metrics as JSON lines"},
+        {"checkpoint-dir", QS_CLI_STR, &c.checkpoint_dir, "DIR", "checkpoint at each epoch end and at the end"},
+        {"resume", QS_CLI_STR, &c.resume, "DIR", "continue bit-exactly from a checkpoint directory"},
+        {"stop-at", QS_CLI_I64, &c.stop_at, "STEP", "stop after STEP with a checkpoint (resume later)"},
+        {"profile-steps", QS_CLI_I64, &c.profile_steps, "N", "time every op for N steps and print the breakdown"},
+        {"no-progress", QS_CLI_FLAG, &no_progress, NULL, "no live progress line"},
+        {"json", QS_CLI_FLAG, &json, NULL, "print the end-of-run summary as JSON on stdout"},
+        {"quiet", QS_CLI_FLAG, &quiet, NULL, "only errors on stderr"},
+    };
+    int rc = qs_cli_parse(argc, argv, 2, opts, (int)(sizeof opts / sizeof opts[0]), "train", qs_train_summary);
+    if (rc) return rc == 1 ? 0 : rc;
+    c.model_opt.cifar_stem = cifar_stem;
+    if ((rc = qs_train_check(&c, optimizer, precision, device))) return rc;
+    qs_logger lg;
+    qs_logger_init(&lg, 0, 1, quiet ? QS_LOG_WARN : QS_LOG_INFO);
+    c.log = &lg;
+    c.progress = !no_progress && !quiet;
+    qs_train_result r;
+    if (qs_train_run(&c, &r) != QS_OK) {
+        cJSON_Delete(r.profile);
+        return qs_cmd_fail("train");
+    }
+    if (json) qs_train_print_json(&r);
+    else
+        printf("trained %lld steps in %.1f s (%.0f images/s); test accuracy %.2f%%, loss %.4f\n", (long long)r.steps,
+               r.wall_s, r.images_per_s, 100.0 * r.test_accuracy, r.test_loss);
+    cJSON_Delete(r.profile);
+    return 0;
+}

@@ -1,0 +1,35 @@
+/* cli/main.c — `qsync <command> [options]`. */
+#include <stdio.h>
+#include <string.h>
+
+#include "commands.h"
+#include "qsync/status.h"
+
+static void qs_main_help(FILE *f) {
+    fputs("qsync — synchronous data-parallel training with per-operator precision\n\n"
+          "usage: qsync <command> [options]   (qsync <command> --help for its options)\n\n"
+          "commands:\n"
+          "  train    train a built-in model on a dataset (single process)\n"
+          "  eval     evaluate a checkpoint on a dataset's test split\n"
+          "  models   list the built-in models, or print one's layers, shapes, parameters and FLOPs\n"
+          "  help     show this help\n",
+          f);
+}
+
+int qs_cmd_fail(const char *cmd) {
+    fprintf(stderr, "qsync %s: error: %s\n", cmd, qs_last_error());
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        qs_main_help(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "train") == 0) return qs_cmd_train(argc, argv);
+    if (strcmp(cmd, "eval") == 0) return qs_cmd_eval(argc, argv);
+    if (strcmp(cmd, "models") == 0) return qs_cmd_models(argc, argv);
+    fprintf(stderr, "qsync: unknown command '%s' (commands: train, eval, models, help)\n", cmd);
+    return 2;
+}

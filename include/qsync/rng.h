@@ -1,0 +1,42 @@
+/* qsync/rng.h — defines: the counter-based generator (Philox-4x32-10). A stream is
+ * (key, counter); the same key and counter always give the same numbers, on every backend
+ * and rank, so draws can be addressed by (seed, step, layer, element) without hidden state.
+ * Resuming a run only needs the counters saved in the checkpoint. */
+#ifndef QSYNC_RNG_H
+#define QSYNC_RNG_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One Philox-4x32-10 block: 4 uint32 outputs for a 64-bit key and a 128-bit counter. */
+void qs_philox4x32(uint64_t key, uint64_t ctr_hi, uint64_t ctr_lo, uint32_t out[4]);
+
+/* Derive a key for a sub-stream, e.g. qs_rng_key(seed, "dropout", node_index). */
+uint64_t qs_rng_key(uint64_t seed, const char *purpose, uint64_t index);
+
+/* A sequential stream over one key; `counter` counts 128-bit blocks consumed. */
+typedef struct qs_rng {
+    uint64_t key;
+    uint64_t counter;
+    uint32_t buf[4];
+    int buf_used; /* 0..4; 4 means empty */
+} qs_rng;
+
+void qs_rng_init(qs_rng *r, uint64_t key, uint64_t counter);
+uint32_t qs_rng_u32(qs_rng *r);
+/* Uniform in [0, 1) with 24 random bits. */
+float qs_rng_uniform(qs_rng *r);
+/* Uniform integer in [0, n) (n > 0), unbiased by rejection. */
+uint64_t qs_rng_below(qs_rng *r, uint64_t n);
+/* Standard normal (Box–Muller). */
+float qs_rng_normal(qs_rng *r);
+/* Fisher–Yates shuffle of perm[0..n). */
+void qs_rng_shuffle_i64(qs_rng *r, int64_t *perm, int64_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

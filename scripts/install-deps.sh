@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Install what qsync needs to build, test and run on Debian 12 (run as root or with sudo).
+set -euo pipefail
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+PKGS=(build-essential cmake pkg-config
+      libdnnl-dev libcjson-dev zlib1g-dev libcmocka-dev
+      dataset-fashion-mnist
+      python3 python3-torch)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,183 @@
+/* src/core/backend.h — defines: the operation-level backend interface.
+ *
+ * Layers are written once against this table; each backend (CPU/oneDNN now, CUDA later)
+ * owns its heavy operations, layouts and packed operands. Conventions:
+ *  - Every call takes a qs_stream*. On the CPU a stream executes synchronously; on a GPU
+ *    calls are asynchronous and stream_sync() waits. Callers never assume completion
+ *    without stream_sync().
+ *  - Device pointers come from alloc(); host<->device traffic only through copy_*.
+ *  - GEMM-like ops are prepared once per shape and precision as a "plan" (primitive cache,
+ *    packed weights, algorithm choice) and executed many times. A plan reports the
+ *    workspace it needs; the caller passes a buffer of at least that size (may be NULL if 0).
+ *  - Activations are channels-last. Linear: X (M,K), W (N,K) PyTorch layout, b (N), Y (M,N).
+ *    Conv2d: X (N,H,W,C) NHWC, W (K,C,R,S) PyTorch OIHW layout, b (K), Y (N,P,Q,K) NHWC.
+ *  - Backward ops overwrite their outputs unless an `accumulate` flag says otherwise.
+ *  - Element pointers are void* so that later precisions can store other dtypes; the dtype
+ *    of each operand is fixed by the plan's descriptor (FP32 everywhere for now). */
+#ifndef QSYNC_CORE_BACKEND_H
+#define QSYNC_CORE_BACKEND_H
+
+#include <stdint.h>
+#include <stddef.h>
+#include <stdbool.h>
+#include "qsync/status.h"
+#include "qsync/dtype.h"
+
+typedef struct qs_backend qs_backend;
+typedef struct qs_stream qs_stream;
+
+typedef struct qs_linear_desc {
+    int64_t M, N, K;      /* Y(M,N) = X(M,K) · W(N,K)^T + b(N) */
+    bool has_bias;
+    qs_precision prec;
+} qs_linear_desc;
+
+typedef struct qs_conv_desc {
+    int64_t N, H, W, C;   /* input (N,H,W,C) */
+    int64_t K, R, S;      /* output channels, kernel height, kernel width */
+    int64_t stride_h, stride_w, pad_h, pad_w;
+    int64_t P, Q;         /* output height/width: set by qs_conv_desc_finish() */
+    bool has_bias;
+    qs_precision prec;
+} qs_conv_desc;
+
+/* Pooling over NHWC input; kind is max or average (avg counts padding, like PyTorch's
+ * count_include_pad=True). Global average pooling is kernel = H×W, stride 1, pad 0. */
+typedef enum qs_pool_kind { QS_POOL_MAX = 0, QS_POOL_AVG } qs_pool_kind;
+typedef struct qs_pool_desc {
+    qs_pool_kind kind;
+    int64_t N, H, W, C;
+    int64_t R, S, stride_h, stride_w, pad_h, pad_w;
+    int64_t P, Q;         /* set by qs_pool_desc_finish() */
+} qs_pool_desc;
+
+/* Fill P,Q from the other fields; fails with a message when the output would be empty. */
+qs_status qs_conv_desc_finish(qs_conv_desc *d);
+qs_status qs_pool_desc_finish(qs_pool_desc *d);
+
+typedef struct qs_backend_ops {
+    const char *name;     /* "cpu", "cuda" */
+
+    /* ---- lifetime, memory, streams ---- */
+    void (*destroy)(qs_backend *be);
+    qs_status (*alloc)(qs_backend *be, size_t bytes, void **out);   /* zeroed, aligned */
+    void (*free)(qs_backend *be, void *p);
+    qs_status (*memset_zero)(qs_backend *be, qs_stream *s, void *p, size_t bytes);
+    qs_status (*copy_h2d)(qs_backend *be, qs_stream *s, void *dst, const void *src, size_t bytes);
+    qs_status (*copy_d2h)(qs_backend *be, qs_stream *s, void *dst, const void *src, size_t bytes);
+    qs_status (*copy_d2d)(qs_backend *be, qs_stream *s, void *dst, const void *src, size_t bytes);
+    qs_status (*stream_sync)(qs_backend *be, qs_stream *s);
+    qs_stream *(*default_stream)(qs_backend *be);
+
+    /* ---- GEMM-like operators (plans) ---- */
+    qs_status (*linear_plan)(qs_backend *be, const qs_linear_desc *d, void **plan, size_t *workspace);
+    /* y = x·wᵀ + b */
+    qs_status (*linear_forward)(qs_backend *be, void *plan, qs_stream *s, const void *x,
+                                const void *w, const void *b, void *y, void *ws);
+    /* dx = dy·w (accumulate: dx += ...) */
+    qs_status (*linear_backward_data)(qs_backend *be, void *plan, qs_stream *s, const void *dy,
+                                      const void *w, void *dx, bool accumulate, void *ws);
+    /* dw = dyᵀ·x, db = Σ_rows dy (db may be NULL when the plan has no bias) */
+    qs_status (*linear_backward_weights)(qs_backend *be, void *plan, qs_stream *s, const void *dy,
+                                         const void *x, void *dw, void *db, void *ws);
+
+    qs_status (*conv_plan)(qs_backend *be, const qs_conv_desc *d, void **plan, size_t *workspace);
+    qs_status (*conv_forward)(qs_backend *be, void *plan, qs_stream *s, const void *x,
+                              const void *w, const void *b, void *y, void *ws);
+    qs_status (*conv_backward_data)(qs_backend *be, void *plan, qs_stream *s, const void *dy,
+                                    const void *w, void *dx, bool accumulate, void *ws);
+    qs_status (*conv_backward_weights)(qs_backend *be, void *plan, qs_stream *s, const void *dy,
+                                       const void *x, void *dw, void *db, void *ws);
+
+    qs_status (*pool_plan)(qs_backend *be, const qs_pool_desc *d, void **plan, size_t *workspace);
+    /* Max pooling writes the argmax index (int32, within the input image, h*W+w) of every
+     * output element into `idx` (N,P,Q,C); average pooling ignores idx. */
+    qs_status (*pool_forward)(qs_backend *be, void *plan, qs_stream *s, const void *x, void *y,
+                              int32_t *idx, void *ws);
+    qs_status (*pool_backward)(qs_backend *be, void *plan, qs_stream *s, const void *dy,
+                               const int32_t *idx, void *dx, bool accumulate, void *ws);
+
+    void (*plan_destroy)(qs_backend *be, void *plan);
+
+    /* ---- memory-bound operators; x is viewed as (rows, C), C innermost ---- */
+    /* Training-mode batch norm over rows: saves mean and 1/sqrt(var+eps) per channel and
+     * updates running stats with the unbiased variance (PyTorch semantics). */
+    qs_status (*batchnorm_forward_train)(qs_backend *be, qs_stream *s, int64_t rows, int64_t C,
+                                         const float *x, const float *gamma, const float *beta,
+                                         float *y, float *save_mean, float *save_invstd,
+                                         float *running_mean, float *running_var,
+                                         float momentum, float eps);
+    qs_status (*batchnorm_forward_eval)(qs_backend *be, qs_stream *s, int64_t rows, int64_t C,
+                                        const float *x, const float *gamma, const float *beta,
+                                        const float *running_mean, const float *running_var,
+                                        float eps, float *y);
+    /* dx (overwritten or accumulated; may be NULL when no input gradient is needed),
+     * dgamma, dbeta (overwritten) */
+    qs_status (*batchnorm_backward)(qs_backend *be, qs_stream *s, int64_t rows, int64_t C,
+                                    const float *x, const float *dy, const float *gamma,
+                                    const float *save_mean, const float *save_invstd,
+                                    float *dx, bool accumulate, float *dgamma, float *dbeta);
+
+    /* y = max(x, 0) (y may alias x) */
+    qs_status (*relu_forward)(qs_backend *be, qs_stream *s, int64_t n, const float *x, float *y);
+    /* dx = dy·[y > 0] */
+    qs_status (*relu_backward)(qs_backend *be, qs_stream *s, int64_t n, const float *y,
+                               const float *dy, float *dx, bool accumulate);
+    /* y = a + b */
+    qs_status (*add_forward)(qs_backend *be, qs_stream *s, int64_t n, const float *a,
+                             const float *b, float *y);
+    /* dst = src (accumulate=false) or dst += src */
+    qs_status (*accumulate)(qs_backend *be, qs_stream *s, int64_t n, const float *src, float *dst,
+                            bool accumulate);
+    /* Inverted dropout: keep with probability 1-p, scale kept values by 1/(1-p). The mask
+     * (uint8, one per element) comes from Philox(key, counter_base + i/4). */
+    qs_status (*dropout_forward)(qs_backend *be, qs_stream *s, int64_t n, const float *x, float *y,
+                                 uint8_t *mask, float p, uint64_t key, uint64_t counter_base);
+    qs_status (*dropout_backward)(qs_backend *be, qs_stream *s, int64_t n, const float *dy,
+                                  const uint8_t *mask, float p, float *dx, bool accumulate);
+    /* Fused softmax + cross-entropy over logits (B, classes), labels int32 in [0,classes).
+     * Writes per-sample loss (B) and probs (B, classes). */
+    qs_status (*softmax_xent_forward)(qs_backend *be, qs_stream *s, int64_t B, int64_t classes,
+                                      const float *logits, const int32_t *labels, float *loss,
+                                      float *probs);
+    /* dlogits = (probs - onehot(labels)) · scale  (scale = 1/B for a mean loss) */
+    qs_status (*softmax_xent_backward)(qs_backend *be, qs_stream *s, int64_t B, int64_t classes,
+                                       const float *probs, const int32_t *labels, float scale,
+                                       float *dlogits);
+    /* (N,H,W,C) → (N,C,H,W) and back (the inverse may accumulate into its destination). */
+    qs_status (*nhwc_to_nchw)(qs_backend *be, qs_stream *s, int64_t N, int64_t H, int64_t W,
+                              int64_t C, const float *x, float *y);
+    qs_status (*nchw_to_nhwc)(qs_backend *be, qs_stream *s, int64_t N, int64_t H, int64_t W,
+                              int64_t C, const float *x, float *y, bool accumulate);
+    /* Element-type conversion with round-to-nearest-even; dst and src dtypes may be any of
+     * f32/bf16/f16. */
+    qs_status (*cast)(qs_backend *be, qs_stream *s, int64_t n, const void *src, qs_dtype src_dt,
+                      void *dst, qs_dtype dst_dt);
+
+    /* ---- optimizer and reductions (FP32 master weights) ---- */
+    /* PyTorch SGD: g' = g + wd·p; buf = momentum·buf + (1-dampening)·g' (buf = g' on the first
+     * step, signalled by first_step); step = nesterov ? g' + momentum·buf : buf; p -= lr·step.
+     * momentum == 0 means plain SGD and buf may be NULL. */
+    qs_status (*sgd_step)(qs_backend *be, qs_stream *s, int64_t n, float *p, const float *g,
+                          float *buf, float lr, float momentum, float dampening, float wd,
+                          bool nesterov, bool first_step);
+    /* PyTorch AdamW (decoupled weight decay); step counts from 1. */
+    qs_status (*adamw_step)(qs_backend *be, qs_stream *s, int64_t n, float *p, const float *g,
+                            float *m, float *v, float lr, float beta1, float beta2, float eps,
+                            float wd, int64_t step);
+    /* *out = Σ x_i² accumulated in double (result on the host). */
+    qs_status (*sum_squares)(qs_backend *be, qs_stream *s, int64_t n, const float *x, double *out);
+    /* x *= alpha */
+    qs_status (*scale)(qs_backend *be, qs_stream *s, int64_t n, float *x, float alpha);
+} qs_backend_ops;
+
+/* Every backend's handle starts with this header. */
+struct qs_backend {
+    const qs_backend_ops *ops;
+    int num_threads;      /* CPU compute threads (0 = library default) */
+};
+
+/* Create the CPU backend (oneDNN). num_threads 0 keeps the OpenMP default. */
+qs_status qs_backend_cpu_create(int num_threads, qs_backend **out);
+
+#endif

@@ -1,0 +1,61 @@
+/* src/core/backend_desc.c — output-shape completion and validation of conv/pool
+ * descriptors (backend independent; PyTorch floor-mode arithmetic). */
+#include "core/backend.h"
+
+/* Output extent of a window sliding over `in` with kernel k, stride st and symmetric padding
+ * pad (floor mode); 0 or less when nothing fits. */
+static int64_t qs_window_out(int64_t in, int64_t k, int64_t st, int64_t pad) {
+    int64_t span = in + 2 * pad - k;
+    return span < 0 ? 0 : span / st + 1;
+}
+
+/* Shared checks of the window geometry; `what` is "conv" or "pool". */
+static qs_status qs_window_check(const char *what, int64_t N, int64_t H, int64_t W, int64_t C, int64_t R,
+                                 int64_t S, int64_t sh, int64_t sw, int64_t ph, int64_t pw) {
+    if (N < 1 || H < 1 || W < 1 || C < 1)
+        return QS_FAIL(QS_ERR_INVALID_ARG,
+                       "%s descriptor: input (N,H,W,C) = (%lld,%lld,%lld,%lld) must be positive in every dimension",
+                       what, (long long)N, (long long)H, (long long)W, (long long)C);
+    if (R < 1 || S < 1 || sh < 1 || sw < 1 || ph < 0 || pw < 0)
+        return QS_FAIL(QS_ERR_INVALID_ARG,
+                       "%s descriptor: kernel %lldx%lld, stride %lldx%lld, padding %lldx%lld; kernel and "
+                       "stride must be >= 1 and padding >= 0",
+                       what, (long long)R, (long long)S, (long long)sh, (long long)sw, (long long)ph, (long long)pw);
+    return QS_OK;
+}
+
+qs_status qs_conv_desc_finish(qs_conv_desc *d) {
+    QS_TRY(qs_window_check("conv", d->N, d->H, d->W, d->C, d->R, d->S, d->stride_h, d->stride_w, d->pad_h, d->pad_w));
+    if (d->K < 1)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "conv descriptor: %lld output channels; need at least 1", (long long)d->K);
+    d->P = qs_window_out(d->H, d->R, d->stride_h, d->pad_h);
+    d->Q = qs_window_out(d->W, d->S, d->stride_w, d->pad_w);
+    if (d->P < 1 || d->Q < 1)
+        return QS_FAIL(QS_ERR_INVALID_ARG,
+                       "conv descriptor: kernel %lldx%lld with padding %lldx%lld does not fit the %lldx%lld input "
+                       "(empty output); enlarge the input or padding, or shrink the kernel",
+                       (long long)d->R, (long long)d->S, (long long)d->pad_h, (long long)d->pad_w, (long long)d->H,
+                       (long long)d->W);
+    return QS_OK;
+}
+
+qs_status qs_pool_desc_finish(qs_pool_desc *d) {
+    if (d->kind != QS_POOL_MAX && d->kind != QS_POOL_AVG)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "pool descriptor: unknown kind %d; use QS_POOL_MAX or QS_POOL_AVG",
+                       (int)d->kind);
+    QS_TRY(qs_window_check("pool", d->N, d->H, d->W, d->C, d->R, d->S, d->stride_h, d->stride_w, d->pad_h, d->pad_w));
+    if (2 * d->pad_h > d->R || 2 * d->pad_w > d->S)
+        return QS_FAIL(QS_ERR_INVALID_ARG,
+                       "pool descriptor: padding %lldx%lld exceeds half the %lldx%lld kernel (PyTorch rejects this "
+                       "too: windows could lie entirely in the padding); reduce the padding",
+                       (long long)d->pad_h, (long long)d->pad_w, (long long)d->R, (long long)d->S);
+    d->P = qs_window_out(d->H, d->R, d->stride_h, d->pad_h);
+    d->Q = qs_window_out(d->W, d->S, d->stride_w, d->pad_w);
+    if (d->P < 1 || d->Q < 1)
+        return QS_FAIL(QS_ERR_INVALID_ARG,
+                       "pool descriptor: kernel %lldx%lld with padding %lldx%lld does not fit the %lldx%lld input "
+                       "(empty output); enlarge the input or shrink the kernel",
+                       (long long)d->R, (long long)d->S, (long long)d->pad_h, (long long)d->pad_w, (long long)d->H,
+                       (long long)d->W);
+    return QS_OK;
+}

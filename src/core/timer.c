@@ -1,0 +1,10 @@
+/* src/core/timer.c — monotonic clock. */
+#include "core/timer.h"
+
+#include <time.h>
+
+double qs_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}

@@ -1,0 +1,141 @@
+/* src/cpu/cpu_backend.h — defines: the CPU backend handle, the common plan header and the
+ * internal entry points of the src/cpu modules (each implements part of qs_backend_ops; the
+ * table itself is assembled in cpu_backend.c). Contracts are those of src/core/backend.h. */
+#ifndef QSYNC_CPU_CPU_BACKEND_H
+#define QSYNC_CPU_CPU_BACKEND_H
+
+#include "core/backend.h"
+#include "cpu/dnnl_util.h"
+
+/* The CPU "stream": execution is synchronous, so it only points back at its backend. */
+typedef struct qs_cpu_stream {
+    struct qs_cpu_backend *be;
+} qs_cpu_stream;
+
+typedef struct qs_cpu_backend {
+    struct qs_backend base;   /* must stay first: qs_backend* <-> qs_cpu_backend* */
+    qs_dnnl_ctx dnnl;         /* engine + stream, owned */
+    qs_cpu_stream stream;     /* the default (and only) stream */
+} qs_cpu_backend;
+
+static inline qs_cpu_backend *qs_cpu_be(qs_backend *be) { return (qs_cpu_backend *)be; }
+
+/* Every plan starts with this header so plan_destroy can dispatch and ops can check that
+ * they were handed a plan of their own kind. `prec` selects the per-precision path (only
+ * FP32 exists today; INT8/BF16 plans will add their own members after the header). */
+typedef enum qs_cpu_plan_kind { QS_CPU_PLAN_LINEAR = 0x4c494e, QS_CPU_PLAN_CONV = 0x434f4e, QS_CPU_PLAN_POOL = 0x504f4f } qs_cpu_plan_kind;
+typedef struct qs_cpu_plan {
+    qs_cpu_plan_kind kind;
+    qs_precision prec;
+} qs_cpu_plan;
+
+/* Check that `plan` is non-NULL and of kind `kind`; `what` names the calling op. */
+qs_status qs_cpu_plan_check(const void *plan, qs_cpu_plan_kind kind, const char *what);
+/* Fail with QS_ERR_UNSUPPORTED unless prec is FP32 (the only CPU precision so far). */
+qs_status qs_cpu_prec_check(qs_precision prec, const char *what);
+
+/* Validate a memory-bound op's arguments: n >= 0 and, when n > 0, none of the nptrs
+ * pointers is NULL. `what` names the op. Use with a compound literal:
+ * qs_cpu_args_check("relu_forward", n, 2, (const void *[]){x, y}). */
+qs_status qs_cpu_args_check(const char *what, int64_t n, int nptrs, const void *const *ptrs);
+
+/* Workspace layout helper: round a byte count up to the 64-byte host alignment. */
+static inline size_t qs_cpu_align(size_t bytes) { return (bytes + 63u) & ~(size_t)63u; }
+
+/* ---- cpu_linear.c ---- */
+qs_status qs_cpu_linear_plan(qs_backend *be, const qs_linear_desc *d, void **plan, size_t *workspace);
+qs_status qs_cpu_linear_forward(qs_backend *be, void *plan, qs_stream *s, const void *x, const void *w,
+                                const void *b, void *y, void *ws);
+qs_status qs_cpu_linear_backward_data(qs_backend *be, void *plan, qs_stream *s, const void *dy, const void *w,
+                                      void *dx, bool accumulate, void *ws);
+qs_status qs_cpu_linear_backward_weights(qs_backend *be, void *plan, qs_stream *s, const void *dy,
+                                         const void *x, void *dw, void *db, void *ws);
+void qs_cpu_linear_plan_destroy(void *plan);
+/* oneDNN implementation name of a linear plan's primitive: dir 0 forward, 1 backward-data,
+ * 2 backward-weights (for logs and benchmarks). */
+const char *qs_cpu_linear_impl_name(const void *plan, int dir);
+
+/* ---- cpu_conv.c ---- */
+qs_status qs_cpu_conv_plan(qs_backend *be, const qs_conv_desc *d, void **plan, size_t *workspace);
+qs_status qs_cpu_conv_forward(qs_backend *be, void *plan, qs_stream *s, const void *x, const void *w,
+                              const void *b, void *y, void *ws);
+qs_status qs_cpu_conv_backward_data(qs_backend *be, void *plan, qs_stream *s, const void *dy, const void *w,
+                                    void *dx, bool accumulate, void *ws);
+qs_status qs_cpu_conv_backward_weights(qs_backend *be, void *plan, qs_stream *s, const void *dy, const void *x,
+                                       void *dw, void *db, void *ws);
+void qs_cpu_conv_plan_destroy(void *plan);
+/* oneDNN implementation name of a conv plan's primitive: dir 0 forward, 1 backward-data,
+ * 2 backward-weights (for logs and benchmarks). */
+const char *qs_cpu_conv_impl_name(const void *plan, int dir);
+
+/* ---- cpu_pool.c ---- */
+qs_status qs_cpu_pool_plan(qs_backend *be, const qs_pool_desc *d, void **plan, size_t *workspace);
+qs_status qs_cpu_pool_forward(qs_backend *be, void *plan, qs_stream *s, const void *x, void *y, int32_t *idx,
+                              void *ws);
+qs_status qs_cpu_pool_backward(qs_backend *be, void *plan, qs_stream *s, const void *dy, const int32_t *idx,
+                               void *dx, bool accumulate, void *ws);
+void qs_cpu_pool_plan_destroy(void *plan);
+
+/* ---- cpu_reduce.c: deterministic per-channel sums over (rows, C) data ---- */
+/* sum1[c] = Σ_r a[r,c]                         (skipped when sum1 is NULL)
+ * sum2[c] = Σ_r (a[r,c]-sa[c])·(b[r,c]-sb[c])  (skipped when sum2 is NULL; sa/sb NULL mean 0;
+ *                                                b NULL means the square Σ (a[r,c]-sa[c])²)
+ * Accumulated in double over a fixed row-chunk split (independent of the thread count), so
+ * results are bitwise reproducible. Fails only with QS_ERR_OOM. */
+qs_status qs_cpu_colsums(int64_t rows, int64_t C, const float *a, const float *b, const double *sa,
+                         const double *sb, double *sum1, double *sum2);
+
+/* ---- cpu_norm.c ---- */
+qs_status qs_cpu_batchnorm_forward_train(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const float *x,
+                                         const float *gamma, const float *beta, float *y, float *save_mean,
+                                         float *save_invstd, float *running_mean, float *running_var,
+                                         float momentum, float eps);
+qs_status qs_cpu_batchnorm_forward_eval(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const float *x,
+                                        const float *gamma, const float *beta, const float *running_mean,
+                                        const float *running_var, float eps, float *y);
+qs_status qs_cpu_batchnorm_backward(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const float *x,
+                                    const float *dy, const float *gamma, const float *save_mean,
+                                    const float *save_invstd, float *dx, bool accumulate, float *dgamma,
+                                    float *dbeta);
+
+/* ---- cpu_eltwise.c ---- */
+qs_status qs_cpu_relu_forward(qs_backend *be, qs_stream *s, int64_t n, const float *x, float *y);
+qs_status qs_cpu_relu_backward(qs_backend *be, qs_stream *s, int64_t n, const float *y, const float *dy,
+                               float *dx, bool accumulate);
+qs_status qs_cpu_add_forward(qs_backend *be, qs_stream *s, int64_t n, const float *a, const float *b, float *y);
+qs_status qs_cpu_accumulate(qs_backend *be, qs_stream *s, int64_t n, const float *src, float *dst,
+                            bool accumulate);
+qs_status qs_cpu_scale(qs_backend *be, qs_stream *s, int64_t n, float *x, float alpha);
+/* dst = src (accumulate false) or dst += src, OpenMP-parallel; shared by the modules. */
+void qs_cpu_copy_or_add(int64_t n, const float *src, float *dst, bool accumulate);
+
+/* ---- cpu_dropout.c ---- */
+qs_status qs_cpu_dropout_forward(qs_backend *be, qs_stream *s, int64_t n, const float *x, float *y,
+                                 uint8_t *mask, float p, uint64_t key, uint64_t counter_base);
+qs_status qs_cpu_dropout_backward(qs_backend *be, qs_stream *s, int64_t n, const float *dy, const uint8_t *mask,
+                                  float p, float *dx, bool accumulate);
+
+/* ---- cpu_softmax.c ---- */
+qs_status qs_cpu_softmax_xent_forward(qs_backend *be, qs_stream *s, int64_t B, int64_t classes,
+                                      const float *logits, const int32_t *labels, float *loss, float *probs);
+qs_status qs_cpu_softmax_xent_backward(qs_backend *be, qs_stream *s, int64_t B, int64_t classes,
+                                       const float *probs, const int32_t *labels, float scale, float *dlogits);
+
+/* ---- cpu_layout.c ---- */
+qs_status qs_cpu_nhwc_to_nchw(qs_backend *be, qs_stream *s, int64_t N, int64_t H, int64_t W, int64_t C,
+                              const float *x, float *y);
+qs_status qs_cpu_nchw_to_nhwc(qs_backend *be, qs_stream *s, int64_t N, int64_t H, int64_t W, int64_t C,
+                              const float *x, float *y, bool accumulate);
+
+/* ---- cpu_cast.c ---- */
+qs_status qs_cpu_cast(qs_backend *be, qs_stream *s, int64_t n, const void *src, qs_dtype src_dt, void *dst,
+                      qs_dtype dst_dt);
+
+/* ---- cpu_optim.c ---- */
+qs_status qs_cpu_sgd_step(qs_backend *be, qs_stream *s, int64_t n, float *p, const float *g, float *buf,
+                          float lr, float momentum, float dampening, float wd, bool nesterov, bool first_step);
+qs_status qs_cpu_adamw_step(qs_backend *be, qs_stream *s, int64_t n, float *p, const float *g, float *m,
+                            float *v, float lr, float beta1, float beta2, float eps, float wd, int64_t step);
+qs_status qs_cpu_sum_squares(qs_backend *be, qs_stream *s, int64_t n, const float *x, double *out);
+
+#endif

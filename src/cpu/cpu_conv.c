@@ -1,0 +1,215 @@
+/* src/cpu/cpu_conv.c — 2-D convolution on oneDNN convolution primitives (FP32).
+ *
+ * Activations NHWC: X (N,H,W,C), Y (N,P,Q,K); weights stay in the caller's PyTorch OIHW
+ * layout (K,C,R,S). The primitives pick their own weight layout (format_tag_any); the plan
+ * holds cached reorder primitives OIHW → that layout (forward, backward-data) and back
+ * (backward-weights) that run on every call into the caller's workspace.
+ * Workspace, per direction (the plan reports the maximum):
+ *   forward          [reordered W][scratchpad]
+ *   backward_data    [reordered W][dX temp, only when accumulating][scratchpad]
+ *   backward_weights [dW in the primitive's layout][scratchpad]
+ * oneDNN convolution beat im2col + matmul for every direction and shape measured by
+ * bench/bench_conv_choice.c, so there is no im2col path. */
+#include "cpu/cpu_backend.h"
+
+#include <stdlib.h>
+
+/* Weights in the primitive's layout plus the reorder that converts them (absent when the
+ * primitive takes OIHW as is). */
+typedef struct qs_cpu_wlayout {
+    qs_dnnl_prim reorder;
+    bool needed;
+    size_t bytes;
+} qs_cpu_wlayout;
+
+typedef struct qs_cpu_conv_plan {
+    qs_cpu_plan hdr;
+    qs_conv_desc d;
+    qs_dnnl_prim fwd, bwd_data, bwd_weights;
+    qs_cpu_wlayout w_fwd;      /* OIHW → forward weights layout */
+    qs_cpu_wlayout w_bwd;      /* OIHW → backward-data weights layout */
+    qs_cpu_wlayout dw_user;    /* backward-weights diff layout → OIHW */
+    size_t dx_bytes;           /* N·H·W·C floats: backward-data temp when accumulating */
+    size_t ws_bytes;
+} qs_cpu_conv_plan_t;
+
+void qs_cpu_conv_plan_destroy(void *plan) {
+    qs_cpu_conv_plan_t *cp = plan;
+    if (!cp) return;
+    qs_dnnl_prim_destroy(&cp->fwd);
+    qs_dnnl_prim_destroy(&cp->bwd_data);
+    qs_dnnl_prim_destroy(&cp->bwd_weights);
+    qs_dnnl_prim_destroy(&cp->w_fwd.reorder);
+    qs_dnnl_prim_destroy(&cp->w_bwd.reorder);
+    qs_dnnl_prim_destroy(&cp->dw_user.reorder);
+    free(cp);
+}
+
+/* Set up a reorder between the user's OIHW weights and `chosen` (to_chosen: OIHW → chosen,
+ * else chosen → OIHW); no reorder when the layouts are equal. */
+static qs_status conv_wlayout(qs_cpu_wlayout *wl, const qs_dnnl_ctx *ctx, const dnnl_memory_desc_t *user,
+                              const dnnl_memory_desc_t *chosen, bool to_chosen) {
+    wl->needed = !qs_dnnl_md_equal(user, chosen);
+    wl->bytes = wl->needed ? qs_cpu_align(qs_dnnl_md_bytes(chosen)) : 0;
+    if (!wl->needed) return QS_OK;
+    return to_chosen ? qs_dnnl_reorder_create(&wl->reorder, ctx, user, chosen)
+                     : qs_dnnl_reorder_create(&wl->reorder, ctx, chosen, user);
+}
+
+static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+/* ws + off, NULL when there is no workspace (the plan then needs none). */
+static void *ws_at(void *ws, size_t off) { return ws ? (char *)ws + off : NULL; }
+
+/* Build the three convolution primitives and the weight reorders. */
+static qs_status conv_build(qs_cpu_conv_plan_t *cp, const qs_dnnl_ctx *ctx) {
+    const qs_conv_desc *d = &cp->d;
+    dnnl_memory_desc_t src, dst, wany, wuser, bias;
+    const int64_t sdims[4] = {d->N, d->C, d->H, d->W}, ddims[4] = {d->N, d->K, d->P, d->Q};
+    const int64_t wdims[4] = {d->K, d->C, d->R, d->S}, bdims[1] = {d->K};
+    QS_TRY(qs_dnnl_md_tag(&src, 4, sdims, dnnl_nhwc));
+    QS_TRY(qs_dnnl_md_tag(&dst, 4, ddims, dnnl_nhwc));
+    QS_TRY(qs_dnnl_md_tag(&wany, 4, wdims, dnnl_format_tag_any));
+    QS_TRY(qs_dnnl_md_tag(&wuser, 4, wdims, dnnl_oihw));
+    QS_TRY(qs_dnnl_md_tag(&bias, 1, bdims, dnnl_a));
+    const dnnl_dims_t strides = {d->stride_h, d->stride_w}, pad = {d->pad_h, d->pad_w};
+    const dnnl_memory_desc_t *bias_md = d->has_bias ? &bias : NULL;
+
+    dnnl_convolution_desc_t fd, bdd, bwd;
+    QS_TRY(qs_dnnl_check(dnnl_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct,
+                                                            &src, &wany, bias_md, &dst, strides, pad, pad),
+                         "convolution forward descriptor"));
+    const int fids_b[4] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_BIAS, DNNL_ARG_DST};
+    const int fids[3] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST};
+    QS_TRY(qs_dnnl_prim_create(&cp->fwd, ctx, &fd, NULL, NULL, d->has_bias ? fids_b : fids, d->has_bias ? 4 : 3,
+                               "convolution forward"));
+
+    QS_TRY(qs_dnnl_check(dnnl_convolution_backward_data_desc_init(&bdd, dnnl_convolution_direct, &src, &wany, &dst,
+                                                                  strides, pad, pad),
+                         "convolution backward-data descriptor"));
+    const int bids[3] = {DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC};
+    QS_TRY(qs_dnnl_prim_create(&cp->bwd_data, ctx, &bdd, NULL, cp->fwd.pd, bids, 3, "convolution backward-data"));
+
+    QS_TRY(qs_dnnl_check(dnnl_convolution_backward_weights_desc_init(&bwd, dnnl_convolution_direct, &src, &wany,
+                                                                     bias_md, &dst, strides, pad, pad),
+                         "convolution backward-weights descriptor"));
+    const int wids_b[4] = {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS, DNNL_ARG_DIFF_BIAS};
+    QS_TRY(qs_dnnl_prim_create(&cp->bwd_weights, ctx, &bwd, NULL, cp->fwd.pd, wids_b, d->has_bias ? 4 : 3,
+                               "convolution backward-weights"));
+
+    QS_TRY(conv_wlayout(&cp->w_fwd, ctx, &wuser, qs_dnnl_prim_arg_md(&cp->fwd, DNNL_ARG_WEIGHTS), true));
+    QS_TRY(conv_wlayout(&cp->w_bwd, ctx, &wuser, qs_dnnl_prim_arg_md(&cp->bwd_data, DNNL_ARG_WEIGHTS), true));
+    QS_TRY(conv_wlayout(&cp->dw_user, ctx, &wuser, qs_dnnl_prim_arg_md(&cp->bwd_weights, DNNL_ARG_DIFF_WEIGHTS),
+                        false));
+
+    cp->dx_bytes = qs_cpu_align((size_t)(d->N * d->H * d->W * d->C) * sizeof(float));
+    size_t ws_f = cp->w_fwd.bytes + max_sz(cp->fwd.scratch_bytes, cp->w_fwd.reorder.scratch_bytes);
+    size_t ws_b = cp->w_bwd.bytes + cp->dx_bytes + max_sz(cp->bwd_data.scratch_bytes, cp->w_bwd.reorder.scratch_bytes);
+    size_t ws_w = cp->dw_user.bytes + max_sz(cp->bwd_weights.scratch_bytes, cp->dw_user.reorder.scratch_bytes);
+    cp->ws_bytes = qs_cpu_align(max_sz(ws_f, max_sz(ws_b, ws_w)));
+    return QS_OK;
+}
+
+qs_status qs_cpu_conv_plan(qs_backend *be, const qs_conv_desc *d, void **plan, size_t *workspace) {
+    if (!d || !plan || !workspace) return QS_FAIL(QS_ERR_INVALID_ARG, "conv_plan: NULL descriptor or output");
+    *plan = NULL;
+    *workspace = 0;
+    qs_conv_desc dd = *d;
+    QS_TRY(qs_conv_desc_finish(&dd));
+    if (dd.P != d->P || dd.Q != d->Q)
+        return QS_FAIL(QS_ERR_INVALID_ARG,
+                       "conv_plan: descriptor has P,Q = %lld,%lld but the geometry gives %lld,%lld; call "
+                       "qs_conv_desc_finish() first",
+                       (long long)d->P, (long long)d->Q, (long long)dd.P, (long long)dd.Q);
+    QS_TRY(qs_cpu_prec_check(d->prec, "conv_plan"));
+    qs_cpu_conv_plan_t *cp = calloc(1, sizeof *cp);
+    if (!cp) return QS_FAIL(QS_ERR_OOM, "conv_plan: out of memory for the plan");
+    cp->hdr.kind = QS_CPU_PLAN_CONV;
+    cp->hdr.prec = d->prec;
+    cp->d = dd;
+    qs_status st = conv_build(cp, &qs_cpu_be(be)->dnnl);
+    if (st != QS_OK) {
+        qs_cpu_conv_plan_destroy(cp);
+        return qs_error_wrap(st, "conv_plan (N=%lld H=%lld W=%lld C=%lld K=%lld R=%lld S=%lld): ", (long long)d->N,
+                             (long long)d->H, (long long)d->W, (long long)d->C, (long long)d->K, (long long)d->R,
+                             (long long)d->S);
+    }
+    *plan = cp;
+    *workspace = cp->ws_bytes;
+    return QS_OK;
+}
+
+/* Convert the caller's OIHW weights for a primitive: returns the pointer to pass to it
+ * (w itself or the reordered copy at the start of ws). */
+static qs_status conv_prepare_w(qs_cpu_wlayout *wl, const qs_dnnl_ctx *ctx, const void *w, void *ws,
+                                void **out) {
+    *out = (void *)w;
+    if (!wl->needed) return QS_OK;
+    void *h[2] = {(void *)w, ws};
+    QS_TRY(qs_dnnl_prim_exec(&wl->reorder, ctx, h, ws_at(ws, wl->bytes), "convolution weight reorder"));
+    *out = ws;
+    return QS_OK;
+}
+
+static qs_status conv_ws_check(const qs_cpu_conv_plan_t *cp, const void *ws, const char *what) {
+    if (cp->ws_bytes && !ws)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "%s: the plan needs %zu bytes of workspace but ws is NULL", what,
+                       cp->ws_bytes);
+    return QS_OK;
+}
+
+qs_status qs_cpu_conv_forward(qs_backend *be, void *plan, qs_stream *s, const void *x, const void *w,
+                              const void *b, void *y, void *ws) {
+    QS_TRY(qs_cpu_plan_check(plan, QS_CPU_PLAN_CONV, "conv_forward"));
+    qs_cpu_conv_plan_t *cp = plan;
+    if (!x || !w || !y || (cp->d.has_bias && !b))
+        return QS_FAIL(QS_ERR_INVALID_ARG, "conv_forward: NULL x, w, y or (planned with bias) b");
+    QS_TRY(conv_ws_check(cp, ws, "conv_forward"));
+    const qs_dnnl_ctx *ctx = &qs_cpu_be(be)->dnnl;
+    void *wp;
+    QS_TRY(conv_prepare_w(&cp->w_fwd, ctx, w, ws, &wp));
+    void *h[4] = {(void *)x, wp, cp->d.has_bias ? (void *)b : y, y}; /* SRC, WEIGHTS, [BIAS,] DST */
+    return qs_dnnl_prim_exec(&cp->fwd, ctx, h, ws_at(ws, cp->w_fwd.bytes), "convolution forward");
+}
+
+qs_status qs_cpu_conv_backward_data(qs_backend *be, void *plan, qs_stream *s, const void *dy, const void *w,
+                                    void *dx, bool accumulate, void *ws) {
+    QS_TRY(qs_cpu_plan_check(plan, QS_CPU_PLAN_CONV, "conv_backward_data"));
+    qs_cpu_conv_plan_t *cp = plan;
+    if (!dy || !w || !dx) return QS_FAIL(QS_ERR_INVALID_ARG, "conv_backward_data: NULL dy, w or dx");
+    QS_TRY(conv_ws_check(cp, ws, "conv_backward_data"));
+    const qs_dnnl_ctx *ctx = &qs_cpu_be(be)->dnnl;
+    void *wp;
+    QS_TRY(conv_prepare_w(&cp->w_bwd, ctx, w, ws, &wp));
+    float *tmp = ws_at(ws, cp->w_bwd.bytes);
+    void *h[3] = {(void *)dy, wp, accumulate ? (void *)tmp : dx};
+    QS_TRY(qs_dnnl_prim_exec(&cp->bwd_data, ctx, h, ws_at(ws, cp->w_bwd.bytes + cp->dx_bytes), "convolution backward-data"));
+    if (accumulate) qs_cpu_copy_or_add(cp->d.N * cp->d.H * cp->d.W * cp->d.C, tmp, dx, true);
+    return QS_OK;
+}
+
+qs_status qs_cpu_conv_backward_weights(qs_backend *be, void *plan, qs_stream *s, const void *dy, const void *x,
+                                       void *dw, void *db, void *ws) {
+    QS_TRY(qs_cpu_plan_check(plan, QS_CPU_PLAN_CONV, "conv_backward_weights"));
+    qs_cpu_conv_plan_t *cp = plan;
+    if (!dy || !x || !dw) return QS_FAIL(QS_ERR_INVALID_ARG, "conv_backward_weights: NULL dy, x or dw");
+    if (db && !cp->d.has_bias)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "conv_backward_weights: db given but the plan has no bias; pass NULL");
+    if (!db && cp->d.has_bias)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "conv_backward_weights: the plan has a bias but db is NULL");
+    QS_TRY(conv_ws_check(cp, ws, "conv_backward_weights"));
+    const qs_dnnl_ctx *ctx = &qs_cpu_be(be)->dnnl;
+    void *dwp = cp->dw_user.needed ? ws : dw;
+    void *h[4] = {(void *)x, (void *)dy, dwp, db}; /* SRC, DIFF_DST, DIFF_WEIGHTS, [DIFF_BIAS] */
+    void *scratch = ws_at(ws, cp->dw_user.bytes);
+    QS_TRY(qs_dnnl_prim_exec(&cp->bwd_weights, ctx, h, scratch, "convolution backward-weights"));
+    if (!cp->dw_user.needed) return QS_OK;
+    void *hr[2] = {dwp, dw};
+    return qs_dnnl_prim_exec(&cp->dw_user.reorder, ctx, hr, scratch, "convolution weight-gradient reorder");
+}
+
+const char *qs_cpu_conv_impl_name(const void *plan, int dir) {
+    const qs_cpu_conv_plan_t *cp = plan;
+    if (!cp || cp->hdr.kind != QS_CPU_PLAN_CONV) return "?";
+    return qs_dnnl_prim_impl(dir == 0 ? &cp->fwd : dir == 1 ? &cp->bwd_data : &cp->bwd_weights);
+}

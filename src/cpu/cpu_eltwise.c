@@ -1,0 +1,59 @@
+/* src/cpu/cpu_eltwise.c — elementwise FP32 ops: relu, add, accumulate/copy, scale.
+ * Flat OpenMP loops over n elements (vectorised by the compiler). */
+#include "cpu/cpu_backend.h"
+
+void qs_cpu_copy_or_add(int64_t n, const float *src, float *dst, bool accumulate) {
+    if (accumulate) {
+#pragma omp parallel for simd schedule(static)
+        for (int64_t i = 0; i < n; i++) dst[i] += src[i];
+    } else if (src != dst) {
+#pragma omp parallel for simd schedule(static)
+        for (int64_t i = 0; i < n; i++) dst[i] = src[i];
+    }
+}
+
+/* y = max(x, 0); NaN stays NaN (like torch.relu); y may alias x. */
+qs_status qs_cpu_relu_forward(qs_backend *be, qs_stream *s, int64_t n, const float *x, float *y) {
+    QS_TRY(qs_cpu_args_check("relu_forward", n, 2, (const void *[]){x, y}));
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] < 0.0f ? 0.0f : x[i];
+    return QS_OK;
+}
+
+/* dx = dy·[y > 0] (or dx += ...). */
+qs_status qs_cpu_relu_backward(qs_backend *be, qs_stream *s, int64_t n, const float *y, const float *dy,
+                               float *dx, bool accumulate) {
+    QS_TRY(qs_cpu_args_check("relu_backward", n, 3, (const void *[]){y, dy, dx}));
+    if (accumulate) {
+#pragma omp parallel for simd schedule(static)
+        for (int64_t i = 0; i < n; i++) dx[i] += y[i] > 0.0f ? dy[i] : 0.0f;
+    } else {
+#pragma omp parallel for simd schedule(static)
+        for (int64_t i = 0; i < n; i++) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+    }
+    return QS_OK;
+}
+
+/* y = a + b (y may alias a or b). */
+qs_status qs_cpu_add_forward(qs_backend *be, qs_stream *s, int64_t n, const float *a, const float *b, float *y) {
+    QS_TRY(qs_cpu_args_check("add_forward", n, 3, (const void *[]){a, b, y}));
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+    return QS_OK;
+}
+
+/* dst = src or dst += src. */
+qs_status qs_cpu_accumulate(qs_backend *be, qs_stream *s, int64_t n, const float *src, float *dst,
+                            bool accumulate) {
+    QS_TRY(qs_cpu_args_check("accumulate", n, 2, (const void *[]){src, dst}));
+    qs_cpu_copy_or_add(n, src, dst, accumulate);
+    return QS_OK;
+}
+
+/* x *= alpha. */
+qs_status qs_cpu_scale(qs_backend *be, qs_stream *s, int64_t n, float *x, float alpha) {
+    QS_TRY(qs_cpu_args_check("scale", n, 1, (const void *[]){x}));
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; i++) x[i] *= alpha;
+    return QS_OK;
+}

@@ -1,0 +1,148 @@
+/* src/cpu/cpu_norm.c — batch normalisation over (rows, C) data, C innermost (FP32 data,
+ * per-channel statistics accumulated in double; PyTorch semantics).
+ *
+ * Training: mean = Σx/n, var = Σ(x-mean)²/n (biased, two passes) normalises;
+ * running_mean/var ← (1-momentum)·running + momentum·{mean, Σ(x-mean)²/(n-1)}.
+ * gamma/beta NULL mean 1/0 (affine=False); running_mean/var NULL skip the update
+ * (track_running_stats=False); dgamma/dbeta NULL skip those gradients. */
+#include "cpu/cpu_backend.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* y[r,c] = (x[r,c] - m[c])·k[c] + b[c] over all rows. */
+static void bn_apply(int64_t rows, int64_t C, const float *x, const float *m, const float *k, const float *b,
+                     float *y) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * C;
+        float *yr = y + r * C;
+#pragma omp simd
+        for (int64_t c = 0; c < C; c++) yr[c] = (xr[c] - m[c]) * k[c] + b[c];
+    }
+}
+
+/* Per-channel scratch: 3 float and 3 double arrays of C, one allocation. */
+typedef struct bn_scratch {
+    void *mem;
+    float *f[3];
+    double *d[3];
+} bn_scratch;
+
+static qs_status bn_scratch_alloc(bn_scratch *s, int64_t C, const char *what) {
+    s->mem = malloc((size_t)C * 3 * (sizeof(float) + sizeof(double)));
+    if (!s->mem) return QS_FAIL(QS_ERR_OOM, "%s: out of memory for %lld channels of statistics", what, (long long)C);
+    s->d[0] = s->mem;
+    s->d[1] = s->d[0] + C;
+    s->d[2] = s->d[1] + C;
+    s->f[0] = (float *)(s->d[2] + C);
+    s->f[1] = s->f[0] + C;
+    s->f[2] = s->f[1] + C;
+    return QS_OK;
+}
+
+static qs_status bn_check(const char *what, int64_t rows, int64_t C, int nptrs, const void *const *ptrs) {
+    if (rows < 0 || C < 1)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "%s: rows=%lld C=%lld; need rows >= 0 and C >= 1", what, (long long)rows,
+                       (long long)C);
+    return qs_cpu_args_check(what, rows * C, nptrs, ptrs);
+}
+
+qs_status qs_cpu_batchnorm_forward_train(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const float *x,
+                                         const float *gamma, const float *beta, float *y, float *save_mean,
+                                         float *save_invstd, float *running_mean, float *running_var,
+                                         float momentum, float eps) {
+    const char *what = "batchnorm_forward_train";
+    QS_TRY(bn_check(what, rows, C, 4, (const void *[]){x, y, save_mean, save_invstd}));
+    if (rows < 2)
+        return QS_FAIL(QS_ERR_INVALID_ARG,
+                       "%s: %lld value(s) per channel; training-mode batch norm needs at least 2 (like PyTorch)", what,
+                       (long long)rows);
+    bn_scratch sc = {0};
+    QS_TRY(bn_scratch_alloc(&sc, C, what));
+    double *sum = sc.d[0], *sq = sc.d[1];
+    qs_status st = qs_cpu_colsums(rows, C, x, NULL, NULL, NULL, sum, NULL);
+    for (int64_t c = 0; st == QS_OK && c < C; c++) sum[c] /= (double)rows; /* sum now holds the mean */
+    if (st == QS_OK) st = qs_cpu_colsums(rows, C, x, NULL, sum, NULL, NULL, sq);
+    if (st != QS_OK) {
+        free(sc.mem);
+        return st;
+    }
+    float *k = sc.f[0], *b = sc.f[1];
+    for (int64_t c = 0; c < C; c++) {
+        double var = sq[c] / (double)rows;
+        float invstd = (float)(1.0 / sqrt(var + (double)eps));
+        save_mean[c] = (float)sum[c];
+        save_invstd[c] = invstd;
+        k[c] = invstd * (gamma ? gamma[c] : 1.0f);
+        b[c] = beta ? beta[c] : 0.0f;
+        if (running_mean) running_mean[c] = (1.0f - momentum) * running_mean[c] + momentum * (float)sum[c];
+        if (running_var)
+            running_var[c] = (1.0f - momentum) * running_var[c] + momentum * (float)(sq[c] / (double)(rows - 1));
+    }
+    bn_apply(rows, C, x, save_mean, k, b, y);
+    free(sc.mem);
+    return QS_OK;
+}
+
+qs_status qs_cpu_batchnorm_forward_eval(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const float *x,
+                                        const float *gamma, const float *beta, const float *running_mean,
+                                        const float *running_var, float eps, float *y) {
+    const char *what = "batchnorm_forward_eval";
+    QS_TRY(bn_check(what, rows, C, 4, (const void *[]){x, y, running_mean, running_var}));
+    bn_scratch sc = {0};
+    QS_TRY(bn_scratch_alloc(&sc, C, what));
+    float *k = sc.f[0], *b = sc.f[1];
+    for (int64_t c = 0; c < C; c++) {
+        float invstd = (float)(1.0 / sqrt((double)running_var[c] + (double)eps));
+        k[c] = invstd * (gamma ? gamma[c] : 1.0f);
+        b[c] = beta ? beta[c] : 0.0f;
+    }
+    bn_apply(rows, C, x, running_mean, k, b, y);
+    free(sc.mem);
+    return QS_OK;
+}
+
+qs_status qs_cpu_batchnorm_backward(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const float *x,
+                                    const float *dy, const float *gamma, const float *save_mean,
+                                    const float *save_invstd, float *dx, bool accumulate, float *dgamma,
+                                    float *dbeta) {
+    const char *what = "batchnorm_backward";
+    QS_TRY(bn_check(what, rows, C, 5, (const void *[]){x, dy, save_mean, save_invstd, dx}));
+    if (rows < 1) return QS_OK;
+    bn_scratch sc = {0};
+    QS_TRY(bn_scratch_alloc(&sc, C, what));
+    double *sum_dy = sc.d[0], *sum_dy_xmu = sc.d[1], *mean_d = sc.d[2];
+    /* the saved mean is what forward normalised with; use it (as double) as the shift */
+    for (int64_t c = 0; c < C; c++) mean_d[c] = save_mean[c];
+    qs_status st = qs_cpu_colsums(rows, C, dy, x, NULL, mean_d, sum_dy, sum_dy_xmu);
+    if (st != QS_OK) {
+        free(sc.mem);
+        return st;
+    }
+    /* dx = (dy - Σdy/n - (x-mean)·invstd²·Σdy(x-mean)/n) · invstd·gamma
+     *    = (dy - a[c] - (x-mean)·p[c]) · k[c]                                   */
+    float *k = sc.f[0], *a = sc.f[1], *p = sc.f[2];
+    for (int64_t c = 0; c < C; c++) {
+        double is = save_invstd[c];
+        k[c] = (float)(is * (gamma ? gamma[c] : 1.0f));
+        a[c] = (float)(sum_dy[c] / (double)rows);
+        p[c] = (float)(sum_dy_xmu[c] / (double)rows * is * is);
+        if (dgamma) dgamma[c] = (float)(sum_dy_xmu[c] * is);
+        if (dbeta) dbeta[c] = (float)sum_dy[c];
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * C, *gr = dy + r * C;
+        float *dr = dx + r * C;
+        if (accumulate) {
+#pragma omp simd
+            for (int64_t c = 0; c < C; c++) dr[c] += (gr[c] - a[c] - (xr[c] - save_mean[c]) * p[c]) * k[c];
+        } else {
+#pragma omp simd
+            for (int64_t c = 0; c < C; c++) dr[c] = (gr[c] - a[c] - (xr[c] - save_mean[c]) * p[c]) * k[c];
+        }
+    }
+    free(sc.mem);
+    return QS_OK;
+}

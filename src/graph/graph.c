@@ -1,0 +1,317 @@
+/* src/graph/graph.c — building the node DAG, allocating its runtime memory, and driving
+ * forward and backward with every op timed in its cost category. */
+#include "graph/graph.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *qs_cost_cat_name(qs_cost_cat c) {
+    static const char *const names[QS_CAT_COUNT] = {
+        "forward", "backward_data", "backward_weights", "cast", "optimizer", "comm_wait"};
+    return (unsigned)c < QS_CAT_COUNT ? names[c] : "invalid";
+}
+
+qs_status qs_model_create(const char *arch, int64_t in_h, int64_t in_w, int64_t in_c,
+                          int64_t num_classes, qs_model **out) {
+    if (in_h < 1 || in_w < 1 || in_c < 1 || num_classes < 2)
+        return QS_FAIL(QS_ERR_INVALID_ARG,
+                       "model %s: input %lldx%lldx%lld with %lld classes is not a valid shape", arch,
+                       (long long)in_h, (long long)in_w, (long long)in_c, (long long)num_classes);
+    qs_model *m = calloc(1, sizeof *m);
+    if (!m) return QS_FAIL(QS_ERR_OOM, "out of memory creating model");
+    snprintf(m->arch, sizeof m->arch, "%s", arch);
+    m->in_h = in_h;
+    m->in_w = in_w;
+    m->in_c = in_c;
+    m->num_classes = num_classes;
+    m->logits_node = -1;
+    qs_status st = qs_model_add(m, QS_NODE_INPUT, "input", NULL, 0, NULL, NULL);
+    if (st != QS_OK) {
+        qs_model_free(m);
+        return st;
+    }
+    *out = m;
+    return QS_OK;
+}
+
+qs_status qs_model_add(qs_model *m, qs_node_kind kind, const char *name, const int *inputs,
+                       int n_inputs, const qs_node_cfg *cfg, int *idx_out) {
+    if ((unsigned)kind >= QS_NODE_KIND_COUNT) return QS_FAIL(QS_ERR_INVALID_ARG, "unknown node kind %d", kind);
+    if (n_inputs < 0 || n_inputs > QS_MAX_INPUTS)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "node %s: %d inputs (max %d)", name, n_inputs, QS_MAX_INPUTS);
+    if ((kind == QS_NODE_INPUT) != (m->n_nodes == 0))
+        return QS_FAIL(QS_ERR_INVALID_ARG, "node %s: the input node must be node 0 and only node 0", name);
+    for (int i = 0; i < n_inputs; i++)
+        if (inputs[i] < 0 || inputs[i] >= m->n_nodes)
+            return QS_FAIL(QS_ERR_INVALID_ARG, "node %s: input %d refers to node %d, which does not exist yet",
+                           name, i, inputs[i]);
+    if (m->n_nodes == m->cap_nodes) {
+        int cap = m->cap_nodes ? m->cap_nodes * 2 : 32;
+        qs_node *nn = realloc(m->nodes, (size_t)cap * sizeof *nn);
+        if (!nn) return QS_FAIL(QS_ERR_OOM, "out of memory growing the model graph");
+        m->nodes = nn;
+        m->cap_nodes = cap;
+    }
+    int idx = m->n_nodes;
+    qs_node *n = &m->nodes[idx];
+    memset(n, 0, sizeof *n);
+    n->kind = kind;
+    if (name && name[0]) {
+        if (strlen(name) >= QS_NAME_MAX) return QS_FAIL(QS_ERR_INVALID_ARG, "node name too long: %s", name);
+        strcpy(n->name, name);
+    } else {
+        snprintf(n->name, sizeof n->name, "%s_%d", qs_layer_impl_for(kind)->kind_name, idx);
+    }
+    for (int i = 0; i < n_inputs; i++) n->inputs[i] = inputs[i];
+    n->n_inputs = n_inputs;
+    if (cfg) n->cfg = *cfg;
+    n->prec = QS_PREC_FP32;
+    n->out_dtype = QS_F32;
+    for (int i = 0; i < QS_MAX_NODE_PARAMS; i++) n->param[i] = -1;
+    for (int i = 0; i < QS_MAX_NODE_BUFFERS; i++) n->buffer[i] = -1;
+    qs_status st = qs_layer_impl_for(kind)->infer(m, n);
+    if (st != QS_OK) return qs_error_wrap(st, "node %s (%s): ", n->name, qs_layer_impl_for(kind)->kind_name);
+    for (int i = 0; i < n_inputs; i++) m->nodes[inputs[i]].n_consumers++;
+    m->n_nodes++;
+    if (idx_out) *idx_out = idx;
+    return QS_OK;
+}
+
+qs_status qs_model_finalize(qs_model *m) {
+    if (m->n_nodes < 2 || m->nodes[m->n_nodes - 1].kind != QS_NODE_SOFTMAX_XENT)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "model %s: the last node must be the softmax cross-entropy loss",
+                       m->arch);
+    qs_node *loss = &m->nodes[m->n_nodes - 1];
+    m->logits_node = loss->inputs[0];
+    const qs_node *lg = &m->nodes[m->logits_node];
+    if (lg->out_ndim != 2 || lg->out_shape[1] != m->num_classes)
+        return QS_FAIL(QS_ERR_MISMATCH, "model %s: logits node %s has %lld outputs, expected %lld classes",
+                       m->arch, lg->name, (long long)lg->out_shape[lg->out_ndim - 1],
+                       (long long)m->num_classes);
+    return QS_OK;
+}
+
+void qs_model_free(qs_model *m) {
+    if (!m) return;
+    for (int i = 0; i < m->n_nodes; i++) {
+        qs_node *n = &m->nodes[i];
+        const qs_layer_impl *impl = qs_layer_impl_for(n->kind);
+        if (m->be) {
+            if (impl->teardown) impl->teardown(m, n);
+            if (n->plan) m->be->ops->plan_destroy(m->be, n->plan);
+            m->be->ops->free(m->be, n->y);
+            m->be->ops->free(m->be, n->dy);
+            for (int k = 0; k < QS_MAX_NODE_SAVED; k++) m->be->ops->free(m->be, n->saved[k]);
+        }
+    }
+    if (m->be) {
+        m->be->ops->free(m->be, m->param_data);
+        m->be->ops->free(m->be, m->grad_data);
+        m->be->ops->free(m->be, m->buffer_data);
+        m->be->ops->free(m->be, m->workspace);
+        m->be->ops->free(m->be, m->labels);
+    }
+    qs_table_free(&m->params);
+    qs_table_free(&m->buffers);
+    free(m->nodes);
+    free(m);
+}
+
+void *qs_model_param_ptr(qs_model *m, int i) { return (char *)m->param_data + m->params.entries[i].offset; }
+void *qs_model_grad_ptr(qs_model *m, int i) { return (char *)m->grad_data + m->params.entries[i].offset; }
+void *qs_model_buffer_ptr(qs_model *m, int i) { return (char *)m->buffer_data + m->buffers.entries[i].offset; }
+
+static size_t qs_node_out_bytes(const qs_node *n) {
+    return (size_t)qs_shape_numel(n->out_ndim, n->out_shape) * qs_dtype_size(n->out_dtype);
+}
+
+/* A node needs the gradient of its output when it has parameters or feeds on a node that
+ * does (or on the input, when the caller wants d loss / d input). */
+static void qs_model_mark_grads(qs_model *m) {
+    for (int i = 0; i < m->n_nodes; i++) {
+        qs_node *n = &m->nodes[i];
+        n->needs_grad = (i == 0) ? m->want_input_grad : n->n_params > 0;
+        for (int k = 0; k < n->n_inputs; k++) n->needs_grad |= m->nodes[n->inputs[k]].needs_grad;
+    }
+}
+
+/* Parameters and buffers are initialised on the host by each layer, then copied. */
+static qs_status qs_model_init_params(qs_model *m, uint64_t seed) {
+    float *hp = qs_host_alloc(m->params.bytes);
+    void *hb = qs_host_alloc(m->buffers.bytes);
+    if (!hp || !hb) {
+        qs_host_free(hp);
+        qs_host_free(hb);
+        return QS_ERR_OOM;
+    }
+    for (int i = 0; i < m->n_nodes; i++) {
+        const qs_layer_impl *impl = qs_layer_impl_for(m->nodes[i].kind);
+        if (impl->init) impl->init(m, &m->nodes[i], hp, hb, seed);
+    }
+    qs_status st = QS_OK;
+    if (m->params.bytes) st = m->be->ops->copy_h2d(m->be, m->stream, m->param_data, hp, m->params.bytes);
+    if (st == QS_OK && m->buffers.bytes)
+        st = m->be->ops->copy_h2d(m->be, m->stream, m->buffer_data, hb, m->buffers.bytes);
+    if (st == QS_OK) st = m->be->ops->stream_sync(m->be, m->stream);
+    qs_host_free(hp);
+    qs_host_free(hb);
+    return st;
+}
+
+static qs_status qs_be_alloc(qs_model *m, size_t bytes, void **out) {
+    *out = NULL;
+    if (bytes == 0) return QS_OK;
+    return m->be->ops->alloc(m->be, bytes, out);
+}
+
+qs_status qs_model_setup(qs_model *m, qs_backend *be, int64_t batch, uint64_t seed) {
+    if (m->logits_node < 0) return QS_FAIL(QS_ERR_INVALID_ARG, "model %s: qs_model_finalize was not called", m->arch);
+    if (m->be) return QS_FAIL(QS_ERR_INVALID_ARG, "model %s: qs_model_setup called twice", m->arch);
+    if (batch < 1) return QS_FAIL(QS_ERR_INVALID_ARG, "batch size must be ≥ 1 (got %lld)", (long long)batch);
+    m->be = be;
+    m->stream = be->ops->default_stream(be);
+    m->batch = batch;
+    m->seed = seed;
+    qs_model_mark_grads(m);
+    QS_TRY(qs_be_alloc(m, m->params.bytes, &m->param_data));
+    QS_TRY(qs_be_alloc(m, m->params.bytes, &m->grad_data));
+    QS_TRY(qs_be_alloc(m, m->buffers.bytes, &m->buffer_data));
+    QS_TRY(qs_be_alloc(m, (size_t)batch * sizeof(int32_t), (void **)&m->labels));
+    size_t ws = 0;
+    for (int i = 0; i < m->n_nodes; i++) {
+        qs_node *n = &m->nodes[i];
+        n->out_shape[0] = batch;
+        QS_TRY(qs_be_alloc(m, qs_node_out_bytes(n), &n->y));
+        if (n->needs_grad && n->kind != QS_NODE_SOFTMAX_XENT) QS_TRY(qs_be_alloc(m, qs_node_out_bytes(n), &n->dy));
+        const qs_layer_impl *impl = qs_layer_impl_for(n->kind);
+        if (impl->setup) {
+            qs_status st = impl->setup(m, n);
+            if (st != QS_OK) return qs_error_wrap(st, "setting up node %s: ", n->name);
+        }
+        if (n->workspace > ws) ws = n->workspace;
+    }
+    m->workspace_bytes = ws;
+    QS_TRY(qs_be_alloc(m, ws, &m->workspace));
+    return qs_model_init_params(m, seed);
+}
+
+/* Run one op and add its duration to node->time[cat]. */
+typedef qs_status (*qs_node_fn)(qs_model *, qs_node *);
+static qs_status qs_timed(qs_model *m, qs_node *n, qs_node_fn fn, qs_cost_cat cat) {
+    if (m->timing) QS_TRY(m->be->ops->stream_sync(m->be, m->stream));
+    double t0 = qs_now_ms();
+    qs_status st = fn(m, n);
+    if (st != QS_OK) return qs_error_wrap(st, "%s of node %s: ", qs_cost_cat_name(cat), n->name);
+    if (m->timing) QS_TRY(m->be->ops->stream_sync(m->be, m->stream));
+    double dt = qs_now_ms() - t0;
+    n->time[cat].total_ms += dt;
+    n->time[cat].last_ms = dt;
+    n->time[cat].calls++;
+    return QS_OK;
+}
+
+qs_status qs_model_forward(qs_model *m, const float *x_host, const int32_t *labels_host, bool training) {
+    if (!m->be) return QS_FAIL(QS_ERR_INVALID_ARG, "model %s: forward before qs_model_setup", m->arch);
+    const qs_backend_ops *ops = m->be->ops;
+    QS_TRY(ops->copy_h2d(m->be, m->stream, m->nodes[0].y, x_host, qs_node_out_bytes(&m->nodes[0])));
+    QS_TRY(ops->copy_h2d(m->be, m->stream, m->labels, labels_host, (size_t)m->batch * sizeof(int32_t)));
+    m->training = training;
+    if (training) m->step++;
+    for (int i = 1; i < m->n_nodes; i++) {
+        qs_node *n = &m->nodes[i];
+        qs_cost_cat cat = n->kind == QS_NODE_CAST ? QS_CAT_CAST : QS_CAT_FORWARD;
+        QS_TRY(qs_timed(m, n, qs_layer_impl_for(n->kind)->forward, cat));
+    }
+    return QS_OK;
+}
+
+qs_status qs_model_backward(qs_model *m, float loss_scale) {
+    if (!m->be || !m->training)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "model %s: backward needs a preceding training forward", m->arch);
+    for (int i = 0; i < m->n_nodes; i++) m->nodes[i].grads_received = 0;
+    m->loss_scale = loss_scale;
+    for (int i = m->n_nodes - 1; i >= 1; i--) {
+        qs_node *n = &m->nodes[i];
+        if (!n->needs_grad && n->kind != QS_NODE_SOFTMAX_XENT) continue;
+        const qs_layer_impl *impl = qs_layer_impl_for(n->kind);
+        bool is_cast = n->kind == QS_NODE_CAST;
+        if (impl->backward_weights && n->n_params > 0)
+            QS_TRY(qs_timed(m, n, impl->backward_weights, QS_CAT_BACKWARD_WEIGHTS));
+        bool any_input_grad = false;
+        for (int k = 0; k < n->n_inputs; k++) any_input_grad |= m->nodes[n->inputs[k]].needs_grad;
+        /* a node without a separate weight pass (BatchNorm) computes its parameter
+         * gradients in backward_data, which must then run even without input gradients */
+        bool fused_weights = n->n_params > 0 && !impl->backward_weights;
+        if (impl->backward_data && (any_input_grad || fused_weights || n->kind == QS_NODE_SOFTMAX_XENT))
+            QS_TRY(qs_timed(m, n, impl->backward_data, is_cast ? QS_CAT_CAST : QS_CAT_BACKWARD_DATA));
+    }
+    return QS_OK;
+}
+
+void *qs_model_grad_target(qs_model *m, qs_node *n, int slot, bool *accumulate) {
+    qs_node *in = &m->nodes[n->inputs[slot]];
+    *accumulate = false;
+    if (!in->needs_grad || !in->dy) return NULL;
+    *accumulate = in->grads_received > 0;
+    in->grads_received++;
+    return in->dy;
+}
+
+qs_status qs_model_loss_accuracy(qs_model *m, int64_t valid, double *mean_loss, int64_t *correct) {
+    if (valid < 0 || valid > m->batch) valid = m->batch;
+    float *loss = qs_host_alloc((size_t)m->batch * sizeof(float));
+    float *logits = qs_host_alloc((size_t)(m->batch * m->num_classes) * sizeof(float));
+    int32_t *labels = qs_host_alloc((size_t)m->batch * sizeof(int32_t));
+    qs_status st = (loss && logits && labels) ? QS_OK : QS_ERR_OOM;
+    const qs_backend_ops *ops = m->be->ops;
+    if (st == QS_OK) st = ops->copy_d2h(m->be, m->stream, loss, m->nodes[m->n_nodes - 1].y, (size_t)m->batch * sizeof(float));
+    if (st == QS_OK) st = qs_model_logits(m, logits);
+    if (st == QS_OK) st = ops->copy_d2h(m->be, m->stream, labels, m->labels, (size_t)m->batch * sizeof(int32_t));
+    if (st == QS_OK) st = ops->stream_sync(m->be, m->stream);
+    if (st == QS_OK) {
+        double sum = 0;
+        int64_t ok = 0;
+        for (int64_t b = 0; b < valid; b++) {
+            sum += loss[b];
+            const float *row = logits + b * m->num_classes;
+            int64_t best = 0;
+            for (int64_t c = 1; c < m->num_classes; c++)
+                if (row[c] > row[best]) best = c;
+            ok += best == labels[b];
+        }
+        if (mean_loss) *mean_loss = valid ? sum / (double)valid : 0.0;
+        if (correct) *correct = ok;
+    }
+    qs_host_free(loss);
+    qs_host_free(logits);
+    qs_host_free(labels);
+    return st;
+}
+
+qs_status qs_model_logits(qs_model *m, float *host_out) {
+    const qs_node *lg = &m->nodes[m->logits_node];
+    QS_TRY(m->be->ops->copy_d2h(m->be, m->stream, host_out, lg->y, qs_node_out_bytes(lg)));
+    return m->be->ops->stream_sync(m->be, m->stream);
+}
+
+void qs_model_memory(const qs_model *m, qs_memory_report *r) {
+    memset(r, 0, sizeof *r);
+    r->params = m->params.bytes;
+    r->grads = m->params.bytes;
+    r->buffers = m->buffers.bytes;
+    r->workspace = m->workspace_bytes;
+    for (int i = 0; i < m->n_nodes; i++) {
+        const qs_node *n = &m->nodes[i];
+        size_t b = m->be ? qs_node_out_bytes(n) : 0;
+        r->activations += b;
+        if (n->dy) r->activation_grads += b;
+        for (int k = 0; k < QS_MAX_NODE_SAVED; k++) r->saved += n->saved_bytes[k];
+    }
+}
+
+void qs_model_reset_times(qs_model *m) {
+    for (int i = 0; i < m->n_nodes; i++) memset(m->nodes[i].time, 0, sizeof m->nodes[i].time);
+    memset(&m->optimizer_time, 0, sizeof m->optimizer_time);
+    memset(&m->comm_wait_time, 0, sizeof m->comm_wait_time);
+}

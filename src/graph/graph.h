@@ -1,0 +1,245 @@
+/* src/graph/graph.h — defines: the model as a DAG of nodes (qs_node, qs_model), the
+ * parameter/buffer tables (one contiguous buffer + offset table each), the per-op timing
+ * and memory categories, and the layer vtable every node kind implements.
+ *
+ * Nodes are stored in topological order; node i names its inputs by index (< i). The same
+ * array drives forward (ascending), backward (descending), the profiler, the planner and
+ * checkpoint names (node->name is the PyTorch module path, e.g. "layer1.0.conv1").
+ * Node 0 is always the INPUT node holding the batch (N,H,W,C) or (N,F). The last node is the
+ * loss (softmax cross-entropy), whose input is the logits node. */
+#ifndef QSYNC_GRAPH_GRAPH_H
+#define QSYNC_GRAPH_GRAPH_H
+
+#include <stdint.h>
+#include <stdbool.h>
+#include "qsync/status.h"
+#include "qsync/dtype.h"
+#include "qsync/tensor.h"
+#include "qsync/log.h"
+#include "core/backend.h"
+#include "core/timer.h"
+
+#define QS_MAX_INPUTS 2
+#define QS_MAX_NODE_PARAMS 2    /* weight, bias (BN: weight, bias) */
+#define QS_MAX_NODE_BUFFERS 3   /* BN: running_mean, running_var, num_batches_tracked */
+#define QS_MAX_NODE_SAVED 3
+#define QS_NAME_MAX 96
+
+typedef enum qs_node_kind {
+    QS_NODE_INPUT = 0,
+    QS_NODE_LINEAR,
+    QS_NODE_CONV2D,
+    QS_NODE_BATCHNORM2D,
+    QS_NODE_RELU,
+    QS_NODE_MAXPOOL2D,
+    QS_NODE_AVGPOOL2D,       /* global average pooling is an AVGPOOL2D with global=true */
+    QS_NODE_FLATTEN,         /* (N,H,W,C) channels-last → (N, C·H·W) in PyTorch (C,H,W) order */
+    QS_NODE_DROPOUT,
+    QS_NODE_ADD,
+    QS_NODE_CAST,
+    QS_NODE_SOFTMAX_XENT,
+    QS_NODE_KIND_COUNT
+} qs_node_kind;
+
+/* Categories in which every op's time and memory are accounted; the replayer predicts the
+ * same ones. */
+typedef enum qs_cost_cat {
+    QS_CAT_FORWARD = 0,
+    QS_CAT_BACKWARD_DATA,
+    QS_CAT_BACKWARD_WEIGHTS,
+    QS_CAT_CAST,
+    QS_CAT_OPTIMIZER,
+    QS_CAT_COMM_WAIT,
+    QS_CAT_COUNT
+} qs_cost_cat;
+const char *qs_cost_cat_name(qs_cost_cat c);
+
+/* Accumulated timings of one op in one category. */
+typedef struct qs_op_time {
+    double total_ms;
+    double last_ms;
+    int64_t calls;
+} qs_op_time;
+
+/* ---- parameter / buffer tables: one allocation, offsets aligned to QS_DEVICE_ALIGN ---- */
+typedef struct qs_table_entry {
+    char name[QS_NAME_MAX];  /* full PyTorch state_dict name, e.g. "layer1.0.bn1.weight" */
+    qs_dtype dtype;
+    int ndim;
+    int64_t shape[4];        /* PyTorch layout (conv weights OIHW) */
+    int64_t numel;
+    size_t offset;           /* bytes from the table's base pointer */
+    int node;                /* owning node index */
+} qs_table_entry;
+
+typedef struct qs_table {
+    qs_table_entry *entries;
+    int count, cap;
+    size_t bytes;            /* total, including alignment padding */
+} qs_table;
+
+/* Append an entry; its offset is the current end rounded up to QS_DEVICE_ALIGN. */
+qs_status qs_table_add(qs_table *t, const char *name, qs_dtype dt, int ndim, const int64_t *shape,
+                       int node, int *index_out);
+/* Index of the entry named `name`, or -1. */
+int qs_table_find(const qs_table *t, const char *name);
+void qs_table_free(qs_table *t);
+
+/* Node configuration (which union member is valid depends on kind). */
+typedef union qs_node_cfg {
+    struct { int64_t out_features; bool bias; } linear;
+    struct { int64_t out_channels, kernel, stride, pad; bool bias; } conv;
+    struct { float eps, momentum; } bn;
+    struct { int64_t kernel, stride, pad; bool global; } pool;
+    struct { float p; } dropout;
+    struct { qs_dtype to; } cast;
+} qs_node_cfg;
+
+typedef struct qs_node {
+    qs_node_kind kind;
+    char name[QS_NAME_MAX];
+    int inputs[QS_MAX_INPUTS];
+    int n_inputs;
+    int n_consumers;           /* how many nodes read this node's output */
+    qs_node_cfg cfg;
+    qs_precision prec;         /* compute precision of GEMM-like nodes (FP32 otherwise) */
+
+    /* shape of the output including the batch dimension: (N,H,W,C) or (N,F) or (N). While
+     * building, N is 1; qs_model_setup sets it to the batch size. */
+    int out_ndim;
+    int64_t out_shape[4];
+    qs_dtype out_dtype;
+
+    /* parameters (index into model->params) and buffers (model->buffers); -1 if absent */
+    int param[QS_MAX_NODE_PARAMS];
+    int n_params;
+    int buffer[QS_MAX_NODE_BUFFERS];
+    int n_buffers;
+
+    /* runtime memory, owned by the model (backend memory) */
+    void *y;                   /* output */
+    void *dy;                  /* gradient w.r.t. the output (NULL where none is needed) */
+    bool needs_grad;           /* some ancestor has parameters: dX must be computed into it */
+    int grads_received;        /* consumers that have written dy during this backward */
+    void *saved[QS_MAX_NODE_SAVED];      /* extra tensors kept for backward (idx, mask, stats) */
+    size_t saved_bytes[QS_MAX_NODE_SAVED];
+    void *plan;                /* backend plan for GEMM-like and pooling nodes */
+    size_t workspace;
+
+    /* planner metadata, per sample, filled by the layer's infer() */
+    double flops_fwd;
+    double flops_bwd_data;
+    double flops_bwd_weights;
+    int64_t param_count;
+    size_t bytes_saved_for_backward;   /* every tensor this node's backward reads, at its dtype */
+
+    qs_op_time time[QS_CAT_COUNT];
+} qs_node;
+
+struct qs_model;
+
+/* What each node kind implements. Every function gets the model and the node index. */
+typedef struct qs_layer_impl {
+    const char *kind_name;     /* "Linear", "Conv2d", ... (PyTorch class names) */
+    /* From the input nodes' shapes: set out_shape/out_ndim, declare params and buffers, fill
+     * flops/param_count/bytes_saved_for_backward. Runs once at model build. */
+    qs_status (*infer)(struct qs_model *m, qs_node *n);
+    /* Initialise this node's parameters and buffers in host memory (PyTorch defaults). */
+    void (*init)(struct qs_model *m, qs_node *n, float *host_params, void *host_buffers,
+                 uint64_t seed);
+    /* Create plans and saved buffers for the model's batch size. */
+    qs_status (*setup)(struct qs_model *m, qs_node *n);
+    qs_status (*forward)(struct qs_model *m, qs_node *n);
+    /* Gradient w.r.t. inputs, into the input nodes' dy (see qs_model_grad_target). May be
+     * NULL when the node has no differentiable input. */
+    qs_status (*backward_data)(struct qs_model *m, qs_node *n);
+    /* Gradient w.r.t. parameters into model->grads. NULL when the node has none. */
+    qs_status (*backward_weights)(struct qs_model *m, qs_node *n);
+    void (*teardown)(struct qs_model *m, qs_node *n);
+} qs_layer_impl;
+
+const qs_layer_impl *qs_layer_impl_for(qs_node_kind kind);
+
+/* Memory accounting categories (bytes), reported by qs_model_memory(). */
+typedef struct qs_memory_report {
+    size_t params, grads, optimizer, buffers, activations, activation_grads, saved, workspace;
+} qs_memory_report;
+
+typedef struct qs_model {
+    char arch[32];             /* "cnn", "resnet18", ... */
+    char config[256];          /* the build options, as "key=value ..." for checkpoints */
+    qs_node *nodes;
+    int n_nodes, cap_nodes;
+    int logits_node;           /* node whose output is (N, classes) */
+    int64_t num_classes;
+    int64_t in_h, in_w, in_c;  /* per-sample input; in_h = in_w = 1 for flat inputs */
+
+    qs_table params;           /* trainable: weights, biases */
+    qs_table buffers;          /* non-trainable state: BN running stats */
+
+    /* runtime (after qs_model_setup) */
+    qs_backend *be;
+    qs_stream *stream;
+    int64_t batch;
+    void *param_data;          /* backend memory, params.bytes */
+    void *grad_data;           /* same layout as param_data */
+    void *buffer_data;         /* buffers.bytes */
+    void *workspace;           /* max over nodes */
+    size_t workspace_bytes;
+    int32_t *labels;           /* (batch) on the backend */
+    void *grad_scratch;        /* per-op scratch for fan-in accumulation */
+    bool training;
+    uint64_t seed;
+    int64_t step;              /* increments per training forward; feeds dropout counters */
+    float loss_scale;          /* set by qs_model_backward: dlogits = (p - onehot)·loss_scale/batch */
+    bool timing;               /* sync + time every op into node->time */
+    bool want_input_grad;      /* also compute d loss / d input into nodes[0].dy (tests) */
+    qs_op_time optimizer_time;
+    qs_op_time comm_wait_time;
+    qs_logger *log;
+} qs_model;
+
+/* ---- building ---- */
+qs_status qs_model_create(const char *arch, int64_t in_h, int64_t in_w, int64_t in_c,
+                          int64_t num_classes, qs_model **out);
+void qs_model_free(qs_model *m);
+/* Append a node; returns its index via idx_out. Shapes are inferred immediately, so inputs
+ * must already exist. `name` is the PyTorch module path ("" for parameter-less nodes is
+ * allowed; a unique name is then generated). */
+qs_status qs_model_add(qs_model *m, qs_node_kind kind, const char *name, const int *inputs,
+                       int n_inputs, const qs_node_cfg *cfg, int *idx_out);
+/* Finish building: the last added node must be SOFTMAX_XENT; sets logits_node. */
+qs_status qs_model_finalize(qs_model *m);
+
+/* ---- runtime ---- */
+/* Allocate everything for `batch` on backend `be`, initialise parameters from `seed`. */
+qs_status qs_model_setup(qs_model *m, qs_backend *be, int64_t batch, uint64_t seed);
+/* Run forward on a host batch x (batch·in_h·in_w·in_c floats, NHWC) and labels; computes
+ * the per-sample losses (in the loss node's y). training selects BN/dropout behaviour. */
+qs_status qs_model_forward(qs_model *m, const float *x_host, const int32_t *labels_host,
+                           bool training);
+/* Backward of the mean loss over the batch: fills model grads. Call after a training
+ * forward. `loss_scale` multiplies the loss gradient (1 for the plain mean). */
+qs_status qs_model_backward(qs_model *m, float loss_scale);
+/* Mean loss and number of correct argmax predictions over the first `valid` samples of the
+ * last forward (host results). */
+qs_status qs_model_loss_accuracy(qs_model *m, int64_t valid, double *mean_loss, int64_t *correct);
+/* Copy logits (batch, classes) to the host. */
+qs_status qs_model_logits(qs_model *m, float *host_out);
+
+/* Where node `n` must write the gradient for its input slot `slot`: returns a pointer and
+ * whether to accumulate (the input has several consumers and another one wrote first), or
+ * NULL when the input needs no gradient. Backward visits consumers in descending order; the
+ * first consumer of an input to run overwrites, the others accumulate. */
+void *qs_model_grad_target(qs_model *m, qs_node *n, int slot, bool *accumulate);
+
+/* Pointers into the tables. */
+void *qs_model_param_ptr(qs_model *m, int param_index);
+void *qs_model_grad_ptr(qs_model *m, int param_index);
+void *qs_model_buffer_ptr(qs_model *m, int buffer_index);
+
+void qs_model_memory(const qs_model *m, qs_memory_report *r);
+/* Reset every op timer. */
+void qs_model_reset_times(qs_model *m);
+
+#endif

@@ -1,0 +1,68 @@
+/* src/layers/batchnorm.c — BatchNorm2d over channels-last input (N,H,W,C): statistics per
+ * channel over N·H·W rows; running stats updated in training (PyTorch semantics). Its
+ * backward computes dx, dγ and dβ in one fused op, accounted as backward-data. */
+#include "layers/layer_util.h"
+
+static qs_status bn_infer(qs_model *m, qs_node *n) {
+    QS_TRY(qs_layer_expect_ndim(m, n, 4));
+    const qs_node *in = qs_layer_input(m, n, 0);
+    int64_t C = in->out_shape[3];
+    n->out_ndim = 4;
+    for (int i = 0; i < 4; i++) n->out_shape[i] = in->out_shape[i];
+    if (n->cfg.bn.eps <= 0) n->cfg.bn.eps = 1e-5f;
+    if (n->cfg.bn.momentum <= 0) n->cfg.bn.momentum = 0.1f;
+    QS_TRY(qs_layer_declare_param(m, n, "weight", 1, (int64_t[]){C}));
+    QS_TRY(qs_layer_declare_param(m, n, "bias", 1, (int64_t[]){C}));
+    QS_TRY(qs_layer_declare_buffer(m, n, "running_mean", QS_F32, 1, (int64_t[]){C}));
+    QS_TRY(qs_layer_declare_buffer(m, n, "running_var", QS_F32, 1, (int64_t[]){C}));
+    QS_TRY(qs_layer_declare_buffer(m, n, "num_batches_tracked", QS_I64, 0, NULL));
+    int64_t per_sample = qs_layer_out_numel_per_sample(n);
+    n->flops_fwd = 8.0 * (double)per_sample;
+    n->flops_bwd_data = 10.0 * (double)per_sample;
+    n->bytes_saved_for_backward = (size_t)per_sample * sizeof(float);
+    return QS_OK;
+}
+
+/* γ = 1, β = 0, running_mean = 0, running_var = 1. */
+static void bn_init(qs_model *m, qs_node *n, float *hp, void *hb, uint64_t seed) {
+    int64_t C = m->params.entries[n->param[0]].numel;
+    qs_layer_init_const(qs_layer_host_param(m, n, 0, hp), C, 1.0f);
+    qs_layer_init_const(qs_layer_host_param(m, n, 1, hp), C, 0.0f);
+    float *rv = (float *)((char *)hb + m->buffers.entries[n->buffer[1]].offset);
+    qs_layer_init_const(rv, C, 1.0f);
+}
+
+static qs_status bn_setup(qs_model *m, qs_node *n) {
+    size_t bytes = (size_t)n->out_shape[3] * sizeof(float);
+    for (int k = 0; k < 2; k++) {
+        QS_TRY(m->be->ops->alloc(m->be, bytes, &n->saved[k]));
+        n->saved_bytes[k] = bytes;
+    }
+    return QS_OK;
+}
+
+static qs_status bn_forward(qs_model *m, qs_node *n) {
+    int64_t C = n->out_shape[3], rows = qs_shape_numel(3, n->out_shape);
+    const float *x = qs_layer_input(m, n, 0)->y;
+    const float *g = qs_model_param_ptr(m, n->param[0]), *b = qs_model_param_ptr(m, n->param[1]);
+    float *rm = qs_model_buffer_ptr(m, n->buffer[0]), *rv = qs_model_buffer_ptr(m, n->buffer[1]);
+    if (m->training)
+        return m->be->ops->batchnorm_forward_train(m->be, m->stream, rows, C, x, g, b, n->y, n->saved[0],
+                                                   n->saved[1], rm, rv, n->cfg.bn.momentum, n->cfg.bn.eps);
+    return m->be->ops->batchnorm_forward_eval(m->be, m->stream, rows, C, x, g, b, rm, rv, n->cfg.bn.eps, n->y);
+}
+
+static qs_status bn_backward(qs_model *m, qs_node *n) {
+    int64_t C = n->out_shape[3], rows = qs_shape_numel(3, n->out_shape);
+    bool acc;
+    void *dx = qs_model_grad_target(m, n, 0, &acc);
+    return m->be->ops->batchnorm_backward(m->be, m->stream, rows, C, qs_layer_input(m, n, 0)->y, n->dy,
+                                          qs_model_param_ptr(m, n->param[0]), n->saved[0], n->saved[1], dx,
+                                          acc, qs_model_grad_ptr(m, n->param[0]),
+                                          qs_model_grad_ptr(m, n->param[1]));
+}
+
+const qs_layer_impl qs_layer_batchnorm2d = {
+    .kind_name = "BatchNorm2d", .infer = bn_infer, .init = bn_init, .setup = bn_setup,
+    .forward = bn_forward, .backward_data = bn_backward,
+};

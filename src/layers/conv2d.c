@@ -1,0 +1,77 @@
+/* src/layers/conv2d.c — Conv2d (groups = 1): X (N,H,W,C) → Y (N,P,Q,K), W (K,C,R,S) OIHW. */
+#include <math.h>
+#include "layers/layer_util.h"
+
+/* The backend descriptor for this node at batch `batch`. */
+static qs_conv_desc conv_desc(qs_model *m, const qs_node *n, int64_t batch) {
+    const qs_node *in = qs_layer_input(m, n, 0);
+    qs_conv_desc d = {.N = batch, .H = in->out_shape[1], .W = in->out_shape[2], .C = in->out_shape[3],
+                      .K = n->cfg.conv.out_channels, .R = n->cfg.conv.kernel, .S = n->cfg.conv.kernel,
+                      .stride_h = n->cfg.conv.stride, .stride_w = n->cfg.conv.stride,
+                      .pad_h = n->cfg.conv.pad, .pad_w = n->cfg.conv.pad,
+                      .has_bias = n->cfg.conv.bias, .prec = n->prec};
+    return d;
+}
+
+static qs_status conv_infer(qs_model *m, qs_node *n) {
+    QS_TRY(qs_layer_expect_ndim(m, n, 4));
+    if (n->cfg.conv.out_channels < 1 || n->cfg.conv.kernel < 1 || n->cfg.conv.stride < 1 || n->cfg.conv.pad < 0)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "invalid out_channels/kernel/stride/pad %lld/%lld/%lld/%lld",
+                       (long long)n->cfg.conv.out_channels, (long long)n->cfg.conv.kernel,
+                       (long long)n->cfg.conv.stride, (long long)n->cfg.conv.pad);
+    qs_conv_desc d = conv_desc(m, n, 1);
+    QS_TRY(qs_conv_desc_finish(&d));
+    n->out_ndim = 4;
+    n->out_shape[0] = 1;
+    n->out_shape[1] = d.P;
+    n->out_shape[2] = d.Q;
+    n->out_shape[3] = d.K;
+    QS_TRY(qs_layer_declare_param(m, n, "weight", 4, (int64_t[]){d.K, d.C, d.R, d.S}));
+    if (d.has_bias) QS_TRY(qs_layer_declare_param(m, n, "bias", 1, (int64_t[]){d.K}));
+    n->flops_fwd = 2.0 * (double)(d.P * d.Q * d.K) * (double)(d.C * d.R * d.S);
+    n->flops_bwd_data = n->flops_fwd;
+    n->flops_bwd_weights = n->flops_fwd;
+    n->bytes_saved_for_backward = (size_t)(d.H * d.W * d.C) * sizeof(float);
+    return QS_OK;
+}
+
+/* PyTorch default: kaiming_uniform(a=√5) → U(±1/√(C·R·S)) for weight and bias. */
+static void conv_init(qs_model *m, qs_node *n, float *hp, void *hb, uint64_t seed) {
+    const qs_table_entry *w = &m->params.entries[n->param[0]];
+    float bound = 1.0f / sqrtf((float)(w->shape[1] * w->shape[2] * w->shape[3]));
+    for (int k = 0; k < n->n_params; k++) {
+        const qs_table_entry *e = &m->params.entries[n->param[k]];
+        qs_layer_init_uniform(qs_layer_host_param(m, n, k, hp), e->numel, bound, seed, (uint64_t)n->param[k]);
+    }
+}
+
+static qs_status conv_setup(qs_model *m, qs_node *n) {
+    qs_conv_desc d = conv_desc(m, n, m->batch);
+    QS_TRY(qs_conv_desc_finish(&d));
+    return m->be->ops->conv_plan(m->be, &d, &n->plan, &n->workspace);
+}
+
+static qs_status conv_forward(qs_model *m, qs_node *n) {
+    const void *b = n->cfg.conv.bias ? qs_model_param_ptr(m, n->param[1]) : NULL;
+    return m->be->ops->conv_forward(m->be, n->plan, m->stream, qs_layer_input(m, n, 0)->y,
+                                    qs_model_param_ptr(m, n->param[0]), b, n->y, m->workspace);
+}
+
+static qs_status conv_backward_data(qs_model *m, qs_node *n) {
+    bool acc;
+    void *dx = qs_model_grad_target(m, n, 0, &acc);
+    if (!dx) return QS_OK;
+    return m->be->ops->conv_backward_data(m->be, n->plan, m->stream, n->dy, qs_model_param_ptr(m, n->param[0]),
+                                          dx, acc, m->workspace);
+}
+
+static qs_status conv_backward_weights(qs_model *m, qs_node *n) {
+    void *db = n->cfg.conv.bias ? qs_model_grad_ptr(m, n->param[1]) : NULL;
+    return m->be->ops->conv_backward_weights(m->be, n->plan, m->stream, n->dy, qs_layer_input(m, n, 0)->y,
+                                             qs_model_grad_ptr(m, n->param[0]), db, m->workspace);
+}
+
+const qs_layer_impl qs_layer_conv2d = {
+    .kind_name = "Conv2d", .infer = conv_infer, .init = conv_init, .setup = conv_setup,
+    .forward = conv_forward, .backward_data = conv_backward_data, .backward_weights = conv_backward_weights,
+};

@@ -1,0 +1,29 @@
+/* src/layers/layer_util.h — small helpers shared by the layer implementations: input
+ * access, parameter declaration, PyTorch-default initialisation. */
+#ifndef QSYNC_LAYERS_LAYER_UTIL_H
+#define QSYNC_LAYERS_LAYER_UTIL_H
+
+#include "graph/graph.h"
+
+/* The node feeding input slot k of n. */
+static inline qs_node *qs_layer_input(qs_model *m, const qs_node *n, int k) { return &m->nodes[n->inputs[k]]; }
+
+/* Declare parameter "<node name>.<suffix>" (f32, PyTorch shape) and record it in n->param. */
+qs_status qs_layer_declare_param(qs_model *m, qs_node *n, const char *suffix, int ndim, const int64_t *shape);
+/* Declare buffer "<node name>.<suffix>" of dtype dt and record it in n->buffer. */
+qs_status qs_layer_declare_buffer(qs_model *m, qs_node *n, const char *suffix, qs_dtype dt, int ndim,
+                                  const int64_t *shape);
+/* Require the node's input 0 to have `ndim` dims (with the batch); message names the layer. */
+qs_status qs_layer_expect_ndim(qs_model *m, const qs_node *n, int ndim);
+
+/* Fill p[0..count) with U(-bound, bound) from Philox keyed by (seed, "init", param offset). */
+void qs_layer_init_uniform(float *p, int64_t count, float bound, uint64_t seed, uint64_t stream);
+void qs_layer_init_const(float *p, int64_t count, float value);
+
+/* Host pointer of parameter slot k of n inside a host copy of the parameter buffer. */
+float *qs_layer_host_param(qs_model *m, const qs_node *n, int k, float *host_params);
+
+/* Per-sample element count of a node's output. */
+int64_t qs_layer_out_numel_per_sample(const qs_node *n);
+
+#endif

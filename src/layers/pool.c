@@ -1,0 +1,61 @@
+/* src/layers/pool.c — MaxPool2d / AvgPool2d over (N,H,W,C); `global` pools the whole
+ * image (AdaptiveAvgPool2d((1,1)) in PyTorch). Max pooling saves int32 argmax indices. */
+#include "layers/layer_util.h"
+
+static qs_pool_desc pool_desc(qs_model *m, const qs_node *n, int64_t batch) {
+    const qs_node *in = qs_layer_input(m, n, 0);
+    qs_pool_desc d = {.kind = n->kind == QS_NODE_MAXPOOL2D ? QS_POOL_MAX : QS_POOL_AVG, .N = batch,
+                      .H = in->out_shape[1], .W = in->out_shape[2], .C = in->out_shape[3],
+                      .R = n->cfg.pool.kernel, .S = n->cfg.pool.kernel, .stride_h = n->cfg.pool.stride,
+                      .stride_w = n->cfg.pool.stride, .pad_h = n->cfg.pool.pad, .pad_w = n->cfg.pool.pad};
+    if (n->cfg.pool.global) {
+        d.R = d.H;
+        d.S = d.W;
+        d.stride_h = d.stride_w = 1;
+        d.pad_h = d.pad_w = 0;
+    }
+    return d;
+}
+
+static qs_status pool_infer(qs_model *m, qs_node *n) {
+    QS_TRY(qs_layer_expect_ndim(m, n, 4));
+    if (!n->cfg.pool.global && n->cfg.pool.stride == 0) n->cfg.pool.stride = n->cfg.pool.kernel;
+    qs_pool_desc d = pool_desc(m, n, 1);
+    QS_TRY(qs_pool_desc_finish(&d));
+    n->out_ndim = 4;
+    n->out_shape[0] = 1;
+    n->out_shape[1] = d.P;
+    n->out_shape[2] = d.Q;
+    n->out_shape[3] = d.C;
+    n->flops_fwd = (double)(d.P * d.Q * d.C * d.R * d.S);
+    n->flops_bwd_data = (double)(d.P * d.Q * d.C);
+    n->bytes_saved_for_backward = d.kind == QS_POOL_MAX ? (size_t)(d.P * d.Q * d.C) * sizeof(int32_t) : 0;
+    return QS_OK;
+}
+
+static qs_status pool_setup(qs_model *m, qs_node *n) {
+    qs_pool_desc d = pool_desc(m, n, m->batch);
+    QS_TRY(qs_pool_desc_finish(&d));
+    if (d.kind == QS_POOL_MAX) {
+        n->saved_bytes[0] = (size_t)(d.N * d.P * d.Q * d.C) * sizeof(int32_t);
+        QS_TRY(m->be->ops->alloc(m->be, n->saved_bytes[0], &n->saved[0]));
+    }
+    return m->be->ops->pool_plan(m->be, &d, &n->plan, &n->workspace);
+}
+
+static qs_status pool_forward(qs_model *m, qs_node *n) {
+    return m->be->ops->pool_forward(m->be, n->plan, m->stream, qs_layer_input(m, n, 0)->y, n->y, n->saved[0],
+                                    m->workspace);
+}
+
+static qs_status pool_backward(qs_model *m, qs_node *n) {
+    bool acc;
+    void *dx = qs_model_grad_target(m, n, 0, &acc);
+    if (!dx) return QS_OK;
+    return m->be->ops->pool_backward(m->be, n->plan, m->stream, n->dy, n->saved[0], dx, acc, m->workspace);
+}
+
+const qs_layer_impl qs_layer_maxpool2d = {.kind_name = "MaxPool2d", .infer = pool_infer, .setup = pool_setup,
+                                          .forward = pool_forward, .backward_data = pool_backward};
+const qs_layer_impl qs_layer_avgpool2d = {.kind_name = "AvgPool2d", .infer = pool_infer, .setup = pool_setup,
+                                          .forward = pool_forward, .backward_data = pool_backward};

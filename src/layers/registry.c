@@ -1,0 +1,18 @@
+/* src/layers/registry.c — node kind → layer implementation. */
+#include "layers/layer_util.h"
+
+extern const qs_layer_impl qs_layer_input_impl, qs_layer_linear, qs_layer_conv2d, qs_layer_batchnorm2d,
+    qs_layer_relu, qs_layer_maxpool2d, qs_layer_avgpool2d, qs_layer_flatten, qs_layer_dropout, qs_layer_add,
+    qs_layer_cast, qs_layer_softmax_xent;
+
+const qs_layer_impl *qs_layer_impl_for(qs_node_kind kind) {
+    static const qs_layer_impl *const table[QS_NODE_KIND_COUNT] = {
+        [QS_NODE_INPUT] = &qs_layer_input_impl,         [QS_NODE_LINEAR] = &qs_layer_linear,
+        [QS_NODE_CONV2D] = &qs_layer_conv2d,       [QS_NODE_BATCHNORM2D] = &qs_layer_batchnorm2d,
+        [QS_NODE_RELU] = &qs_layer_relu,           [QS_NODE_MAXPOOL2D] = &qs_layer_maxpool2d,
+        [QS_NODE_AVGPOOL2D] = &qs_layer_avgpool2d, [QS_NODE_FLATTEN] = &qs_layer_flatten,
+        [QS_NODE_DROPOUT] = &qs_layer_dropout,     [QS_NODE_ADD] = &qs_layer_add,
+        [QS_NODE_CAST] = &qs_layer_cast,           [QS_NODE_SOFTMAX_XENT] = &qs_layer_softmax_xent,
+    };
+    return (unsigned)kind < QS_NODE_KIND_COUNT ? table[kind] : &qs_layer_input_impl;
+}

@@ -1,0 +1,75 @@
+/* src/layers/reshape.c — Flatten: (N,H,W,C) channels-last → (N, C·H·W) in PyTorch's (C,H,W)
+ * order, so a Linear after it keeps PyTorch's weight layout; and Cast: element-type
+ * conversion as a graph node (RNE), with the gradient cast back. */
+#include "layers/layer_util.h"
+
+static qs_status flatten_infer(qs_model *m, qs_node *n) {
+    const qs_node *in = qs_layer_input(m, n, 0);
+    n->out_ndim = 2;
+    n->out_shape[0] = 1;
+    n->out_shape[1] = qs_shape_numel(in->out_ndim - 1, in->out_shape + 1);
+    return QS_OK;
+}
+
+/* Dims of the input as (H, W, C); a 2-d input is (1, 1, F). */
+static void flatten_hwc(qs_model *m, const qs_node *n, int64_t *h, int64_t *w, int64_t *c) {
+    const qs_node *in = qs_layer_input(m, n, 0);
+    *h = in->out_ndim == 4 ? in->out_shape[1] : 1;
+    *w = in->out_ndim == 4 ? in->out_shape[2] : 1;
+    *c = in->out_shape[in->out_ndim - 1];
+}
+
+static qs_status flatten_forward(qs_model *m, qs_node *n) {
+    int64_t h, w, c;
+    flatten_hwc(m, n, &h, &w, &c);
+    const float *x = qs_layer_input(m, n, 0)->y;
+    if (h * w == 1) return m->be->ops->accumulate(m->be, m->stream, m->batch * c, x, n->y, false);
+    return m->be->ops->nhwc_to_nchw(m->be, m->stream, m->batch, h, w, c, x, n->y);
+}
+
+static qs_status flatten_backward(qs_model *m, qs_node *n) {
+    int64_t h, w, c;
+    flatten_hwc(m, n, &h, &w, &c);
+    bool acc;
+    float *dx = qs_model_grad_target(m, n, 0, &acc);
+    if (!dx) return QS_OK;
+    if (h * w == 1) return m->be->ops->accumulate(m->be, m->stream, m->batch * c, n->dy, dx, acc);
+    return m->be->ops->nchw_to_nhwc(m->be, m->stream, m->batch, h, w, c, n->dy, dx, acc);
+}
+
+const qs_layer_impl qs_layer_flatten = {.kind_name = "Flatten", .infer = flatten_infer,
+                                        .forward = flatten_forward, .backward_data = flatten_backward};
+
+static qs_status cast_infer(qs_model *m, qs_node *n) {
+    const qs_node *in = qs_layer_input(m, n, 0);
+    qs_dtype to = n->cfg.cast.to;
+    if (to != QS_F32 && to != QS_BF16 && to != QS_F16)
+        return QS_FAIL(QS_ERR_UNSUPPORTED, "cast to %s is not supported (f32, bf16, f16 are)", qs_dtype_name(to));
+    n->out_ndim = in->out_ndim;
+    for (int i = 0; i < in->out_ndim; i++) n->out_shape[i] = in->out_shape[i];
+    n->out_dtype = to;
+    n->flops_fwd = (double)qs_layer_out_numel_per_sample(n);
+    n->flops_bwd_data = n->flops_fwd;
+    return QS_OK;
+}
+
+static qs_status cast_forward(qs_model *m, qs_node *n) {
+    const qs_node *in = qs_layer_input(m, n, 0);
+    return m->be->ops->cast(m->be, m->stream, m->batch * qs_layer_out_numel_per_sample(n), in->y, in->out_dtype,
+                            n->y, n->out_dtype);
+}
+
+/* The gradient arrives in the cast's output dtype and is cast back to the input's; an
+ * accumulating target is not supported for casts (a cast has one consumer by construction). */
+static qs_status cast_backward(qs_model *m, qs_node *n) {
+    const qs_node *in = qs_layer_input(m, n, 0);
+    bool acc;
+    void *dx = qs_model_grad_target(m, n, 0, &acc);
+    if (!dx) return QS_OK;
+    if (acc) return QS_FAIL(QS_ERR_UNSUPPORTED, "cast %s: its input has several consumers", n->name);
+    return m->be->ops->cast(m->be, m->stream, m->batch * qs_layer_out_numel_per_sample(n), n->dy, n->out_dtype, dx,
+                            in->out_dtype);
+}
+
+const qs_layer_impl qs_layer_cast = {
+    .kind_name = "Cast", .infer = cast_infer, .forward = cast_forward, .backward_data = cast_backward};

@@ -1,0 +1,45 @@
+/* src/train/checkpoint.h — defines: checkpoints as a directory of two safetensors files.
+ *   model.safetensors  weights and buffers with PyTorch state_dict names and layouts (conv
+ *                      OIHW), metadata: format "qsync.model", version, arch, model options,
+ *                      step. Loadable by tools/safetensors_torch.py into tools/torch_models.py.
+ *   state.safetensors  optimizer state ("<param>.momentum_buffer" / ".exp_avg" /
+ *                      ".exp_avg_sq"), metadata: format "qsync.state", version, step, epoch,
+ *                      batch_in_epoch, seed, global_batch, data, optimizer kind and step.
+ * Both are written atomically (temp file, fsync, rename): model first, then state; the state
+ * names the step of the model it belongs to and resume refuses a pair that disagrees. */
+#ifndef QSYNC_TRAIN_CHECKPOINT_H
+#define QSYNC_TRAIN_CHECKPOINT_H
+
+#include <stdint.h>
+#include "qsync/status.h"
+#include "graph/graph.h"
+#include "models/models.h"
+#include "optim/optim.h"
+
+#define QS_CHECKPOINT_VERSION 1
+
+typedef struct qs_train_state {
+    int64_t step;            /* optimizer steps done */
+    int64_t epoch;           /* loader position of the next batch */
+    int64_t batch_in_epoch;
+    uint64_t seed;
+    int64_t global_batch;
+    char data[32];
+} qs_train_state;
+
+/* Write dir/model.safetensors and dir/state.safetensors (dir is created if missing). o may be
+ * NULL (then no state file is written). */
+qs_status qs_checkpoint_save(const char *dir, qs_model *m, const char *arch, const qs_model_options *opt,
+                             const qs_optimizer *o, const qs_train_state *ts);
+/* The model file inside `path` (a checkpoint directory or a .safetensors file) into buf. */
+void qs_checkpoint_model_path(const char *path, char *buf, size_t cap);
+/* Read arch and options from a model file's metadata (path: directory or file). */
+qs_status qs_checkpoint_read_arch(const char *path, char *arch, size_t cap, qs_model_options *opt);
+/* Load weights and buffers into a set-up model; every tensor of the model must be present with
+ * the same shape and dtype, and the file must hold no other tensor (QS_ERR_MISMATCH naming it). */
+qs_status qs_checkpoint_load_model(const char *path, qs_model *m);
+/* Load optimizer state and trainer position from dir/state.safetensors; checks it belongs to
+ * the model file's step. */
+qs_status qs_checkpoint_load_state(const char *dir, qs_model *m, qs_optimizer *o, qs_train_state *ts);
+
+#endif

@@ -1,0 +1,289 @@
+/* src/train/trainer.c — the training loop of `qsync train` (one process). */
+#include "train/trainer.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/timer.h"
+#include "data/dataset.h"
+#include "optim/schedule.h"
+#include "train/checkpoint.h"
+#include "train/evaluate.h"
+#include "train/metrics.h"
+#include "train/op_report.h"
+
+#define QS_PROFILE_WARMUP_STEPS 2
+
+void qs_train_config_defaults(qs_train_config *c) {
+    memset(c, 0, sizeof *c);
+    c->model = "cnn";
+    c->data = "fashion-mnist";
+    c->epochs = 1;
+    c->batch = 128;
+    c->optim.kind = QS_OPTIM_SGD;
+    c->optim.lr = 0.05f;
+    c->optim.momentum = 0.9f;
+    c->optim.nesterov = true;
+    c->optim.weight_decay = 5e-4f;
+    c->optim.beta1 = 0.9f;
+    c->optim.beta2 = 0.999f;
+    c->optim.eps = 1e-8f;
+    c->lr_schedule = "cosine";
+    c->seed = 1;
+    c->log_every = 50;
+}
+
+/* Everything the loop owns, so that one cleanup path frees it. */
+typedef struct qs_train_job {
+    qs_dataset train, test;
+    qs_backend *be;
+    qs_model *m;
+    qs_optimizer opt;
+    bool opt_ready;
+    qs_loader loader;
+    bool loader_ready;
+    qs_metrics metrics;
+    float *x;
+    int32_t *y;
+} qs_train_job;
+
+static void qs_train_job_free(qs_train_job *j) {
+    qs_host_free(j->x);
+    qs_host_free(j->y);
+    qs_metrics_close(&j->metrics);
+    if (j->loader_ready) qs_loader_free(&j->loader);
+    if (j->opt_ready) qs_optimizer_free(&j->opt, j->be);
+    qs_model_free(j->m);
+    if (j->be) j->be->ops->destroy(j->be);
+    qs_dataset_free(&j->train);
+    qs_dataset_free(&j->test);
+}
+
+/* Load both splits; subsets keep the first N samples. */
+static qs_status qs_train_load_data(const qs_train_config *c, qs_train_job *j) {
+    QS_TRY(qs_dataset_load(c->data, c->data_dir, true, &j->train));
+    QS_TRY(qs_dataset_load(c->data, c->data_dir, false, &j->test));
+    if (c->train_subset > 0 && c->train_subset < j->train.n) QS_TRY(qs_dataset_truncate(&j->train, c->train_subset));
+    if (c->eval_subset > 0 && c->eval_subset < j->test.n) QS_TRY(qs_dataset_truncate(&j->test, c->eval_subset));
+    if (j->train.n < c->batch)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "batch %lld is larger than the %lld training samples", (long long)c->batch,
+                       (long long)j->train.n);
+    return QS_OK;
+}
+
+static qs_status qs_train_build(const qs_train_config *c, qs_train_job *j, qs_model_options *mo) {
+    *mo = c->model_opt;
+    mo->in_h = j->train.h;
+    mo->in_w = j->train.w;
+    mo->in_c = j->train.c;
+    mo->num_classes = j->train.classes;
+    if (c->resume) {
+        char arch[32];
+        qs_model_options saved;
+        QS_TRY(qs_checkpoint_read_arch(c->resume, arch, sizeof arch, &saved));
+        if (strcmp(arch, c->model) != 0)
+            return QS_FAIL(QS_ERR_MISMATCH, "--resume %s holds a %s model, but --model is %s", c->resume, arch, c->model);
+        *mo = saved;
+    }
+    QS_TRY(qs_models_build(c->model, mo, &j->m));
+    QS_TRY(qs_backend_cpu_create(c->threads, &j->be));
+    QS_TRY(qs_model_setup(j->m, j->be, c->batch, c->seed));
+    QS_TRY(qs_optimizer_init(&j->opt, j->be, &j->m->params, &c->optim));
+    j->opt_ready = true;
+    qs_loader_options lo = {.global_batch = c->batch, .rank = 0, .world = 1, .seed = c->seed, .shuffle = true,
+                            .drop_last = true, .augment = c->augment, .crop_pad = j->train.h >= 32 ? 4 : 2};
+    QS_TRY(qs_loader_init(&j->loader, &j->train, &lo));
+    j->loader_ready = true;
+    j->x = qs_host_alloc((size_t)(c->batch * j->train.h * j->train.w * j->train.c) * sizeof(float));
+    j->y = qs_host_alloc((size_t)c->batch * sizeof(int32_t));
+    return j->x && j->y ? QS_OK : QS_ERR_OOM;
+}
+
+static void qs_train_log_config(const qs_train_config *c, const qs_train_job *j, int64_t total, int64_t spe) {
+    int64_t params = 0;
+    for (int i = 0; i < j->m->params.count; i++) params += j->m->params.entries[i].numel;
+    qs_log_info(c->log, "qsync train: model %s (%lld parameters), data %s (%lld train / %lld test, %lldx%lldx%lld)",
+                c->model, (long long)params, c->data, (long long)j->train.n, (long long)j->test.n,
+                (long long)j->train.h, (long long)j->train.w, (long long)j->train.c);
+    qs_log_info(c->log, "  batch %lld, %lld steps (%lld per epoch), %s lr %g (%s, warm-up %lld), wd %g, seed %llu, "
+                        "backend %s, threads %d",
+                (long long)c->batch, (long long)total, (long long)spe,
+                c->optim.kind == QS_OPTIM_SGD ? "sgd" : "adamw", c->optim.lr, c->lr_schedule,
+                (long long)c->warmup_steps, c->optim.weight_decay, (unsigned long long)c->seed,
+                j->be->ops->name, c->threads);
+}
+
+static qs_status qs_train_eval(const qs_train_config *c, qs_train_job *j, int64_t step, int64_t epoch,
+                               qs_train_result *res) {
+    qs_eval_stats ev;
+    QS_TRY(qs_evaluate(j->m, &j->test, &ev));
+    res->test_accuracy = ev.accuracy;
+    res->test_loss = ev.loss;
+    qs_log_info(c->log, "eval after epoch %lld (step %lld): test accuracy %.2f%%, loss %.4f (%lld samples)",
+                (long long)epoch, (long long)step, 100.0 * ev.accuracy, ev.loss, (long long)ev.samples);
+    cJSON *r = cJSON_CreateObject();
+    cJSON_AddStringToObject(r, "type", "eval");
+    cJSON_AddNumberToObject(r, "step", (double)step);
+    cJSON_AddNumberToObject(r, "epoch", (double)epoch);
+    cJSON_AddNumberToObject(r, "accuracy", ev.accuracy);
+    cJSON_AddNumberToObject(r, "loss", ev.loss);
+    cJSON_AddNumberToObject(r, "samples", (double)ev.samples);
+    return qs_metrics_write(&j->metrics, r);
+}
+
+static qs_status qs_train_checkpoint(const qs_train_config *c, qs_train_job *j, const qs_model_options *mo,
+                                     int64_t step) {
+    if (!c->checkpoint_dir) return QS_OK;
+    qs_train_state ts = {.step = step, .seed = c->seed, .global_batch = c->batch};
+    qs_loader_get_position(&j->loader, &ts.epoch, &ts.batch_in_epoch);
+    snprintf(ts.data, sizeof ts.data, "%s", c->data);
+    QS_TRY(qs_checkpoint_save(c->checkpoint_dir, j->m, c->model, mo, &j->opt, &ts));
+    qs_log_info(c->log, "checkpoint written to %s (step %lld)", c->checkpoint_dir, (long long)step);
+    return QS_OK;
+}
+
+static qs_status qs_train_resume(const qs_train_config *c, qs_train_job *j, int64_t *step) {
+    qs_train_state ts;
+    char path[4096];
+    qs_checkpoint_model_path(c->resume, path, sizeof path);
+    QS_TRY(qs_checkpoint_load_model(path, j->m));
+    QS_TRY(qs_checkpoint_load_state(c->resume, j->m, &j->opt, &ts));
+    if (ts.global_batch != c->batch || ts.seed != c->seed || strcmp(ts.data, c->data) != 0)
+        return QS_FAIL(QS_ERR_MISMATCH,
+                       "--resume %s was trained with data %s, batch %lld, seed %llu; this run has %s, %lld, %llu: "
+                       "resume with the same settings",
+                       c->resume, ts.data, (long long)ts.global_batch, (unsigned long long)ts.seed, c->data,
+                       (long long)c->batch, (unsigned long long)c->seed);
+    QS_TRY(qs_loader_set_position(&j->loader, ts.epoch, ts.batch_in_epoch));
+    j->m->step = ts.step;
+    *step = ts.step;
+    qs_log_info(c->log, "resumed from %s at step %lld (epoch %lld, batch %lld)", c->resume, (long long)ts.step,
+                (long long)ts.epoch, (long long)ts.batch_in_epoch);
+    return QS_OK;
+}
+
+/* One optimizer step on the next batch; returns the batch's mean loss and correct count. */
+static qs_status qs_train_step(const qs_train_config *c, qs_train_job *j, float lr, double *loss, int64_t *correct) {
+    int64_t valid;
+    QS_TRY(qs_loader_next(&j->loader, j->x, j->y, &valid, NULL));
+    QS_TRY(qs_model_forward(j->m, j->x, j->y, true));
+    QS_TRY(qs_model_backward(j->m, 1.0f));
+    double t0 = qs_now_ms();
+    QS_TRY(qs_optimizer_step(&j->opt, j->be, j->m->stream, j->m->param_data, j->m->grad_data, lr, NULL));
+    if (j->m->timing) {
+        QS_TRY(j->be->ops->stream_sync(j->be, j->m->stream));
+        double dt = qs_now_ms() - t0;
+        j->m->optimizer_time.total_ms += dt;
+        j->m->optimizer_time.last_ms = dt;
+        j->m->optimizer_time.calls++;
+    }
+    QS_TRY(qs_model_loss_accuracy(j->m, valid, loss, correct));
+    if (!isfinite(*loss))
+        return QS_FAIL(QS_ERR_INVALID_ARG, "training diverged: loss is %g (lower --lr or add warm-up)", *loss);
+    return QS_OK;
+}
+
+static qs_status qs_train_loop(const qs_train_config *c, qs_train_job *j, const qs_model_options *mo,
+                               qs_train_result *res) {
+    int64_t spe = qs_loader_steps_per_epoch(&j->loader);
+    int64_t total = c->steps > 0 ? c->steps : c->epochs * spe;
+    qs_lr_schedule sched;
+    memset(&sched, 0, sizeof sched);
+    QS_TRY(qs_lr_schedule_parse(c->lr_schedule, &sched));
+    sched.base_lr = c->optim.lr;
+    sched.warmup_steps = c->warmup_steps;
+    sched.total_steps = total;
+    QS_TRY(qs_lr_schedule_check(&sched));
+    int64_t step = 0;
+    if (c->resume) QS_TRY(qs_train_resume(c, j, &step));
+    QS_TRY(qs_metrics_open(&j->metrics, c->metrics_path, c->resume != NULL, 0));
+    qs_train_log_config(c, j, total, spe);
+    bool tty = c->progress && isatty(STDERR_FILENO);
+    int64_t first = step, window_n = 0, window_correct = 0, profile_begin = first + QS_PROFILE_WARMUP_STEPS;
+    double window_loss = 0, train_ms = 0, window_t0 = qs_now_ms();
+    while (step < total) {
+        if (c->profile_steps > 0 && step == profile_begin) {
+            qs_model_reset_times(j->m);
+            j->m->timing = true;
+        }
+        double t0 = qs_now_ms(), loss;
+        int64_t correct;
+        float lr = qs_lr_at(&sched, step);
+        QS_TRY(qs_train_step(c, j, lr, &loss, &correct));
+        step++;
+        train_ms += qs_now_ms() - t0;
+        window_loss += loss;
+        window_correct += correct;
+        window_n++;
+        if (j->m->timing && step == profile_begin + c->profile_steps) {
+            j->m->timing = false;
+            res->profile = qs_op_report_json(j->m, c->profile_steps, 2 * j->m->params.bytes);
+            if (c->log->level <= QS_LOG_INFO) qs_op_report_print(j->m, c->profile_steps, 2 * j->m->params.bytes, stderr);
+        }
+        bool epoch_end = step % spe == 0 || step == total;
+        if (step % c->log_every == 0 || epoch_end) {
+            double dt = qs_now_ms() - window_t0;
+            res->final_loss = window_loss / (double)window_n;
+            cJSON *r = cJSON_CreateObject();
+            cJSON_AddStringToObject(r, "type", "step");
+            cJSON_AddNumberToObject(r, "step", (double)step);
+            cJSON_AddNumberToObject(r, "epoch", (double)((step - 1) / spe));
+            cJSON_AddNumberToObject(r, "loss", res->final_loss);
+            cJSON_AddNumberToObject(r, "train_accuracy", (double)window_correct / (double)(window_n * c->batch));
+            cJSON_AddNumberToObject(r, "lr", lr);
+            cJSON_AddNumberToObject(r, "images_per_s", 1e3 * (double)(window_n * c->batch) / dt);
+            QS_TRY(qs_metrics_write(&j->metrics, r));
+            if (tty)
+                fprintf(stderr, "\rstep %lld/%lld  epoch %lld  loss %.4f  lr %.4g  %.0f img/s   ", (long long)step,
+                        (long long)total, (long long)((step - 1) / spe + 1), res->final_loss, lr,
+                        1e3 * (double)(window_n * c->batch) / dt);
+            window_loss = 0;
+            window_correct = window_n = 0;
+            window_t0 = qs_now_ms();
+        }
+        if (epoch_end) {
+            if (tty) fputc('\n', stderr);
+            int64_t epoch = (step - 1) / spe + 1;
+            bool last = step == total;
+            if (last || (c->eval_every > 0 && epoch % c->eval_every == 0)) QS_TRY(qs_train_eval(c, j, step, epoch, res));
+            QS_TRY(qs_train_checkpoint(c, j, mo, step));
+            window_t0 = qs_now_ms();
+        } else if (step == c->stop_at) {
+            QS_TRY(qs_train_checkpoint(c, j, mo, step));
+        }
+        if (step == c->stop_at) {
+            qs_log_info(c->log, "stopping at step %lld as asked (--stop-at)", (long long)step);
+            break;
+        }
+    }
+    res->steps = step;
+    res->wall_s = train_ms / 1e3;
+    res->images_per_s = train_ms > 0 ? 1e3 * (double)((step - first) * c->batch) / train_ms : 0;
+    return QS_OK;
+}
+
+qs_status qs_train_run(const qs_train_config *c, qs_train_result *res) {
+    memset(res, 0, sizeof *res);
+    res->test_accuracy = -1;
+    qs_train_job j;
+    memset(&j, 0, sizeof j);
+    qs_model_options mo;
+    qs_status st = qs_train_load_data(c, &j);
+    if (st == QS_OK) st = qs_train_build(c, &j, &mo);
+    if (st == QS_OK) st = qs_train_loop(c, &j, &mo, res);
+    if (st == QS_OK) {
+        cJSON *r = cJSON_CreateObject();
+        cJSON_AddStringToObject(r, "type", "summary");
+        cJSON_AddNumberToObject(r, "steps", (double)res->steps);
+        cJSON_AddNumberToObject(r, "test_accuracy", res->test_accuracy);
+        cJSON_AddNumberToObject(r, "test_loss", res->test_loss);
+        cJSON_AddNumberToObject(r, "train_wall_s", res->wall_s);
+        cJSON_AddNumberToObject(r, "images_per_s", res->images_per_s);
+        st = qs_metrics_write(&j.metrics, r);
+    }
+    qs_train_job_free(&j);
+    return st;
+}

@@ -1,0 +1,73 @@
+/* src/train/trainer.h — defines: the single-process training and evaluation jobs behind
+ * `qsync train` and `qsync eval`: data, model, optimizer, schedule, metrics, checkpoints,
+ * resume, per-op profiling and the end-of-run summary. */
+#ifndef QSYNC_TRAIN_TRAINER_H
+#define QSYNC_TRAIN_TRAINER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <cjson/cJSON.h>
+#include "qsync/status.h"
+#include "qsync/log.h"
+#include "models/models.h"
+#include "optim/optim.h"
+
+typedef struct qs_train_config {
+    const char *model;          /* built-in model name */
+    qs_model_options model_opt; /* in_* and num_classes are taken from the dataset */
+    const char *data;           /* "fashion-mnist", "cifar10", "synthetic" */
+    const char *data_dir;       /* NULL → the dataset's default */
+    int64_t epochs;             /* used when steps == 0 */
+    int64_t steps;              /* total optimizer steps (0 → epochs × steps per epoch) */
+    int64_t batch;
+    int64_t train_subset;       /* use only the first N training samples (0 = all) */
+    int64_t eval_subset;        /* evaluate on the first N test samples (0 = all) */
+    qs_optim_config optim;
+    const char *lr_schedule;    /* "constant", "cosine", "step:S:G" */
+    int64_t warmup_steps;
+    bool augment;
+    uint64_t seed;
+    int threads;                /* compute threads (0 = OpenMP default) */
+    const char *metrics_path;
+    const char *checkpoint_dir; /* written at every epoch end and at the end; NULL → none */
+    const char *resume;         /* checkpoint directory to continue from */
+    int64_t eval_every;         /* evaluate every N epochs (and at the end); 0 → only at the end */
+    int64_t log_every;          /* step records every N steps */
+    int64_t profile_steps;      /* time every op for N steps after 2 warm-up steps and report */
+    int64_t stop_at;            /* stop after this step with a checkpoint, as if interrupted (0 = off) */
+    bool progress;              /* live progress line on stderr */
+    qs_logger *log;
+} qs_train_config;
+
+typedef struct qs_train_result {
+    int64_t steps;              /* optimizer steps done in total (including resumed ones) */
+    double final_loss;          /* mean training loss of the last logged window */
+    double test_accuracy;       /* last evaluation; -1 if none */
+    double test_loss;
+    double wall_s;              /* this process's wall time in the training loop */
+    double images_per_s;        /* training throughput over this process's steps */
+    cJSON *profile;             /* per-op report when profile_steps > 0 (caller frees) */
+} qs_train_result;
+
+/* Fill defaults: cnn on fashion-mnist, 1 epoch, batch 128, SGD lr 0.05 momentum 0.9 nesterov,
+ * weight decay 5e-4, cosine schedule, seed 1, eval at the end. */
+void qs_train_config_defaults(qs_train_config *c);
+qs_status qs_train_run(const qs_train_config *c, qs_train_result *res);
+
+typedef struct qs_eval_config {
+    const char *checkpoint;     /* directory or model.safetensors */
+    const char *data, *data_dir;
+    int64_t batch, eval_subset;
+    int threads;
+    const char *logits_out;     /* write logits (N, classes) as f32 safetensors; NULL → no */
+    qs_logger *log;
+} qs_eval_config;
+
+typedef struct qs_eval_result {
+    double accuracy, loss;
+    int64_t samples;
+} qs_eval_result;
+
+qs_status qs_eval_run(const qs_eval_config *c, qs_eval_result *res);
+
+#endif

@@ -1,0 +1,131 @@
+/* tests/test_cli.c — the qsync command line: error paths (each a clear message and a
+ * non-zero exit), checkpoint → resume bit-exactness, and eval of a checkpoint. Runs the real
+ * binary on real Fashion-MNIST subsets. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "run_cmd.h"
+
+/* Tiny, fast training settings shared by the tests (96 samples → 3 steps of 32 per epoch). */
+#define QS_TINY "--model cnn --width 4 --batch 32 --train-subset 96 --eval-subset 64 --threads 1 --no-progress"
+
+static char tmp[256];
+
+static int setup(void **state) {
+    qs_test_make_tmpdir(tmp, sizeof tmp);
+    return tmp[0] ? 0 : -1;
+}
+static int teardown(void **state) {
+    qs_test_remove_tree(tmp);
+    return 0;
+}
+
+/* Run args; expect exit code rc and `needle` in the output. */
+static void expect_run(const char *args, int rc, const char *needle) {
+    char *out = NULL;
+    int got = qs_test_run_qsync(args, &out);
+    if (got != rc || (needle && !strstr(out, needle)))
+        fail_msg("qsync %s\n  exit %d (want %d), output:\n%s\n  (wanted to see: %s)", args, got, rc, out,
+                 needle ? needle : "-");
+    free(out);
+}
+
+static void test_usage_errors(void **state) {
+    expect_run("", 2, "usage: qsync");
+    expect_run("frobnicate", 2, "unknown command 'frobnicate'");
+    expect_run("train --model nosuchnet", 1, "nosuchnet");
+    expect_run("train --bogus-option 3", 2, "unknown option '--bogus-option'");
+    expect_run("train --batch abc", 2, "--batch expects an integer, got 'abc'");
+    expect_run("train --lr", 2, "--lr needs a value");
+    expect_run("train --precision int7", 2, "--precision must be one of");
+    expect_run("train --optimizer lion", 2, "--optimizer must be sgd or adamw");
+    expect_run("eval", 2, "--checkpoint is required");
+    expect_run("help", 0, "commands:");
+    expect_run("train --help", 0, "--checkpoint-dir");
+}
+
+static void test_missing_dataset_names_package(void **state) {
+    char args[1024];
+    snprintf(args, sizeof args, "train " QS_TINY " --data-dir %s/none", tmp);
+    expect_run(args, 1, "dataset-fashion-mnist");
+}
+
+/* A Fashion-MNIST directory whose training images are cut short. */
+static void test_truncated_idx(void **state) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p %s/fm && cd %s/fm && cp /usr/share/datasets/fashion-mnist/*.gz . && "
+             "gunzip train-images-idx3-ubyte.gz && truncate -s 1000000 train-images-idx3-ubyte",
+             tmp, tmp);
+    assert_int_equal(qs_test_run_shell(cmd, NULL), 0);
+    snprintf(cmd, sizeof cmd, "train " QS_TINY " --data-dir %s/fm", tmp);
+    expect_run(cmd, 1, "train-images-idx3-ubyte");
+}
+
+static void test_unwritable_checkpoint_dir(void **state) {
+    char args[1024];
+    /* a regular file where the directory should be: fails even for root */
+    snprintf(args, sizeof args, "touch %s/afile", tmp);
+    assert_int_equal(qs_test_run_shell(args, NULL), 0);
+    snprintf(args, sizeof args, "train " QS_TINY " --steps 1 --checkpoint-dir %s/afile/ckpt", tmp);
+    expect_run(args, 1, "not writable");
+}
+
+/* Interrupt at step 4 of 6, resume, and compare with an uninterrupted run byte for byte. */
+static void test_resume_bit_exact(void **state) {
+    char args[4096];
+    snprintf(args, sizeof args, "train " QS_TINY " --epochs 2 --dropout 0.25 --checkpoint-dir %s/full", tmp);
+    expect_run(args, 0, "test accuracy");
+    snprintf(args, sizeof args, "train " QS_TINY " --epochs 2 --dropout 0.25 --checkpoint-dir %s/part --stop-at 4", tmp);
+    expect_run(args, 0, "stopping at step 4");
+    snprintf(args, sizeof args, "train " QS_TINY " --epochs 2 --dropout 0.25 --checkpoint-dir %s/part --resume %s/part",
+             tmp, tmp);
+    expect_run(args, 0, "resumed from");
+    snprintf(args, sizeof args, "cmp %s/full/model.safetensors %s/part/model.safetensors && "
+                                "cmp %s/full/state.safetensors %s/part/state.safetensors", tmp, tmp, tmp, tmp);
+    char *out = NULL;
+    int rc = qs_test_run_shell(args, &out);
+    if (rc != 0) fail_msg("resumed run differs from the uninterrupted one: %s", out);
+    free(out);
+    /* resume with other settings is refused */
+    snprintf(args, sizeof args, "train " QS_TINY " --epochs 2 --seed 7 --resume %s/part", tmp);
+    expect_run(args, 1, "resume with the same settings");
+}
+
+static void test_eval_and_wrong_model(void **state) {
+    char args[4096];
+    snprintf(args, sizeof args, "train " QS_TINY " --steps 3 --checkpoint-dir %s/e", tmp);
+    expect_run(args, 0, "test accuracy");
+    snprintf(args, sizeof args, "eval --checkpoint %s/e --eval-subset 64 --json", tmp);
+    expect_run(args, 0, "\"accuracy\"");
+    /* a checkpoint of another model */
+    snprintf(args, sizeof args, "train --model mlp --width 8 --batch 32 --train-subset 96 --steps 1 --resume %s/e", tmp);
+    expect_run(args, 1, "holds a cnn model");
+    /* a checkpoint whose tensors do not fit: cnn weights of another width under a forged arch */
+    snprintf(args, sizeof args, "eval --checkpoint %s/nonexistent", tmp);
+    expect_run(args, 1, "nonexistent");
+    snprintf(args, sizeof args, "head -c 100 %s/e/model.safetensors > %s/cut.safetensors", tmp, tmp);
+    assert_int_equal(qs_test_run_shell(args, NULL), 0);
+    snprintf(args, sizeof args, "eval --checkpoint %s/cut.safetensors", tmp);
+    expect_run(args, 1, "cut.safetensors");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_usage_errors),
+        cmocka_unit_test(test_missing_dataset_names_package),
+        cmocka_unit_test(test_truncated_idx),
+        cmocka_unit_test(test_unwritable_checkpoint_dir),
+        cmocka_unit_test(test_resume_bit_exact),
+        cmocka_unit_test(test_eval_and_wrong_model),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,65 @@
+#!/usr/bin/python3
+"""PyTorch FP32 (and optionally BF16-autocast) training throughput of a built-in model's
+PyTorch twin (tools/torch_models.py), for side-by-side comparison with `qsync train`.
+
+Runs SGD(momentum 0.9, nesterov, weight decay 5e-4) steps on random data of the model's input
+shape at the given batch size, and prints one JSON object with images/s per timing window.
+Usage: torch_train_bench.py --model cnn [--width 0] [--batch 128] [--steps 30] [--windows 5]
+                            [--threads N] [--bf16] [--in 28x28x1]
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch  # noqa: E402
+import torch_models  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="cnn")
+    ap.add_argument("--width", type=int, default=0)
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--steps", type=int, default=20, help="steps per timing window")
+    ap.add_argument("--windows", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=0, help="0 = PyTorch's default")
+    ap.add_argument("--bf16", action="store_true", help="BF16 autocast")
+    ap.add_argument("--in", dest="shape", default="28x28x1")
+    a = ap.parse_args()
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
+    h, w, c = (int(v) for v in a.shape.split("x"))
+    torch.manual_seed(0)
+    model = torch_models.build(a.model, h, w, c, 10, width=a.width)
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, nesterov=True, weight_decay=5e-4)
+    x = torch.randn(a.batch, c, h, w)
+    y = torch.randint(0, 10, (a.batch,))
+    lossf = torch.nn.CrossEntropyLoss()
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
+            loss = lossf(model(x), y)
+        loss.backward()
+        opt.step()
+
+    for _ in range(3):
+        step()
+    rates = []
+    for _ in range(a.windows):
+        t0 = time.perf_counter()
+        for _ in range(a.steps):
+            step()
+        rates.append(a.steps * a.batch / (time.perf_counter() - t0))
+    rates_sorted = sorted(rates)
+    print(json.dumps({"framework": "pytorch", "torch": torch.__version__, "model": a.model, "width": a.width,
+                      "batch": a.batch, "threads": torch.get_num_threads(), "bf16": a.bf16,
+                      "images_per_s": rates, "median_images_per_s": rates_sorted[len(rates) // 2]}))
+
+
+if __name__ == "__main__":
+    main()
