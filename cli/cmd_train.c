@@ -65,7 +65,6 @@ int qs_cmd_train(int argc, char **argv) {
     qs_train_config_defaults(&c);
     const char *optimizer = "sgd", *precision = "fp32", *device = "cpu";
     bool json = false, quiet = false, no_progress = false;
-    bool cifar_stem = true;
     qs_cli_opt opts[] = {
         {"model", QS_CLI_STR, &c.model, "NAME", "model: mlp, cnn, resnet18/34/50, vgg11/16 (default cnn)"},
         {"data", QS_CLI_STR, &c.data, "NAME", "fashion-mnist (default), cifar10, synthetic"},
@@ -85,7 +84,7 @@ int qs_cmd_train(int argc, char **argv) {
         {"warmup", QS_CLI_I64, &c.warmup_steps, "N", "linear warm-up steps (default 0)"},
         {"augment", QS_CLI_FLAG, &c.augment, NULL, "random crop and horizontal flip"},
         {"width", QS_CLI_I64, &c.model_opt.width, "N", "base width (resnet 64, vgg 64, cnn 32, mlp 1024)"},
-        {"no-cifar-stem", QS_CLI_NOFLAG, &cifar_stem, NULL, "resnet: ImageNet stem (7x7/2 + max-pool)"},
+        {"imagenet-stem", QS_CLI_FLAG, &c.imagenet_stem, NULL, "resnet: 7x7/2 stem + max-pool for small inputs too"},
         {"dropout", QS_CLI_FLOAT, &c.model_opt.dropout, "P", "classifier dropout (mlp, cnn, vgg)"},
         {"precision", QS_CLI_STR, &precision, "P", "uniform operator precision (fp32 in this build)"},
         {"device", QS_CLI_STR, &device, "D", "cpu (this build)"},
@@ -106,7 +105,6 @@ int qs_cmd_train(int argc, char **argv) {
     };
     int rc = qs_cli_parse(argc, argv, 2, opts, (int)(sizeof opts / sizeof opts[0]), "train", qs_train_summary);
     if (rc) return rc == 1 ? 0 : rc;
-    c.model_opt.cifar_stem = cifar_stem;
     if ((rc = qs_train_check(&c, optimizer, precision, device))) return rc;
     qs_logger lg;
     qs_logger_init(&lg, 0, 1, quiet ? QS_LOG_WARN : QS_LOG_INFO);

@@ -149,7 +149,8 @@ static void check_state_dict(const qs_model *m, const fx_model *fx) {
             assert_string_equal(qs_dtype_name(e->dtype), l->dtype);
             assert_int_equal(e->node, i);
             assert_int_equal(ti, is_param ? np++ : nb++);
-            if (e->ndim != l->ndim) fail_msg("%s: %s has %d dims, PyTorch %d", fx->arch, e->name, e->ndim, l->ndim);
+            if (e->ndim != l->ndim)
+                fail_msg("%s: %s has %d dims, PyTorch %d", fx->arch, e->name, e->ndim, l->ndim);
             for (int d = 0; d < l->ndim; d++)
                 if (e->shape[d] != l->shape[d])
                     fail_msg("%s: %s dim %d is %lld, PyTorch %lld", fx->arch, e->name, d, (long long)e->shape[d],
@@ -189,7 +190,12 @@ static void check_outputs(const qs_model *m, const fx_model *fx) {
         if (strcmp(l->kind, "output") != 0) continue;
         int i = node_by_name(m, l->name);
         if (i < 0) fail_msg("%s: PyTorch module %s has no qsync node", fx->arch, l->name);
-        if (!same_output(&m->nodes[i], l)) fail_msg("%s: node %s has another output shape", fx->arch, l->name);
+        if (!same_output(&m->nodes[i], l)) {
+            char q[64];
+            qs_shape_format(m->nodes[i].out_ndim, m->nodes[i].out_shape, q, sizeof q);
+            fail_msg("%s: node %s outputs %s (NHWC), PyTorch (%lld,%lld,%lld)[:%d]", fx->arch, l->name, q,
+                     (long long)l->shape[0], (long long)l->shape[1], (long long)l->shape[2], l->ndim);
+        }
         seen[i] = true;
     }
     for (int i = 0; i < m->n_nodes; i++) {
@@ -205,7 +211,8 @@ static void check_outputs(const qs_model *m, const fx_model *fx) {
 static void check_totals(const qs_model *m, const fx_model *fx) {
     for (int i = 0; i < m->n_nodes; i++)
         for (int j = i + 1; j < m->n_nodes; j++)
-            if (strcmp(m->nodes[i].name, m->nodes[j].name) == 0) fail_msg("duplicate node name %s", m->nodes[i].name);
+            if (strcmp(m->nodes[i].name, m->nodes[j].name) == 0)
+                fail_msg("duplicate node name %s", m->nodes[i].name);
     int64_t params = 0, buffers = 0, node_params = 0;
     for (int i = 0; i < m->params.count; i++) params += m->params.entries[i].numel;
     for (int i = 0; i < m->buffers.count; i++) buffers += m->buffers.entries[i].numel;
@@ -250,7 +257,8 @@ static void fill_model(qs_model *m) {
             assert_non_null(host);
             for (int64_t k = 0; k < e->numel; k++) host[k] = fill_value(e, ti, k);
             void *dst = is_param ? qs_model_param_ptr(m, idx) : qs_model_buffer_ptr(m, idx);
-            assert_int_equal(m->be->ops->copy_h2d(m->be, m->stream, dst, host, (size_t)e->numel * sizeof *host), QS_OK);
+            size_t bytes = (size_t)e->numel * sizeof *host;
+            assert_int_equal(m->be->ops->copy_h2d(m->be, m->stream, dst, host, bytes), QS_OK);
             assert_int_equal(m->be->ops->stream_sync(m->be, m->stream), QS_OK);
             free(host);
         }
@@ -267,7 +275,8 @@ static void check_forward(qs_model *m, const fx_model *fx) {
     qs_status st = qs_model_setup(m, be, FWD_BATCH, 1);
     if (st != QS_OK) fail_msg("%s: setup: %s", fx->arch, qs_last_error());
     fill_model(m);
-    float *x = malloc((size_t)(FWD_BATCH * H * W * C) * sizeof *x), *logits = malloc((size_t)(FWD_BATCH * K) * sizeof *logits);
+    float *x = malloc((size_t)(FWD_BATCH * H * W * C) * sizeof *x);
+    float *logits = malloc((size_t)(FWD_BATCH * K) * sizeof *logits);
     int32_t labels[FWD_BATCH] = {0};
     assert_non_null(x);
     assert_non_null(logits);
@@ -342,13 +351,15 @@ static void test_unknown_name(void **state) {
 static void expect_build(const char *name, qs_model_options o, qs_status want, const char *needle) {
     qs_model *m = NULL;
     qs_status st = qs_models_build(name, &o, &m);
-    if (st != want) fail_msg("%s: got %s (%s), want %s", name, qs_status_name(st), qs_last_error(), qs_status_name(want));
+    if (st != want)
+        fail_msg("%s: got %s (%s), want %s", name, qs_status_name(st), qs_last_error(), qs_status_name(want));
     if (want == QS_OK) {
         qs_model_free(m);
         return;
     }
     assert_null(m);
-    if (!strstr(qs_last_error(), needle)) fail_msg("%s: message '%s' lacks '%s'", name, qs_last_error(), needle);
+    if (!strstr(qs_last_error(), needle))
+        fail_msg("%s: message '%s' lacks '%s'", name, qs_last_error(), needle);
 }
 
 static void test_bad_options(void **state) {

@@ -157,12 +157,15 @@ def layer_cases():
               {"randomize_bn": True, "train": False}))
     C.append(("relu", 30, (2, 3, 5, 5), lambda: nn.ReLU(), "relu", True, {}))
     C.append(("maxpool2", 31, (2, 3, 6, 6), lambda: nn.MaxPool2d(2), "pool", True, {}))
-    C.append(("maxpool3_s2_p1", 32, (2, 3, 7, 7), lambda: nn.MaxPool2d(3, stride=2, padding=1), "pool", True, {}))
+    C.append(("maxpool3_s2_p1", 32, (2, 3, 7, 7), lambda: nn.MaxPool2d(3, stride=2, padding=1), "pool", True,
+              {}))
     C.append(("avgpool2", 33, (2, 3, 6, 6), lambda: nn.AvgPool2d(2), "pool", True, {}))
-    C.append(("avgpool3_s2_p1", 34, (2, 3, 7, 7), lambda: nn.AvgPool2d(3, stride=2, padding=1), "pool", True, {}))
+    C.append(("avgpool3_s2_p1", 34, (2, 3, 7, 7), lambda: nn.AvgPool2d(3, stride=2, padding=1), "pool", True,
+              {}))
     C.append(("gap", 35, (2, 3, 4, 5), lambda: nn.AdaptiveAvgPool2d(1), "gap", True, {}))
     C.append(("flatten", 36, (2, 5, 3, 4), lambda: nn.Flatten(), "flat", True, {}))
-    C.append(("add", 37, (2, 3, 5, 5), lambda: nn.Conv2d(3, 3, 3, padding=1), "conv", True, {"residual": True}))
+    C.append(("add", 37, (2, 3, 5, 5), lambda: nn.Conv2d(3, 3, 3, padding=1), "conv", True,
+              {"residual": True}))
     C.append(("dropout_eval", 38, (2, 3, 4, 4), lambda: nn.Dropout(0.3), "drop", True, {"train": False}))
     C.append(("xent", 40, (6, CLASSES, 1, 1), None, "", False, {"flat": True}))
     C.append(("xent_large", 41, (6, CLASSES, 1, 1), None, "", False, {"flat": True, "x_scale": 40.0}))

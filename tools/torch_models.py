@@ -8,11 +8,13 @@ compared by name. Inputs are NCHW here; qsync feeds NHWC (x_torch = x_qsync.perm
 The exact architectures are documented in docs/MODELS.md; keep both in sync with src/models/.
 
 build_from_config(arch, config) rebuilds a model from the "key=value ..." string qsync stores
-in qs_model.config (and in checkpoint metadata).
+in qs_model.config (and in checkpoint metadata); load_checkpoint(path) rebuilds the model of a
+qsync checkpoint and loads its weights (tools/safetensors_torch.py).
 """
+import os
 import struct
+import sys
 
-import torch
 from torch import nn
 
 NAMES = ("mlp", "cnn", "resnet18", "resnet34", "resnet50", "vgg11", "vgg16")
@@ -243,6 +245,22 @@ def build_from_config(arch, config):
     return build(arch, **parse_config(config))
 
 
+def load_checkpoint(path):
+    """The model of a qsync checkpoint (a directory holding model.safetensors, or that file),
+    rebuilt from its "arch" and "config" metadata, with every weight and buffer loaded
+    (strict: names, shapes and dtypes must all match). Returns (model, metadata)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import safetensors_torch
+    if os.path.isdir(path):
+        path = os.path.join(path, "model.safetensors")
+    meta = safetensors_torch.load_metadata(path)
+    if "arch" not in meta or "config" not in meta:
+        raise ValueError("%s: metadata lacks arch/config; not a qsync model file" % path)
+    model = build_from_config(meta["arch"], meta["config"])
+    model.load_state_dict(safetensors_torch.load_file(path), strict=True)
+    return model, meta
+
+
 def _format_float(v):
     """Shortest %g text (6 to 9 digits) that reads back as the same float32, as qsync writes."""
     f32 = struct.unpack("f", struct.pack("f", v))[0]
@@ -266,7 +284,6 @@ def config_string(name, in_h, in_w, in_c, classes, width=0, cifar_stem=None, dro
 
 
 if __name__ == "__main__":
-    import sys
     if len(sys.argv) < 6:
         sys.exit("usage: torch_models.py NAME IN_H IN_W IN_C CLASSES [WIDTH]")
     args = [sys.argv[1]] + [int(a) for a in sys.argv[2:7]]

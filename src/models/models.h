@@ -33,8 +33,9 @@ qs_model_options qs_models_default_options(int64_t in_h, int64_t in_w, int64_t i
 
 /* Build `name` ("mlp", "cnn", "resnet18", "resnet34", "resnet50", "vgg11", "vgg16") with `opt`,
  * finalized, with m->config recording the resolved options. QS_ERR_NOT_FOUND (listing the valid
- * names) for an unknown name; QS_ERR_INVALID_ARG naming the option for bad options or an input
- * too small for the architecture. On failure *out is NULL. */
+ * names) for an unknown name; QS_ERR_INVALID_ARG naming the option for bad options; an input too
+ * small for the architecture fails with a message naming the model, input and node whose output
+ * would be empty. On failure *out is NULL. */
 qs_status qs_models_build(const char *name, const qs_model_options *opt, qs_model **out);
 
 /* NULL-terminated list of the model names, in a stable order. */

@@ -75,11 +75,10 @@ static qs_status qs_train_load_data(const qs_train_config *c, qs_train_job *j) {
 }
 
 static qs_status qs_train_build(const qs_train_config *c, qs_train_job *j, qs_model_options *mo) {
-    *mo = c->model_opt;
-    mo->in_h = j->train.h;
-    mo->in_w = j->train.w;
-    mo->in_c = j->train.c;
-    mo->num_classes = j->train.classes;
+    *mo = qs_models_default_options(j->train.h, j->train.w, j->train.c, j->train.classes);
+    mo->width = c->model_opt.width;
+    mo->dropout = c->model_opt.dropout;
+    if (c->imagenet_stem) mo->cifar_stem = false;
     if (c->resume) {
         char arch[32];
         qs_model_options saved;

@@ -14,7 +14,8 @@
 
 typedef struct qs_train_config {
     const char *model;          /* built-in model name */
-    qs_model_options model_opt; /* in_* and num_classes are taken from the dataset */
+    qs_model_options model_opt; /* only width and dropout are read; the rest comes from the data */
+    bool imagenet_stem;         /* resnet: 7×7/2 stem + max-pool even for small inputs */
     const char *data;           /* "fashion-mnist", "cifar10", "synthetic" */
     const char *data_dir;       /* NULL → the dataset's default */
     int64_t epochs;             /* used when steps == 0 */

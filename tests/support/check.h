@@ -17,11 +17,14 @@
  *        rtol = C · u · sqrt(K),        atol = rtol · S,
  *    with S the tensor's scale, by default max_i |r_i| (absolute errors of an element that
  *    cancels to near zero are set by the magnitude of the tensor, not by the element).
+ *    The same estimate in terms of the summed terms t_k is ≈ 0.4·u·sqrt(K)·‖t‖₂, so when a
+ *    whole tensor cancels to ~0 in exact arithmetic (the bias gradient of a conv followed by
+ *    BatchNorm is exactly zero) S is the largest ‖t‖₂ over its elements instead.
  *  - K is the total reduction length along the chain the value depends on: the sum of the
  *    reduction lengths of every op between the inputs and the value (independent stages add
  *    in quadrature, so the errors add like sqrt(ΣK)). E.g. d loss/d conv.weight after conv →
- *    flatten → fc → loss: K = C·R·S (conv) + F (fc forward) + classes (softmax) + B (fc
- *    backward-data over classes… and the weight gradient's N·P·Q rows).
+ *    flatten → fc → loss: K = C·R·S (conv forward) + F (fc forward) + classes (softmax) +
+ *    classes (fc backward-data) + N·P·Q (the weight gradient's reduction over rows).
  *  - C = QS_TOL_C = 4: λ ≈ 2 for a high-confidence probabilistic bound (≥ 10 standard
  *    deviations above the estimates), times 2 for a few-ulp error of transcendental functions
  *    (exp, log, rsqrt) and the O(1) conditioning of softmax and normalisation downstream.

@@ -77,8 +77,9 @@ static qs_status parse_record(fx_cursor *c, qs_fixture *fx, int index, uint32_t 
     QS_TRY(need(c, 2, "dtype and ndim", t->name));
     unsigned dt = c->base[c->pos], nd = c->base[c->pos + 1];
     if (dt > QS_FX_I64)
-        return QS_FAIL(QS_ERR_FORMAT, "fixture %s: tensor '%s' at byte %zu has unknown dtype code %u (0=f32, 1=i32, 2=i64)",
-                       c->path, t->name, c->pos, dt);
+        return QS_FAIL(QS_ERR_FORMAT,
+                       "fixture %s: tensor '%s' at byte %zu has unknown dtype code %u (0=f32, 1=i32, 2=i64)", c->path,
+                       t->name, c->pos, dt);
     if (nd > QS_FX_MAX_DIMS)
         return QS_FAIL(QS_ERR_FORMAT, "fixture %s: tensor '%s' at byte %zu has %u dims (max %d)", c->path, t->name,
                        c->pos + 1, nd, QS_FX_MAX_DIMS);
