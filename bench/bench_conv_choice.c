@@ -57,17 +57,24 @@ static int cmp_double(const void *a, const void *b) {
 /* A timed closure: fn(ctx) runs one repetition. */
 typedef void (*bench_fn)(void *ctx);
 
-static double median_ms(bench_fn fn, void *ctx) {
-    double t[64];
-    int n = g_reps < 64 ? g_reps : 64;
-    fn(ctx); /* warm-up */
-    for (int i = 0; i < n; i++) {
-        double t0 = qs_now_ms();
-        fn(ctx);
-        t[i] = qs_now_ms() - t0;
-    }
+static double median(double *t, int n) {
     qsort(t, (size_t)n, sizeof t[0], cmp_double);
     return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+/* Median times of nf variants, repetitions interleaved (A, B, ..., A, B, ...) so that load
+ * changes on a shared machine hit all alike; one warm-up run each first. */
+static void median_multi_ms(const bench_fn *fns, int nf, void *ctx, double *out) {
+    double t[8][64];
+    int n = g_reps < 64 ? g_reps : 64;
+    for (int f = 0; f < nf; f++) fns[f](ctx);
+    for (int i = 0; i < n; i++)
+        for (int f = 0; f < nf; f++) {
+            double t0 = qs_now_ms();
+            fns[f](ctx);
+            t[f][i] = qs_now_ms() - t0;
+        }
+    for (int f = 0; f < nf; f++) out[f] = median(t[f], n);
 }
 
 static double max_rel_diff(const float *a, const float *b, int64_t n) {
@@ -88,19 +95,15 @@ typedef struct im2col_conv {
     void *scratch;
 } im2col_conv;
 
+/* C (m,n) = A·B [+ bias], A/B with element strides; prefer: oneDNN implementation name
+ * fragment (NULL = oneDNN's first choice). */
 static void mm(qs_dnnl_prim *p, const qs_dnnl_ctx *ctx, int64_t m, int64_t k, int64_t n, const int64_t as[2],
-               const int64_t bs[2], bool bias) {
-    dnnl_memory_desc_t a, b, c, bm;
-    const int64_t ad[2] = {m, k}, bd[2] = {k, n}, cd[2] = {m, n}, cs[2] = {n, 1}, bbd[2] = {1, n};
-    CHECK(qs_dnnl_md_strided(&a, 2, ad, as));
-    CHECK(qs_dnnl_md_strided(&b, 2, bd, bs));
-    CHECK(qs_dnnl_md_strided(&c, 2, cd, cs));
-    CHECK(qs_dnnl_md_strided(&bm, 2, bbd, cs));
-    dnnl_matmul_desc_t md;
-    CHECK(qs_dnnl_check(dnnl_matmul_desc_init(&md, &a, &b, bias ? &bm : NULL, &c), "matmul desc"));
-    const int ids_b[4] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_BIAS, DNNL_ARG_DST};
-    const int ids[3] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST};
-    CHECK(qs_dnnl_prim_create(p, ctx, &md, NULL, NULL, bias ? ids_b : ids, bias ? 4 : 3, "matmul"));
+               const int64_t bs[2], bool bias, const char *prefer) {
+    qs_dnnl_tensor a = {.ndims = 2, .dims = {m, k}, .strides = {as[0], as[1]}, .layout = QS_DNNL_STRIDED};
+    qs_dnnl_tensor b = {.ndims = 2, .dims = {k, n}, .strides = {bs[0], bs[1]}, .layout = QS_DNNL_STRIDED};
+    qs_dnnl_tensor c = {.ndims = 2, .dims = {m, n}, .strides = {n, 1}, .layout = QS_DNNL_STRIDED};
+    qs_dnnl_tensor bt = {.ndims = 2, .dims = {1, n}, .strides = {n, 1}, .layout = QS_DNNL_STRIDED};
+    CHECK(qs_dnnl_matmul_create(p, ctx, &a, &b, bias ? &bt : NULL, &c, false, prefer, "matmul"));
 }
 
 static void im2col_init(im2col_conv *ic, const qs_dnnl_ctx *ctx, const qs_conv_desc *d) {
@@ -108,9 +111,9 @@ static void im2col_init(im2col_conv *ic, const qs_dnnl_ctx *ctx, const qs_conv_d
     ic->d = *d;
     int64_t rows = d->N * d->P * d->Q, kk = d->R * d->S * d->C;
     const int64_t row_kk[2] = {kk, 1}, col_kk[2] = {1, kk}, row_k[2] = {d->K, 1}, col_k[2] = {1, d->K};
-    mm(&ic->fwd, ctx, rows, kk, d->K, row_kk, col_kk, true);
-    mm(&ic->bwd, ctx, rows, d->K, kk, row_k, row_kk, false);
-    mm(&ic->wgt, ctx, d->K, rows, kk, col_k, row_kk, false);
+    mm(&ic->fwd, ctx, rows, kk, d->K, row_kk, col_kk, true, NULL);
+    mm(&ic->bwd, ctx, rows, d->K, kk, row_k, row_kk, false, NULL);
+    mm(&ic->wgt, ctx, d->K, rows, kk, col_k, row_kk, false, NULL);
     ic->col = falloc(rows * kk);
     ic->wt = falloc(d->K * kk);
     size_t s = ic->fwd.scratch_bytes;
@@ -257,7 +260,9 @@ static void bench_conv(qs_backend *be, const char *name, qs_conv_desc d) {
     bench_fn fns[3][2] = {{dnnl_fwd, i2c_fwd}, {dnnl_bwd, i2c_bwd}, {dnnl_wgt, i2c_wgt}};
     const char *dir[3] = {"fwd", "bwd_data", "bwd_weights"};
     for (int k = 0; k < 3; k++) {
-        double t0 = median_ms(fns[k][0], &c), t1 = median_ms(fns[k][1], &c);
+        double t[2];
+        median_multi_ms(fns[k], 2, &c, t);
+        double t0 = t[0], t1 = t[1];
         double diff = k == 0 ? max_rel_diff(c.y2, c.y, ny) : k == 1 ? max_rel_diff(c.dx2, c.dx, nx)
                                                                    : max_rel_diff(c.dw2, c.dw, nw);
         printf("conv %-22s %-12s dnnl_conv %8.3f ms  im2col_matmul %8.3f ms  im2col/dnnl %5.2f  maxdiff %.1e  [%s]\n",
@@ -270,72 +275,92 @@ static void bench_conv(qs_backend *be, const char *name, qs_conv_desc d) {
     qs_host_free(c.ws);
 }
 
-/* ------------------------------------------------------------ linear: inner product variant */
+/* ----------------------------------------------------------------------------- linear */
+
+/* Variants: the backend's plan, matmul with oneDNN's first-choice implementation in all three
+ * directions, matmul forced to the "gemm" implementation, inner_product (plain layouts). */
+enum { LV_BACKEND, LV_MM_DEFAULT, LV_MM_GEMM, LV_IP, LV_COUNT };
+static const char *lv_name[LV_COUNT] = {"backend", "matmul_default", "matmul_gemm", "inner_product"};
 
 typedef struct linear_case {
     qs_backend *be;
     const qs_dnnl_ctx *ctx;
     qs_linear_desc d;
-    void *plan, *ws, *ip_scratch;
-    qs_dnnl_prim ip_fwd, ip_bwd, ip_wgt;
-    float *x, *w, *b, *y, *dy, *dx, *dw, *db, *y2, *dx2, *dw2, *db2;
+    void *plan, *ws, *scratch;
+    qs_dnnl_prim prim[LV_COUNT][3]; /* [variant][fwd, bwd_data, bwd_weights], not LV_BACKEND */
+    float *x, *w, *b, *dy, *out[LV_COUNT][3], *db;
 } linear_case;
 
+/* inner_product primitives with plain layouts (low-level dnnl_util entry: the library has
+ * no inner_product constructor since it does not use one). */
 static void ip_init(linear_case *c) {
     const qs_linear_desc *d = &c->d;
     dnnl_memory_desc_t src, wei, bias, dst;
-    const int64_t sd[2] = {d->M, d->K}, wd[2] = {d->N, d->K}, bd[1] = {d->N}, dd[2] = {d->M, d->N};
-    CHECK(qs_dnnl_md_tag(&src, 2, sd, dnnl_nc));
-    CHECK(qs_dnnl_md_tag(&wei, 2, wd, dnnl_oi));
-    CHECK(qs_dnnl_md_tag(&bias, 1, bd, dnnl_a));
-    CHECK(qs_dnnl_md_tag(&dst, 2, dd, dnnl_nc));
+    const qs_dnnl_tensor ts = {.ndims = 2, .dims = {d->M, d->K}, .strides = {d->K, 1}};
+    const qs_dnnl_tensor tw = {.ndims = 2, .dims = {d->N, d->K}, .strides = {d->K, 1}};
+    const qs_dnnl_tensor tb = {.ndims = 1, .dims = {d->N}, .layout = QS_DNNL_VECTOR};
+    const qs_dnnl_tensor td = {.ndims = 2, .dims = {d->M, d->N}, .strides = {d->N, 1}};
+    CHECK(qs_dnnl_md(&src, &ts));
+    CHECK(qs_dnnl_md(&wei, &tw));
+    CHECK(qs_dnnl_md(&bias, &tb));
+    CHECK(qs_dnnl_md(&dst, &td));
     dnnl_inner_product_desc_t f, b, w;
+    qs_dnnl_prim *p = c->prim[LV_IP];
     CHECK(qs_dnnl_check(dnnl_inner_product_forward_desc_init(&f, dnnl_forward_training, &src, &wei, &bias, &dst),
                         "ip fwd"));
     const int fids[4] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_BIAS, DNNL_ARG_DST};
-    CHECK(qs_dnnl_prim_create(&c->ip_fwd, c->ctx, &f, NULL, NULL, fids, 4, "ip fwd"));
+    CHECK(qs_dnnl_prim_create(&p[0], c->ctx, &f, NULL, NULL, NULL, fids, 4, "ip fwd"));
     CHECK(qs_dnnl_check(dnnl_inner_product_backward_data_desc_init(&b, &src, &wei, &dst), "ip bwd"));
     const int bids[3] = {DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC};
-    CHECK(qs_dnnl_prim_create(&c->ip_bwd, c->ctx, &b, NULL, c->ip_fwd.pd, bids, 3, "ip bwd"));
+    CHECK(qs_dnnl_prim_create(&p[1], c->ctx, &b, NULL, p[0].pd, NULL, bids, 3, "ip bwd"));
     CHECK(qs_dnnl_check(dnnl_inner_product_backward_weights_desc_init(&w, &src, &wei, &bias, &dst), "ip wgt"));
     const int wids[4] = {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS, DNNL_ARG_DIFF_BIAS};
-    CHECK(qs_dnnl_prim_create(&c->ip_wgt, c->ctx, &w, NULL, c->ip_fwd.pd, wids, 4, "ip wgt"));
-    size_t s = c->ip_fwd.scratch_bytes;
-    if (c->ip_bwd.scratch_bytes > s) s = c->ip_bwd.scratch_bytes;
-    if (c->ip_wgt.scratch_bytes > s) s = c->ip_wgt.scratch_bytes;
-    c->ip_scratch = qs_host_alloc(s + 64);
-    printf("linear M=%lld K=%lld N=%lld: inner_product impls fwd=%s bwd=%s wgt=%s; matmul impl via backend\n",
-           (long long)d->M, (long long)d->K, (long long)d->N, qs_dnnl_prim_impl(&c->ip_fwd),
-           qs_dnnl_prim_impl(&c->ip_bwd), qs_dnnl_prim_impl(&c->ip_wgt));
+    CHECK(qs_dnnl_prim_create(&p[2], c->ctx, &w, NULL, p[0].pd, NULL, wids, 4, "ip wgt"));
 }
 
-static void mm_fwd(void *c_) {
-    linear_case *c = c_;
-    CHECK(c->be->ops->linear_forward(c->be, c->plan, NULL, c->x, c->w, c->b, c->y, c->ws));
+/* The three products of a linear layer as matmuls (same formulation as src/cpu/cpu_linear.c). */
+static void mm_init(linear_case *c, int v, const char *prefer) {
+    const int64_t M = c->d.M, N = c->d.N, K = c->d.K;
+    const int64_t row_k[2] = {K, 1}, col_k[2] = {1, K}, row_n[2] = {N, 1}, col_n[2] = {1, N};
+    mm(&c->prim[v][0], c->ctx, M, K, N, row_k, col_k, true, prefer);
+    mm(&c->prim[v][1], c->ctx, M, N, K, row_n, row_k, false, prefer);
+    mm(&c->prim[v][2], c->ctx, N, M, K, col_n, row_k, false, prefer);
 }
-static void mm_bwd(void *c_) {
-    linear_case *c = c_;
-    CHECK(c->be->ops->linear_backward_data(c->be, c->plan, NULL, c->dy, c->w, c->dx, false, c->ws));
+
+/* One run of variant v in direction dir (bias gradient: by the primitive for inner_product,
+ * by the backend's column sum otherwise; the plain-matmul variants leave it out). */
+static void linear_run(linear_case *c, int v, int dir) {
+    float *out = c->out[v][dir];
+    if (v == LV_BACKEND) {
+        const qs_backend_ops *o = c->be->ops;
+        if (dir == 0) CHECK(o->linear_forward(c->be, c->plan, NULL, c->x, c->w, c->b, out, c->ws));
+        if (dir == 1) CHECK(o->linear_backward_data(c->be, c->plan, NULL, c->dy, c->w, out, false, c->ws));
+        if (dir == 2) CHECK(o->linear_backward_weights(c->be, c->plan, NULL, c->dy, c->x, out, c->db, c->ws));
+        return;
+    }
+    void *h[4];
+    if (dir == 0) {
+        h[0] = c->x, h[1] = c->w, h[2] = c->b, h[3] = out;
+    } else if (dir == 1) {
+        h[0] = c->dy, h[1] = c->w, h[2] = out;
+    } else if (v == LV_IP) {
+        h[0] = c->x, h[1] = c->dy, h[2] = out, h[3] = c->db;
+    } else {
+        h[0] = c->dy, h[1] = c->x, h[2] = out;
+    }
+    CHECK(qs_dnnl_prim_exec(&c->prim[v][dir], c->ctx, h, c->scratch, "linear variant"));
 }
-static void mm_wgt(void *c_) {
-    linear_case *c = c_;
-    CHECK(c->be->ops->linear_backward_weights(c->be, c->plan, NULL, c->dy, c->x, c->dw, c->db, c->ws));
-}
-static void ip_fwd(void *c_) {
-    linear_case *c = c_;
-    void *h[4] = {c->x, c->w, c->b, c->y2};
-    CHECK(qs_dnnl_prim_exec(&c->ip_fwd, c->ctx, h, c->ip_scratch, "ip fwd"));
-}
-static void ip_bwd(void *c_) {
-    linear_case *c = c_;
-    void *h[3] = {c->dy, c->w, c->dx2};
-    CHECK(qs_dnnl_prim_exec(&c->ip_bwd, c->ctx, h, c->ip_scratch, "ip bwd"));
-}
-static void ip_wgt(void *c_) {
-    linear_case *c = c_;
-    void *h[4] = {c->x, c->dy, c->dw2, c->db2};
-    CHECK(qs_dnnl_prim_exec(&c->ip_wgt, c->ctx, h, c->ip_scratch, "ip wgt"));
-}
+
+#define LINEAR_FN(v, dir) \
+    static void lin_##v##_##dir(void *c) { linear_run(c, v, dir); }
+#define LINEAR_FNS(v) LINEAR_FN(v, 0) LINEAR_FN(v, 1) LINEAR_FN(v, 2)
+LINEAR_FNS(0)
+LINEAR_FNS(1)
+LINEAR_FNS(2)
+LINEAR_FNS(3)
+static const bench_fn lin_fns[3][LV_COUNT] = {{lin_0_0, lin_1_0, lin_2_0, lin_3_0},
+                                              {lin_0_1, lin_1_1, lin_2_1, lin_3_1},
+                                              {lin_0_2, lin_1_2, lin_2_2, lin_3_2}};
 
 static void bench_linear(qs_backend *be, int64_t M, int64_t K, int64_t N) {
     linear_case c;
@@ -346,31 +371,40 @@ static void bench_linear(qs_backend *be, int64_t M, int64_t K, int64_t N) {
     size_t wsb;
     CHECK(be->ops->linear_plan(be, &c.d, &c.plan, &wsb));
     c.ws = qs_host_alloc(wsb);
+    mm_init(&c, LV_MM_DEFAULT, NULL);
+    mm_init(&c, LV_MM_GEMM, "gemm");
     ip_init(&c);
-    c.x = falloc(M * K), c.dx = falloc(M * K), c.dx2 = falloc(M * K);
-    c.w = falloc(N * K), c.dw = falloc(N * K), c.dw2 = falloc(N * K);
-    c.y = falloc(M * N), c.y2 = falloc(M * N), c.dy = falloc(M * N);
-    c.b = falloc(N), c.db = falloc(N), c.db2 = falloc(N);
+    size_t scratch = 0;
+    for (int v = 1; v < LV_COUNT; v++)
+        for (int k = 0; k < 3; k++)
+            if (c.prim[v][k].scratch_bytes > scratch) scratch = c.prim[v][k].scratch_bytes;
+    c.scratch = qs_host_alloc(scratch + 64);
+    const int64_t nout[3] = {M * N, M * K, N * K};
+    c.x = falloc(M * K), c.w = falloc(N * K), c.dy = falloc(M * N), c.b = falloc(N), c.db = falloc(N);
+    for (int v = 0; v < LV_COUNT; v++)
+        for (int k = 0; k < 3; k++) c.out[v][k] = falloc(nout[k]);
     fill(c.x, M * K, 5), fill(c.w, N * K, 6), fill(c.dy, M * N, 7), fill(c.b, N, 8);
-    bench_fn fns[3][2] = {{mm_fwd, ip_fwd}, {mm_bwd, ip_bwd}, {mm_wgt, ip_wgt}};
     const char *dir[3] = {"fwd", "bwd_data", "bwd_weights"};
-    char name[64];
-    snprintf(name, sizeof name, "M%lld_K%lld_N%lld", (long long)M, (long long)K, (long long)N);
     for (int k = 0; k < 3; k++) {
-        double t0 = median_ms(fns[k][0], &c), t1 = median_ms(fns[k][1], &c);
-        double diff = k == 0 ? max_rel_diff(c.y2, c.y, M * N) : k == 1 ? max_rel_diff(c.dx2, c.dx, M * K)
-                                                                       : max_rel_diff(c.dw2, c.dw, N * K);
-        printf("linear %-20s %-12s matmul %8.3f ms  inner_product %8.3f ms  ip/matmul %5.2f  maxdiff %.1e  [%s]\n",
-               name, dir[k], t0, t1, t1 / t0, diff, qs_cpu_linear_impl_name(c.plan, k));
+        double t[LV_COUNT];
+        median_multi_ms(lin_fns[k], LV_COUNT, &c, t);
+        printf("linear M%lld_K%lld_N%lld %-12s", (long long)M, (long long)K, (long long)N, dir[k]);
+        for (int v = 0; v < LV_COUNT; v++) printf("  %s %7.3f ms", lv_name[v], t[v]);
+        double diff = 0.0;
+        for (int v = 1; v < LV_COUNT; v++) diff = fmax(diff, max_rel_diff(c.out[v][k], c.out[0][k], nout[k]));
+        printf("  maxdiff %.1e  [backend: %s; default: %s]\n", diff, qs_cpu_linear_impl_name(c.plan, k),
+               qs_dnnl_prim_impl(&c.prim[LV_MM_DEFAULT][k]));
     }
     be->ops->plan_destroy(be, c.plan);
-    qs_dnnl_prim_destroy(&c.ip_fwd);
-    qs_dnnl_prim_destroy(&c.ip_bwd);
-    qs_dnnl_prim_destroy(&c.ip_wgt);
-    float *bufs[] = {c.x, c.dx, c.dx2, c.w, c.dw, c.dw2, c.y, c.y2, c.dy, c.b, c.db, c.db2};
+    for (int v = 0; v < LV_COUNT; v++)
+        for (int k = 0; k < 3; k++) {
+            qs_dnnl_prim_destroy(&c.prim[v][k]);
+            qs_host_free(c.out[v][k]);
+        }
+    float *bufs[] = {c.x, c.w, c.dy, c.b, c.db};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) qs_host_free(bufs[i]);
     qs_host_free(c.ws);
-    qs_host_free(c.ip_scratch);
+    qs_host_free(c.scratch);
 }
 
 static qs_conv_desc conv(int64_t H, int64_t C, int64_t K, int64_t R, int64_t stride, int64_t pad) {

@@ -8,8 +8,10 @@
  *   forward          [reordered W][scratchpad]
  *   backward_data    [reordered W][dX temp, only when accumulating][scratchpad]
  *   backward_weights [dW in the primitive's layout][scratchpad]
- * oneDNN convolution beat im2col + matmul for every direction and shape measured by
- * bench/bench_conv_choice.c, so there is no im2col path. */
+ * bench/bench_conv_choice.c measured oneDNN convolution against im2col + matmul: oneDNN is
+ * 1.1–9× faster in every direction and shape (one tie: 14 px 32→64 stride-2 backward-data),
+ * except backward-data of the 1-input-channel first layer (im2col 1.8× faster), which
+ * training never runs (the input needs no gradient); so there is no im2col path. */
 #include "cpu/cpu_backend.h"
 
 #include <stdlib.h>
@@ -45,62 +47,39 @@ void qs_cpu_conv_plan_destroy(void *plan) {
     free(cp);
 }
 
-/* Set up a reorder between the user's OIHW weights and `chosen` (to_chosen: OIHW → chosen,
- * else chosen → OIHW); no reorder when the layouts are equal. */
-static qs_status conv_wlayout(qs_cpu_wlayout *wl, const qs_dnnl_ctx *ctx, const dnnl_memory_desc_t *user,
-                              const dnnl_memory_desc_t *chosen, bool to_chosen) {
-    wl->needed = !qs_dnnl_md_equal(user, chosen);
-    wl->bytes = wl->needed ? qs_cpu_align(qs_dnnl_md_bytes(chosen)) : 0;
-    if (!wl->needed) return QS_OK;
-    return to_chosen ? qs_dnnl_reorder_create(&wl->reorder, ctx, user, chosen)
-                     : qs_dnnl_reorder_create(&wl->reorder, ctx, chosen, user);
-}
-
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
 /* ws + off, NULL when there is no workspace (the plan then needs none). */
 static void *ws_at(void *ws, size_t off) { return ws ? (char *)ws + off : NULL; }
 
+static qs_dnnl_tensor tensor4(int64_t a, int64_t b, int64_t c, int64_t d, qs_dnnl_layout layout) {
+    return (qs_dnnl_tensor){.ndims = 4, .dims = {a, b, c, d}, .layout = layout};
+}
+
 /* Build the three convolution primitives and the weight reorders. */
 static qs_status conv_build(qs_cpu_conv_plan_t *cp, const qs_dnnl_ctx *ctx) {
     const qs_conv_desc *d = &cp->d;
-    dnnl_memory_desc_t src, dst, wany, wuser, bias;
-    const int64_t sdims[4] = {d->N, d->C, d->H, d->W}, ddims[4] = {d->N, d->K, d->P, d->Q};
-    const int64_t wdims[4] = {d->K, d->C, d->R, d->S}, bdims[1] = {d->K};
-    QS_TRY(qs_dnnl_md_tag(&src, 4, sdims, dnnl_nhwc));
-    QS_TRY(qs_dnnl_md_tag(&dst, 4, ddims, dnnl_nhwc));
-    QS_TRY(qs_dnnl_md_tag(&wany, 4, wdims, dnnl_format_tag_any));
-    QS_TRY(qs_dnnl_md_tag(&wuser, 4, wdims, dnnl_oihw));
-    QS_TRY(qs_dnnl_md_tag(&bias, 1, bdims, dnnl_a));
-    const dnnl_dims_t strides = {d->stride_h, d->stride_w}, pad = {d->pad_h, d->pad_w};
-    const dnnl_memory_desc_t *bias_md = d->has_bias ? &bias : NULL;
+    const qs_dnnl_tensor src = tensor4(d->N, d->C, d->H, d->W, QS_DNNL_NHWC);
+    const qs_dnnl_tensor dst = tensor4(d->N, d->K, d->P, d->Q, QS_DNNL_NHWC);
+    const qs_dnnl_tensor wany = tensor4(d->K, d->C, d->R, d->S, QS_DNNL_ANY);
+    const qs_dnnl_tensor wuser = tensor4(d->K, d->C, d->R, d->S, QS_DNNL_OIHW);
+    const qs_dnnl_tensor bias = {.ndims = 1, .dims = {d->K}, .layout = QS_DNNL_VECTOR};
+    const qs_dnnl_tensor *bp = d->has_bias ? &bias : NULL;
+    const int64_t strides[2] = {d->stride_h, d->stride_w}, pads[2] = {d->pad_h, d->pad_w};
 
-    dnnl_convolution_desc_t fd, bdd, bwd;
-    QS_TRY(qs_dnnl_check(dnnl_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct,
-                                                            &src, &wany, bias_md, &dst, strides, pad, pad),
-                         "convolution forward descriptor"));
-    const int fids_b[4] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_BIAS, DNNL_ARG_DST};
-    const int fids[3] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST};
-    QS_TRY(qs_dnnl_prim_create(&cp->fwd, ctx, &fd, NULL, NULL, d->has_bias ? fids_b : fids, d->has_bias ? 4 : 3,
+    QS_TRY(qs_dnnl_conv_create(&cp->fwd, ctx, QS_DNNL_CONV_FWD, &src, &wany, bp, &dst, strides, pads, NULL,
                                "convolution forward"));
-
-    QS_TRY(qs_dnnl_check(dnnl_convolution_backward_data_desc_init(&bdd, dnnl_convolution_direct, &src, &wany, &dst,
-                                                                  strides, pad, pad),
-                         "convolution backward-data descriptor"));
-    const int bids[3] = {DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC};
-    QS_TRY(qs_dnnl_prim_create(&cp->bwd_data, ctx, &bdd, NULL, cp->fwd.pd, bids, 3, "convolution backward-data"));
-
-    QS_TRY(qs_dnnl_check(dnnl_convolution_backward_weights_desc_init(&bwd, dnnl_convolution_direct, &src, &wany,
-                                                                     bias_md, &dst, strides, pad, pad),
-                         "convolution backward-weights descriptor"));
-    const int wids_b[4] = {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS, DNNL_ARG_DIFF_BIAS};
-    QS_TRY(qs_dnnl_prim_create(&cp->bwd_weights, ctx, &bwd, NULL, cp->fwd.pd, wids_b, d->has_bias ? 4 : 3,
-                               "convolution backward-weights"));
-
-    QS_TRY(conv_wlayout(&cp->w_fwd, ctx, &wuser, qs_dnnl_prim_arg_md(&cp->fwd, DNNL_ARG_WEIGHTS), true));
-    QS_TRY(conv_wlayout(&cp->w_bwd, ctx, &wuser, qs_dnnl_prim_arg_md(&cp->bwd_data, DNNL_ARG_WEIGHTS), true));
-    QS_TRY(conv_wlayout(&cp->dw_user, ctx, &wuser, qs_dnnl_prim_arg_md(&cp->bwd_weights, DNNL_ARG_DIFF_WEIGHTS),
-                        false));
+    QS_TRY(qs_dnnl_conv_create(&cp->bwd_data, ctx, QS_DNNL_CONV_BWD_DATA, &src, &wany, NULL, &dst, strides, pads,
+                               &cp->fwd, "convolution backward-data"));
+    QS_TRY(qs_dnnl_conv_create(&cp->bwd_weights, ctx, QS_DNNL_CONV_BWD_WEIGHTS, &src, &wany, bp, &dst, strides,
+                               pads, &cp->fwd, "convolution backward-weights"));
+    qs_cpu_wlayout *wl[3] = {&cp->w_fwd, &cp->w_bwd, &cp->dw_user};
+    const qs_dnnl_prim *prims[3] = {&cp->fwd, &cp->bwd_data, &cp->bwd_weights};
+    for (int i = 0; i < 3; i++) {
+        QS_TRY(qs_dnnl_weights_reorder(&wl[i]->reorder, ctx, prims[i], i == 2, &wuser, i < 2, &wl[i]->needed,
+                                       &wl[i]->bytes));
+        wl[i]->bytes = qs_cpu_align(wl[i]->bytes);
+    }
 
     cp->dx_bytes = qs_cpu_align((size_t)(d->N * d->H * d->W * d->C) * sizeof(float));
     size_t ws_f = cp->w_fwd.bytes + max_sz(cp->fwd.scratch_bytes, cp->w_fwd.reorder.scratch_bytes);

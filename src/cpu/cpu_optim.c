@@ -32,9 +32,11 @@ qs_status qs_cpu_sgd_step(qs_backend *be, qs_stream *s, int64_t n, float *p, con
 }
 
 /* p *= 1 - lr·wd; m = β1·m + (1-β1)·g; v = β2·v + (1-β2)·g²;
- * p -= (lr / (1-β1^t)) · m / (sqrt(v)/sqrt(1-β2^t) + eps). */
-qs_status qs_cpu_adamw_step(qs_backend *be, qs_stream *s, int64_t n, float *p, const float *g, float *m,
-                            float *v, float lr, float beta1, float beta2, float eps, float wd, int64_t step) {
+ * p -= (lr / (1-β1^t)) · m / (sqrt(v)/sqrt(1-β2^t) + eps). p, g, m, v must not overlap.
+ * Note: GCC vectorises this loop only with -fno-math-errno (sqrtf may set errno); per-function
+ * attributes/pragmas do not lift that in GCC 12. */
+qs_status qs_cpu_adamw_step(qs_backend *be, qs_stream *s, int64_t n, float *p, const float *g, float *m, float *v,
+                            float lr, float beta1, float beta2, float eps, float wd, int64_t step) {
     QS_TRY(qs_cpu_args_check("adamw_step", n, 4, (const void *[]){p, g, m, v}));
     if (step < 1) return QS_FAIL(QS_ERR_INVALID_ARG, "adamw_step: step %lld; steps count from 1", (long long)step);
     const float decay = (float)(1.0 - (double)lr * (double)wd);

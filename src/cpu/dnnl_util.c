@@ -33,26 +33,22 @@ void qs_dnnl_ctx_destroy(qs_dnnl_ctx *ctx) {
     memset(ctx, 0, sizeof *ctx);
 }
 
-qs_status qs_dnnl_md_strided(dnnl_memory_desc_t *md, int ndims, const int64_t *dims,
-                             const int64_t *strides) {
+qs_status qs_dnnl_md(dnnl_memory_desc_t *md, const qs_dnnl_tensor *t) {
+    if (t->ndims < 1 || t->ndims > 4)
+        return QS_FAIL(QS_ERR_INTERNAL, "oneDNN memory descriptor: %d dimensions, 1..4 supported", t->ndims);
     dnnl_dims_t d, s;
-    for (int i = 0; i < ndims; i++) {
-        d[i] = dims[i];
-        s[i] = strides[i];
+    for (int i = 0; i < t->ndims; i++) {
+        d[i] = t->dims[i];
+        s[i] = t->strides[i];
     }
-    return qs_dnnl_check(dnnl_memory_desc_init_by_strides(md, ndims, d, dnnl_f32, s), "memory descriptor (strides)");
-}
-
-qs_status qs_dnnl_md_tag(dnnl_memory_desc_t *md, int ndims, const int64_t *dims, dnnl_format_tag_t tag) {
-    dnnl_dims_t d;
-    for (int i = 0; i < ndims; i++) d[i] = dims[i];
-    return qs_dnnl_check(dnnl_memory_desc_init_by_tag(md, ndims, d, dnnl_f32, tag), "memory descriptor (tag)");
-}
-
-size_t qs_dnnl_md_bytes(const dnnl_memory_desc_t *md) { return md ? dnnl_memory_desc_get_size(md) : 0; }
-
-bool qs_dnnl_md_equal(const dnnl_memory_desc_t *a, const dnnl_memory_desc_t *b) {
-    return dnnl_memory_desc_equal(a, b) != 0;
+    if (t->layout == QS_DNNL_STRIDED)
+        return qs_dnnl_check(dnnl_memory_desc_init_by_strides(md, t->ndims, d, dnnl_f32, s),
+                             "memory descriptor (strides)");
+    dnnl_format_tag_t tag = t->layout == QS_DNNL_ANY    ? dnnl_format_tag_any
+                            : t->layout == QS_DNNL_NHWC ? dnnl_nhwc
+                            : t->layout == QS_DNNL_OIHW ? dnnl_oihw
+                                                        : dnnl_a;
+    return qs_dnnl_check(dnnl_memory_desc_init_by_tag(md, t->ndims, d, dnnl_f32, tag), "memory descriptor (tag)");
 }
 
 /* Shared tail of primitive construction: primitive, per-argument memory objects, scratchpad. */
@@ -60,7 +56,7 @@ static qs_status qs_dnnl_prim_finish(qs_dnnl_prim *p, const qs_dnnl_ctx *ctx, co
                                      int nargs, const char *what) {
     QS_TRY(qs_dnnl_check(dnnl_primitive_create(&p->prim, p->pd), what));
     const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(p->pd, dnnl_query_scratchpad_md, 0);
-    p->scratch_bytes = qs_dnnl_md_bytes(smd);
+    p->scratch_bytes = smd ? dnnl_memory_desc_get_size(smd) : 0;
     int total = nargs + (p->scratch_bytes > 0 ? 1 : 0);
     for (int i = 0; i < total; i++) {
         int arg = i < nargs ? arg_ids[i] : DNNL_ARG_SCRATCHPAD;
@@ -73,9 +69,43 @@ static qs_status qs_dnnl_prim_finish(qs_dnnl_prim *p, const qs_dnnl_ctx *ctx, co
     return QS_OK;
 }
 
+/* Primitive descriptor for op_desc: the first implementation whose name contains `prefer`
+ * (when given and present), else oneDNN's first choice. */
+static qs_status qs_dnnl_pd_create(dnnl_primitive_desc_t *pd, const qs_dnnl_ctx *ctx, const void *op_desc,
+                                   const_dnnl_primitive_attr_t attr, const_dnnl_primitive_desc_t hint,
+                                   const char *prefer, const char *what) {
+    *pd = NULL;
+    if (!prefer) return qs_dnnl_check(dnnl_primitive_desc_create(pd, op_desc, attr, ctx->engine, hint), what);
+    dnnl_primitive_desc_iterator_t it = NULL;
+    QS_TRY(qs_dnnl_check(dnnl_primitive_desc_iterator_create(&it, op_desc, attr, ctx->engine, hint), what));
+    dnnl_primitive_desc_t first = NULL;
+    do {
+        dnnl_primitive_desc_t cand = dnnl_primitive_desc_iterator_fetch(it);
+        if (!cand) break;
+        const char *name = NULL;
+        dnnl_primitive_desc_query(cand, dnnl_query_impl_info_str, 0, &name);
+        if (name && strstr(name, prefer)) {
+            *pd = cand;
+            break;
+        }
+        if (!first)
+            first = cand;
+        else
+            dnnl_primitive_desc_destroy(cand);
+    } while (dnnl_primitive_desc_iterator_next(it) == dnnl_success);
+    dnnl_primitive_desc_iterator_destroy(it);
+    if (*pd) {
+        if (first) dnnl_primitive_desc_destroy(first);
+        return QS_OK;
+    }
+    if (!first) return QS_FAIL(QS_ERR_UNSUPPORTED, "oneDNN %s: no implementation available", what);
+    *pd = first;
+    return QS_OK;
+}
+
 qs_status qs_dnnl_prim_create(qs_dnnl_prim *p, const qs_dnnl_ctx *ctx, const void *op_desc,
                               const_dnnl_post_ops_t post_ops, const_dnnl_primitive_desc_t hint,
-                              const int *arg_ids, int nargs, const char *what) {
+                              const char *prefer_impl, const int *arg_ids, int nargs, const char *what) {
     memset(p, 0, sizeof *p);
     if (nargs < 0 || nargs > QS_DNNL_MAX_ARGS)
         return QS_FAIL(QS_ERR_INTERNAL, "oneDNN %s: %d arguments, at most %d supported", what, nargs, QS_DNNL_MAX_ARGS);
@@ -84,15 +114,16 @@ qs_status qs_dnnl_prim_create(qs_dnnl_prim *p, const qs_dnnl_ctx *ctx, const voi
     if (st == QS_OK)
         st = qs_dnnl_check(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), what);
     if (st == QS_OK && post_ops) st = qs_dnnl_check(dnnl_primitive_attr_set_post_ops(attr, post_ops), what);
-    if (st == QS_OK) st = qs_dnnl_check(dnnl_primitive_desc_create(&p->pd, op_desc, attr, ctx->engine, hint), what);
+    if (st == QS_OK) st = qs_dnnl_pd_create(&p->pd, ctx, op_desc, attr, hint, prefer_impl, what);
     if (attr) dnnl_primitive_attr_destroy(attr);
     if (st == QS_OK) st = qs_dnnl_prim_finish(p, ctx, arg_ids, nargs, what);
     if (st != QS_OK) qs_dnnl_prim_destroy(p);
     return st;
 }
 
-qs_status qs_dnnl_reorder_create(qs_dnnl_prim *p, const qs_dnnl_ctx *ctx,
-                                 const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to) {
+/* A reorder between two layouts (arguments from, to). */
+static qs_status qs_dnnl_reorder_create(qs_dnnl_prim *p, const qs_dnnl_ctx *ctx, const dnnl_memory_desc_t *from,
+                                        const dnnl_memory_desc_t *to) {
     memset(p, 0, sizeof *p);
     static const int ids[2] = {DNNL_ARG_FROM, DNNL_ARG_TO};
     dnnl_primitive_attr_t attr = NULL;
@@ -108,8 +139,85 @@ qs_status qs_dnnl_reorder_create(qs_dnnl_prim *p, const qs_dnnl_ctx *ctx,
     return st;
 }
 
-const dnnl_memory_desc_t *qs_dnnl_prim_arg_md(const qs_dnnl_prim *p, int arg) {
-    return dnnl_primitive_desc_query_md(p->pd, dnnl_query_exec_arg_md, arg);
+qs_status qs_dnnl_matmul_create(qs_dnnl_prim *p, const qs_dnnl_ctx *ctx, const qs_dnnl_tensor *a,
+                                const qs_dnnl_tensor *b, const qs_dnnl_tensor *bias, const qs_dnnl_tensor *c,
+                                bool accumulate, const char *prefer, const char *what) {
+    memset(p, 0, sizeof *p);
+    dnnl_memory_desc_t amd, bmd, cmd, biasmd;
+    QS_TRY(qs_dnnl_md(&amd, a));
+    QS_TRY(qs_dnnl_md(&bmd, b));
+    QS_TRY(qs_dnnl_md(&cmd, c));
+    if (bias) QS_TRY(qs_dnnl_md(&biasmd, bias));
+    dnnl_matmul_desc_t md;
+    QS_TRY(qs_dnnl_check(dnnl_matmul_desc_init(&md, &amd, &bmd, bias ? &biasmd : NULL, &cmd), what));
+    dnnl_post_ops_t po = NULL;
+    if (accumulate) {
+        QS_TRY(qs_dnnl_check(dnnl_post_ops_create(&po), what));
+        qs_status st = qs_dnnl_check(dnnl_post_ops_append_sum(po, 1.0f), what);
+        if (st != QS_OK) {
+            dnnl_post_ops_destroy(po);
+            return st;
+        }
+    }
+    const int ids_bias[4] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_BIAS, DNNL_ARG_DST};
+    const int ids[3] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST};
+    qs_status st = qs_dnnl_prim_create(p, ctx, &md, po, NULL, prefer, bias ? ids_bias : ids, bias ? 4 : 3, what);
+    if (po) dnnl_post_ops_destroy(po);
+    return st;
+}
+
+qs_status qs_dnnl_conv_create(qs_dnnl_prim *p, const qs_dnnl_ctx *ctx, qs_dnnl_conv_dir dir,
+                              const qs_dnnl_tensor *src, const qs_dnnl_tensor *weights, const qs_dnnl_tensor *bias,
+                              const qs_dnnl_tensor *dst, const int64_t strides[2], const int64_t pads[2],
+                              const qs_dnnl_prim *hint, const char *what) {
+    memset(p, 0, sizeof *p);
+    dnnl_memory_desc_t smd, wmd, dmd, bmd;
+    QS_TRY(qs_dnnl_md(&smd, src));
+    QS_TRY(qs_dnnl_md(&wmd, weights));
+    QS_TRY(qs_dnnl_md(&dmd, dst));
+    if (bias) QS_TRY(qs_dnnl_md(&bmd, bias));
+    const dnnl_memory_desc_t *bptr = bias ? &bmd : NULL;
+    const dnnl_dims_t st = {strides[0], strides[1]}, pad = {pads[0], pads[1]};
+    dnnl_convolution_desc_t cd;
+    dnnl_status_t ds;
+    int ids[4], nargs;
+    if (dir == QS_DNNL_CONV_FWD) {
+        ds = dnnl_convolution_forward_desc_init(&cd, dnnl_forward_training, dnnl_convolution_direct, &smd, &wmd, bptr,
+                                                &dmd, st, pad, pad);
+        nargs = 0;
+        ids[nargs++] = DNNL_ARG_SRC;
+        ids[nargs++] = DNNL_ARG_WEIGHTS;
+        if (bias) ids[nargs++] = DNNL_ARG_BIAS;
+        ids[nargs++] = DNNL_ARG_DST;
+    } else if (dir == QS_DNNL_CONV_BWD_DATA) {
+        ds = dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, &smd, &wmd, &dmd, st, pad, pad);
+        ids[0] = DNNL_ARG_DIFF_DST, ids[1] = DNNL_ARG_WEIGHTS, ids[2] = DNNL_ARG_DIFF_SRC;
+        nargs = 3;
+    } else {
+        ds = dnnl_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, &smd, &wmd, bptr, &dmd, st, pad,
+                                                         pad);
+        ids[0] = DNNL_ARG_SRC, ids[1] = DNNL_ARG_DIFF_DST, ids[2] = DNNL_ARG_DIFF_WEIGHTS, ids[3] = DNNL_ARG_DIFF_BIAS;
+        nargs = bias ? 4 : 3;
+    }
+    QS_TRY(qs_dnnl_check(ds, what));
+    return qs_dnnl_prim_create(p, ctx, &cd, NULL, hint ? hint->pd : NULL, NULL, ids, nargs, what);
+}
+
+qs_status qs_dnnl_weights_reorder(qs_dnnl_prim *reorder, const qs_dnnl_ctx *ctx, const qs_dnnl_prim *p, int arg,
+                                  const qs_dnnl_tensor *user, bool to_prim, bool *needed, size_t *bytes) {
+    memset(reorder, 0, sizeof *reorder);
+    *needed = false;
+    *bytes = 0;
+    const dnnl_memory_desc_t *chosen =
+        dnnl_primitive_desc_query_md(p->pd, dnnl_query_exec_arg_md, arg ? DNNL_ARG_DIFF_WEIGHTS : DNNL_ARG_WEIGHTS);
+    if (!chosen) return QS_FAIL(QS_ERR_INTERNAL, "oneDNN weights reorder: the primitive has no such argument");
+    dnnl_memory_desc_t umd;
+    QS_TRY(qs_dnnl_md(&umd, user));
+    if (dnnl_memory_desc_equal(&umd, chosen)) return QS_OK;
+    *needed = true;
+    *bytes = dnnl_memory_desc_get_size(chosen);
+    return to_prim ? qs_dnnl_reorder_create(reorder, ctx, &umd, chosen)
+                   : qs_dnnl_reorder_create(reorder, ctx, chosen, &umd);
 }
 
 qs_status qs_dnnl_prim_exec(qs_dnnl_prim *p, const qs_dnnl_ctx *ctx, void *const *handles, void *scratch,
@@ -133,21 +241,6 @@ void qs_dnnl_prim_destroy(qs_dnnl_prim *p) {
     if (p->prim) dnnl_primitive_destroy(p->prim);
     if (p->pd) dnnl_primitive_desc_destroy(p->pd);
     memset(p, 0, sizeof *p);
-}
-
-qs_status qs_dnnl_post_ops_sum(dnnl_post_ops_t *out) {
-    *out = NULL;
-    QS_TRY(qs_dnnl_check(dnnl_post_ops_create(out), "post-ops creation"));
-    qs_status st = qs_dnnl_check(dnnl_post_ops_append_sum(*out, 1.0f), "post-op sum");
-    if (st != QS_OK) {
-        dnnl_post_ops_destroy(*out);
-        *out = NULL;
-    }
-    return st;
-}
-
-void qs_dnnl_post_ops_destroy(dnnl_post_ops_t po) {
-    if (po) dnnl_post_ops_destroy(po);
 }
 
 const char *qs_dnnl_prim_impl(const qs_dnnl_prim *p) {

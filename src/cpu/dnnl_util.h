@@ -1,9 +1,11 @@
 /* src/cpu/dnnl_util.h — defines: the one module that talks to oneDNN (v2.6 C API).
  *
- * Everything else in src/cpu uses these helpers instead of calling dnnl_* directly, so the
- * v2 → v3 API change touches only dnnl_util.c. A qs_dnnl_prim bundles a primitive with the
- * memory objects of its arguments (created once without a buffer; each execution only
- * swaps data handles) and the size of its user-managed scratchpad. */
+ * The rest of src/cpu describes tensors with qs_dnnl_tensor (dims, strides or a layout tag)
+ * and builds primitives with the typed constructors below, so no dnnl_* call or v2-only type
+ * (op descriptors, by-value memory descriptors) leaks out and the v2 → v3 API change touches
+ * only dnnl_util.c. A qs_dnnl_prim bundles a primitive with memory objects for its arguments
+ * (created once without a buffer; each execution only swaps data handles) and the size of
+ * its user-managed scratchpad. A prim is not safe to execute from two threads at once. */
 #ifndef QSYNC_CPU_DNNL_UTIL_H
 #define QSYNC_CPU_DNNL_UTIL_H
 
@@ -30,53 +32,73 @@ void qs_dnnl_ctx_destroy(qs_dnnl_ctx *ctx);
  * dnnl_unimplemented maps to QS_ERR_UNSUPPORTED, out_of_memory to QS_ERR_OOM. */
 qs_status qs_dnnl_check(dnnl_status_t st, const char *what);
 
-/* Plain f32 memory descriptor with the given dims and element strides (ndims ≤ 6). */
-qs_status qs_dnnl_md_strided(dnnl_memory_desc_t *md, int ndims, const int64_t *dims,
-                             const int64_t *strides);
-/* f32 memory descriptor by format tag (dnnl_format_tag_any allowed where primitives accept it). */
-qs_status qs_dnnl_md_tag(dnnl_memory_desc_t *md, int ndims, const int64_t *dims,
-                         dnnl_format_tag_t tag);
-/* Bytes a descriptor spans (0 for a zero descriptor). */
-size_t qs_dnnl_md_bytes(const dnnl_memory_desc_t *md);
-/* True when the two descriptors describe the same layout. */
-bool qs_dnnl_md_equal(const dnnl_memory_desc_t *a, const dnnl_memory_desc_t *b);
+/* An f32 tensor as a primitive sees it. dims are in oneDNN's logical order: (rows, cols)
+ * for matrices, (N, C, H, W) for activations, (O, I, H, W) for conv weights, (n) vectors. */
+typedef enum qs_dnnl_layout {
+    QS_DNNL_STRIDED = 0, /* explicit element strides */
+    QS_DNNL_ANY,         /* let the primitive choose (weights of convolutions) */
+    QS_DNNL_NHWC,        /* 4-D (N,C,H,W) stored channels-last */
+    QS_DNNL_OIHW,        /* 4-D weights stored PyTorch style */
+    QS_DNNL_VECTOR       /* 1-D dense */
+} qs_dnnl_layout;
 
-/* A primitive ready to execute: args[i].arg are the argument ids given at creation, in that
- * order, followed by DNNL_ARG_SCRATCHPAD when scratch_bytes > 0. */
+typedef struct qs_dnnl_tensor {
+    int ndims;           /* 1..4 */
+    int64_t dims[4];
+    int64_t strides[4];  /* QS_DNNL_STRIDED only */
+    qs_dnnl_layout layout;
+} qs_dnnl_tensor;
+
+/* A primitive ready to execute. Execution handles are passed in the argument order its
+ * constructor documents; DNNL_ARG_SCRATCHPAD follows internally when scratch_bytes > 0. */
 typedef struct qs_dnnl_prim {
     dnnl_primitive_t prim;
-    dnnl_primitive_desc_t pd;   /* owned copy, for queries */
+    dnnl_primitive_desc_t pd;   /* owned, for queries and as a backward hint */
     int nargs;                  /* user arguments (scratchpad not counted) */
     dnnl_exec_arg_t args[QS_DNNL_MAX_ARGS + 1];
     size_t scratch_bytes;       /* user scratchpad the caller must pass to exec */
 } qs_dnnl_prim;
 
-/* Build a primitive from an operation descriptor (convolution, matmul, inner product, ...),
- * optional post-ops (NULL for none) and, for backward ops, the forward primitive descriptor
- * hint (NULL otherwise). The scratchpad is user-managed. arg_ids lists the nargs (≤ 8)
- * execution arguments; each gets the memory descriptor the implementation chose.
- * `what` names the operation in error messages. On failure *p is zeroed. */
-qs_status qs_dnnl_prim_create(qs_dnnl_prim *p, const qs_dnnl_ctx *ctx, const void *op_desc,
-                              const_dnnl_post_ops_t post_ops, const_dnnl_primitive_desc_t hint,
-                              const int *arg_ids, int nargs, const char *what);
-/* A reorder from one layout to another (arguments FROM, TO). */
-qs_status qs_dnnl_reorder_create(qs_dnnl_prim *p, const qs_dnnl_ctx *ctx,
-                                 const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to);
-/* The memory descriptor the primitive uses for argument `arg` (zero md if unused). */
-const dnnl_memory_desc_t *qs_dnnl_prim_arg_md(const qs_dnnl_prim *p, int arg);
-/* Run the primitive synchronously: handles[i] is the buffer of args[i] (NULL allowed for
- * arguments whose descriptor is zero); scratch has ≥ scratch_bytes bytes. */
-qs_status qs_dnnl_prim_exec(qs_dnnl_prim *p, const qs_dnnl_ctx *ctx, void *const *handles,
-                            void *scratch, const char *what);
+/* C (m,n) = A (m,k) · B (k,n) [+ bias (1,n)] [+ C when accumulate] as a oneDNN matmul.
+ * Arguments: A, B, [bias,] C. prefer (NULL: oneDNN's first choice) selects the first
+ * implementation whose name contains it, e.g. "gemm"; falls back to the first choice. */
+qs_status qs_dnnl_matmul_create(qs_dnnl_prim *p, const qs_dnnl_ctx *ctx, const qs_dnnl_tensor *a,
+                                const qs_dnnl_tensor *b, const qs_dnnl_tensor *bias, const qs_dnnl_tensor *c,
+                                bool accumulate, const char *prefer, const char *what);
+
+/* 2-D convolution, direct algorithm, symmetric padding. Tensors: src (N,C,H,W),
+ * weights (K,C,R,S), bias (K) or NULL, dst (N,K,P,Q).
+ *   QS_DNNL_CONV_FWD:         arguments src, weights, [bias,] dst
+ *   QS_DNNL_CONV_BWD_DATA:    arguments diff_dst, weights, diff_src          (hint: forward)
+ *   QS_DNNL_CONV_BWD_WEIGHTS: arguments src, diff_dst, diff_weights, [diff_bias] (hint: forward) */
+typedef enum qs_dnnl_conv_dir { QS_DNNL_CONV_FWD = 0, QS_DNNL_CONV_BWD_DATA, QS_DNNL_CONV_BWD_WEIGHTS } qs_dnnl_conv_dir;
+qs_status qs_dnnl_conv_create(qs_dnnl_prim *p, const qs_dnnl_ctx *ctx, qs_dnnl_conv_dir dir,
+                              const qs_dnnl_tensor *src, const qs_dnnl_tensor *weights, const qs_dnnl_tensor *bias,
+                              const qs_dnnl_tensor *dst, const int64_t strides[2], const int64_t pads[2],
+                              const qs_dnnl_prim *hint, const char *what);
+
+/* For a primitive's weights-like argument `arg` (0 = weights, 1 = diff_weights) whose layout
+ * it chose itself: *needed tells whether it differs from `user`; if so a reorder user →
+ * chosen (to_prim) or chosen → user is created in *reorder (arguments from, to) and
+ * *bytes is the size of the chosen layout. */
+qs_status qs_dnnl_weights_reorder(qs_dnnl_prim *reorder, const qs_dnnl_ctx *ctx, const qs_dnnl_prim *p, int arg,
+                                  const qs_dnnl_tensor *user, bool to_prim, bool *needed, size_t *bytes);
+
+/* Run the primitive synchronously: handles[i] is the buffer of argument i in the documented
+ * order; scratch has ≥ scratch_bytes bytes (may be NULL when that is 0). */
+qs_status qs_dnnl_prim_exec(qs_dnnl_prim *p, const qs_dnnl_ctx *ctx, void *const *handles, void *scratch,
+                            const char *what);
 /* Release everything (safe on a zeroed struct). */
 void qs_dnnl_prim_destroy(qs_dnnl_prim *p);
-
-/* Post-ops list holding one `sum` (dst = op(...) + dst) — used for accumulate flags.
- * Destroy with qs_dnnl_post_ops_destroy. */
-qs_status qs_dnnl_post_ops_sum(dnnl_post_ops_t *out);
-void qs_dnnl_post_ops_destroy(dnnl_post_ops_t po);
-
 /* Implementation name chosen for a primitive (e.g. "jit:avx512_core"), for logs/benches. */
 const char *qs_dnnl_prim_impl(const qs_dnnl_prim *p);
+
+/* Low level (v2 API; for benchmarks of other primitive kinds, not for library code): build a
+ * primitive from a oneDNN operation descriptor with the given argument ids. */
+qs_status qs_dnnl_prim_create(qs_dnnl_prim *p, const qs_dnnl_ctx *ctx, const void *op_desc,
+                              const_dnnl_post_ops_t post_ops, const_dnnl_primitive_desc_t hint,
+                              const char *prefer_impl, const int *arg_ids, int nargs, const char *what);
+/* Low level: a oneDNN memory descriptor for a qs_dnnl_tensor. */
+qs_status qs_dnnl_md(dnnl_memory_desc_t *md, const qs_dnnl_tensor *t);
 
 #endif

@@ -24,7 +24,7 @@ void qs_train_config_defaults(qs_train_config *c) {
     c->epochs = 1;
     c->batch = 128;
     c->optim.kind = QS_OPTIM_SGD;
-    c->optim.lr = 0.05f;
+    c->optim.lr = 0.1f;
     c->optim.momentum = 0.9f;
     c->optim.nesterov = true;
     c->optim.weight_decay = 5e-4f;
@@ -32,6 +32,7 @@ void qs_train_config_defaults(qs_train_config *c) {
     c->optim.beta2 = 0.999f;
     c->optim.eps = 1e-8f;
     c->lr_schedule = "cosine";
+    c->warmup_steps = -1;
     c->seed = 1;
     c->log_every = 50;
 }
@@ -111,7 +112,7 @@ static void qs_train_log_config(const qs_train_config *c, const qs_train_job *j,
                         "backend %s, threads %d",
                 (long long)c->batch, (long long)total, (long long)spe,
                 c->optim.kind == QS_OPTIM_SGD ? "sgd" : "adamw", c->optim.lr, c->lr_schedule,
-                (long long)c->warmup_steps, c->optim.weight_decay, (unsigned long long)c->seed,
+                (long long)(c->warmup_steps >= 0 ? c->warmup_steps : (total / 10 < 50 ? total / 10 : 50)), c->optim.weight_decay, (unsigned long long)c->seed,
                 j->be->ops->name, c->threads);
 }
 
@@ -193,7 +194,8 @@ static qs_status qs_train_loop(const qs_train_config *c, qs_train_job *j, const 
     memset(&sched, 0, sizeof sched);
     QS_TRY(qs_lr_schedule_parse(c->lr_schedule, &sched));
     sched.base_lr = c->optim.lr;
-    sched.warmup_steps = c->warmup_steps;
+    /* auto warm-up: 50 steps, but never more than a tenth of the run */
+    sched.warmup_steps = c->warmup_steps >= 0 ? c->warmup_steps : (total / 10 < 50 ? total / 10 : 50);
     sched.total_steps = total;
     QS_TRY(qs_lr_schedule_check(&sched));
     int64_t step = 0;

@@ -25,7 +25,7 @@ typedef struct qs_train_config {
     int64_t eval_subset;        /* evaluate on the first N test samples (0 = all) */
     qs_optim_config optim;
     const char *lr_schedule;    /* "constant", "cosine", "step:S:G" */
-    int64_t warmup_steps;
+    int64_t warmup_steps;       /* -1 = auto: min(50, total steps / 10) */
     bool augment;
     uint64_t seed;
     int threads;                /* compute threads (0 = OpenMP default) */
@@ -50,7 +50,7 @@ typedef struct qs_train_result {
     cJSON *profile;             /* per-op report when profile_steps > 0 (caller frees) */
 } qs_train_result;
 
-/* Fill defaults: cnn on fashion-mnist, 1 epoch, batch 128, SGD lr 0.05 momentum 0.9 nesterov,
+/* Fill defaults: cnn on fashion-mnist, 1 epoch, batch 128, SGD lr 0.1 (50 warm-up steps) momentum 0.9 nesterov,
  * weight decay 5e-4, cosine schedule, seed 1, eval at the end. */
 void qs_train_config_defaults(qs_train_config *c);
 qs_status qs_train_run(const qs_train_config *c, qs_train_result *res);
