@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Install what qsync needs to build, test and run on Debian 12 (run as root or with sudo).
+# python3-torch serves the PyTorch cross-checks (tests/test_torch_interop.c) and the baseline
+# benchmarks; OpenBLAS is its recommended BLAS (without it PyTorch falls back to the reference
+# BLAS and its Linear layers run ~10x slower, which would flatter our benchmark ratios).
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 PKGS=(build-essential cmake pkg-config
       libdnnl-dev libcjson-dev zlib1g-dev libcmocka-dev
       dataset-fashion-mnist
-      python3 python3-torch)
+      python3 python3-torch libopenblas0-pthread)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

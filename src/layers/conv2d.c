@@ -21,11 +21,7 @@ static qs_status conv_infer(qs_model *m, qs_node *n) {
                        (long long)n->cfg.conv.stride, (long long)n->cfg.conv.pad);
     qs_conv_desc d = conv_desc(m, n, 1);
     QS_TRY(qs_conv_desc_finish(&d));
-    n->out_ndim = 4;
-    n->out_shape[0] = 1;
-    n->out_shape[1] = d.P;
-    n->out_shape[2] = d.Q;
-    n->out_shape[3] = d.K;
+    qs_layer_set_out_nhwc(n, d.P, d.Q, d.K);
     QS_TRY(qs_layer_declare_param(m, n, "weight", 4, (int64_t[]){d.K, d.C, d.R, d.S}));
     if (d.has_bias) QS_TRY(qs_layer_declare_param(m, n, "bias", 1, (int64_t[]){d.K}));
     n->flops_fwd = 2.0 * (double)(d.P * d.Q * d.K) * (double)(d.C * d.R * d.S);

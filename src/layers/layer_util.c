@@ -54,3 +54,11 @@ float *qs_layer_host_param(qs_model *m, const qs_node *n, int k, float *host_par
 int64_t qs_layer_out_numel_per_sample(const qs_node *n) {
     return qs_shape_numel(n->out_ndim - 1, n->out_shape + 1);
 }
+
+void qs_layer_set_out_nhwc(qs_node *n, int64_t h, int64_t w, int64_t c) {
+    n->out_ndim = 4;
+    n->out_shape[0] = 1;
+    n->out_shape[1] = h;
+    n->out_shape[2] = w;
+    n->out_shape[3] = c;
+}

@@ -23,6 +23,9 @@ void qs_layer_init_const(float *p, int64_t count, float value);
 /* Host pointer of parameter slot k of n inside a host copy of the parameter buffer. */
 float *qs_layer_host_param(qs_model *m, const qs_node *n, int k, float *host_params);
 
+/* Set a 4-d channels-last output shape (batch 1 while building). */
+void qs_layer_set_out_nhwc(qs_node *n, int64_t h, int64_t w, int64_t c);
+
 /* Per-sample element count of a node's output. */
 int64_t qs_layer_out_numel_per_sample(const qs_node *n);
 

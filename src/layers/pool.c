@@ -22,11 +22,7 @@ static qs_status pool_infer(qs_model *m, qs_node *n) {
     if (!n->cfg.pool.global && n->cfg.pool.stride == 0) n->cfg.pool.stride = n->cfg.pool.kernel;
     qs_pool_desc d = pool_desc(m, n, 1);
     QS_TRY(qs_pool_desc_finish(&d));
-    n->out_ndim = 4;
-    n->out_shape[0] = 1;
-    n->out_shape[1] = d.P;
-    n->out_shape[2] = d.Q;
-    n->out_shape[3] = d.C;
+    qs_layer_set_out_nhwc(n, d.P, d.Q, d.C);
     n->flops_fwd = (double)(d.P * d.Q * d.C * d.R * d.S);
     n->flops_bwd_data = (double)(d.P * d.Q * d.C);
     n->bytes_saved_for_backward = d.kind == QS_POOL_MAX ? (size_t)(d.P * d.Q * d.C) * sizeof(int32_t) : 0;

@@ -81,12 +81,16 @@ static qs_status qs_train_build(const qs_train_config *c, qs_train_job *j, qs_mo
     mo->dropout = c->model_opt.dropout;
     if (c->imagenet_stem) mo->cifar_stem = false;
     if (c->resume) {
-        char arch[32];
+        char arch[32], want[256], have[256];
         qs_model_options saved;
         QS_TRY(qs_checkpoint_read_arch(c->resume, arch, sizeof arch, &saved));
         if (strcmp(arch, c->model) != 0)
             return QS_FAIL(QS_ERR_MISMATCH, "--resume %s holds a %s model, but --model is %s", c->resume, arch, c->model);
-        *mo = saved;
+        QS_TRY(qs_models_format_config(c->model, mo, want, sizeof want));
+        QS_TRY(qs_models_format_config(arch, &saved, have, sizeof have));
+        if (strcmp(want, have) != 0)
+            return QS_FAIL(QS_ERR_MISMATCH, "--resume %s holds %s with \"%s\", but this run builds \"%s\": resume with "
+                           "the same model options", c->resume, arch, have, want);
     }
     QS_TRY(qs_models_build(c->model, mo, &j->m));
     QS_TRY(qs_backend_cpu_create(c->threads, &j->be));
