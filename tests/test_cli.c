@@ -50,6 +50,10 @@ static void test_usage_errors(void **state) {
     expect_run("eval", 2, "--checkpoint is required");
     expect_run("help", 0, "commands:");
     expect_run("train --help", 0, "--checkpoint-dir");
+    expect_run("models", 0, "resnet50");
+    expect_run("models --json", 0, "\"description\"");
+    expect_run("models resnet18 --width 16 --json", 0, "\"layer4.1.conv2\"");
+    expect_run("models resnet18 --in-h 0", 1, "in_h");
 }
 
 static void test_missing_dataset_names_package(void **state) {
