@@ -6,7 +6,6 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,37 +13,15 @@
 #include <unistd.h>
 
 #include "core/atomic_file.h"
-
-static char g_dir[64];
-
-static int count_entries(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return -1;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) n++;
-    closedir(d);
-    return n;
-}
-
-static int setup_dir(void **state) {
-    snprintf(g_dir, sizeof g_dir, "/tmp/qs_test_af_XXXXXX");
-    return mkdtemp(g_dir) ? 0 : -1;
-}
-
-static int teardown_dir(void **state) {
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "chmod -R u+rwx '%s' && rm -rf '%s'", g_dir, g_dir);
-    return system(cmd) == 0 ? 0 : -1;
-}
+#include "run_cmd.h"
 
 static void test_write_replace_read(void **state) {
+    const char *dir = *state; /* qs_test_tmp */
     char path[128];
-    snprintf(path, sizeof path, "%s/a.json", g_dir);
+    snprintf(path, sizeof path, "%s/a.json", dir);
     assert_int_equal(qs_write_file_atomic(path, "{\"v\":1}", 7), QS_OK);
     assert_int_equal(qs_write_file_atomic(path, "{\"v\":22}", 8), QS_OK);
-    assert_int_equal(count_entries(g_dir), 1);
+    assert_int_equal(qs_test_count_entries(dir), 1);
     void *data;
     size_t n;
     assert_int_equal(qs_read_file(path, 1024, &data, &n), QS_OK);
@@ -65,24 +42,25 @@ static void test_write_replace_read(void **state) {
     free(data);
     /* missing file, directory */
     char missing[160];
-    snprintf(missing, sizeof missing, "%s/none", g_dir);
+    snprintf(missing, sizeof missing, "%s/none", dir);
     assert_int_equal(qs_read_file(missing, 10, &data, &n), QS_ERR_NOT_FOUND);
     assert_non_null(strstr(qs_last_error(), missing));
-    assert_int_equal(qs_read_file(g_dir, 10, &data, &n), QS_ERR_IO);
+    assert_int_equal(qs_read_file(dir, 10, &data, &n), QS_ERR_IO);
 }
 
 static void test_abort_and_streaming(void **state) {
+    const char *dir = *state; /* qs_test_tmp */
     char path[128];
-    snprintf(path, sizeof path, "%s/b.bin", g_dir);
+    snprintf(path, sizeof path, "%s/b.bin", dir);
     assert_int_equal(qs_write_file_atomic(path, "old", 3), QS_OK);
 
     qs_atomic_file af;
     assert_int_equal(qs_atomic_begin(&af, path), QS_OK);
-    assert_int_equal(count_entries(g_dir), 2); /* b.bin and b.bin.tmp.<pid> */
+    assert_int_equal(qs_test_count_entries(dir), 2); /* b.bin and b.bin.tmp.<pid> */
     assert_int_equal(qs_atomic_write(&af, "new content", 11), QS_OK);
     qs_atomic_abort(&af);
     qs_atomic_abort(&af); /* idempotent */
-    assert_int_equal(count_entries(g_dir), 1);
+    assert_int_equal(qs_test_count_entries(dir), 1);
     void *data;
     size_t n;
     assert_int_equal(qs_read_file(path, 100, &data, &n), QS_OK);
@@ -96,20 +74,21 @@ static void test_abort_and_streaming(void **state) {
     assert_int_equal(qs_read_file(path, 100, &data, &n), QS_OK);
     assert_string_equal((char *)data, "part1,part2");
     free(data);
-    assert_int_equal(count_entries(g_dir), 1);
+    assert_int_equal(qs_test_count_entries(dir), 1);
 
     /* no directory: fails at begin, nothing created */
     char bad[160];
-    snprintf(bad, sizeof bad, "%s/nodir/x", g_dir);
+    snprintf(bad, sizeof bad, "%s/nodir/x", dir);
     qs_error_clear();
     assert_int_equal(qs_write_file_atomic(bad, "x", 1), QS_ERR_IO);
     assert_non_null(strstr(qs_last_error(), bad));
-    assert_int_equal(count_entries(g_dir), 1);
+    assert_int_equal(qs_test_count_entries(dir), 1);
 }
 
 static void test_dir_ensure_writable(void **state) {
+    const char *dir = *state; /* qs_test_tmp */
     char nested[160];
-    snprintf(nested, sizeof nested, "%s/x/y/z/", g_dir);
+    snprintf(nested, sizeof nested, "%s/x/y/z/", dir);
     assert_int_equal(qs_dir_ensure_writable(nested), QS_OK);
     struct stat sb;
     assert_int_equal(stat(nested, &sb), 0);
@@ -117,7 +96,7 @@ static void test_dir_ensure_writable(void **state) {
     assert_int_equal(qs_dir_ensure_writable(nested), QS_OK); /* exists already */
 
     char file[160];
-    snprintf(file, sizeof file, "%s/plain", g_dir);
+    snprintf(file, sizeof file, "%s/plain", dir);
     assert_int_equal(qs_write_file_atomic(file, "x", 1), QS_OK);
     qs_error_clear();
     assert_int_equal(qs_dir_ensure_writable(file), QS_ERR_IO);
@@ -131,7 +110,7 @@ static void test_dir_ensure_writable(void **state) {
 
     if (geteuid() != 0) { /* root ignores permissions */
         char ro[160];
-        snprintf(ro, sizeof ro, "%s/ro", g_dir);
+        snprintf(ro, sizeof ro, "%s/ro", dir);
         assert_int_equal(mkdir(ro, 0500), 0);
         assert_int_equal(qs_dir_ensure_writable(ro), QS_ERR_IO);
         assert_non_null(strstr(qs_last_error(), "is not writable"));
@@ -143,9 +122,9 @@ static void test_dir_ensure_writable(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_write_replace_read, setup_dir, teardown_dir),
-        cmocka_unit_test_setup_teardown(test_abort_and_streaming, setup_dir, teardown_dir),
-        cmocka_unit_test_setup_teardown(test_dir_ensure_writable, setup_dir, teardown_dir),
+        QS_TMPDIR_TEST(test_write_replace_read),
+        QS_TMPDIR_TEST(test_abort_and_streaming),
+        QS_TMPDIR_TEST(test_dir_ensure_writable),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

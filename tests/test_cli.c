@@ -17,17 +17,6 @@
 /* Tiny, fast training settings shared by the tests (96 samples → 3 steps of 32 per epoch). */
 #define QS_TINY "--model cnn --width 4 --batch 32 --train-subset 96 --eval-subset 64 --threads 1 --no-progress"
 
-static char tmp[256];
-
-static int setup(void **state) {
-    qs_test_make_tmpdir(tmp, sizeof tmp);
-    return tmp[0] ? 0 : -1;
-}
-static int teardown(void **state) {
-    qs_test_remove_tree(tmp);
-    return 0;
-}
-
 /* Run args; expect exit code rc and `needle` in the output. */
 static void expect_run(const char *args, int rc, const char *needle) {
     char *out = NULL;
@@ -36,6 +25,16 @@ static void expect_run(const char *args, int rc, const char *needle) {
         fail_msg("qsync %s\n  exit %d (want %d), output:\n%s\n  (wanted to see: %s)", args, got, rc, out,
                  needle ? needle : "-");
     free(out);
+}
+
+/* expect_run with the arguments formatted from fmt and the rest, like printf. */
+__attribute__((format(printf, 3, 4))) static void expect_runf(int rc, const char *needle, const char *fmt, ...) {
+    char args[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    expect_run(args, rc, needle);
 }
 
 static void test_usage_errors(void **state) {
@@ -57,9 +56,7 @@ static void test_usage_errors(void **state) {
 }
 
 static void test_missing_dataset_names_package(void **state) {
-    char args[1024];
-    snprintf(args, sizeof args, "train " QS_TINY " --data-dir %s/none", tmp);
-    expect_run(args, 1, "dataset-fashion-mnist");
+    expect_runf(1, "dataset-fashion-mnist", "train " QS_TINY " --data-dir %s/none", qs_test_tmp);
 }
 
 /* A Fashion-MNIST directory whose training images are cut short. */
@@ -68,31 +65,28 @@ static void test_truncated_idx(void **state) {
     snprintf(cmd, sizeof cmd,
              "mkdir -p %s/fm && cd %s/fm && cp /usr/share/datasets/fashion-mnist/*.gz . && "
              "gunzip train-images-idx3-ubyte.gz && truncate -s 1000000 train-images-idx3-ubyte",
-             tmp, tmp);
+             qs_test_tmp, qs_test_tmp);
     assert_int_equal(qs_test_run_shell(cmd, NULL), 0);
-    snprintf(cmd, sizeof cmd, "train " QS_TINY " --data-dir %s/fm", tmp);
-    expect_run(cmd, 1, "train-images-idx3-ubyte");
+    expect_runf(1, "train-images-idx3-ubyte", "train " QS_TINY " --data-dir %s/fm", qs_test_tmp);
 }
 
 static void test_unwritable_checkpoint_dir(void **state) {
     char args[1024];
     /* a regular file where the directory should be: fails even for root */
-    snprintf(args, sizeof args, "touch %s/afile", tmp);
+    snprintf(args, sizeof args, "touch %s/afile", qs_test_tmp);
     assert_int_equal(qs_test_run_shell(args, NULL), 0);
-    snprintf(args, sizeof args, "train " QS_TINY " --steps 1 --checkpoint-dir %s/afile/ckpt", tmp);
-    expect_run(args, 1, "not writable");
+    expect_runf(1, "not writable", "train " QS_TINY " --steps 1 --checkpoint-dir %s/afile/ckpt", qs_test_tmp);
 }
 
 /* Interrupt at step 4 of 6, resume, and compare with an uninterrupted run byte for byte. */
 static void test_resume_bit_exact(void **state) {
+    const char *tmp = qs_test_tmp;
+    expect_runf(0, "test accuracy", "train " QS_TINY " --epochs 2 --dropout 0.25 --checkpoint-dir %s/full", tmp);
+    expect_runf(0, "stopping at step 4",
+                "train " QS_TINY " --epochs 2 --dropout 0.25 --checkpoint-dir %s/part --stop-at 4", tmp);
+    expect_runf(0, "resumed from",
+                "train " QS_TINY " --epochs 2 --dropout 0.25 --checkpoint-dir %s/part --resume %s/part", tmp, tmp);
     char args[4096];
-    snprintf(args, sizeof args, "train " QS_TINY " --epochs 2 --dropout 0.25 --checkpoint-dir %s/full", tmp);
-    expect_run(args, 0, "test accuracy");
-    snprintf(args, sizeof args, "train " QS_TINY " --epochs 2 --dropout 0.25 --checkpoint-dir %s/part --stop-at 4", tmp);
-    expect_run(args, 0, "stopping at step 4");
-    snprintf(args, sizeof args, "train " QS_TINY " --epochs 2 --dropout 0.25 --checkpoint-dir %s/part --resume %s/part",
-             tmp, tmp);
-    expect_run(args, 0, "resumed from");
     snprintf(args, sizeof args, "cmp %s/full/model.safetensors %s/part/model.safetensors && "
                                 "cmp %s/full/state.safetensors %s/part/state.safetensors", tmp, tmp, tmp, tmp);
     char *out = NULL;
@@ -100,28 +94,25 @@ static void test_resume_bit_exact(void **state) {
     if (rc != 0) fail_msg("resumed run differs from the uninterrupted one: %s", out);
     free(out);
     /* resume with other settings is refused */
-    snprintf(args, sizeof args, "train " QS_TINY " --epochs 2 --dropout 0.25 --seed 7 --resume %s/part", tmp);
-    expect_run(args, 1, "resume with the same settings");
+    expect_runf(1, "resume with the same settings",
+                "train " QS_TINY " --epochs 2 --dropout 0.25 --seed 7 --resume %s/part", tmp);
 }
 
 static void test_eval_and_wrong_model(void **state) {
-    char args[4096];
-    snprintf(args, sizeof args, "train " QS_TINY " --steps 3 --checkpoint-dir %s/e", tmp);
-    expect_run(args, 0, "test accuracy");
-    snprintf(args, sizeof args, "eval --checkpoint %s/e --eval-subset 64 --json", tmp);
-    expect_run(args, 0, "\"accuracy\"");
+    const char *tmp = qs_test_tmp;
+    expect_runf(0, "test accuracy", "train " QS_TINY " --steps 3 --checkpoint-dir %s/e", tmp);
+    expect_runf(0, "\"accuracy\"", "eval --checkpoint %s/e --eval-subset 64 --json", tmp);
     /* a checkpoint of another model */
-    snprintf(args, sizeof args, "train --model mlp --width 8 --batch 32 --train-subset 96 --steps 1 --resume %s/e", tmp);
-    expect_run(args, 1, "holds a cnn model");
+    expect_runf(1, "holds a cnn model",
+                "train --model mlp --width 8 --batch 32 --train-subset 96 --steps 1 --resume %s/e", tmp);
     /* the same model with other options */
-    snprintf(args, sizeof args, "train --model cnn --width 8 --batch 32 --train-subset 96 --steps 1 --resume %s/e", tmp);
-    expect_run(args, 1, "resume with the same model options");
-    snprintf(args, sizeof args, "eval --checkpoint %s/nonexistent", tmp);
-    expect_run(args, 1, "nonexistent");
+    expect_runf(1, "resume with the same model options",
+                "train --model cnn --width 8 --batch 32 --train-subset 96 --steps 1 --resume %s/e", tmp);
+    expect_runf(1, "nonexistent", "eval --checkpoint %s/nonexistent", tmp);
+    char args[4096];
     snprintf(args, sizeof args, "head -c 100 %s/e/model.safetensors > %s/cut.safetensors", tmp, tmp);
     assert_int_equal(qs_test_run_shell(args, NULL), 0);
-    snprintf(args, sizeof args, "eval --checkpoint %s/cut.safetensors", tmp);
-    expect_run(args, 1, "cut.safetensors");
+    expect_runf(1, "cut.safetensors", "eval --checkpoint %s/cut.safetensors", tmp);
 }
 
 int main(void) {
@@ -133,5 +124,5 @@ int main(void) {
         cmocka_unit_test(test_resume_bit_exact),
         cmocka_unit_test(test_eval_and_wrong_model),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, qs_test_tmpdir_setup, qs_test_tmpdir_teardown);
 }

@@ -20,6 +20,7 @@
 
 #include "check.h"
 #include "core/backend.h"
+#include "graph_helpers.h"
 #include "qsync/rng.h"
 #include "qsync/status.h"
 
@@ -47,21 +48,17 @@ static void *talloc(size_t bytes) {
 }
 static float *tf(int64_t n) { return talloc((size_t)n * sizeof(float)); }
 static double *td(int64_t n) { return talloc((size_t)n * sizeof(double)); }
-static void *track_plan(void *plan) {
+/* Register plan for destruction by the teardown; returns a zeroed workspace of ws_bytes for it
+ * (test memory, NULL when it needs none). */
+static void *track_plan(void *plan, size_t ws_bytes) {
     assert_true(g_nplans < 16);
     g_plans[g_nplans++] = plan;
-    return plan;
+    return ws_bytes ? talloc(ws_bytes) : NULL;
 }
 
-static int group_setup(void **state) {
-    if (qs_backend_cpu_create(2, &g_be) != QS_OK) {
-        fprintf(stderr, "cpu backend: %s\n", qs_last_error());
-        return -1;
-    }
-    return 0;
-}
+static int group_setup(void **state) { return qs_test_backend_create(2, &g_be); }
 static int group_teardown(void **state) {
-    if (g_be) g_be->ops->destroy(g_be);
+    qs_test_backend_destroy(&g_be);
     return 0;
 }
 static int test_teardown(void **state) {
@@ -70,12 +67,6 @@ static int test_teardown(void **state) {
     g_nplans = g_nallocs = 0;
     return 0;
 }
-
-#define OK(expr)                                                                          \
-    do {                                                                                  \
-        qs_status st_ = (expr);                                                           \
-        if (st_ != QS_OK) fail_msg("%s -> %s: %s", #expr, qs_status_name(st_), qs_last_error()); \
-    } while (0)
 
 static qs_rng g_rng;
 static void seed(uint64_t s) { qs_rng_init(&g_rng, qs_rng_key(s, "test_cpu_ops", 0), 0); }
@@ -102,28 +93,25 @@ static float *to_ref(const double *r, int64_t n, const float *base) {
 #define CHECK_FP32(what, got, ref, n, K) assert_true(qs_check_fp32((what), (got), (ref), (n), (K)))
 #define CHECK_EQ(what, got, ref, n) assert_true(qs_check_equal_f32((what), (got), (ref), (n)))
 
-/* Workspace for a plan (NULL when it needs none). */
-static void *ws_for(size_t bytes) { return bytes ? talloc(bytes) : NULL; }
-
 /* ------------------------------------------------------------------------ memory, stream */
 
 static void test_memory(void **state) {
     assert_string_equal(OPS->name, "cpu");
     assert_non_null(STREAM);
     void *p = NULL;
-    OK(OPS->alloc(g_be, 1000, &p));
+    ASSERT_OK(OPS->alloc(g_be, 1000, &p));
     assert_true(((uintptr_t)p % 64) == 0);
     for (int i = 0; i < 1000; i++) assert_int_equal(((unsigned char *)p)[i], 0);
     char src[1000], back[1000];
     for (int i = 0; i < 1000; i++) src[i] = (char)(i * 7);
-    OK(OPS->copy_h2d(g_be, STREAM, p, src, sizeof src));
+    ASSERT_OK(OPS->copy_h2d(g_be, STREAM, p, src, sizeof src));
     void *q = NULL;
-    OK(OPS->alloc(g_be, 1000, &q));
-    OK(OPS->copy_d2d(g_be, STREAM, q, p, sizeof src));
-    OK(OPS->copy_d2h(g_be, STREAM, back, q, sizeof back));
+    ASSERT_OK(OPS->alloc(g_be, 1000, &q));
+    ASSERT_OK(OPS->copy_d2d(g_be, STREAM, q, p, sizeof src));
+    ASSERT_OK(OPS->copy_d2h(g_be, STREAM, back, q, sizeof back));
     assert_memory_equal(src, back, sizeof src);
-    OK(OPS->memset_zero(g_be, STREAM, q, 1000));
-    OK(OPS->stream_sync(g_be, STREAM));
+    ASSERT_OK(OPS->memset_zero(g_be, STREAM, q, 1000));
+    ASSERT_OK(OPS->stream_sync(g_be, STREAM));
     for (int i = 0; i < 1000; i++) assert_int_equal(((unsigned char *)q)[i], 0);
     OPS->free(g_be, p);
     OPS->free(g_be, q);
@@ -142,9 +130,8 @@ static void check_linear(lin_shape sh) {
     qs_linear_desc d = {.M = M, .N = N, .K = K, .has_bias = sh.bias, .prec = QS_PREC_FP32};
     void *plan = NULL;
     size_t wsb = 0;
-    OK(OPS->linear_plan(g_be, &d, &plan, &wsb));
-    track_plan(plan);
-    void *ws = ws_for(wsb);
+    ASSERT_OK(OPS->linear_plan(g_be, &d, &plan, &wsb));
+    void *ws = track_plan(plan, wsb);
     float *x = rnd(M * K, -1, 1), *w = rnd(N * K, -1, 1), *b = sh.bias ? rnd(N, -1, 1) : NULL;
     float *dy = rnd(M * N, -1, 1), *y = tf(M * N), *dx = tf(M * K), *dw = tf(N * K), *db = sh.bias ? tf(N) : NULL;
     double *ry = td(M * N), *rdx = td(M * K), *rdw = td(N * K), *rdb = td(N);
@@ -171,16 +158,16 @@ static void check_linear(lin_shape sh) {
         rdb[n] = s;
     }
     char what[96];
-    OK(OPS->linear_forward(g_be, plan, STREAM, x, w, b, y, ws));
+    ASSERT_OK(OPS->linear_forward(g_be, plan, STREAM, x, w, b, y, ws));
     snprintf(what, sizeof what, "linear fwd M%lld N%lld K%lld", (long long)M, (long long)N, (long long)K);
     CHECK_FP32(what, y, to_ref(ry, M * N, NULL), M * N, (double)K + 1);
-    OK(OPS->linear_backward_data(g_be, plan, STREAM, dy, w, dx, false, ws));
+    ASSERT_OK(OPS->linear_backward_data(g_be, plan, STREAM, dy, w, dx, false, ws));
     snprintf(what, sizeof what, "linear bwd_data M%lld N%lld K%lld", (long long)M, (long long)N, (long long)K);
     CHECK_FP32(what, dx, to_ref(rdx, M * K, NULL), M * K, (double)N);
     float *dx0 = rnd(M * K, -1, 1), *dxa = copy_of(dx0, M * K);
-    OK(OPS->linear_backward_data(g_be, plan, STREAM, dy, w, dxa, true, ws));
+    ASSERT_OK(OPS->linear_backward_data(g_be, plan, STREAM, dy, w, dxa, true, ws));
     CHECK_FP32("linear bwd_data accumulate", dxa, to_ref(rdx, M * K, dx0), M * K, (double)N + 1);
-    OK(OPS->linear_backward_weights(g_be, plan, STREAM, dy, x, dw, db, ws));
+    ASSERT_OK(OPS->linear_backward_weights(g_be, plan, STREAM, dy, x, dw, db, ws));
     snprintf(what, sizeof what, "linear bwd_weights M%lld N%lld K%lld", (long long)M, (long long)N, (long long)K);
     CHECK_FP32(what, dw, to_ref(rdw, N * K, NULL), N * K, (double)M);
     if (sh.bias) CHECK_FP32("linear bias grad", db, to_ref(rdb, N, NULL), N, (double)M);
@@ -232,12 +219,11 @@ static void conv_ref(const qs_conv_desc *d, const float *x, const float *w, cons
 
 static void check_conv(qs_conv_desc d0) {
     qs_conv_desc dd = d0, *d = &dd;
-    OK(qs_conv_desc_finish(d));
+    ASSERT_OK(qs_conv_desc_finish(d));
     void *plan = NULL;
     size_t wsb = 0;
-    OK(OPS->conv_plan(g_be, d, &plan, &wsb));
-    track_plan(plan);
-    void *ws = ws_for(wsb);
+    ASSERT_OK(OPS->conv_plan(g_be, d, &plan, &wsb));
+    void *ws = track_plan(plan, wsb);
     const int64_t nx = d->N * d->H * d->W * d->C, ny = d->N * d->P * d->Q * d->K, nw = d->K * d->C * d->R * d->S;
     float *x = rnd(nx, -1, 1), *w = rnd(nw, -1, 1), *b = d->has_bias ? rnd(d->K, -1, 1) : NULL;
     float *dy = rnd(ny, -1, 1), *y = tf(ny), *dx = tf(nx), *dw = tf(nw), *db = d->has_bias ? tf(d->K) : NULL;
@@ -248,22 +234,22 @@ static void check_conv(qs_conv_desc d0) {
              (long long)d->H, (long long)d->W, (long long)d->C, (long long)d->K, (long long)d->R, (long long)d->S,
              (long long)d->stride_h, (long long)d->stride_w, (long long)d->pad_h, (long long)d->pad_w);
     printf("%s (P=%lld Q=%lld, workspace %zu B)\n", what, (long long)d->P, (long long)d->Q, wsb);
-    OK(OPS->conv_forward(g_be, plan, STREAM, x, w, b, y, ws));
+    ASSERT_OK(OPS->conv_forward(g_be, plan, STREAM, x, w, b, y, ws));
     CHECK_FP32("conv fwd", y, to_ref(ry, ny, NULL), ny, (double)(d->C * d->R * d->S + 1));
     const double kbd = (double)(d->K * d->R * d->S);
-    OK(OPS->conv_backward_data(g_be, plan, STREAM, dy, w, dx, false, ws));
+    ASSERT_OK(OPS->conv_backward_data(g_be, plan, STREAM, dy, w, dx, false, ws));
     CHECK_FP32("conv bwd_data", dx, to_ref(rdx, nx, NULL), nx, kbd);
     float *dx0 = rnd(nx, -1, 1), *dxa = copy_of(dx0, nx);
-    OK(OPS->conv_backward_data(g_be, plan, STREAM, dy, w, dxa, true, ws));
+    ASSERT_OK(OPS->conv_backward_data(g_be, plan, STREAM, dy, w, dxa, true, ws));
     CHECK_FP32("conv bwd_data accumulate", dxa, to_ref(rdx, nx, dx0), nx, kbd + 1);
-    OK(OPS->conv_backward_weights(g_be, plan, STREAM, dy, x, dw, db, ws));
+    ASSERT_OK(OPS->conv_backward_weights(g_be, plan, STREAM, dy, x, dw, db, ws));
     const double kbw = (double)(d->N * d->P * d->Q);
     CHECK_FP32("conv bwd_weights", dw, to_ref(rdw, nw, NULL), nw, kbw);
     if (db) CHECK_FP32("conv bias grad", db, to_ref(rdb, d->K, NULL), d->K, kbw);
     /* same inputs, same thread count → bitwise same outputs */
     float *dw2 = tf(nw), *y2 = tf(ny);
-    OK(OPS->conv_backward_weights(g_be, plan, STREAM, dy, x, dw2, db, ws));
-    OK(OPS->conv_forward(g_be, plan, STREAM, x, w, b, y2, ws));
+    ASSERT_OK(OPS->conv_backward_weights(g_be, plan, STREAM, dy, x, dw2, db, ws));
+    ASSERT_OK(OPS->conv_forward(g_be, plan, STREAM, x, w, b, y2, ws));
     assert_memory_equal(dw, dw2, (size_t)nw * sizeof(float));
     assert_memory_equal(y, y2, (size_t)ny * sizeof(float));
 }
@@ -296,7 +282,7 @@ static void test_errors(void **state) {
     void *plan = NULL;
     size_t wsb = 0;
     d = cd(1, 8, 8, 3, 4, 3, 3, 1, 1, 1, 1, false);
-    OK(qs_conv_desc_finish(&d));
+    ASSERT_OK(qs_conv_desc_finish(&d));
     d.prec = QS_PREC_BF16;
     assert_int_equal(OPS->conv_plan(g_be, &d, &plan, &wsb), QS_ERR_UNSUPPORTED);
     assert_null(plan);
@@ -317,8 +303,8 @@ static void test_errors(void **state) {
     assert_int_equal(qs_pool_desc_finish(&pd), QS_ERR_INVALID_ARG);
     /* a plan of the wrong kind */
     ld.prec = QS_PREC_FP32;
-    OK(OPS->linear_plan(g_be, &ld, &plan, &wsb));
-    track_plan(plan);
+    ASSERT_OK(OPS->linear_plan(g_be, &ld, &plan, &wsb));
+    track_plan(plan, 0);
     float buf[64] = {0};
     assert_int_equal(OPS->conv_forward(g_be, plan, STREAM, buf, buf, NULL, buf, NULL), QS_ERR_INVALID_ARG);
     /* bad arguments of memory-bound ops */
@@ -336,12 +322,11 @@ static void test_errors(void **state) {
 
 static void check_pool(qs_pool_desc p0) {
     qs_pool_desc dd = p0, *d = &dd;
-    OK(qs_pool_desc_finish(d));
+    ASSERT_OK(qs_pool_desc_finish(d));
     void *plan = NULL;
     size_t wsb = 0;
-    OK(OPS->pool_plan(g_be, d, &plan, &wsb));
-    track_plan(plan);
-    void *ws = ws_for(wsb);
+    ASSERT_OK(OPS->pool_plan(g_be, d, &plan, &wsb));
+    void *ws = track_plan(plan, wsb);
     const int64_t nx = d->N * d->H * d->W * d->C, ny = d->N * d->P * d->Q * d->C;
     float *x = rnd(nx, -2, 2), *y = tf(ny), *dy = rnd(ny, -1, 1), *dx = tf(nx);
     int32_t *idx = talloc((size_t)ny * sizeof(int32_t)), *ridx = talloc((size_t)ny * sizeof(int32_t));
@@ -385,7 +370,7 @@ static void check_pool(qs_pool_desc p0) {
            (long long)d->N, (long long)d->H, (long long)d->W, (long long)d->C, (long long)d->R, (long long)d->S,
            (long long)d->stride_h, (long long)d->stride_w, (long long)d->pad_h, (long long)d->pad_w, (long long)d->P,
            (long long)d->Q);
-    OK(OPS->pool_forward(g_be, plan, STREAM, x, y, idx, ws));
+    ASSERT_OK(OPS->pool_forward(g_be, plan, STREAM, x, y, idx, ws));
     const double kwin = (double)(d->R * d->S);
     if (is_max) {
         CHECK_EQ("max pool fwd", y, to_ref(ry, ny, NULL), ny);
@@ -395,10 +380,10 @@ static void check_pool(qs_pool_desc p0) {
     }
     /* dx: each element receives at most ceil(R/sh)·ceil(S/sw) contributions */
     const double kb = (double)(((d->R + d->stride_h - 1) / d->stride_h) * ((d->S + d->stride_w - 1) / d->stride_w));
-    OK(OPS->pool_backward(g_be, plan, STREAM, dy, idx, dx, false, ws));
+    ASSERT_OK(OPS->pool_backward(g_be, plan, STREAM, dy, idx, dx, false, ws));
     CHECK_FP32("pool bwd", dx, to_ref(rdx, nx, NULL), nx, kb);
     float *dx0 = rnd(nx, -1, 1), *dxa = copy_of(dx0, nx);
-    OK(OPS->pool_backward(g_be, plan, STREAM, dy, idx, dxa, true, ws));
+    ASSERT_OK(OPS->pool_backward(g_be, plan, STREAM, dy, idx, dxa, true, ws));
     CHECK_FP32("pool bwd accumulate", dxa, to_ref(rdx, nx, dx0), nx, kb + 1);
 }
 
@@ -459,7 +444,8 @@ static void test_batchnorm(void **state) {
         }
         printf("batchnorm rows=%lld C=%lld\n", (long long)rows, (long long)C);
         const double K = (double)rows;
-        OK(OPS->batchnorm_forward_train(g_be, STREAM, rows, C, x, gamma, beta, y, smean, sinv, rm, rv, momentum, eps));
+        ASSERT_OK(
+            OPS->batchnorm_forward_train(g_be, STREAM, rows, C, x, gamma, beta, y, smean, sinv, rm, rv, momentum, eps));
         CHECK_FP32("bn train y", y, to_ref(ry, n, NULL), n, K);
         CHECK_FP32("bn save_mean", smean, to_ref(rmean, C, NULL), C, K);
         CHECK_FP32("bn save_invstd", sinv, to_ref(rinv, C, NULL), C, K);
@@ -467,16 +453,16 @@ static void test_batchnorm(void **state) {
         CHECK_FP32("bn running_var", rv, to_ref(rrv, C, NULL), C, K);
         /* determinism */
         float *y2 = tf(n), *sm2 = tf(C), *si2 = tf(C);
-        OK(OPS->batchnorm_forward_train(g_be, STREAM, rows, C, x, gamma, beta, y2, sm2, si2, NULL, NULL, momentum,
-                                        eps));
+        ASSERT_OK(OPS->batchnorm_forward_train(g_be, STREAM, rows, C, x, gamma, beta, y2, sm2, si2, NULL, NULL,
+                                               momentum, eps));
         assert_memory_equal(y, y2, (size_t)n * sizeof(float));
         assert_memory_equal(sinv, si2, (size_t)C * sizeof(float));
-        OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, dy, gamma, smean, sinv, dx, false, dg, dbt));
+        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, dy, gamma, smean, sinv, dx, false, dg, dbt));
         assert_true(qs_check_close("bn bwd dx", dx, to_ref(rdx, n, NULL), n, qs_tol_fp32(2 * K, dx_scale), NULL));
         CHECK_FP32("bn bwd dgamma", dg, to_ref(rdg, C, NULL), C, K);
         CHECK_FP32("bn bwd dbeta", dbt, to_ref(rdb, C, NULL), C, K);
         float *dx0 = rnd(n, -1, 1), *dxa = copy_of(dx0, n);
-        OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, dy, gamma, smean, sinv, dxa, true, dg, dbt));
+        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, dy, gamma, smean, sinv, dxa, true, dg, dbt));
         assert_true(qs_check_close("bn bwd dx accumulate", dxa, to_ref(rdx, n, dx0), n,
                                    qs_tol_fp32(2 * K + 1, dx_scale + 1), NULL));
         /* eval mode with the updated running statistics */
@@ -484,7 +470,7 @@ static void test_batchnorm(void **state) {
             int64_t c = i % C;
             ry[i] = (x[i] - (double)rm[c]) / sqrt((double)rv[c] + eps) * gamma[c] + beta[c];
         }
-        OK(OPS->batchnorm_forward_eval(g_be, STREAM, rows, C, x, gamma, beta, rm, rv, eps, y));
+        ASSERT_OK(OPS->batchnorm_forward_eval(g_be, STREAM, rows, C, x, gamma, beta, rm, rv, eps, y));
         CHECK_FP32("bn eval y", y, to_ref(ry, n, NULL), n, 4);
     }
     float one = 1.0f, out = 0.0f;
@@ -500,38 +486,38 @@ static void test_eltwise(void **state) {
     const int64_t n = 1003;
     float *x = rnd(n, -1, 1), *b = rnd(n, -1, 1), *y = tf(n), *ref = tf(n), *dy = rnd(n, -1, 1);
     x[0] = 0.0f, x[1] = -0.0f, x[2] = NAN;
-    OK(OPS->relu_forward(g_be, STREAM, n, x, y));
+    ASSERT_OK(OPS->relu_forward(g_be, STREAM, n, x, y));
     for (int64_t i = 0; i < n; i++) ref[i] = x[i] < 0 ? 0.0f : x[i];
     assert_true(isnan(y[2]));
     y[2] = ref[2] = 0.0f;
     CHECK_EQ("relu fwd", y, ref, n);
     float *xa = copy_of(x, n); /* in place */
-    OK(OPS->relu_forward(g_be, STREAM, n, xa, xa));
+    ASSERT_OK(OPS->relu_forward(g_be, STREAM, n, xa, xa));
     xa[2] = 0.0f;
     CHECK_EQ("relu fwd in place", xa, ref, n);
     float *dx = tf(n);
-    OK(OPS->relu_backward(g_be, STREAM, n, y, dy, dx, false));
+    ASSERT_OK(OPS->relu_backward(g_be, STREAM, n, y, dy, dx, false));
     for (int64_t i = 0; i < n; i++) ref[i] = y[i] > 0 ? dy[i] : 0.0f;
     CHECK_EQ("relu bwd", dx, ref, n);
     float *dx0 = rnd(n, -1, 1), *dxa = copy_of(dx0, n);
-    OK(OPS->relu_backward(g_be, STREAM, n, y, dy, dxa, true));
+    ASSERT_OK(OPS->relu_backward(g_be, STREAM, n, y, dy, dxa, true));
     for (int64_t i = 0; i < n; i++) ref[i] = dx0[i] + (y[i] > 0 ? dy[i] : 0.0f);
     CHECK_EQ("relu bwd accumulate", dxa, ref, n);
 
     x[2] = 0.5f;
-    OK(OPS->add_forward(g_be, STREAM, n, x, b, y));
+    ASSERT_OK(OPS->add_forward(g_be, STREAM, n, x, b, y));
     for (int64_t i = 0; i < n; i++) ref[i] = x[i] + b[i];
     CHECK_EQ("add", y, ref, n);
     float *acc = copy_of(dx0, n);
-    OK(OPS->accumulate(g_be, STREAM, n, x, acc, true));
+    ASSERT_OK(OPS->accumulate(g_be, STREAM, n, x, acc, true));
     for (int64_t i = 0; i < n; i++) ref[i] = dx0[i] + x[i];
     CHECK_EQ("accumulate +=", acc, ref, n);
-    OK(OPS->accumulate(g_be, STREAM, n, x, acc, false));
+    ASSERT_OK(OPS->accumulate(g_be, STREAM, n, x, acc, false));
     CHECK_EQ("accumulate =", acc, x, n);
-    OK(OPS->scale(g_be, STREAM, n, acc, -0.375f));
+    ASSERT_OK(OPS->scale(g_be, STREAM, n, acc, -0.375f));
     for (int64_t i = 0; i < n; i++) ref[i] = x[i] * -0.375f;
     CHECK_EQ("scale", acc, ref, n);
-    OK(OPS->relu_forward(g_be, STREAM, 0, NULL, NULL)); /* empty is fine */
+    ASSERT_OK(OPS->relu_forward(g_be, STREAM, 0, NULL, NULL)); /* empty is fine */
 }
 
 /* ------------------------------------------------------------------------------ dropout */
@@ -543,7 +529,7 @@ static void test_dropout(void **state) {
     const uint64_t key = qs_rng_key(42, "dropout", 3), cb = 1000;
     float *x = rnd(n, -1, 1), *y = tf(n), *y2 = tf(n), *ref = tf(n);
     uint8_t *mask = talloc((size_t)n), *mask2 = talloc((size_t)n);
-    OK(OPS->dropout_forward(g_be, STREAM, n, x, y, mask, p, key, cb));
+    ASSERT_OK(OPS->dropout_forward(g_be, STREAM, n, x, y, mask, p, key, cb));
     /* the mask is exactly the header's recipe */
     const float scale = 1.0f / (1.0f - p);
     int64_t kept = 0;
@@ -561,26 +547,26 @@ static void test_dropout(void **state) {
     printf("dropout keep fraction %.5f (expected %.5f ± %.5f)\n", frac, 1 - p, 5 * sd);
     assert_true(fabs(frac - (1 - p)) < 5 * sd);
     /* same counter runs are identical; another counter gives another mask */
-    OK(OPS->dropout_forward(g_be, STREAM, n, x, y2, mask2, p, key, cb));
+    ASSERT_OK(OPS->dropout_forward(g_be, STREAM, n, x, y2, mask2, p, key, cb));
     assert_memory_equal(mask, mask2, (size_t)n);
     assert_memory_equal(y, y2, (size_t)n * sizeof(float));
-    OK(OPS->dropout_forward(g_be, STREAM, n, x, y2, mask2, p, key, cb + (uint64_t)n));
+    ASSERT_OK(OPS->dropout_forward(g_be, STREAM, n, x, y2, mask2, p, key, cb + (uint64_t)n));
     int64_t same = 0;
     for (int64_t i = 0; i < n; i++) same += mask[i] == mask2[i];
     assert_true(same < n - n / 10);
     /* backward */
     float *dy = rnd(n, -1, 1), *dx = tf(n);
-    OK(OPS->dropout_backward(g_be, STREAM, n, dy, mask, p, dx, false));
+    ASSERT_OK(OPS->dropout_backward(g_be, STREAM, n, dy, mask, p, dx, false));
     for (int64_t i = 0; i < n; i++) ref[i] = mask[i] ? dy[i] * scale : 0.0f;
     CHECK_EQ("dropout bwd", dx, ref, n);
     float *dx0 = rnd(n, -1, 1), *dxa = copy_of(dx0, n);
-    OK(OPS->dropout_backward(g_be, STREAM, n, dy, mask, p, dxa, true));
+    ASSERT_OK(OPS->dropout_backward(g_be, STREAM, n, dy, mask, p, dxa, true));
     for (int64_t i = 0; i < n; i++) ref[i] = dx0[i] + (mask[i] ? dy[i] * scale : 0.0f);
     CHECK_EQ("dropout bwd accumulate", dxa, ref, n);
     /* p = 0 keeps everything unchanged, p = 1 drops everything */
-    OK(OPS->dropout_forward(g_be, STREAM, n, x, y, mask, 0.0f, key, cb));
+    ASSERT_OK(OPS->dropout_forward(g_be, STREAM, n, x, y, mask, 0.0f, key, cb));
     CHECK_EQ("dropout p=0", y, x, n);
-    OK(OPS->dropout_forward(g_be, STREAM, n, x, y, mask, 1.0f, key, cb));
+    ASSERT_OK(OPS->dropout_forward(g_be, STREAM, n, x, y, mask, 1.0f, key, cb));
     for (int64_t i = 0; i < n; i++) assert_true(y[i] == 0.0f && mask[i] == 0);
 }
 
@@ -608,10 +594,10 @@ static void test_softmax_xent(void **state) {
             }
         }
         printf("softmax_xent B=%lld classes=%lld\n", (long long)B, (long long)Cl);
-        OK(OPS->softmax_xent_forward(g_be, STREAM, B, Cl, lg, lab, loss, probs));
+        ASSERT_OK(OPS->softmax_xent_forward(g_be, STREAM, B, Cl, lg, lab, loss, probs));
         CHECK_FP32("xent loss", loss, to_ref(rl, B, NULL), B, (double)Cl);
         CHECK_FP32("xent probs", probs, to_ref(rp, n, NULL), n, (double)Cl);
-        OK(OPS->softmax_xent_backward(g_be, STREAM, B, Cl, probs, lab, scale, dl));
+        ASSERT_OK(OPS->softmax_xent_backward(g_be, STREAM, B, Cl, probs, lab, scale, dl));
         CHECK_FP32("xent dlogits", dl, to_ref(rd, n, NULL), n, (double)Cl);
     }
 }
@@ -622,16 +608,16 @@ static void test_layout(void **state) {
     seed(8);
     const int64_t N = 3, H = 5, W = 7, C = 37, n = N * H * W * C;
     float *x = rnd(n, -1, 1), *y = tf(n), *ref = tf(n), *back = tf(n);
-    OK(OPS->nhwc_to_nchw(g_be, STREAM, N, H, W, C, x, y));
+    ASSERT_OK(OPS->nhwc_to_nchw(g_be, STREAM, N, H, W, C, x, y));
     for (int64_t a = 0; a < N; a++)
         for (int64_t h = 0; h < H; h++)
             for (int64_t w = 0; w < W; w++)
                 for (int64_t c = 0; c < C; c++) ref[((a * C + c) * H + h) * W + w] = x[((a * H + h) * W + w) * C + c];
     CHECK_EQ("nhwc_to_nchw", y, ref, n);
-    OK(OPS->nchw_to_nhwc(g_be, STREAM, N, H, W, C, y, back, false));
+    ASSERT_OK(OPS->nchw_to_nhwc(g_be, STREAM, N, H, W, C, y, back, false));
     CHECK_EQ("nchw_to_nhwc", back, x, n);
     float *base = rnd(n, -1, 1), *acc = copy_of(base, n);
-    OK(OPS->nchw_to_nhwc(g_be, STREAM, N, H, W, C, y, acc, true));
+    ASSERT_OK(OPS->nchw_to_nhwc(g_be, STREAM, N, H, W, C, y, acc, true));
     for (int64_t i = 0; i < n; i++) ref[i] = base[i] + x[i];
     CHECK_EQ("nchw_to_nhwc accumulate", acc, ref, n);
 }
@@ -683,7 +669,7 @@ static void test_cast(void **state) {
     for (size_t i = 0; i < sizeof bf_in / sizeof bf_in[0]; i++) {
         float f = bitsf(bf_in[i]);
         uint16_t h = 0;
-        OK(OPS->cast(g_be, STREAM, 1, &f, QS_F32, &h, QS_BF16));
+        ASSERT_OK(OPS->cast(g_be, STREAM, 1, &f, QS_F32, &h, QS_BF16));
         if (isnan(f))
             assert_true((h & 0x7F80) == 0x7F80 && (h & 0x7F) != 0); /* still NaN */
         else if (h != bf_out[i])
@@ -696,12 +682,12 @@ static void test_cast(void **state) {
                                 0x0001, 0x0002, 0x0002, 0xFC00, 0x8000, 0x0400, 0x0400};
     for (size_t i = 0; i < sizeof f16_in / sizeof f16_in[0]; i++) {
         uint16_t h = 0;
-        OK(OPS->cast(g_be, STREAM, 1, &f16_in[i], QS_F32, &h, QS_F16));
+        ASSERT_OK(OPS->cast(g_be, STREAM, 1, &f16_in[i], QS_F32, &h, QS_F16));
         if (h != f16_out[i]) fail_msg("f32 %a -> f16 0x%04x, expected 0x%04x", (double)f16_in[i], h, f16_out[i]);
     }
     float qnan = NAN;
     uint16_t hn = 0;
-    OK(OPS->cast(g_be, STREAM, 1, &qnan, QS_F32, &hn, QS_F16));
+    ASSERT_OK(OPS->cast(g_be, STREAM, 1, &qnan, QS_F32, &hn, QS_F16));
     assert_true((hn & 0x7C00) == 0x7C00 && (hn & 0x3FF) != 0);
 
     /* every bf16 and f16 pattern widens exactly (f16: value = m·2^(e-25) or m·2^-24) */
@@ -709,9 +695,9 @@ static void test_cast(void **state) {
     uint16_t *all = talloc(NALL * sizeof(uint16_t)), *back = talloc(NALL * sizeof(uint16_t));
     float *wide = tf(NALL);
     for (uint32_t i = 0; i < NALL; i++) all[i] = (uint16_t)i;
-    OK(OPS->cast(g_be, STREAM, NALL, all, QS_BF16, wide, QS_F32));
+    ASSERT_OK(OPS->cast(g_be, STREAM, NALL, all, QS_BF16, wide, QS_F32));
     for (uint32_t i = 0; i < NALL; i++) assert_int_equal(fbits(wide[i]), i << 16);
-    OK(OPS->cast(g_be, STREAM, NALL, all, QS_F16, wide, QS_F32));
+    ASSERT_OK(OPS->cast(g_be, STREAM, NALL, all, QS_F16, wide, QS_F32));
     for (uint32_t i = 0; i < NALL; i++) {
         double v = widen((uint16_t)i, QS_F16);
         if (isnan(v))
@@ -720,7 +706,7 @@ static void test_cast(void **state) {
             fail_msg("f16 0x%04x -> %a, expected %a", i, (double)wide[i], v);
     }
     /* and narrowing back is the identity (NaNs stay NaN) */
-    OK(OPS->cast(g_be, STREAM, NALL, wide, QS_F32, back, QS_F16));
+    ASSERT_OK(OPS->cast(g_be, STREAM, NALL, wide, QS_F32, back, QS_F16));
     for (uint32_t i = 0; i < NALL; i++)
         if (isnan(wide[i]))
             assert_true((back[i] & 0x7C00) == 0x7C00 && (back[i] & 0x3FF));
@@ -739,26 +725,26 @@ static void test_cast(void **state) {
         if (isnan(src[i])) src[i] = 1.0f;
     }
     uint16_t *h16 = talloc((size_t)n * 2), *hb = talloc((size_t)n * 2), *h2 = talloc((size_t)n * 2);
-    OK(OPS->cast(g_be, STREAM, n, src, QS_F32, h16, QS_F16));
-    OK(OPS->cast(g_be, STREAM, n, src, QS_F32, hb, QS_BF16));
+    ASSERT_OK(OPS->cast(g_be, STREAM, n, src, QS_F32, h16, QS_F16));
+    ASSERT_OK(OPS->cast(g_be, STREAM, n, src, QS_F32, hb, QS_BF16));
     for (int64_t i = 0; i < n; i++) {
         double got16 = widen(h16[i], QS_F16), gotb = widen(hb[i], QS_BF16);
         if (got16 != ref_f16(src[i])) fail_msg("f32 %a -> f16 %a, expected %a", (double)src[i], got16, ref_f16(src[i]));
         if (gotb != ref_bf16(src[i])) fail_msg("f32 %a -> bf16 %a, expected %a", (double)src[i], gotb, ref_bf16(src[i]));
     }
     /* bf16 ↔ f16 round once from the exact value */
-    OK(OPS->cast(g_be, STREAM, n, hb, QS_BF16, h2, QS_F16));
+    ASSERT_OK(OPS->cast(g_be, STREAM, n, hb, QS_BF16, h2, QS_F16));
     for (int64_t i = 0; i < n; i++) {
         double v = widen(hb[i], QS_BF16), got = widen(h2[i], QS_F16);
         if (got != ref_f16(v) && !(isnan(got) && isnan(v))) fail_msg("bf16 %a -> f16 %a, expected %a", v, got, ref_f16(v));
     }
-    OK(OPS->cast(g_be, STREAM, n, h16, QS_F16, h2, QS_BF16));
+    ASSERT_OK(OPS->cast(g_be, STREAM, n, h16, QS_F16, h2, QS_BF16));
     for (int64_t i = 0; i < n; i++) {
         double v = widen(h16[i], QS_F16), got = widen(h2[i], QS_BF16);
         if (got != ref_bf16(v) && !(isnan(got) && isnan(v))) fail_msg("f16 %a -> bf16 %a, expected %a", v, got, ref_bf16(v));
     }
     /* same dtype is a copy */
-    OK(OPS->cast(g_be, STREAM, n, src, QS_F32, wide, QS_F32));
+    ASSERT_OK(OPS->cast(g_be, STREAM, n, src, QS_F32, wide, QS_F32));
     assert_memory_equal(src, wide, (size_t)n * sizeof(float));
 }
 
@@ -778,8 +764,8 @@ static void test_sgd(void **state) {
         for (int64_t i = 0; i < n; i++) rp[i] = p[i];
         for (int step = 0; step < 3; step++) {
             float *g = rnd(n, -1, 1);
-            OK(OPS->sgd_step(g_be, STREAM, n, p, g, buf, cfg[t].lr, cfg[t].mom, cfg[t].damp, cfg[t].wd,
-                             cfg[t].nesterov, step == 0));
+            ASSERT_OK(OPS->sgd_step(g_be, STREAM, n, p, g, buf, cfg[t].lr, cfg[t].mom, cfg[t].damp, cfg[t].wd,
+                                    cfg[t].nesterov, step == 0));
             for (int64_t i = 0; i < n; i++) {
                 double d = g[i] + (double)cfg[t].wd * rp[i];
                 if (cfg[t].mom != 0) {
@@ -805,7 +791,7 @@ static void test_adamw(void **state) {
     for (int64_t i = 0; i < n; i++) rp[i] = p[i];
     for (int64_t step = 1; step <= 4; step++) {
         float *g = rnd(n, -1, 1);
-        OK(OPS->adamw_step(g_be, STREAM, n, p, g, m, v, lr, b1, b2, eps, wd, step));
+        ASSERT_OK(OPS->adamw_step(g_be, STREAM, n, p, g, m, v, lr, b1, b2, eps, wd, step));
         double bc1 = 1 - pow(b1, (double)step), bc2 = 1 - pow(b2, (double)step);
         for (int64_t i = 0; i < n; i++) {
             rp[i] *= 1 - (double)lr * wd; /* decoupled decay first (PyTorch 1.13) */
@@ -825,12 +811,12 @@ static void test_sum_squares(void **state) {
     float *x = rnd(n, -3, 3);
     double ref = 0, got = 0, again = 0;
     for (int64_t i = 0; i < n; i++) ref += (double)x[i] * x[i];
-    OK(OPS->sum_squares(g_be, STREAM, n, x, &got));
-    OK(OPS->sum_squares(g_be, STREAM, n, x, &again));
+    ASSERT_OK(OPS->sum_squares(g_be, STREAM, n, x, &got));
+    ASSERT_OK(OPS->sum_squares(g_be, STREAM, n, x, &again));
     printf("sum_squares %.17g ref %.17g\n", got, ref);
     assert_true(fabs(got - ref) <= 1e-12 * ref);
     assert_true(memcmp(&got, &again, sizeof got) == 0);
-    OK(OPS->sum_squares(g_be, STREAM, 0, NULL, &got));
+    ASSERT_OK(OPS->sum_squares(g_be, STREAM, 0, NULL, &got));
     assert_true(got == 0.0);
 }
 

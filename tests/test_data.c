@@ -1,6 +1,5 @@
 /* tests/test_data.c — datasets (real Fashion-MNIST, crafted IDX and CIFAR-10 files, synthetic)
  * and the batch loader (sharding, determinism, epochs, resume, eval padding, augmentation). */
-#include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,54 +14,11 @@
 #include <cmocka.h>
 
 #include "data/dataset.h"
+#include "run_cmd.h"
 
 #define FMNIST_DIR "/usr/share/datasets/fashion-mnist"
 
-/* ---------- temp-dir helpers ---------- */
-
-typedef struct tmp_ctx {
-    char dir[256];
-} tmp_ctx;
-
-static int tmp_setup(void **state) {
-    tmp_ctx *t = calloc(1, sizeof *t);
-    if (!t) return -1;
-    const char *base = getenv("TMPDIR");
-    snprintf(t->dir, sizeof t->dir, "%s/qs_test_data_XXXXXX", base && *base ? base : "/tmp");
-    if (!mkdtemp(t->dir)) {
-        free(t);
-        return -1;
-    }
-    *state = t;
-    return 0;
-}
-
-/* Remove a directory tree created by a test (regular files and subdirectories only). */
-static void rm_tree(const char *path) {
-    DIR *d = opendir(path);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d)) != NULL) {
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-            char sub[1024];
-            snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-            struct stat sb;
-            if (lstat(sub, &sb) == 0 && S_ISDIR(sb.st_mode))
-                rm_tree(sub);
-            else
-                unlink(sub);
-        }
-        closedir(d);
-    }
-    rmdir(path);
-}
-
-static int tmp_teardown(void **state) {
-    tmp_ctx *t = *state;
-    rm_tree(t->dir);
-    free(t);
-    return 0;
-}
+/* ---------- file helpers ---------- */
 
 static void path_in(char *out, size_t cap, const char *dir, const char *name) { snprintf(out, cap, "%s/%s", dir, name); }
 
@@ -126,6 +82,17 @@ static void write_fmnist(const char *dir, uint32_t n, int gz) {
     free(lbl);
 }
 
+/* Overwrite the images file of write_fmnist(dir, 5, gz) with a damaged copy: the big-endian
+ * word at byte `patch_at` set to `patch` (patch_at < 0: none), then the last `cut` bytes left
+ * out. */
+static void write_images_damaged(const char *dir, int gz, int patch_at, uint32_t patch, size_t cut) {
+    size_t il;
+    uint8_t *img = idx_images(5, 4, 3, &il);
+    if (patch_at >= 0) put_be32(img + patch_at, patch);
+    write_file(dir, gz ? "t10k-images-idx3-ubyte.gz" : "t10k-images-idx3-ubyte", img, il - cut, gz);
+    free(img);
+}
+
 /* Check status and message; build with -DQS_TEST_SHOW_ERRORS to print each message for review. */
 static void expect_error(qs_status st, qs_status want, const char *needle1, const char *needle2) {
 #ifdef QS_TEST_SHOW_ERRORS
@@ -134,6 +101,18 @@ static void expect_error(qs_status st, qs_status want, const char *needle1, cons
     if (st != want) fail_msg("status %s, expected %s: %s", qs_status_name(st), qs_status_name(want), qs_last_error());
     if (needle1 && !strstr(qs_last_error(), needle1)) fail_msg("message lacks '%s': %s", needle1, qs_last_error());
     if (needle2 && !strstr(qs_last_error(), needle2)) fail_msg("message lacks '%s': %s", needle2, qs_last_error());
+}
+
+/* Load dataset `name` from dir (the training split when train) into *ds, failing the test with
+ * the loader's message on an error, and check that it holds n images of h×w×c. */
+static void load_checked(qs_dataset *ds, const char *name, const char *dir, bool train, int64_t n, int64_t h,
+                         int64_t w, int64_t c) {
+    qs_status st = qs_dataset_load(name, dir, train, ds);
+    if (st != QS_OK) fail_msg("%s", qs_last_error());
+    assert_int_equal(ds->n, n);
+    assert_int_equal(ds->h, h);
+    assert_int_equal(ds->w, w);
+    assert_int_equal(ds->c, c);
 }
 
 /* ---------- real Fashion-MNIST ---------- */
@@ -146,13 +125,8 @@ static void test_fmnist_real(void **state) {
         skip();
     }
     qs_dataset ds;
-    qs_status st = qs_dataset_load("fashion-mnist", NULL, true, &ds);
-    if (st != QS_OK) fail_msg("%s", qs_last_error());
+    load_checked(&ds, "fashion-mnist", NULL, true, 60000, 28, 28, 1);
     assert_string_equal(ds.name, "fashion-mnist");
-    assert_int_equal(ds.n, 60000);
-    assert_int_equal(ds.h, 28);
-    assert_int_equal(ds.w, 28);
-    assert_int_equal(ds.c, 1);
     assert_int_equal(ds.classes, 10);
     assert_int_equal(ds.labels[0], 9); /* Ankle boot */
     int64_t hist[10] = {0};
@@ -179,19 +153,14 @@ static void test_fmnist_real(void **state) {
 /* ---------- crafted IDX files ---------- */
 
 static void test_idx_good(void **state) {
-    tmp_ctx *t = *state;
+    const char *dir = *state; /* qs_test_tmp */
     for (int gz = 0; gz <= 1; gz++) {
         char sub[512];
-        snprintf(sub, sizeof sub, "%s/%s", t->dir, gz ? "gz" : "plain");
+        snprintf(sub, sizeof sub, "%s/%s", dir, gz ? "gz" : "plain");
         assert_int_equal(mkdir(sub, 0700), 0);
         write_fmnist(sub, 5, gz);
         qs_dataset ds;
-        qs_status st = qs_dataset_load("fashion-mnist", sub, false, &ds);
-        if (st != QS_OK) fail_msg("%s", qs_last_error());
-        assert_int_equal(ds.n, 5);
-        assert_int_equal(ds.h, 4);
-        assert_int_equal(ds.w, 3);
-        assert_int_equal(ds.c, 1);
+        load_checked(&ds, "fashion-mnist", sub, false, 5, 4, 3, 1);
         for (int i = 0; i < 5; i++) {
             assert_int_equal(ds.labels[i], i);
             for (int y = 0; y < 4; y++)
@@ -202,66 +171,53 @@ static void test_idx_good(void **state) {
 }
 
 static void test_idx_bad_magic(void **state) {
-    tmp_ctx *t = *state;
-    write_fmnist(t->dir, 5, 1);
-    size_t il;
-    uint8_t *img = idx_images(5, 4, 3, &il);
-    put_be32(img, 0x1f8b0803); /* wrong magic */
-    write_file(t->dir, "t10k-images-idx3-ubyte.gz", img, il, 1);
-    free(img);
+    const char *dir = *state; /* qs_test_tmp */
+    write_fmnist(dir, 5, 1);
+    write_images_damaged(dir, 1, 0, 0x1f8b0803, 0); /* wrong magic */
     qs_dataset ds;
-    expect_error(qs_dataset_load("fashion-mnist", t->dir, false, &ds), QS_ERR_FORMAT, "t10k-images-idx3-ubyte.gz",
+    expect_error(qs_dataset_load("fashion-mnist", dir, false, &ds), QS_ERR_FORMAT, "t10k-images-idx3-ubyte.gz",
                  "magic");
     assert_null(ds.pixels);
     assert_null(ds.labels);
-    img = idx_images(5, 4, 3, &il);
-    put_be32(img + 8, 0); /* zero rows */
-    write_file(t->dir, "t10k-images-idx3-ubyte.gz", img, il, 1);
-    free(img);
-    expect_error(qs_dataset_load("fashion-mnist", t->dir, false, &ds), QS_ERR_FORMAT, "implausible dimension 1 = 0",
+    write_images_damaged(dir, 1, 8, 0, 0); /* zero rows */
+    expect_error(qs_dataset_load("fashion-mnist", dir, false, &ds), QS_ERR_FORMAT, "implausible dimension 1 = 0",
                  "byte offset 8");
 }
 
 static void test_idx_truncated_plain(void **state) {
-    tmp_ctx *t = *state;
-    write_fmnist(t->dir, 5, 0);
-    size_t il;
-    uint8_t *img = idx_images(5, 4, 3, &il);
-    write_file(t->dir, "t10k-images-idx3-ubyte", img, il - 20, 0); /* cut inside image 3 */
-    free(img);
+    const char *dir = *state; /* qs_test_tmp */
+    write_fmnist(dir, 5, 0);
+    write_images_damaged(dir, 0, -1, 0, 20); /* cut inside image 3 */
     qs_dataset ds;
-    expect_error(qs_dataset_load("fashion-mnist", t->dir, false, &ds), QS_ERR_FORMAT, "t10k-images-idx3-ubyte",
+    expect_error(qs_dataset_load("fashion-mnist", dir, false, &ds), QS_ERR_FORMAT, "t10k-images-idx3-ubyte",
                  "truncated");
     assert_non_null(strstr(qs_last_error(), "byte offset 56")); /* 16 + 40 */
     assert_non_null(strstr(qs_last_error(), "record 3"));
     /* a complete gzip stream whose content is shorter than its header says */
-    write_fmnist(t->dir, 5, 1);
-    size_t il2;
-    uint8_t *img2 = idx_images(5, 4, 3, &il2);
-    write_file(t->dir, "t10k-images-idx3-ubyte.gz", img2, il2 - 12, 1);
-    free(img2);
-    expect_error(qs_dataset_load("fashion-mnist", t->dir, false, &ds), QS_ERR_FORMAT, "decompressed data ends at byte offset 64",
+    write_fmnist(dir, 5, 1);
+    write_images_damaged(dir, 1, -1, 0, 12);
+    expect_error(qs_dataset_load("fashion-mnist", dir, false, &ds), QS_ERR_FORMAT, "decompressed data ends at byte offset 64",
                  "record 4");
 }
 
 static void test_idx_truncated_gzip(void **state) {
-    tmp_ctx *t = *state;
-    write_fmnist(t->dir, 200, 1);
+    const char *dir = *state; /* qs_test_tmp */
+    write_fmnist(dir, 200, 1);
     char p[1024];
-    path_in(p, sizeof p, t->dir, "t10k-images-idx3-ubyte.gz");
+    path_in(p, sizeof p, dir, "t10k-images-idx3-ubyte.gz");
     struct stat sb;
     assert_int_equal(stat(p, &sb), 0);
     assert_int_equal(truncate(p, sb.st_size / 2), 0); /* cut the compressed stream */
     qs_dataset ds;
-    expect_error(qs_dataset_load("fashion-mnist", t->dir, false, &ds), QS_ERR_FORMAT, p, "truncated gzip");
+    expect_error(qs_dataset_load("fashion-mnist", dir, false, &ds), QS_ERR_FORMAT, p, "truncated gzip");
     /* only the gzip trailer missing: the payload is complete but the stream is not */
-    write_fmnist(t->dir, 200, 1);
+    write_fmnist(dir, 200, 1);
     assert_int_equal(stat(p, &sb), 0);
     assert_int_equal(truncate(p, sb.st_size - 4), 0);
-    expect_error(qs_dataset_load("fashion-mnist", t->dir, false, &ds), QS_ERR_FORMAT, p, "truncated gzip");
+    expect_error(qs_dataset_load("fashion-mnist", dir, false, &ds), QS_ERR_FORMAT, p, "truncated gzip");
     assert_non_null(strstr(qs_last_error(), "after 2416 decompressed bytes")); /* 16 + 200·12 */
     /* a damaged CRC in the gzip trailer */
-    write_fmnist(t->dir, 200, 1);
+    write_fmnist(dir, 200, 1);
     FILE *f = fopen(p, "r+b");
     assert_non_null(f);
     assert_int_equal(fseek(f, -8, SEEK_END), 0);
@@ -269,55 +225,55 @@ static void test_idx_truncated_gzip(void **state) {
     assert_int_equal(fseek(f, -8, SEEK_END), 0);
     fputc(ch ^ 0x5a, f);
     assert_int_equal(fclose(f), 0);
-    expect_error(qs_dataset_load("fashion-mnist", t->dir, false, &ds), QS_ERR_FORMAT, p, "corrupt gzip");
+    expect_error(qs_dataset_load("fashion-mnist", dir, false, &ds), QS_ERR_FORMAT, p, "corrupt gzip");
     assert_null(ds.pixels);
 }
 
 static void test_idx_count_mismatch(void **state) {
-    tmp_ctx *t = *state;
-    write_fmnist(t->dir, 5, 1);
+    const char *dir = *state; /* qs_test_tmp */
+    write_fmnist(dir, 5, 1);
     size_t ll;
     uint8_t *lbl = idx_labels(6, &ll);
-    write_file(t->dir, "t10k-labels-idx1-ubyte.gz", lbl, ll, 1);
+    write_file(dir, "t10k-labels-idx1-ubyte.gz", lbl, ll, 1);
     free(lbl);
     qs_dataset ds;
-    expect_error(qs_dataset_load("fashion-mnist", t->dir, false, &ds), QS_ERR_FORMAT, "count mismatch",
+    expect_error(qs_dataset_load("fashion-mnist", dir, false, &ds), QS_ERR_FORMAT, "count mismatch",
                  "t10k-labels-idx1-ubyte.gz");
     /* a header count smaller than the data is caught as trailing bytes */
     lbl = idx_labels(5, &ll);
     uint8_t big[64];
     memcpy(big, lbl, ll);
     big[ll] = 1;
-    write_file(t->dir, "t10k-labels-idx1-ubyte.gz", big, ll + 1, 1);
+    write_file(dir, "t10k-labels-idx1-ubyte.gz", big, ll + 1, 1);
     free(lbl);
-    expect_error(qs_dataset_load("fashion-mnist", t->dir, false, &ds), QS_ERR_FORMAT, "trailing", "labels");
+    expect_error(qs_dataset_load("fashion-mnist", dir, false, &ds), QS_ERR_FORMAT, "trailing", "labels");
 }
 
 static void test_idx_label_range(void **state) {
-    tmp_ctx *t = *state;
-    write_fmnist(t->dir, 5, 1);
+    const char *dir = *state; /* qs_test_tmp */
+    write_fmnist(dir, 5, 1);
     size_t ll;
     uint8_t *lbl = idx_labels(5, &ll);
     lbl[8 + 3] = 10;
-    write_file(t->dir, "t10k-labels-idx1-ubyte.gz", lbl, ll, 1);
+    write_file(dir, "t10k-labels-idx1-ubyte.gz", lbl, ll, 1);
     free(lbl);
     qs_dataset ds;
-    expect_error(qs_dataset_load("fashion-mnist", t->dir, false, &ds), QS_ERR_FORMAT, "out of range", "record 3");
+    expect_error(qs_dataset_load("fashion-mnist", dir, false, &ds), QS_ERR_FORMAT, "out of range", "record 3");
     assert_non_null(strstr(qs_last_error(), "t10k-labels-idx1-ubyte.gz"));
 }
 
 static void test_idx_missing(void **state) {
-    tmp_ctx *t = *state;
+    const char *dir = *state; /* qs_test_tmp */
     qs_dataset ds;
-    expect_error(qs_dataset_load("fashion-mnist", t->dir, true, &ds), QS_ERR_NOT_FOUND, "dataset-fashion-mnist",
+    expect_error(qs_dataset_load("fashion-mnist", dir, true, &ds), QS_ERR_NOT_FOUND, "dataset-fashion-mnist",
                  "--data-dir");
-    assert_non_null(strstr(qs_last_error(), t->dir));
+    assert_non_null(strstr(qs_last_error(), dir));
     /* only the labels exist: the images file is named */
     size_t ll;
     uint8_t *lbl = idx_labels(5, &ll);
-    write_file(t->dir, "t10k-labels-idx1-ubyte", lbl, ll, 0);
+    write_file(dir, "t10k-labels-idx1-ubyte", lbl, ll, 0);
     free(lbl);
-    expect_error(qs_dataset_load("fashion-mnist", t->dir, false, &ds), QS_ERR_NOT_FOUND, "t10k-images-idx3-ubyte",
+    expect_error(qs_dataset_load("fashion-mnist", dir, false, &ds), QS_ERR_NOT_FOUND, "t10k-images-idx3-ubyte",
                  "apt-get install dataset-fashion-mnist");
     expect_error(qs_dataset_load("no-such-set", NULL, true, &ds), QS_ERR_NOT_FOUND, "no-such-set", "fashion-mnist");
 }
@@ -348,18 +304,13 @@ static void check_cifar_record(const qs_dataset *ds, int64_t i, int r) {
 }
 
 static void test_cifar_crafted(void **state) {
-    tmp_ctx *t = *state;
+    const char *dir = *state; /* qs_test_tmp */
     size_t len;
     uint8_t *b = cifar_records(3, &len);
-    write_file(t->dir, "test_batch.bin", b, len, 0);
+    write_file(dir, "test_batch.bin", b, len, 0);
     qs_dataset ds;
-    qs_status st = qs_dataset_load("cifar10", t->dir, false, &ds);
-    if (st != QS_OK) fail_msg("%s", qs_last_error());
+    load_checked(&ds, "cifar10", dir, false, 3, 32, 32, 3);
     assert_string_equal(ds.name, "cifar10");
-    assert_int_equal(ds.n, 3);
-    assert_int_equal(ds.h, 32);
-    assert_int_equal(ds.w, 32);
-    assert_int_equal(ds.c, 3);
     assert_int_equal(ds.classes, 10);
     for (int r = 0; r < 3; r++) check_cifar_record(&ds, r, r);
     assert_true(ds.std[0] > 0 && ds.std[1] > 0 && ds.std[2] > 0);
@@ -367,18 +318,18 @@ static void test_cifar_crafted(void **state) {
 
     /* train split: five batch files in the archive's subfolder, concatenated in order */
     char sub[512];
-    snprintf(sub, sizeof sub, "%s/cifar-10-batches-bin", t->dir);
+    snprintf(sub, sizeof sub, "%s/cifar-10-batches-bin", dir);
     assert_int_equal(mkdir(sub, 0700), 0);
-    expect_error(qs_dataset_load("cifar10", t->dir, true, &ds), QS_ERR_NOT_FOUND, "data_batch_1.bin", "--data-dir");
+    expect_error(qs_dataset_load("cifar10", dir, true, &ds), QS_ERR_NOT_FOUND, "data_batch_1.bin", "--data-dir");
     for (int k = 1; k <= 5; k++) {
         char name[32];
         snprintf(name, sizeof name, "data_batch_%d.bin", k);
         write_file(sub, name, b + (size_t)(k % 3) * 3073, 3073, 0);
         if (k == 4) {
-            expect_error(qs_dataset_load("cifar10", t->dir, true, &ds), QS_ERR_NOT_FOUND, "data_batch_5.bin", NULL);
+            expect_error(qs_dataset_load("cifar10", dir, true, &ds), QS_ERR_NOT_FOUND, "data_batch_5.bin", NULL);
         }
     }
-    st = qs_dataset_load("cifar10", t->dir, true, &ds);
+    qs_status st = qs_dataset_load("cifar10", dir, true, &ds);
     if (st != QS_OK) fail_msg("%s", qs_last_error());
     assert_int_equal(ds.n, 5);
     for (int k = 1; k <= 5; k++) check_cifar_record(&ds, k - 1, k % 3);
@@ -389,20 +340,20 @@ static void test_cifar_crafted(void **state) {
 }
 
 static void test_cifar_truncated(void **state) {
-    tmp_ctx *t = *state;
+    const char *dir = *state; /* qs_test_tmp */
     size_t len;
     uint8_t *b = cifar_records(3, &len);
-    write_file(t->dir, "test_batch.bin", b, len - 100, 0);
+    write_file(dir, "test_batch.bin", b, len - 100, 0);
     qs_dataset ds;
-    expect_error(qs_dataset_load("cifar10", t->dir, false, &ds), QS_ERR_FORMAT, "test_batch.bin", "truncated");
+    expect_error(qs_dataset_load("cifar10", dir, false, &ds), QS_ERR_FORMAT, "test_batch.bin", "truncated");
     assert_non_null(strstr(qs_last_error(), "record 2"));
     assert_non_null(strstr(qs_last_error(), "byte offset 6146"));
     assert_null(ds.pixels);
     b[3073] = 12; /* label out of range in record 1 */
-    write_file(t->dir, "test_batch.bin", b, len, 0);
-    expect_error(qs_dataset_load("cifar10", t->dir, false, &ds), QS_ERR_FORMAT, "out of range", "record 1");
-    write_file(t->dir, "test_batch.bin", b, 0, 0);
-    expect_error(qs_dataset_load("cifar10", t->dir, false, &ds), QS_ERR_FORMAT, "empty", NULL);
+    write_file(dir, "test_batch.bin", b, len, 0);
+    expect_error(qs_dataset_load("cifar10", dir, false, &ds), QS_ERR_FORMAT, "out of range", "record 1");
+    write_file(dir, "test_batch.bin", b, 0, 0);
+    expect_error(qs_dataset_load("cifar10", dir, false, &ds), QS_ERR_FORMAT, "empty", NULL);
     free(b);
 }
 
@@ -714,15 +665,15 @@ static void test_loader_augment(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fmnist_real),
-        cmocka_unit_test_setup_teardown(test_idx_good, tmp_setup, tmp_teardown),
-        cmocka_unit_test_setup_teardown(test_idx_bad_magic, tmp_setup, tmp_teardown),
-        cmocka_unit_test_setup_teardown(test_idx_truncated_plain, tmp_setup, tmp_teardown),
-        cmocka_unit_test_setup_teardown(test_idx_truncated_gzip, tmp_setup, tmp_teardown),
-        cmocka_unit_test_setup_teardown(test_idx_count_mismatch, tmp_setup, tmp_teardown),
-        cmocka_unit_test_setup_teardown(test_idx_label_range, tmp_setup, tmp_teardown),
-        cmocka_unit_test_setup_teardown(test_idx_missing, tmp_setup, tmp_teardown),
-        cmocka_unit_test_setup_teardown(test_cifar_crafted, tmp_setup, tmp_teardown),
-        cmocka_unit_test_setup_teardown(test_cifar_truncated, tmp_setup, tmp_teardown),
+        QS_TMPDIR_TEST(test_idx_good),
+        QS_TMPDIR_TEST(test_idx_bad_magic),
+        QS_TMPDIR_TEST(test_idx_truncated_plain),
+        QS_TMPDIR_TEST(test_idx_truncated_gzip),
+        QS_TMPDIR_TEST(test_idx_count_mismatch),
+        QS_TMPDIR_TEST(test_idx_label_range),
+        QS_TMPDIR_TEST(test_idx_missing),
+        QS_TMPDIR_TEST(test_cifar_crafted),
+        QS_TMPDIR_TEST(test_cifar_truncated),
         cmocka_unit_test(test_synthetic),
         cmocka_unit_test(test_loader_sharding),
         cmocka_unit_test(test_loader_determinism_epochs),

@@ -33,6 +33,7 @@
 
 #include "check.h"
 #include "graph/graph.h"
+#include "graph_helpers.h"
 #include "qsync/rng.h"
 
 #define CLASSES 5
@@ -42,54 +43,18 @@
 
 static qs_backend *g_be;
 
-#define ASSERT_OK(expr)                                                                          \
-    do {                                                                                         \
-        qs_status st_ = (expr);                                                                  \
-        if (st_ != QS_OK) fail_msg("%s -> %s: %s", #expr, qs_status_name(st_), qs_last_error()); \
-    } while (0)
-
-#define CFG(...) ((qs_node_cfg){__VA_ARGS__})
-
-static int group_setup(void **state) {
-    if (qs_backend_cpu_create(1, &g_be) != QS_OK) {
-        fprintf(stderr, "cannot create the CPU backend: %s\n", qs_last_error());
-        return -1;
-    }
-    return 0;
-}
-
+static int group_setup(void **state) { return qs_test_backend_create(1, &g_be); }
 static int group_teardown(void **state) {
-    if (g_be) g_be->ops->destroy(g_be);
-    g_be = NULL;
+    qs_test_backend_destroy(&g_be);
     return 0;
-}
-
-static int add(qs_model *m, qs_node_kind kind, const char *name, int in0, int in1, qs_node_cfg cfg) {
-    int inputs[2] = {in0, in1}, idx = -1;
-    ASSERT_OK(qs_model_add(m, kind, name, inputs, in1 >= 0 ? 2 : 1, &cfg, &idx));
-    return idx;
-}
-
-static qs_node_cfg none(void) {
-    qs_node_cfg c;
-    memset(&c, 0, sizeof c);
-    return c;
 }
 
 /* Flatten + Linear "fc" to CLASSES + loss after node h; finalize. */
 static void head(qs_model *m, int h) {
-    if (m->nodes[h].out_ndim == 4) h = add(m, QS_NODE_FLATTEN, "flatten", h, -1, none());
-    h = add(m, QS_NODE_LINEAR, "fc", h, -1, CFG(.linear = {CLASSES, true}));
-    add(m, QS_NODE_SOFTMAX_XENT, "loss", h, -1, none());
+    if (m->nodes[h].out_ndim == 4) h = qs_test_add(m, QS_NODE_FLATTEN, "flatten", h, -1, qs_test_no_cfg());
+    h = qs_test_add(m, QS_NODE_LINEAR, "fc", h, -1, CFG(.linear = {CLASSES, true}));
+    qs_test_add(m, QS_NODE_SOFTMAX_XENT, "loss", h, -1, qs_test_no_cfg());
     ASSERT_OK(qs_model_finalize(m));
-}
-
-static float *download(qs_model *m, const void *dev, int64_t n) {
-    float *h = malloc((size_t)n * sizeof(float) + 1);
-    assert_non_null(h);
-    ASSERT_OK(m->be->ops->copy_d2h(m->be, m->stream, h, dev, (size_t)n * sizeof(float)));
-    ASSERT_OK(m->be->ops->stream_sync(m->be, m->stream));
-    return h;
 }
 
 /* ------------------------------------------------------------------ FD models */
@@ -106,63 +71,63 @@ typedef struct fd_model {
 } fd_model;
 
 static void build_linear(qs_model *m) {
-    int h = add(m, QS_NODE_FLATTEN, "flatten_in", 0, -1, none());
-    h = add(m, QS_NODE_LINEAR, "fc1", h, -1, CFG(.linear = {6, true}));
-    h = add(m, QS_NODE_LINEAR, "fc2", h, -1, CFG(.linear = {CLASSES, false}));
-    add(m, QS_NODE_SOFTMAX_XENT, "loss", h, -1, none());
+    int h = qs_test_add(m, QS_NODE_FLATTEN, "flatten_in", 0, -1, qs_test_no_cfg());
+    h = qs_test_add(m, QS_NODE_LINEAR, "fc1", h, -1, CFG(.linear = {6, true}));
+    h = qs_test_add(m, QS_NODE_LINEAR, "fc2", h, -1, CFG(.linear = {CLASSES, false}));
+    qs_test_add(m, QS_NODE_SOFTMAX_XENT, "loss", h, -1, qs_test_no_cfg());
     ASSERT_OK(qs_model_finalize(m));
 }
 static void build_conv(qs_model *m) {
-    int h = add(m, QS_NODE_CONV2D, "conv1", 0, -1, CFG(.conv = {4, 3, 1, 1, true}));
-    h = add(m, QS_NODE_CONV2D, "conv2", h, -1, CFG(.conv = {3, 5, 1, 2, false}));
+    int h = qs_test_add(m, QS_NODE_CONV2D, "conv1", 0, -1, CFG(.conv = {4, 3, 1, 1, true}));
+    h = qs_test_add(m, QS_NODE_CONV2D, "conv2", h, -1, CFG(.conv = {3, 5, 1, 2, false}));
     head(m, h);
 }
 static void build_conv_strided(qs_model *m) {
-    int h = add(m, QS_NODE_CONV2D, "conv1", 0, -1, CFG(.conv = {4, 3, 2, 1, true}));
-    h = add(m, QS_NODE_CONV2D, "conv2", h, -1, CFG(.conv = {3, 1, 2, 0, false}));
+    int h = qs_test_add(m, QS_NODE_CONV2D, "conv1", 0, -1, CFG(.conv = {4, 3, 2, 1, true}));
+    h = qs_test_add(m, QS_NODE_CONV2D, "conv2", h, -1, CFG(.conv = {3, 1, 2, 0, false}));
     head(m, h);
 }
 static void build_bn(qs_model *m) {
-    int h = add(m, QS_NODE_CONV2D, "conv", 0, -1, CFG(.conv = {4, 3, 1, 1, false}));
-    h = add(m, QS_NODE_BATCHNORM2D, "bn", h, -1, CFG(.bn = {1e-5f, 0.1f}));
+    int h = qs_test_add(m, QS_NODE_CONV2D, "conv", 0, -1, CFG(.conv = {4, 3, 1, 1, false}));
+    h = qs_test_add(m, QS_NODE_BATCHNORM2D, "bn", h, -1, CFG(.bn = {1e-5f, 0.1f}));
     head(m, h);
 }
-static void build_relu(qs_model *m) { head(m, add(m, QS_NODE_RELU, "relu", 0, -1, none())); }
+static void build_relu(qs_model *m) { head(m, qs_test_add(m, QS_NODE_RELU, "relu", 0, -1, qs_test_no_cfg())); }
 static void build_maxpool2(qs_model *m) {
-    head(m, add(m, QS_NODE_MAXPOOL2D, "pool", 0, -1, CFG(.pool = {2, 2, 0, false})));
+    head(m, qs_test_add(m, QS_NODE_MAXPOOL2D, "pool", 0, -1, CFG(.pool = {2, 2, 0, false})));
 }
 static void build_maxpool3(qs_model *m) {
-    head(m, add(m, QS_NODE_MAXPOOL2D, "pool", 0, -1, CFG(.pool = {3, 2, 1, false})));
+    head(m, qs_test_add(m, QS_NODE_MAXPOOL2D, "pool", 0, -1, CFG(.pool = {3, 2, 1, false})));
 }
 static void build_avgpool(qs_model *m) {
-    int h = add(m, QS_NODE_CONV2D, "conv", 0, -1, CFG(.conv = {3, 3, 1, 1, true}));
-    h = add(m, QS_NODE_AVGPOOL2D, "pool1", h, -1, CFG(.pool = {3, 2, 1, false}));
-    h = add(m, QS_NODE_AVGPOOL2D, "pool2", h, -1, CFG(.pool = {2, 2, 0, false}));
+    int h = qs_test_add(m, QS_NODE_CONV2D, "conv", 0, -1, CFG(.conv = {3, 3, 1, 1, true}));
+    h = qs_test_add(m, QS_NODE_AVGPOOL2D, "pool1", h, -1, CFG(.pool = {3, 2, 1, false}));
+    h = qs_test_add(m, QS_NODE_AVGPOOL2D, "pool2", h, -1, CFG(.pool = {2, 2, 0, false}));
     head(m, h);
 }
 static void build_gap(qs_model *m) {
-    int h = add(m, QS_NODE_CONV2D, "conv", 0, -1, CFG(.conv = {4, 3, 1, 1, true}));
-    head(m, add(m, QS_NODE_AVGPOOL2D, "gap", h, -1, CFG(.pool = {0, 0, 0, true})));
+    int h = qs_test_add(m, QS_NODE_CONV2D, "conv", 0, -1, CFG(.conv = {4, 3, 1, 1, true}));
+    head(m, qs_test_add(m, QS_NODE_AVGPOOL2D, "gap", h, -1, CFG(.pool = {0, 0, 0, true})));
 }
 /* a feeds three consumers (conv2, add1, add2): backward overwrites a.dy once, then
  * accumulates twice — once of them through conv backward-data with accumulate = true. */
 static void build_fanout(qs_model *m) {
-    int a = add(m, QS_NODE_CONV2D, "conv1", 0, -1, CFG(.conv = {3, 3, 1, 1, true}));
-    int b = add(m, QS_NODE_CONV2D, "conv2", a, -1, CFG(.conv = {3, 3, 1, 1, true}));
-    int c = add(m, QS_NODE_ADD, "add1", b, a, none());
-    int d = add(m, QS_NODE_ADD, "add2", c, a, none());
+    int a = qs_test_add(m, QS_NODE_CONV2D, "conv1", 0, -1, CFG(.conv = {3, 3, 1, 1, true}));
+    int b = qs_test_add(m, QS_NODE_CONV2D, "conv2", a, -1, CFG(.conv = {3, 3, 1, 1, true}));
+    int c = qs_test_add(m, QS_NODE_ADD, "add1", b, a, qs_test_no_cfg());
+    int d = qs_test_add(m, QS_NODE_ADD, "add2", c, a, qs_test_no_cfg());
     assert_int_equal(m->nodes[a].n_consumers, 3);
     head(m, d);
 }
 /* the input itself fans out (conv and add): d loss/d x accumulates too */
 static void build_input_fanout(qs_model *m) {
-    int a = add(m, QS_NODE_CONV2D, "conv", 0, -1, CFG(.conv = {2, 3, 1, 1, true}));
-    int b = add(m, QS_NODE_ADD, "add", 0, a, none());
+    int a = qs_test_add(m, QS_NODE_CONV2D, "conv", 0, -1, CFG(.conv = {2, 3, 1, 1, true}));
+    int b = qs_test_add(m, QS_NODE_ADD, "add", 0, a, qs_test_no_cfg());
     head(m, b);
 }
 static void build_dropout(qs_model *m) {
-    int h = add(m, QS_NODE_CONV2D, "conv", 0, -1, CFG(.conv = {4, 3, 1, 1, true}));
-    head(m, add(m, QS_NODE_DROPOUT, "drop", h, -1, CFG(.dropout = {0.5f})));
+    int h = qs_test_add(m, QS_NODE_CONV2D, "conv", 0, -1, CFG(.conv = {4, 3, 1, 1, true}));
+    head(m, qs_test_add(m, QS_NODE_DROPOUT, "drop", h, -1, CFG(.dropout = {0.5f})));
 }
 
 static const fd_model FD_MODELS[] = {
@@ -287,8 +252,8 @@ static void run_fd_model(void **state) {
     /* analytic gradients at the base point */
     double L0 = eval_loss(m, x, y);
     ASSERT_OK(qs_model_backward(m, 1.0f));
-    float *logits = download(m, m->nodes[m->logits_node].y, c->N * CLASSES);
-    float *losses = download(m, m->nodes[m->n_nodes - 1].y, c->N);
+    float *logits = qs_test_download(m, m->nodes[m->logits_node].y, c->N * CLASSES);
+    float *losses = qs_test_download(m, m->nodes[m->n_nodes - 1].y, c->N);
     double S = qs_max_abs(logits, c->N * CLASSES) + qs_max_abs(losses, c->N);
     free(logits);
     free(losses);
@@ -303,10 +268,10 @@ static void run_fd_model(void **state) {
     assert_non_null(targets);
     assert_non_null(grads);
     targets[0] = (fd_target){.name = "input", .param = -1, .host = x, .n = nx};
-    grads[0] = download(m, m->nodes[0].dy, nx);
+    grads[0] = qs_test_download(m, m->nodes[0].dy, nx);
     for (int i = 0; i < m->params.count; i++) {
         targets[i + 1] = (fd_target){.name = m->params.entries[i].name, .param = i, .n = m->params.entries[i].numel};
-        grads[i + 1] = download(m, qs_model_grad_ptr(m, i), targets[i + 1].n);
+        grads[i + 1] = qs_test_download(m, qs_model_grad_ptr(m, i), targets[i + 1].n);
     }
 
     bool ok = true;
@@ -361,7 +326,7 @@ static void test_dropout_statistics(void **state) {
     const int64_t N = 8, H = 16, W = 16, C = 4, n = N * H * W * C;
     qs_model *m;
     ASSERT_OK(qs_model_create("dropout", H, W, C, CLASSES, &m));
-    int d = add(m, QS_NODE_DROPOUT, "drop", 0, -1, CFG(.dropout = {p}));
+    int d = qs_test_add(m, QS_NODE_DROPOUT, "drop", 0, -1, CFG(.dropout = {p}));
     head(m, d);
     m->want_input_grad = true;
     ASSERT_OK(qs_model_setup(m, g_be, N, 5));
@@ -376,7 +341,7 @@ static void test_dropout_statistics(void **state) {
     /* training forward: drop fraction, scaling of the kept values */
     m->step = 0;
     ASSERT_OK(qs_model_forward(m, x, y, true));
-    float *y1 = download(m, m->nodes[d].y, n);
+    float *y1 = qs_test_download(m, m->nodes[d].y, n);
     int64_t dropped = 0, bad_scale = 0;
     for (int64_t i = 0; i < n; i++) {
         if (y1[i] == 0.0f) {
@@ -394,7 +359,7 @@ static void test_dropout_statistics(void **state) {
 
     /* backward: dx = dy/(1-p) where kept, exactly 0 where dropped */
     ASSERT_OK(qs_model_backward(m, 1.0f));
-    float *dy = download(m, m->nodes[d].dy, n), *dx = download(m, m->nodes[0].dy, n);
+    float *dy = qs_test_download(m, m->nodes[d].dy, n), *dx = qs_test_download(m, m->nodes[0].dy, n);
     int64_t bad_grad = 0;
     for (int64_t i = 0; i < n; i++) {
         double want = y1[i] == 0.0f ? 0.0 : (double)dy[i] / (1.0 - (double)p);
@@ -406,10 +371,10 @@ static void test_dropout_statistics(void **state) {
     /* the same step gives the same mask; the next step a different one */
     m->step = 0;
     ASSERT_OK(qs_model_forward(m, x, y, true));
-    float *y2 = download(m, m->nodes[d].y, n);
+    float *y2 = qs_test_download(m, m->nodes[d].y, n);
     assert_memory_equal(y1, y2, (size_t)n * sizeof(float));
     ASSERT_OK(qs_model_forward(m, x, y, true));   /* step 2 */
-    float *y3 = download(m, m->nodes[d].y, n);
+    float *y3 = qs_test_download(m, m->nodes[d].y, n);
     int64_t differ = 0;
     for (int64_t i = 0; i < n; i++) differ += (y1[i] == 0.0f) != (y3[i] == 0.0f);
     double dfrac = (double)differ / (double)n, want = 2.0 * p * (1 - p);
@@ -418,7 +383,7 @@ static void test_dropout_statistics(void **state) {
 
     /* eval: identity */
     ASSERT_OK(qs_model_forward(m, x, y, false));
-    float *y4 = download(m, m->nodes[d].y, n);
+    float *y4 = qs_test_download(m, m->nodes[d].y, n);
     assert_memory_equal(x, y4, (size_t)n * sizeof(float));
     free(y1);
     free(y2);
@@ -435,7 +400,7 @@ static void test_dropout_statistics(void **state) {
 static void test_node_metadata(void **state) {
     qs_model *m;
     ASSERT_OK(qs_model_create("meta", 9, 7, 3, CLASSES, &m));
-    int conv = add(m, QS_NODE_CONV2D, "conv", 0, -1, CFG(.conv = {4, 3, 2, 1, true}));
+    int conv = qs_test_add(m, QS_NODE_CONV2D, "conv", 0, -1, CFG(.conv = {4, 3, 2, 1, true}));
     const qs_node *cn = &m->nodes[conv];
     /* P = (9 + 2 − 3)/2 + 1 = 5, Q = (7 + 2 − 3)/2 + 1 = 4 */
     assert_int_equal(cn->out_ndim, 4);
@@ -451,14 +416,14 @@ static void test_node_metadata(void **state) {
     assert_true(w->shape[0] == 4 && w->shape[1] == 3 && w->shape[2] == 3 && w->shape[3] == 3);
     assert_string_equal(m->params.entries[cn->param[1]].name, "conv.bias");
 
-    int f = add(m, QS_NODE_FLATTEN, "flatten", conv, -1, CFG(.linear = {0, false}));
+    int f = qs_test_add(m, QS_NODE_FLATTEN, "flatten", conv, -1, CFG(.linear = {0, false}));
     assert_int_equal(m->nodes[f].out_shape[1], 80);
-    int fc = add(m, QS_NODE_LINEAR, "fc", f, -1, CFG(.linear = {10, true}));
+    int fc = qs_test_add(m, QS_NODE_LINEAR, "fc", f, -1, CFG(.linear = {10, true}));
     assert_int_equal(m->nodes[fc].param_count, 80 * 10 + 10);
     assert_true(m->nodes[fc].flops_fwd == 2.0 * 80 * 10);
     const qs_table_entry *fw = &m->params.entries[m->nodes[fc].param[0]];
     assert_true(fw->ndim == 2 && fw->shape[0] == 10 && fw->shape[1] == 80);
-    int fc2 = add(m, QS_NODE_LINEAR, "fc2", fc, -1, CFG(.linear = {CLASSES, false}));
+    int fc2 = qs_test_add(m, QS_NODE_LINEAR, "fc2", fc, -1, CFG(.linear = {CLASSES, false}));
     assert_int_equal(m->nodes[fc2].param_count, 10 * CLASSES);
     assert_int_equal(m->nodes[fc2].n_params, 1);
     printf("  conv: %lld params, %.0f flops/sample; fc: %lld params, %.0f flops/sample\n",
@@ -488,9 +453,9 @@ static void expect_add_error(qs_model *m, qs_node_kind kind, const char *name, i
 static void test_build_errors(void **state) {
     qs_model *m;
     ASSERT_OK(qs_model_create("errors", 4, 4, 3, CLASSES, &m));
-    int a = add(m, QS_NODE_CONV2D, "conv_a", 0, -1, CFG(.conv = {3, 3, 1, 1, true}));
-    int b = add(m, QS_NODE_CONV2D, "conv_b", 0, -1, CFG(.conv = {5, 3, 1, 1, true}));
-    expect_add_error(m, QS_NODE_ADD, "bad_add", a, b, none(), QS_ERR_MISMATCH, "conv_b");
+    int a = qs_test_add(m, QS_NODE_CONV2D, "conv_a", 0, -1, CFG(.conv = {3, 3, 1, 1, true}));
+    int b = qs_test_add(m, QS_NODE_CONV2D, "conv_b", 0, -1, CFG(.conv = {5, 3, 1, 1, true}));
+    expect_add_error(m, QS_NODE_ADD, "bad_add", a, b, qs_test_no_cfg(), QS_ERR_MISMATCH, "conv_b");
     expect_add_error(m, QS_NODE_LINEAR, "bad_fc", a, -1, CFG(.linear = {CLASSES, true}), QS_ERR_MISMATCH, "4");
     expect_add_error(m, QS_NODE_CONV2D, "bad_conv", a, -1, CFG(.conv = {2, 5, 1, 0, true}), QS_ERR_INVALID_ARG,
                      "empty");
@@ -499,12 +464,12 @@ static void test_build_errors(void **state) {
     expect_add_error(m, QS_NODE_MAXPOOL2D, "bad_pool", a, -1, CFG(.pool = {8, 8, 0, false}), QS_ERR_INVALID_ARG,
                      "empty");
     expect_add_error(m, QS_NODE_DROPOUT, "bad_drop", a, -1, CFG(.dropout = {1.0f}), QS_ERR_INVALID_ARG, NULL);
-    expect_add_error(m, QS_NODE_SOFTMAX_XENT, "bad_loss", a, -1, none(), QS_ERR_MISMATCH, NULL);
+    expect_add_error(m, QS_NODE_SOFTMAX_XENT, "bad_loss", a, -1, qs_test_no_cfg(), QS_ERR_MISMATCH, NULL);
 
     /* finalize: logits of the wrong width */
-    int f = add(m, QS_NODE_FLATTEN, "flatten", a, -1, none());
-    int fc = add(m, QS_NODE_LINEAR, "fc", f, -1, CFG(.linear = {CLASSES + 1, true}));
-    add(m, QS_NODE_SOFTMAX_XENT, "loss", fc, -1, none());
+    int f = qs_test_add(m, QS_NODE_FLATTEN, "flatten", a, -1, qs_test_no_cfg());
+    int fc = qs_test_add(m, QS_NODE_LINEAR, "fc", f, -1, CFG(.linear = {CLASSES + 1, true}));
+    qs_test_add(m, QS_NODE_SOFTMAX_XENT, "loss", fc, -1, qs_test_no_cfg());
     qs_status st = qs_model_finalize(m);
     printf("  %s: %s\n", qs_status_name(st), qs_last_error());
     assert_int_equal(st, QS_ERR_MISMATCH);

@@ -21,47 +21,22 @@
 #include "check.h"
 #include "fixture.h"
 #include "graph/graph.h"
+#include "graph_helpers.h"
 #include "optim/optim.h"
 
 #define CLASSES 5
 
 static qs_backend *g_be;
 
-#define ASSERT_OK(expr)                                                                          \
-    do {                                                                                         \
-        qs_status st_ = (expr);                                                                  \
-        if (st_ != QS_OK) fail_msg("%s -> %s: %s", #expr, qs_status_name(st_), qs_last_error()); \
-    } while (0)
-
-static int group_setup(void **state) {
-    qs_status st = qs_backend_cpu_create(1, &g_be);
-    if (st != QS_OK) {
-        fprintf(stderr, "cannot create the CPU backend: %s\n", qs_last_error());
-        return -1;
-    }
-    return 0;
-}
+static int group_setup(void **state) { return qs_test_backend_create(1, &g_be); }
 
 static int group_teardown(void **state) {
-    if (g_be) g_be->ops->destroy(g_be);
-    g_be = NULL;
+    qs_test_backend_destroy(&g_be);
     printf("largest error over all comparisons: %.2f%% of its budget\n", 100.0 * qs_check_worst_overall());
     return 0;
 }
 
 /* ------------------------------------------------------------------ helpers */
-
-static int add_node(qs_model *m, qs_node_kind kind, const char *name, int in0, int in1, qs_node_cfg cfg) {
-    int inputs[2] = {in0, in1}, idx = -1;
-    ASSERT_OK(qs_model_add(m, kind, name, inputs, in1 >= 0 ? 2 : 1, &cfg, &idx));
-    return idx;
-}
-
-static qs_node_cfg no_cfg(void) {
-    qs_node_cfg c;
-    memset(&c, 0, sizeof c);
-    return c;
-}
 
 /* Copy every parameter and buffer of m from the fixture (by PyTorch name, exact shape), and
  * check that the fixture holds no parameter or buffer the model lacks (a naming mismatch). */
@@ -99,15 +74,6 @@ static void load_state(qs_model *m, const qs_fixture *fx, const char *prefix) {
     }
 }
 
-/* Host copy of n floats from backend memory. */
-static float *download(qs_model *m, const void *dev, int64_t n) {
-    float *h = malloc((size_t)n * sizeof(float) + 1);
-    assert_non_null(h);
-    ASSERT_OK(m->be->ops->copy_d2h(m->be, m->stream, h, dev, (size_t)n * sizeof(float)));
-    ASSERT_OK(m->be->ops->stream_sync(m->be, m->stream));
-    return h;
-}
-
 static int64_t node_numel(const qs_model *m, const qs_node *n) {
     (void)m;
     return qs_shape_numel(n->out_ndim, n->out_shape);
@@ -118,7 +84,7 @@ static bool cmp_dev(qs_model *m, const qs_fixture *fx, const char *label, const 
                     int64_t n, double K, double scale) {
     const float *ref = qs_fixture_f32(fx, ref_name, n);
     if (!ref) fail_msg("%s", qs_last_error());
-    float *got = download(m, dev, n);
+    float *got = qs_test_download(m, dev, n);
     bool ok = qs_check_close(label, got, ref, n, qs_tol_fp32(K, scale), NULL);
     free(got);
     return ok;
@@ -128,7 +94,7 @@ static bool cmp_dev_exact(qs_model *m, const qs_fixture *fx, const char *label, 
                           const char *ref_name, int64_t n) {
     const float *ref = qs_fixture_f32(fx, ref_name, n);
     if (!ref) fail_msg("%s", qs_last_error());
-    float *got = download(m, dev, n);
+    float *got = qs_test_download(m, dev, n);
     bool ok = qs_check_equal_f32(label, got, ref, n);
     free(got);
     return ok;
@@ -141,7 +107,7 @@ static double bias_grad_scale(qs_model *m, const qs_table_entry *e, const float 
     const qs_node *n = &m->nodes[e->node];
     if (!n->dy) return s;
     int64_t total = node_numel(m, n), C = e->numel, rows = total / C;
-    float *dy = download(m, n->dy, total);
+    float *dy = qs_test_download(m, n->dy, total);
     for (int64_t c = 0; c < C; c++) {
         double ss = 0;
         for (int64_t r = 0; r < rows; r++) ss += (double)dy[r * C + c] * dy[r * C + c];
@@ -167,6 +133,18 @@ static bool cmp_grad(qs_model *m, const qs_fixture *fx, int i, const char *ref_n
     return cmp_dev(m, fx, ref_name, qs_model_grad_ptr(m, i), ref_name, e->numel, K, scale);
 }
 
+/* A BatchNorm num_batches_tracked buffer against the i64 scalar fixture tensor `ref_name`:
+ * qsync keeps it as the model's step counter (the checkpoint writer stores m->step), so
+ * m->step must equal the reference. Prints one line; returns whether they are equal. */
+static bool check_step(const qs_model *m, const qs_fixture *fx, const char *ref_name) {
+    const qs_fx_tensor *t;
+    ASSERT_OK(qs_fixture_get(fx, ref_name, QS_FX_I64, 0, NULL, -1, &t));
+    int64_t want = *(const int64_t *)t->data;
+    printf("  %-4s %-34s m->step=%lld ref %lld\n", m->step == want ? "ok" : "FAIL", ref_name, (long long)m->step,
+           (long long)want);
+    return m->step == want;
+}
+
 /* ------------------------------------------------------------------ layer cases */
 
 typedef struct layer_case {
@@ -182,8 +160,6 @@ typedef struct layer_case {
     double k_fwd;           /* reduction length of the layer's forward */
     double k_bwd;           /* largest reduction length of the layer's backward */
 } layer_case;
-
-#define CFG(...) ((qs_node_cfg){__VA_ARGS__})
 
 static const layer_case CASES[] = {
     {"linear_bias", QS_NODE_LINEAR, "fc", CFG(.linear = {CLASSES, true}), false, false, true, true, false, 12, 5},
@@ -236,18 +212,20 @@ static void run_layer_case(void **state) {
     qs_model *m;
     ASSERT_OK(qs_model_create("layer_test", x->shape[1], x->shape[2], x->shape[3], CLASSES, &m));
     int in = 0;
-    if (c->flat_input && c->kind != QS_NODE_FLATTEN) in = add_node(m, QS_NODE_FLATTEN, "flatten_in", in, -1, no_cfg());
-    int layer = add_node(m, c->kind, c->node_name, in, -1, c->cfg);
+    if (c->flat_input && c->kind != QS_NODE_FLATTEN)
+        in = qs_test_add(m, QS_NODE_FLATTEN, "flatten_in", in, -1, qs_test_no_cfg());
+    int layer = qs_test_add(m, c->kind, c->node_name, in, -1, c->cfg);
     int out = layer;
-    if (c->residual) out = add_node(m, QS_NODE_ADD, "add", layer, 0, no_cfg());
+    if (c->residual) out = qs_test_add(m, QS_NODE_ADD, "add", layer, 0, qs_test_no_cfg());
     int logits = out;
     double fc_in = 0;
     if (c->fc) {
-        int f = m->nodes[out].out_ndim == 4 ? add_node(m, QS_NODE_FLATTEN, "flatten", out, -1, no_cfg()) : out;
+        int f = out;
+        if (m->nodes[out].out_ndim == 4) f = qs_test_add(m, QS_NODE_FLATTEN, "flatten", out, -1, qs_test_no_cfg());
         fc_in = (double)m->nodes[f].out_shape[1];
-        logits = add_node(m, QS_NODE_LINEAR, "fc", f, -1, CFG(.linear = {CLASSES, true}));
+        logits = qs_test_add(m, QS_NODE_LINEAR, "fc", f, -1, CFG(.linear = {CLASSES, true}));
     }
-    int loss = add_node(m, QS_NODE_SOFTMAX_XENT, "loss", logits, -1, no_cfg());
+    int loss = qs_test_add(m, QS_NODE_SOFTMAX_XENT, "loss", logits, -1, qs_test_no_cfg());
     ASSERT_OK(qs_model_finalize(m));
     m->want_input_grad = true;
     ASSERT_OK(qs_model_setup(m, g_be, N, 1234));
@@ -265,7 +243,7 @@ static void run_layer_case(void **state) {
 
     /* the loss is a difference of logsumexp and the label's logit: its absolute error
      * scales with the logits' magnitude, not only with the loss' */
-    float *logit_h = download(m, m->nodes[logits].y, N * CLASSES);
+    float *logit_h = qs_test_download(m, m->nodes[logits].y, N * CLASSES);
     double loss_scale = qs_max_abs(logit_h, N * CLASSES);
     free(logit_h);
     const float *ref_losses = qs_fixture_f32(fx, "losses", N);
@@ -292,15 +270,8 @@ static void run_layer_case(void **state) {
         for (int i = 0; i < m->buffers.count; i++) {
             const qs_table_entry *e = &m->buffers.entries[i];
             snprintf(ref, sizeof ref, "after.%s", e->name);
-            if (e->dtype == QS_I64) {
-                /* qsync keeps num_batches_tracked as the model's step counter (the checkpoint
-                 * writer stores m->step); after one training forward both must be 1 */
-                const qs_fx_tensor *t;
-                ASSERT_OK(qs_fixture_get(fx, ref, QS_FX_I64, 0, NULL, -1, &t));
-                int64_t want = *(const int64_t *)t->data;
-                printf("  %-4s %-34s m->step=%lld ref %lld\n", m->step == want ? "ok" : "FAIL", ref,
-                       (long long)m->step, (long long)want);
-                ok &= m->step == want;
+            if (e->dtype == QS_I64) { /* after one training forward both must be 1 */
+                ok &= check_step(m, fx, ref);
                 continue;
             }
             snprintf(label, sizeof label, "after.%s", e->name);
@@ -323,20 +294,20 @@ static void run_layer_case(void **state) {
 static qs_model *build_tiny(void) {
     qs_model *m;
     ASSERT_OK(qs_model_create("tiny", 8, 8, 3, CLASSES, &m));
-    int h = add_node(m, QS_NODE_CONV2D, "conv1", 0, -1, CFG(.conv = {8, 3, 1, 1, true}));
-    h = add_node(m, QS_NODE_BATCHNORM2D, "bn1", h, -1, CFG(.bn = {1e-5f, 0.1f}));
-    h = add_node(m, QS_NODE_RELU, "relu1", h, -1, no_cfg());
-    int pool = add_node(m, QS_NODE_MAXPOOL2D, "pool1", h, -1, CFG(.pool = {2, 2, 0, false}));
-    h = add_node(m, QS_NODE_CONV2D, "conv2", pool, -1, CFG(.conv = {8, 3, 1, 1, true}));
-    h = add_node(m, QS_NODE_BATCHNORM2D, "bn2", h, -1, CFG(.bn = {1e-5f, 0.1f}));
-    h = add_node(m, QS_NODE_ADD, "add", h, pool, no_cfg());
-    h = add_node(m, QS_NODE_RELU, "relu2", h, -1, no_cfg());
-    h = add_node(m, QS_NODE_CONV2D, "conv3", h, -1, CFG(.conv = {16, 3, 2, 1, false}));
-    h = add_node(m, QS_NODE_RELU, "relu3", h, -1, no_cfg());
-    h = add_node(m, QS_NODE_AVGPOOL2D, "gap", h, -1, CFG(.pool = {0, 0, 0, true}));
-    h = add_node(m, QS_NODE_FLATTEN, "flatten", h, -1, no_cfg());
-    h = add_node(m, QS_NODE_LINEAR, "fc", h, -1, CFG(.linear = {CLASSES, true}));
-    add_node(m, QS_NODE_SOFTMAX_XENT, "loss", h, -1, no_cfg());
+    int h = qs_test_add(m, QS_NODE_CONV2D, "conv1", 0, -1, CFG(.conv = {8, 3, 1, 1, true}));
+    h = qs_test_add(m, QS_NODE_BATCHNORM2D, "bn1", h, -1, CFG(.bn = {1e-5f, 0.1f}));
+    h = qs_test_add(m, QS_NODE_RELU, "relu1", h, -1, qs_test_no_cfg());
+    int pool = qs_test_add(m, QS_NODE_MAXPOOL2D, "pool1", h, -1, CFG(.pool = {2, 2, 0, false}));
+    h = qs_test_add(m, QS_NODE_CONV2D, "conv2", pool, -1, CFG(.conv = {8, 3, 1, 1, true}));
+    h = qs_test_add(m, QS_NODE_BATCHNORM2D, "bn2", h, -1, CFG(.bn = {1e-5f, 0.1f}));
+    h = qs_test_add(m, QS_NODE_ADD, "add", h, pool, qs_test_no_cfg());
+    h = qs_test_add(m, QS_NODE_RELU, "relu2", h, -1, qs_test_no_cfg());
+    h = qs_test_add(m, QS_NODE_CONV2D, "conv3", h, -1, CFG(.conv = {16, 3, 2, 1, false}));
+    h = qs_test_add(m, QS_NODE_RELU, "relu3", h, -1, qs_test_no_cfg());
+    h = qs_test_add(m, QS_NODE_AVGPOOL2D, "gap", h, -1, CFG(.pool = {0, 0, 0, true}));
+    h = qs_test_add(m, QS_NODE_FLATTEN, "flatten", h, -1, qs_test_no_cfg());
+    h = qs_test_add(m, QS_NODE_LINEAR, "fc", h, -1, CFG(.linear = {CLASSES, true}));
+    qs_test_add(m, QS_NODE_SOFTMAX_XENT, "loss", h, -1, qs_test_no_cfg());
     ASSERT_OK(qs_model_finalize(m));
     return m;
 }
@@ -406,18 +377,14 @@ static void test_tiny_model(void **state) {
             const qs_table_entry *e = &t->entries[i];
             snprintf(name, sizeof name, "final.%s", e->name);
             if (e->dtype == QS_I64) {
-                const qs_fx_tensor *ft;
-                ASSERT_OK(qs_fixture_get(fx, name, QS_FX_I64, 0, NULL, -1, &ft));
-                int64_t want = *(const int64_t *)ft->data;
-                printf("  %-4s %-34s m->step=%lld ref %lld\n", m->step == want ? "ok" : "FAIL", name,
-                       (long long)m->step, (long long)want);
-                ok &= m->step == want;
+                ok &= check_step(m, fx, name);
                 continue;
             }
             const float *ref = qs_fixture_f32(fx, name, e->numel);
             const float *init = qs_fixture_f32(fx, e->name, e->numel);
             if (!ref || !init) fail_msg("%s", qs_last_error());
-            float *got = download(m, pass == 0 ? qs_model_param_ptr(m, i) : qs_model_buffer_ptr(m, i), e->numel);
+            const void *dev = pass == 0 ? qs_model_param_ptr(m, i) : qs_model_buffer_ptr(m, i);
+            float *got = qs_test_download(m, dev, e->numel);
             /* the initial parameters are exact, so rounding enters only through the updates:
              * the scale of a parameter's error is that of its change, max|final − initial|
              * (running statistics are new averages: their own magnitude) */
@@ -456,17 +423,22 @@ static void put_u32(buf *b, uint32_t v) {
 static void put_i64(buf *b, int64_t v) {
     for (int i = 0; i < 8; i++) b->b[b->n++] = (uint8_t)((uint64_t)v >> (8 * i));
 }
+/* The start of a tensor record: u16 name length, the name, dtype code, ndim. */
+static void put_record_head(buf *b, const char *name, uint8_t dtype, uint8_t ndim) {
+    size_t l = strlen(name);
+    b->b[b->n++] = (uint8_t)l;
+    b->b[b->n++] = (uint8_t)(l >> 8);
+    put(b, name, l);
+    b->b[b->n++] = dtype;
+    b->b[b->n++] = ndim;
+}
 /* A valid file: "w" f32 (2,3) = 0..5 and "k" i64 scalar = 7. */
 static buf good_file(void) {
     buf b = {.n = 0};
     put(&b, "QSFX", 4);
     put_u32(&b, 1);
     put_u32(&b, 2);
-    b.b[b.n++] = 1;
-    b.b[b.n++] = 0;
-    put(&b, "w", 1);
-    b.b[b.n++] = 0;
-    b.b[b.n++] = 2;
+    put_record_head(&b, "w", 0, 2);
     put_i64(&b, 2);
     put_i64(&b, 3);
     for (int i = 0; i < 6; i++) {
@@ -475,11 +447,7 @@ static buf good_file(void) {
         memcpy(&u, &f, 4);
         put_u32(&b, u);
     }
-    b.b[b.n++] = 1;
-    b.b[b.n++] = 0;
-    put(&b, "k", 1);
-    b.b[b.n++] = 2;
-    b.b[b.n++] = 0;
+    put_record_head(&b, "k", 2, 0);
     put_i64(&b, 7);
     return b;
 }

@@ -30,7 +30,9 @@
 
 #include "core/atomic_file.h"
 #include "core/backend.h"
+#include "fixture.h"
 #include "graph/graph.h"
+#include "graph_helpers.h"
 #include "optim/optim.h"
 #include "optim/schedule.h"
 #include "train/safetensors.h"
@@ -49,11 +51,6 @@ typedef struct fixture {
 
 static fixture g_fx;
 static qs_backend *g_be;
-
-static const char *fixture_dir(void) {
-    const char *d = getenv("QS_FIXTURES");
-    return d ? d : "tests/fixtures";
-}
 
 /* Copy a JSON array of numbers into dst (n values expected). */
 static void json_floats(const cJSON *arr, float *dst, int64_t n) {
@@ -79,12 +76,9 @@ static float *host_table(const qs_table *t) {
 }
 
 static int setup(void **state) {
-    if (qs_backend_cpu_create(0, &g_be) != QS_OK) {
-        fprintf(stderr, "cpu backend: %s\n", qs_last_error());
-        return -1;
-    }
+    if (qs_test_backend_create(0, &g_be) != 0) return -1;
     char path[512];
-    snprintf(path, sizeof path, "%s/optim_ref.json", fixture_dir());
+    snprintf(path, sizeof path, "%s/optim_ref.json", qs_fixture_dir());
     void *text;
     size_t n;
     if (qs_read_file(path, 1 << 24, &text, &n) != QS_OK) {
@@ -125,7 +119,7 @@ static int teardown(void **state) {
     qs_host_free(g_fx.init);
     qs_table_free(&g_fx.table);
     cJSON_Delete(g_fx.root);
-    if (g_be) g_be->ops->destroy(g_be);
+    qs_test_backend_destroy(&g_be);
     return 0;
 }
 

@@ -8,7 +8,6 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,51 +16,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fixture.h"
+#include "run_cmd.h"
 #include "train/safetensors.h"
 
 /* ---- helpers ---- */
 
-static char g_dir[64];
-
-static void path_in(char *buf, size_t cap, const char *name) { snprintf(buf, cap, "%s/%s", g_dir, name); }
-
-/* Remove every plain file in dir (the test directories are flat) and the directory. */
-static void rm_flat_dir(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    char p[512];
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        if (rmdir(p) != 0) unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
-/* Number of directory entries other than . and .. */
-static int count_entries(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return -1;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) n++;
-    closedir(d);
-    return n;
-}
-
-static int setup_dir(void **state) {
-    snprintf(g_dir, sizeof g_dir, "/tmp/qs_test_st_XXXXXX");
-    return mkdtemp(g_dir) ? 0 : -1;
-}
-
-static int teardown_dir(void **state) {
-    chmod(g_dir, 0700);
-    rm_flat_dir(g_dir);
-    return 0;
-}
+/* dir/name of the test's scratch directory (qs_test_tmp) into buf. */
+static void path_in(char *buf, size_t cap, const char *name) { snprintf(buf, cap, "%s/%s", qs_test_tmp, name); }
 
 /* Write a crafted file: 8-byte length (hlen_override if >= 0, else strlen(header)), header,
  * then data_len bytes of data. */
@@ -98,11 +60,6 @@ static void expect_open_error(const char *header, long long hlen, size_t data_le
     assert_non_null(strstr(msg, path));
     if (needle1) assert_non_null(strstr(msg, needle1));
     if (needle2) assert_non_null(strstr(msg, needle2));
-}
-
-static const char *fixture_dir(void) {
-    const char *d = getenv("QS_FIXTURES");
-    return d ? d : "tests/fixtures";
 }
 
 /* ---- round trip ---- */
@@ -200,7 +157,7 @@ static void test_write_rejects_bad_input(void **state) {
     assert_int_equal(qs_safetensors_write(path, &nodata, 1, NULL, 0), QS_ERR_INVALID_ARG);
     qs_st_meta m2[2] = {{"k", "1"}, {"k", "2"}};
     assert_int_equal(qs_safetensors_write(path, NULL, 0, m2, 2), QS_ERR_INVALID_ARG);
-    assert_int_equal(count_entries(g_dir), 0); /* nothing was created */
+    assert_int_equal(qs_test_count_entries(qs_test_tmp), 0); /* nothing was created */
 }
 
 /* ---- validation on crafted files ---- */
@@ -326,7 +283,7 @@ static void test_readonly_directory(void **state) {
     snprintf(nodir, sizeof nodir, "%s/missing/ckpt.safetensors", sub);
     assert_int_equal(qs_safetensors_write(nodir, &t, 1, NULL, 0), QS_ERR_IO);
     assert_non_null(strstr(qs_last_error(), nodir));
-    assert_int_equal(count_entries(sub), 0);
+    assert_int_equal(qs_test_count_entries(sub), 0);
 
     if (geteuid() == 0) {
         /* root ignores directory permissions; the RLIMIT_FSIZE test below covers failures
@@ -339,7 +296,7 @@ static void test_readonly_directory(void **state) {
     qs_error_clear();
     assert_int_equal(qs_safetensors_write(path, &t, 1, NULL, 0), QS_ERR_IO);
     assert_non_null(strstr(qs_last_error(), path));
-    assert_int_equal(count_entries(sub), 0);
+    assert_int_equal(qs_test_count_entries(sub), 0);
     chmod(sub, 0700);
     rmdir(sub);
 }
@@ -369,7 +326,7 @@ static void test_failed_write_keeps_previous(void **state) {
     assert_int_equal(st, QS_ERR_IO);
     assert_non_null(strstr(qs_last_error(), path));
     assert_file_holds(path, 4, 10.0f);    /* previous content intact */
-    assert_int_equal(count_entries(g_dir), 1); /* and no temporary file left */
+    assert_int_equal(qs_test_count_entries(qs_test_tmp), 1); /* and no temporary file left */
 
     /* rename failure: the destination is a directory */
     char dpath[256];
@@ -377,13 +334,13 @@ static void test_failed_write_keeps_previous(void **state) {
     assert_int_equal(mkdir(dpath, 0700), 0);
     assert_int_equal(qs_safetensors_write(dpath, &t1, 1, NULL, 0), QS_ERR_IO);
     assert_non_null(strstr(qs_last_error(), "rename"));
-    assert_int_equal(count_entries(g_dir), 2);
+    assert_int_equal(qs_test_count_entries(qs_test_tmp), 2);
     rmdir(dpath);
 
     /* a successful write replaces the file */
     assert_int_equal(qs_safetensors_write(path, &t2, 1, NULL, 0), QS_OK);
     assert_file_holds(path, BIG, -5.0f);
-    assert_int_equal(count_entries(g_dir), 1);
+    assert_int_equal(qs_test_count_entries(qs_test_tmp), 1);
     free(big);
     unlink(path);
 }
@@ -398,7 +355,7 @@ static uint16_t bits16(const void *p, int i) {
 
 static void test_reads_python_fixture(void **state) {
     char path[512];
-    snprintf(path, sizeof path, "%s/st_from_python.safetensors", fixture_dir());
+    snprintf(path, sizeof path, "%s/st_from_python.safetensors", qs_fixture_dir());
     qs_st_file *f = NULL;
     qs_status st = qs_safetensors_open(path, &f);
     if (st != QS_OK) fprintf(stderr, "%s\n", qs_last_error());
@@ -491,19 +448,19 @@ static void test_python_reads_ours(void **state) {
              "assert torch.equal(d[\"fc.bias\"], torch.tensor([1.5, -2], dtype=torch.bfloat16)); "
              "assert d[\"step\"].shape == () and int(d[\"step\"]) == 42; "
              "assert load_metadata(\"%s\") == {\"qsync_version\": \"0.1\"}'",
-             py, fixture_dir(), path, path);
+             py, qs_fixture_dir(), path, path);
     assert_int_equal(system(cmd), 0);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_round_trip, setup_dir, teardown_dir),
-        cmocka_unit_test_setup_teardown(test_write_rejects_bad_input, setup_dir, teardown_dir),
-        cmocka_unit_test_setup_teardown(test_crafted_errors, setup_dir, teardown_dir),
-        cmocka_unit_test_setup_teardown(test_readonly_directory, setup_dir, teardown_dir),
-        cmocka_unit_test_setup_teardown(test_failed_write_keeps_previous, setup_dir, teardown_dir),
-        cmocka_unit_test_setup_teardown(test_reads_python_fixture, setup_dir, teardown_dir),
-        cmocka_unit_test_setup_teardown(test_python_reads_ours, setup_dir, teardown_dir),
+        QS_TMPDIR_TEST(test_round_trip),
+        QS_TMPDIR_TEST(test_write_rejects_bad_input),
+        QS_TMPDIR_TEST(test_crafted_errors),
+        QS_TMPDIR_TEST(test_readonly_directory),
+        QS_TMPDIR_TEST(test_failed_write_keeps_previous),
+        QS_TMPDIR_TEST(test_reads_python_fixture),
+        QS_TMPDIR_TEST(test_python_reads_ours),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

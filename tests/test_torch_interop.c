@@ -16,17 +16,6 @@
 
 #include "run_cmd.h"
 
-static char tmp[256];
-
-static int setup(void **state) {
-    qs_test_make_tmpdir(tmp, sizeof tmp);
-    return tmp[0] ? 0 : -1;
-}
-static int teardown(void **state) {
-    qs_test_remove_tree(tmp);
-    return 0;
-}
-
 /* The last line of out parsed as JSON. */
 static cJSON *last_json_line(const char *out) {
     const char *start = out, *p;
@@ -39,6 +28,7 @@ static cJSON *last_json_line(const char *out) {
  * the accumulated magnitude: |Δ| ≤ 1e-4·max(1, max|logit|) is ≈ 100× the expected error of
  * K ≈ 10^4-term FP32 dot products (√K·2^-24 ≈ 6e-6 relative). */
 static void check_model(const char *model_args, const char *tag) {
+    const char *tmp = qs_test_tmp;
     char cmd[4096];
     char *out = NULL;
     snprintf(cmd, sizeof cmd,
@@ -90,5 +80,5 @@ int main(void) {
         cmocka_unit_test(test_vgg11),
         cmocka_unit_test(test_mlp),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, qs_test_tmpdir_setup, qs_test_tmpdir_teardown);
 }

@@ -178,6 +178,11 @@ qs_status qs_fixture_load(const char *path, qs_fixture **out) {
     return st;
 }
 
+const char *qs_fixture_dir(void) {
+    const char *d = getenv("QS_FIXTURES");
+    return d ? d : "tests/fixtures";
+}
+
 qs_status qs_fixture_open(const char *file, qs_fixture **out) {
     *out = NULL;
     const char *dir = getenv("QS_FIXTURES");

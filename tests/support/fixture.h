@@ -54,6 +54,9 @@ size_t qs_fx_dtype_size(qs_fx_dtype dt);
 qs_status qs_fixture_parse(const void *bytes, size_t size, const char *path, qs_fixture **out);
 /* Read and parse a file. */
 qs_status qs_fixture_load(const char *path, qs_fixture **out);
+/* The fixture directory: $QS_FIXTURES, or "tests/fixtures" (relative to the source tree)
+ * when that is unset. */
+const char *qs_fixture_dir(void);
 /* Load "$QS_FIXTURES/<file>" (QS_ERR_NOT_FOUND with a hint when QS_FIXTURES is unset). */
 qs_status qs_fixture_open(const char *file, qs_fixture **out);
 void qs_fixture_free(qs_fixture *fx);

@@ -1,5 +1,6 @@
 /* tests/support/run_cmd.h — run the qsync binary (env QS_BIN) in a shell and capture its
- * combined stdout+stderr, and make scratch directories. */
+ * combined stdout+stderr, and make, inspect and remove scratch directories (directly, or as
+ * cmocka setup/teardown functions around a shared one). */
 #ifndef QSYNC_TESTS_RUN_CMD_H
 #define QSYNC_TESTS_RUN_CMD_H
 
@@ -8,9 +9,25 @@
 int qs_test_run_qsync(const char *args, char **out);
 /* Run an arbitrary shell command the same way. */
 int qs_test_run_shell(const char *cmd, char **out);
-/* A fresh directory under $TMPDIR (or /tmp), path written into buf. */
+/* A fresh directory under $TMPDIR (or /tmp), path written into buf; buf[0] == '\0' when it
+ * could not be made. */
 void qs_test_make_tmpdir(char *buf, unsigned cap);
-/* rm -rf path */
-void qs_test_remove_tree(const char *path);
+/* Make the tree at path owner-accessible again (tests leave read-only directories behind) and
+ * remove it: chmod -R u+rwx, then rm -rf. Returns 0, or -1 (with a message on stderr) when
+ * that fails. Refuses an empty path and "/". */
+int qs_test_remove_tree(const char *path);
+/* Number of directory entries of dir other than . and .., or -1 when it cannot be opened. */
+int qs_test_count_entries(const char *dir);
+
+/* The scratch directory made by qs_test_tmpdir_setup, "" outside it. */
+extern char qs_test_tmp[128];
+/* cmocka setup (per test or per group): make a fresh qs_test_tmp and point *state at it.
+ * Returns 0, or -1 when no directory could be made. */
+int qs_test_tmpdir_setup(void **state);
+/* cmocka teardown matching qs_test_tmpdir_setup: remove qs_test_tmp with qs_test_remove_tree
+ * and clear it. Returns that function's result. */
+int qs_test_tmpdir_teardown(void **state);
+/* A cmocka test run in a fresh qs_test_tmp that is removed afterwards. */
+#define QS_TMPDIR_TEST(f) cmocka_unit_test_setup_teardown(f, qs_test_tmpdir_setup, qs_test_tmpdir_teardown)
 
 #endif
