@@ -40,17 +40,19 @@ static int qs_cli_store(const qs_cli_opt *o, const char *text, const char *cmd) 
         *(uint64_t *)o->dest = v;
         return 0;
     }
-    case QS_CLI_FLOAT: {
-        float v = strtof(text, &end);
+    case QS_CLI_FLOAT:
+    case QS_CLI_DOUBLE: {
+        double v = strtod(text, &end);
         if (errno || end == text || *end) break;
-        *(float *)o->dest = v;
+        if (o->type == QS_CLI_FLOAT) *(float *)o->dest = (float)v;
+        else *(double *)o->dest = v;
         return 0;
     }
     default:
         break;
     }
     fprintf(stderr, "qsync %s: option --%s expects %s, got '%s'\n", cmd, o->name,
-            o->type == QS_CLI_FLOAT ? "a number" : o->type == QS_CLI_U64 ? "a non-negative integer" : "an integer",
+            o->type == QS_CLI_FLOAT || o->type == QS_CLI_DOUBLE ? "a number" : o->type == QS_CLI_U64 ? "a non-negative integer" : "an integer",
             text);
     return 2;
 }

@@ -7,12 +7,12 @@
 #include <stdint.h>
 #include <stdio.h>
 
-typedef enum qs_cli_type { QS_CLI_STR, QS_CLI_I64, QS_CLI_U64, QS_CLI_INT, QS_CLI_FLOAT, QS_CLI_FLAG, QS_CLI_NOFLAG } qs_cli_type;
+typedef enum qs_cli_type { QS_CLI_STR, QS_CLI_I64, QS_CLI_U64, QS_CLI_INT, QS_CLI_FLOAT, QS_CLI_DOUBLE, QS_CLI_FLAG, QS_CLI_NOFLAG } qs_cli_type;
 
 typedef struct qs_cli_opt {
     const char *name;   /* without the leading "--" */
     qs_cli_type type;   /* QS_CLI_NOFLAG stores false into a bool */
-    void *dest;         /* const char **, int64_t *, uint64_t *, int *, float *, bool * */
+    void *dest;         /* const char **, int64_t *, uint64_t *, int *, float *, double *, bool * */
     const char *arg;    /* value placeholder for help, e.g. "N" */
     const char *help;
 } qs_cli_opt;

@@ -163,7 +163,7 @@ typedef struct qs_backend_ops {
                           bool nesterov, bool first_step);
     /* PyTorch AdamW (decoupled weight decay); step counts from 1. */
     qs_status (*adamw_step)(qs_backend *be, qs_stream *s, int64_t n, float *p, const float *g,
-                            float *m, float *v, float lr, float beta1, float beta2, float eps,
+                            float *m, float *v, float lr, double beta1, double beta2, float eps,
                             float wd, int64_t step);
     /* *out = Σ x_i² accumulated in double (result on the host). */
     qs_status (*sum_squares)(qs_backend *be, qs_stream *s, int64_t n, const float *x, double *out);

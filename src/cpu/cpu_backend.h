@@ -135,7 +135,7 @@ qs_status qs_cpu_cast(qs_backend *be, qs_stream *s, int64_t n, const void *src, 
 qs_status qs_cpu_sgd_step(qs_backend *be, qs_stream *s, int64_t n, float *p, const float *g, float *buf,
                           float lr, float momentum, float dampening, float wd, bool nesterov, bool first_step);
 qs_status qs_cpu_adamw_step(qs_backend *be, qs_stream *s, int64_t n, float *p, const float *g, float *m,
-                            float *v, float lr, float beta1, float beta2, float eps, float wd, int64_t step);
+                            float *v, float lr, double beta1, double beta2, float eps, float wd, int64_t step);
 qs_status qs_cpu_sum_squares(qs_backend *be, qs_stream *s, int64_t n, const float *x, double *out);
 
 #endif

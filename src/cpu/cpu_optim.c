@@ -36,18 +36,20 @@ qs_status qs_cpu_sgd_step(qs_backend *be, qs_stream *s, int64_t n, float *p, con
  * Note: GCC vectorises this loop only with -fno-math-errno (sqrtf may set errno); per-function
  * attributes/pragmas do not lift that in GCC 12. */
 qs_status qs_cpu_adamw_step(qs_backend *be, qs_stream *s, int64_t n, float *p, const float *g, float *m, float *v,
-                            float lr, float beta1, float beta2, float eps, float wd, int64_t step) {
+                            float lr, double beta1, double beta2, float eps, float wd, int64_t step) {
     QS_TRY(qs_cpu_args_check("adamw_step", n, 4, (const void *[]){p, g, m, v}));
     if (step < 1) return QS_FAIL(QS_ERR_INVALID_ARG, "adamw_step: step %lld; steps count from 1", (long long)step);
     const float decay = (float)(1.0 - (double)lr * (double)wd);
-    const float c1 = (float)(1.0 - (double)beta1), c2 = (float)(1.0 - (double)beta2);
-    const double bc1 = 1.0 - pow((double)beta1, (double)step), bc2 = 1.0 - pow((double)beta2, (double)step);
+    /* PyTorch: 1 - β in double, then every scalar rounded once to the tensor's float */
+    const float b1 = (float)beta1, b2 = (float)beta2;
+    const float c1 = (float)(1.0 - beta1), c2 = (float)(1.0 - beta2);
+    const double bc1 = 1.0 - pow(beta1, (double)step), bc2 = 1.0 - pow(beta2, (double)step);
     const float step_size = (float)((double)lr / bc1), bc2_sqrt = (float)sqrt(bc2);
 #pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < n; i++) {
         float pi = p[i] * decay;
-        float mi = m[i] * beta1 + c1 * g[i];
-        float vi = v[i] * beta2 + c2 * g[i] * g[i];
+        float mi = m[i] * b1 + c1 * g[i];
+        float vi = v[i] * b2 + c2 * g[i] * g[i];
         m[i] = mi;
         v[i] = vi;
         p[i] = pi - step_size * (mi / (sqrtf(vi) / bc2_sqrt + eps));

@@ -12,8 +12,8 @@ qs_optim_config qs_optim_config_default(qs_optim_kind kind, float lr) {
     memset(&c, 0, sizeof c);
     c.kind = kind;
     c.lr = lr;
-    c.beta1 = 0.9f;
-    c.beta2 = 0.999f;
+    c.beta1 = 0.9;
+    c.beta2 = 0.999;
     c.eps = 1e-8f;
     c.weight_decay = kind == QS_OPTIM_ADAMW ? 0.01f : 0.0f;
     return c;
@@ -63,7 +63,7 @@ static qs_status qs_optim_check_config(const qs_optim_config *c) {
             return QS_FAIL(QS_ERR_INVALID_ARG, "sgd: Nesterov momentum requires momentum > 0 and dampening = 0 "
                            "(got momentum %g, dampening %g)", (double)c->momentum, (double)c->dampening);
     } else {
-        if (!(c->beta1 >= 0.0f && c->beta1 < 1.0f) || !(c->beta2 >= 0.0f && c->beta2 < 1.0f))
+        if (!(c->beta1 >= 0.0 && c->beta1 < 1.0) || !(c->beta2 >= 0.0 && c->beta2 < 1.0))
             return QS_FAIL(QS_ERR_INVALID_ARG, "adamw: invalid betas (%g, %g); each must be in [0, 1)",
                            (double)c->beta1, (double)c->beta2);
         if (!(c->eps >= 0.0f) || !isfinite(c->eps))

@@ -31,7 +31,7 @@ typedef struct qs_optim_config {
     float dampening;      /* SGD */
     float weight_decay;   /* both; AdamW: decoupled */
     bool nesterov;        /* SGD; needs momentum > 0 and dampening = 0 */
-    float beta1, beta2;   /* AdamW */
+    double beta1, beta2;   /* AdamW (double, as PyTorch keeps them) */
     float eps;            /* AdamW */
     float clip_norm;      /* max global L2 norm of the gradients; 0 = off */
 } qs_optim_config;

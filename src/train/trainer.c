@@ -28,8 +28,8 @@ void qs_train_config_defaults(qs_train_config *c) {
     c->optim.momentum = 0.9f;
     c->optim.nesterov = true;
     c->optim.weight_decay = 5e-4f;
-    c->optim.beta1 = 0.9f;
-    c->optim.beta2 = 0.999f;
+    c->optim.beta1 = 0.9;
+    c->optim.beta2 = 0.999;
     c->optim.eps = 1e-8f;
     c->lr_schedule = "cosine";
     c->warmup_steps = -1;
