@@ -225,8 +225,9 @@ static qs_status qs_train_loop(const qs_train_config *c, qs_train_job *j, const 
         window_n++;
         if (j->m->timing && step == profile_begin + c->profile_steps) {
             j->m->timing = false;
-            res->profile = qs_op_report_json(j->m, c->profile_steps, 2 * j->m->params.bytes);
-            if (c->log->level <= QS_LOG_INFO) qs_op_report_print(j->m, c->profile_steps, 2 * j->m->params.bytes, stderr);
+            size_t opt_bytes = (size_t)j->opt.n_state * j->m->params.bytes;
+            res->profile = qs_op_report_json(j->m, c->profile_steps, opt_bytes);
+            if (c->log->level <= QS_LOG_INFO) qs_op_report_print(j->m, c->profile_steps, opt_bytes, stderr);
         }
         bool epoch_end = step % spe == 0 || step == total;
         if (step % c->log_every == 0 || epoch_end) {
