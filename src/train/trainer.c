@@ -107,17 +107,20 @@ static qs_status qs_train_build(const qs_train_config *c, qs_train_job *j, qs_mo
 }
 
 static void qs_train_log_config(const qs_train_config *c, const qs_train_job *j, int64_t total, int64_t spe) {
+    char threads[24];
+    if (c->threads > 0) snprintf(threads, sizeof threads, "%d", c->threads);
+    else snprintf(threads, sizeof threads, "default");
     int64_t params = 0;
     for (int i = 0; i < j->m->params.count; i++) params += j->m->params.entries[i].numel;
     qs_log_info(c->log, "qsync train: model %s (%lld parameters), data %s (%lld train / %lld test, %lldx%lldx%lld)",
                 c->model, (long long)params, c->data, (long long)j->train.n, (long long)j->test.n,
                 (long long)j->train.h, (long long)j->train.w, (long long)j->train.c);
     qs_log_info(c->log, "  batch %lld, %lld steps (%lld per epoch), %s lr %g (%s, warm-up %lld), wd %g, seed %llu, "
-                        "backend %s, threads %d",
+                        "backend %s, threads %s",
                 (long long)c->batch, (long long)total, (long long)spe,
                 c->optim.kind == QS_OPTIM_SGD ? "sgd" : "adamw", c->optim.lr, c->lr_schedule,
                 (long long)(c->warmup_steps >= 0 ? c->warmup_steps : (total / 10 < 50 ? total / 10 : 50)), c->optim.weight_decay, (unsigned long long)c->seed,
-                j->be->ops->name, c->threads);
+                j->be->ops->name, threads);
 }
 
 static qs_status qs_train_eval(const qs_train_config *c, qs_train_job *j, int64_t step, int64_t epoch,
