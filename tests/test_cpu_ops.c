@@ -461,6 +461,11 @@ static void test_batchnorm(void **state) {
         assert_true(qs_check_close("bn bwd dx", dx, to_ref(rdx, n, NULL), n, qs_tol_fp32(2 * K, dx_scale), NULL));
         CHECK_FP32("bn bwd dgamma", dg, to_ref(rdg, C, NULL), C, K);
         CHECK_FP32("bn bwd dbeta", dbt, to_ref(rdb, C, NULL), C, K);
+        /* dx = NULL: only dgamma/dbeta, bitwise the same as with dx */
+        float *dg2 = tf(C), *dbt2 = tf(C);
+        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, dy, gamma, smean, sinv, NULL, false, dg2, dbt2));
+        assert_memory_equal(dg, dg2, (size_t)C * sizeof(float));
+        assert_memory_equal(dbt, dbt2, (size_t)C * sizeof(float));
         float *dx0 = rnd(n, -1, 1), *dxa = copy_of(dx0, n);
         ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, dy, gamma, smean, sinv, dxa, true, dg, dbt));
         assert_true(qs_check_close("bn bwd dx accumulate", dxa, to_ref(rdx, n, dx0), n,

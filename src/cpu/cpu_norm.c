@@ -4,7 +4,8 @@
  * Training: mean = Σx/n, var = Σ(x-mean)²/n (biased, two passes) normalises;
  * running_mean/var ← (1-momentum)·running + momentum·{mean, Σ(x-mean)²/(n-1)}.
  * gamma/beta NULL mean 1/0 (affine=False); running_mean/var NULL skip the update
- * (track_running_stats=False); dgamma/dbeta NULL skip those gradients. */
+ * (track_running_stats=False); dgamma/dbeta NULL skip those gradients; dx NULL computes only
+ * dgamma/dbeta (the input needs no gradient). */
 #include "cpu/cpu_backend.h"
 
 #include <math.h>
@@ -108,7 +109,7 @@ qs_status qs_cpu_batchnorm_backward(qs_backend *be, qs_stream *s, int64_t rows, 
                                     const float *save_invstd, float *dx, bool accumulate, float *dgamma,
                                     float *dbeta) {
     const char *what = "batchnorm_backward";
-    QS_TRY(bn_check(what, rows, C, 5, (const void *[]){x, dy, save_mean, save_invstd, dx}));
+    QS_TRY(bn_check(what, rows, C, 4, (const void *[]){x, dy, save_mean, save_invstd}));
     if (rows < 1) return QS_OK;
     bn_scratch sc = {0};
     QS_TRY(bn_scratch_alloc(&sc, C, what));
@@ -130,6 +131,10 @@ qs_status qs_cpu_batchnorm_backward(qs_backend *be, qs_stream *s, int64_t rows, 
         p[c] = (float)(sum_dy_xmu[c] / (double)rows * is * is);
         if (dgamma) dgamma[c] = (float)(sum_dy_xmu[c] * is);
         if (dbeta) dbeta[c] = (float)sum_dy[c];
+    }
+    if (!dx) { /* only the parameter gradients were asked for */
+        free(sc.mem);
+        return QS_OK;
     }
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; r++) {
