@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Builds the standalone CUDA benchmarks into an ignored folder to carry to the GPU machine.
+# CMake also compiles them (target bench_linear_lt) wherever nvcc exists, so CI checks they build.
+# Usage: bench/cuda/build.sh [OUT_DIR]   (default: build-cuda, ignored by git)
+# Needs nvcc (CUDA >= 12 with FP8 cuBLASLt; built and run with CUDA 13.0). Targets sm_90 (H100/H200).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${1:-build-cuda}
+NVCC=${NVCC:-nvcc}
+mkdir -p "$OUT"
+"$NVCC" -O3 -std=c++17 -arch=sm_90 -lineinfo -Xcompiler -Wall,-Wextra \
+  -o "$OUT/bench_linear_lt" bench/cuda/bench_linear_lt.cu -lcublasLt -lcublas
+echo "built $OUT/bench_linear_lt"
