@@ -1,4 +1,5 @@
 /* cli/cmd_train.c — `qsync train`. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,14 +46,34 @@ static int qs_train_check(qs_train_config *c, const char *optimizer, const char 
     return 0;
 }
 
+/* Set by SIGINT/SIGTERM: the trainer checkpoints and stops after the current step. A second
+ * signal gets the default action (the handler resets itself). Process-wide by nature. */
+static volatile sig_atomic_t qs_train_interrupted;
+
+static void qs_train_on_signal(int sig) {
+    qs_train_interrupted = sig;
+    signal(sig, SIG_DFL);
+}
+
+static void qs_train_catch_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = qs_train_on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
 static void qs_train_print_json(const qs_train_result *r) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "steps", (double)r->steps);
+    cJSON_AddNumberToObject(o, "steps_this_run", (double)r->steps_this_run);
     cJSON_AddNumberToObject(o, "final_train_loss", r->final_loss);
     cJSON_AddNumberToObject(o, "test_accuracy", r->test_accuracy);
     cJSON_AddNumberToObject(o, "test_loss", r->test_loss);
     cJSON_AddNumberToObject(o, "train_wall_s", r->wall_s);
     cJSON_AddNumberToObject(o, "images_per_s", r->images_per_s);
+    cJSON_AddBoolToObject(o, "interrupted", r->interrupted);
     if (r->profile) cJSON_AddItemReferenceToObject(o, "profile", r->profile);
     char *s = cJSON_Print(o);
     puts(s);
@@ -97,6 +118,7 @@ int qs_cmd_train(int argc, char **argv) {
         {"metrics", QS_CLI_STR, &c.metrics_path, "FILE", "write metrics as JSON lines"},
         {"checkpoint-dir", QS_CLI_STR, &c.checkpoint_dir, "DIR", "checkpoint at each epoch end and at the end"},
         {"resume", QS_CLI_STR, &c.resume, "DIR", "continue bit-exactly from a checkpoint directory"},
+        {"checkpoint-every", QS_CLI_I64, &c.checkpoint_every, "N", "also checkpoint every N steps"},
         {"stop-at", QS_CLI_I64, &c.stop_at, "STEP", "stop after STEP with a checkpoint (resume later)"},
         {"profile-steps", QS_CLI_I64, &c.profile_steps, "N", "time every op for N steps and print the breakdown"},
         {"no-progress", QS_CLI_FLAG, &no_progress, NULL, "no live progress line"},
@@ -110,15 +132,21 @@ int qs_cmd_train(int argc, char **argv) {
     qs_logger_init(&lg, 0, 1, quiet ? QS_LOG_WARN : QS_LOG_INFO);
     c.log = &lg;
     c.progress = !no_progress && !quiet;
+    qs_train_catch_signals();
+    c.interrupt = &qs_train_interrupted;
     qs_train_result r;
     if (qs_train_run(&c, &r) != QS_OK) {
         cJSON_Delete(r.profile);
         return qs_cmd_fail("train");
     }
     if (json) qs_train_print_json(&r);
-    else
-        printf("trained %lld steps in %.1f s (%.0f images/s); test accuracy %.2f%%, loss %.4f\n", (long long)r.steps,
-               r.wall_s, r.images_per_s, 100.0 * r.test_accuracy, r.test_loss);
+    else {
+        printf("trained %lld steps in %.1f s (%.0f images/s)", (long long)r.steps_this_run, r.wall_s, r.images_per_s);
+        if (r.steps != r.steps_this_run) printf(", now at step %lld", (long long)r.steps);
+        if (r.test_accuracy >= 0) printf("; test accuracy %.2f%%, loss %.4f\n", 100.0 * r.test_accuracy, r.test_loss);
+        else printf("; not evaluated (stopped early)\n");
+    }
     cJSON_Delete(r.profile);
-    return 0;
+    /* interrupted by a signal: exit as the shell convention for it (128 + signal number) */
+    return r.interrupted ? 128 + (int)qs_train_interrupted : 0;
 }

@@ -98,6 +98,32 @@ static void test_resume_bit_exact(void **state) {
                 "train " QS_TINY " --epochs 2 --dropout 0.25 --seed 7 --resume %s/part", tmp);
 }
 
+/* Resuming with the model's default options (no --width given) finds the same model. */
+static void test_resume_default_options(void **state) {
+    const char *tmp = qs_test_tmp;
+    const char *args = "--model mlp --batch 32 --train-subset 96 --eval-subset 64 --threads 1 --no-progress";
+    expect_runf(0, "not evaluated", "train %s --steps 3 --stop-at 1 --checkpoint-dir %s/d", args, tmp);
+    expect_runf(0, "now at step 3", "train %s --steps 3 --checkpoint-dir %s/d --resume %s/d", args, tmp, tmp);
+}
+
+/* SIGTERM (as from a batch scheduler) stops training after the current step with a checkpoint
+ * and exit status 128 + 15; the run then resumes from it. */
+static void test_sigterm_checkpoints(void **state) {
+    const char *tmp = qs_test_tmp, *bin = getenv("QS_BIN");
+    char cmd[4096], *out = NULL;
+    snprintf(cmd, sizeof cmd,
+             "timeout --preserve-status -s TERM 3 %s train " QS_TINY " --steps 1000000 --checkpoint-dir %s/sig",
+             bin ? bin : "qsync", tmp);
+    int rc = qs_test_run_shell(cmd, &out);
+    const char *at = strstr(out, "interrupted after step ");
+    if (rc != 128 + 15 || !at) fail_msg("%s\n  exit %d (want 143), output:\n%s", cmd, rc, out);
+    long long step = atoll(at + strlen("interrupted after step "));
+    free(out);
+    assert_true(step >= 1);
+    expect_runf(0, "now at step", "train " QS_TINY " --steps 1000000 --checkpoint-dir %s/sig --resume %s/sig --stop-at %lld",
+                tmp, tmp, step + 1);
+}
+
 static void test_eval_and_wrong_model(void **state) {
     const char *tmp = qs_test_tmp;
     expect_runf(0, "test accuracy", "train " QS_TINY " --steps 3 --checkpoint-dir %s/e", tmp);
@@ -123,6 +149,8 @@ int main(void) {
         cmocka_unit_test(test_unwritable_checkpoint_dir),
         cmocka_unit_test(test_resume_bit_exact),
         cmocka_unit_test(test_eval_and_wrong_model),
+        cmocka_unit_test(test_resume_default_options),
+        cmocka_unit_test(test_sigterm_checkpoints),
     };
     return cmocka_run_group_tests(tests, qs_test_tmpdir_setup, qs_test_tmpdir_teardown);
 }

@@ -80,19 +80,18 @@ static qs_status qs_train_build(const qs_train_config *c, qs_train_job *j, qs_mo
     mo->width = c->model_opt.width;
     mo->dropout = c->model_opt.dropout;
     if (c->imagenet_stem) mo->cifar_stem = false;
-    if (c->resume) {
-        char arch[32], want[256], have[256];
+    QS_TRY(qs_models_build(c->model, mo, &j->m));
+    if (c->resume) { /* the checkpoint must hold this very model: same arch, same resolved options */
+        char arch[32], have[256];
         qs_model_options saved;
         QS_TRY(qs_checkpoint_read_arch(c->resume, arch, sizeof arch, &saved));
         if (strcmp(arch, c->model) != 0)
             return QS_FAIL(QS_ERR_MISMATCH, "--resume %s holds a %s model, but --model is %s", c->resume, arch, c->model);
-        QS_TRY(qs_models_format_config(c->model, mo, want, sizeof want));
         QS_TRY(qs_models_format_config(arch, &saved, have, sizeof have));
-        if (strcmp(want, have) != 0)
+        if (strcmp(j->m->config, have) != 0)
             return QS_FAIL(QS_ERR_MISMATCH, "--resume %s holds %s with \"%s\", but this run builds \"%s\": resume with "
-                           "the same model options", c->resume, arch, have, want);
+                           "the same model options", c->resume, arch, have, j->m->config);
     }
-    QS_TRY(qs_models_build(c->model, mo, &j->m));
     QS_TRY(qs_backend_cpu_create(c->threads, &j->be));
     QS_TRY(qs_model_setup(j->m, j->be, c->batch, c->seed));
     QS_TRY(qs_optimizer_init(&j->opt, j->be, &j->m->params, &c->optim));
@@ -193,6 +192,82 @@ static qs_status qs_train_step(const qs_train_config *c, qs_train_job *j, float 
     return QS_OK;
 }
 
+/* Training-loss window between two step records. */
+typedef struct qs_train_window {
+    int64_t n, correct;
+    double loss, t0;
+} qs_train_window;
+
+/* Write a step record (and the progress line on a terminal) for the window, then reset it. */
+static qs_status qs_train_log_step(const qs_train_config *c, qs_train_job *j, qs_train_window *w, int64_t step,
+                                   int64_t total, int64_t spe, float lr, bool tty, qs_train_result *res) {
+    double dt = qs_now_ms() - w->t0, rate = 1e3 * (double)(w->n * c->batch) / dt;
+    res->final_loss = w->loss / (double)w->n;
+    cJSON *r = cJSON_CreateObject();
+    cJSON_AddStringToObject(r, "type", "step");
+    cJSON_AddNumberToObject(r, "step", (double)step);
+    cJSON_AddNumberToObject(r, "epoch", (double)((step - 1) / spe));
+    cJSON_AddNumberToObject(r, "loss", res->final_loss);
+    cJSON_AddNumberToObject(r, "train_accuracy", (double)w->correct / (double)(w->n * c->batch));
+    cJSON_AddNumberToObject(r, "lr", lr);
+    cJSON_AddNumberToObject(r, "images_per_s", rate);
+    QS_TRY(qs_metrics_write(&j->metrics, r));
+    if (tty)
+        fprintf(stderr, "\rstep %lld/%lld  epoch %lld  loss %.4f  lr %.4g  %.0f img/s   ", (long long)step,
+                (long long)total, (long long)((step - 1) / spe + 1), res->final_loss, lr, rate);
+    memset(w, 0, sizeof *w);
+    w->t0 = qs_now_ms();
+    return QS_OK;
+}
+
+/* The profiling window: before step `begin`, reset the op timers and time every op... */
+static void qs_train_profile_begin(const qs_train_config *c, qs_train_job *j, int64_t step, int64_t begin) {
+    if (c->profile_steps > 0 && step == begin) {
+        qs_model_reset_times(j->m);
+        j->m->timing = true;
+    }
+}
+
+/* ...and after profile_steps steps, stop timing and report (res->profile, and on stderr). */
+static void qs_train_profile_end(const qs_train_config *c, qs_train_job *j, int64_t step, int64_t begin,
+                                 qs_train_result *res) {
+    if (!j->m->timing || step != begin + c->profile_steps) return;
+    j->m->timing = false;
+    size_t opt_bytes = (size_t)j->opt.n_state * j->m->params.bytes;
+    res->profile = qs_op_report_json(j->m, c->profile_steps, opt_bytes);
+    if (c->log->level <= QS_LOG_INFO) qs_op_report_print(j->m, c->profile_steps, opt_bytes, stderr);
+}
+
+/* After `step`: evaluate and checkpoint at epoch ends, checkpoint every N steps, and stop (with a
+ * checkpoint) at --stop-at or on an interruption signal. Sets *stop. */
+static qs_status qs_train_after_step(const qs_train_config *c, qs_train_job *j, const qs_model_options *mo,
+                                     int64_t step, int64_t total, int64_t spe, bool tty, bool *stop,
+                                     qs_train_result *res) {
+    bool epoch_end = step % spe == 0 || step == total;
+    bool interrupted = c->interrupt && *c->interrupt;
+    *stop = step == c->stop_at || interrupted;
+    if (epoch_end) {
+        if (tty) fputc('\n', stderr);
+        int64_t epoch = (step - 1) / spe + 1;
+        if (step == total || (c->eval_every > 0 && epoch % c->eval_every == 0))
+            QS_TRY(qs_train_eval(c, j, step, epoch, res));
+    }
+    if (epoch_end || *stop || (c->checkpoint_every > 0 && step % c->checkpoint_every == 0))
+        QS_TRY(qs_train_checkpoint(c, j, mo, step));
+    if (*stop && tty && !epoch_end) fputc('\n', stderr);
+    if (step == c->stop_at) qs_log_info(c->log, "stopping at step %lld as asked (--stop-at)", (long long)step);
+    if (interrupted) {
+        res->interrupted = true;
+        if (c->checkpoint_dir)
+            qs_log_warn(c->log, "interrupted after step %lld; checkpoint written: continue with --resume %s",
+                        (long long)step, c->checkpoint_dir);
+        else
+            qs_log_warn(c->log, "interrupted after step %lld; no --checkpoint-dir was given, so nothing was saved",
+                        (long long)step);
+    }
+    return QS_OK;
+}
+
 static qs_status qs_train_loop(const qs_train_config *c, qs_train_job *j, const qs_model_options *mo,
                                qs_train_result *res) {
     int64_t spe = qs_loader_steps_per_epoch(&j->loader);
@@ -209,66 +284,29 @@ static qs_status qs_train_loop(const qs_train_config *c, qs_train_job *j, const 
     if (c->resume) QS_TRY(qs_train_resume(c, j, &step));
     QS_TRY(qs_metrics_open(&j->metrics, c->metrics_path, c->resume != NULL, 0));
     qs_train_log_config(c, j, total, spe);
-    bool tty = c->progress && isatty(STDERR_FILENO);
-    int64_t first = step, window_n = 0, window_correct = 0, profile_begin = first + QS_PROFILE_WARMUP_STEPS;
-    double window_loss = 0, train_ms = 0, window_t0 = qs_now_ms();
-    while (step < total) {
-        if (c->profile_steps > 0 && step == profile_begin) {
-            qs_model_reset_times(j->m);
-            j->m->timing = true;
-        }
+    bool tty = c->progress && isatty(STDERR_FILENO), stop = false;
+    int64_t first = step;
+    double train_ms = 0;
+    qs_train_window w = {.t0 = qs_now_ms()};
+    while (step < total && !stop) {
+        qs_train_profile_begin(c, j, step, first + QS_PROFILE_WARMUP_STEPS);
         double t0 = qs_now_ms(), loss;
         int64_t correct;
         float lr = qs_lr_at(&sched, step);
         QS_TRY(qs_train_step(c, j, lr, &loss, &correct));
         step++;
         train_ms += qs_now_ms() - t0;
-        window_loss += loss;
-        window_correct += correct;
-        window_n++;
-        if (j->m->timing && step == profile_begin + c->profile_steps) {
-            j->m->timing = false;
-            size_t opt_bytes = (size_t)j->opt.n_state * j->m->params.bytes;
-            res->profile = qs_op_report_json(j->m, c->profile_steps, opt_bytes);
-            if (c->log->level <= QS_LOG_INFO) qs_op_report_print(j->m, c->profile_steps, opt_bytes, stderr);
-        }
-        bool epoch_end = step % spe == 0 || step == total;
-        if (step % c->log_every == 0 || epoch_end) {
-            double dt = qs_now_ms() - window_t0;
-            res->final_loss = window_loss / (double)window_n;
-            cJSON *r = cJSON_CreateObject();
-            cJSON_AddStringToObject(r, "type", "step");
-            cJSON_AddNumberToObject(r, "step", (double)step);
-            cJSON_AddNumberToObject(r, "epoch", (double)((step - 1) / spe));
-            cJSON_AddNumberToObject(r, "loss", res->final_loss);
-            cJSON_AddNumberToObject(r, "train_accuracy", (double)window_correct / (double)(window_n * c->batch));
-            cJSON_AddNumberToObject(r, "lr", lr);
-            cJSON_AddNumberToObject(r, "images_per_s", 1e3 * (double)(window_n * c->batch) / dt);
-            QS_TRY(qs_metrics_write(&j->metrics, r));
-            if (tty)
-                fprintf(stderr, "\rstep %lld/%lld  epoch %lld  loss %.4f  lr %.4g  %.0f img/s   ", (long long)step,
-                        (long long)total, (long long)((step - 1) / spe + 1), res->final_loss, lr,
-                        1e3 * (double)(window_n * c->batch) / dt);
-            window_loss = 0;
-            window_correct = window_n = 0;
-            window_t0 = qs_now_ms();
-        }
-        if (epoch_end) {
-            if (tty) fputc('\n', stderr);
-            int64_t epoch = (step - 1) / spe + 1;
-            bool last = step == total;
-            if (last || (c->eval_every > 0 && epoch % c->eval_every == 0)) QS_TRY(qs_train_eval(c, j, step, epoch, res));
-            QS_TRY(qs_train_checkpoint(c, j, mo, step));
-            window_t0 = qs_now_ms();
-        } else if (step == c->stop_at) {
-            QS_TRY(qs_train_checkpoint(c, j, mo, step));
-        }
-        if (step == c->stop_at) {
-            qs_log_info(c->log, "stopping at step %lld as asked (--stop-at)", (long long)step);
-            break;
-        }
+        w.loss += loss;
+        w.correct += correct;
+        w.n++;
+        qs_train_profile_end(c, j, step, first + QS_PROFILE_WARMUP_STEPS, res);
+        if (step % c->log_every == 0 || step % spe == 0 || step == total)
+            QS_TRY(qs_train_log_step(c, j, &w, step, total, spe, lr, tty, res));
+        QS_TRY(qs_train_after_step(c, j, mo, step, total, spe, tty, &stop, res));
+        if (step % spe == 0) w.t0 = qs_now_ms(); /* evaluation time is not training time */
     }
     res->steps = step;
+    res->steps_this_run = step - first;
     res->wall_s = train_ms / 1e3;
     res->images_per_s = train_ms > 0 ? 1e3 * (double)((step - first) * c->batch) / train_ms : 0;
     return QS_OK;

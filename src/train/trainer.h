@@ -4,6 +4,7 @@
 #ifndef QSYNC_TRAIN_TRAINER_H
 #define QSYNC_TRAIN_TRAINER_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <cjson/cJSON.h>
@@ -36,17 +37,23 @@ typedef struct qs_train_config {
     int64_t log_every;          /* step records every N steps */
     int64_t profile_steps;      /* time every op for N steps after 2 warm-up steps and report */
     int64_t stop_at;            /* stop after this step with a checkpoint, as if interrupted (0 = off) */
+    int64_t checkpoint_every;   /* also checkpoint every N steps (0 = only at epoch ends) */
+    /* Set asynchronously (by a signal handler) to ask the loop to checkpoint and stop after the
+     * current step; NULL = never. */
+    volatile sig_atomic_t *interrupt;
     bool progress;              /* live progress line on stderr */
     qs_logger *log;
 } qs_train_config;
 
 typedef struct qs_train_result {
     int64_t steps;              /* optimizer steps done in total (including resumed ones) */
+    int64_t steps_this_run;     /* of which this process did */
     double final_loss;          /* mean training loss of the last logged window */
     double test_accuracy;       /* last evaluation; -1 if none */
     double test_loss;
     double wall_s;              /* this process's wall time in the training loop */
     double images_per_s;        /* training throughput over this process's steps */
+    bool interrupted;           /* stopped early by c->interrupt (a checkpoint was written if asked) */
     cJSON *profile;             /* per-op report when profile_steps > 0 (caller frees) */
 } qs_train_result;
 
