@@ -16,6 +16,7 @@ int qs_cmd_eval(int argc, char **argv) {
         {"eval-subset", QS_CLI_I64, &c.eval_subset, "N", "first N test samples only"},
         {"threads", QS_CLI_INT, &c.threads, "N", "compute threads"},
         {"logits-out", QS_CLI_STR, &c.logits_out, "FILE", "write logits and labels as safetensors"},
+        {"no-fuse", QS_CLI_FLAG, &c.no_fuse, NULL, "keep BatchNorm and ReLU as separate ops"},
         {"json", QS_CLI_FLAG, &json, NULL, "print the result as JSON"},
     };
     int rc = qs_cli_parse(argc, argv, 2, opts, (int)(sizeof opts / sizeof opts[0]), "eval",

@@ -107,6 +107,7 @@ int qs_cmd_train(int argc, char **argv) {
         {"width", QS_CLI_I64, &c.model_opt.width, "N", "base width (resnet 64, vgg 64, cnn 32, mlp 1024)"},
         {"imagenet-stem", QS_CLI_FLAG, &c.imagenet_stem, NULL, "resnet: 7x7/2 stem + max-pool for small inputs too"},
         {"dropout", QS_CLI_FLOAT, &c.model_opt.dropout, "P", "classifier dropout (mlp, cnn, vgg)"},
+        {"no-fuse", QS_CLI_FLAG, &c.no_fuse, NULL, "keep BatchNorm and ReLU as separate ops"},
         {"precision", QS_CLI_STR, &precision, "P", "uniform operator precision (fp32 in this build)"},
         {"device", QS_CLI_STR, &device, "D", "cpu (this build)"},
         {"seed", QS_CLI_U64, &c.seed, "N", "seed of initialisation, data order, dropout (default 1)"},

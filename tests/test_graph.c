@@ -1,6 +1,6 @@
 /* tests/test_graph.c — graph driver behaviours: a BatchNorm directly on the input (whose input
  * needs no gradient) still gets its parameter gradients, since its fused backward runs for
- * them alone. */
+ * them alone; BatchNorm+ReLU fusion (qs_model_fuse) trains bitwise like the unfused graph. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include "graph_helpers.h"
+#include "models/models.h"
 
 static qs_backend *g_be;
 
@@ -19,6 +20,9 @@ static int teardown(void **state) {
     qs_test_backend_destroy(&g_be);
     return 0;
 }
+
+/* qs_model_fuse when asked, else nothing; the number of fused pairs. */
+static int qs_model_fuse_if(qs_model *m, bool fuse) { return fuse ? qs_model_fuse(m) : 0; }
 
 static void test_batchnorm_on_input_gets_param_grads(void **state) {
     const int64_t B = 4, H = 3, W = 3, C = 2, K = 3;
@@ -45,7 +49,51 @@ static void test_batchnorm_on_input_gets_param_grads(void **state) {
     qs_model_free(m);
 }
 
+/* A width-4 resnet18 on 28×28×1 (fused or not) after 3 SGD steps and an eval forward: the
+ * parameters, buffers and logits (host copies, caller frees). */
+static void run_resnet(bool fuse, float **params, float **buffers, float **logits, size_t *pbytes, size_t *bbytes) {
+    qs_model_options o = qs_models_default_options(28, 28, 1, 10);
+    o.width = 4;
+    qs_model *m;
+    ASSERT_OK(qs_models_build("resnet18", &o, &m));
+    int fused = qs_model_fuse_if(m, fuse);
+    assert_int_equal(fused, fuse ? 9 : 0); /* the stem's and each block's first BN→ReLU */
+    ASSERT_OK(qs_model_setup(m, g_be, 8, 11));
+    static float x[8 * 28 * 28];
+    int32_t y[8];
+    for (int i = 0; i < 8 * 28 * 28; i++) x[i] = cosf(0.37f * (float)i);
+    for (int i = 0; i < 8; i++) y[i] = (i * 3) % 10;
+    for (int step = 0; step < 3; step++) {
+        ASSERT_OK(qs_model_forward(m, x, y, true));
+        ASSERT_OK(qs_model_backward(m, 1.0f));
+        for (int k = 0; k < m->params.count; k++) {
+            float *p = qs_model_param_ptr(m, k), *g = qs_model_grad_ptr(m, k);
+            for (int64_t e = 0; e < m->params.entries[k].numel; e++) p[e] -= 0.05f * g[e];
+        }
+    }
+    ASSERT_OK(qs_model_forward(m, x, y, false));
+    *pbytes = m->params.bytes;
+    *bbytes = m->buffers.bytes;
+    *params = qs_test_download(m, m->param_data, (int64_t)(m->params.bytes / sizeof(float)));
+    *buffers = qs_test_download(m, m->buffer_data, (int64_t)(m->buffers.bytes / sizeof(float)));
+    *logits = qs_test_download(m, m->nodes[m->logits_node].y, 8 * 10);
+    qs_model_free(m);
+}
+
+static void test_bn_relu_fusion_bitwise(void **state) {
+    float *p0, *b0, *l0, *p1, *b1, *l1;
+    size_t pb0, bb0, pb1, bb1;
+    run_resnet(false, &p0, &b0, &l0, &pb0, &bb0);
+    run_resnet(true, &p1, &b1, &l1, &pb1, &bb1);
+    assert_int_equal(pb0, pb1);
+    assert_memory_equal(p0, p1, pb0);
+    assert_memory_equal(b0, b1, bb0);
+    assert_memory_equal(l0, l1, 8 * 10 * sizeof(float));
+    free(p0), free(b0), free(l0), free(p1), free(b1), free(l1);
+}
+
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_batchnorm_on_input_gets_param_grads)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_batchnorm_on_input_gets_param_grads),
+                                       cmocka_unit_test(test_bn_relu_fusion_bitwise)};
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -78,25 +78,27 @@ void qs_cpu_pool_plan_destroy(void *plan);
 
 /* ---- cpu_reduce.c: deterministic per-channel sums over (rows, C) data ---- */
 /* sum1[c] = Σ_r a[r,c]                         (skipped when sum1 is NULL)
+ * With `mask` (rows, C) not NULL, a[r,c] counts as 0 wherever !(mask[r,c] > 0) (a ReLU's
+ * output masking its input gradient).
  * sum2[c] = Σ_r (a[r,c]-sa[c])·(b[r,c]-sb[c])  (skipped when sum2 is NULL; sa/sb NULL mean 0;
  *                                                b NULL means the square Σ (a[r,c]-sa[c])²)
  * Accumulated in double over a fixed row-chunk split (independent of the thread count), so
  * results are bitwise reproducible. Fails only with QS_ERR_OOM. */
-qs_status qs_cpu_colsums(int64_t rows, int64_t C, const float *a, const float *b, const double *sa,
-                         const double *sb, double *sum1, double *sum2);
+qs_status qs_cpu_colsums(int64_t rows, int64_t C, const float *a, const float *mask, const float *b,
+                         const double *sa, const double *sb, double *sum1, double *sum2);
 
 /* ---- cpu_norm.c ---- */
 qs_status qs_cpu_batchnorm_forward_train(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const float *x,
                                          const float *gamma, const float *beta, float *y, float *save_mean,
                                          float *save_invstd, float *running_mean, float *running_var,
-                                         float momentum, float eps);
+                                         float momentum, float eps, bool relu);
 qs_status qs_cpu_batchnorm_forward_eval(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const float *x,
                                         const float *gamma, const float *beta, const float *running_mean,
-                                        const float *running_var, float eps, float *y);
+                                        const float *running_var, float eps, float *y, bool relu);
 qs_status qs_cpu_batchnorm_backward(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const float *x,
                                     const float *dy, const float *gamma, const float *save_mean,
                                     const float *save_invstd, float *dx, bool accumulate, float *dgamma,
-                                    float *dbeta);
+                                    float *dbeta, const float *y_relu);
 
 /* ---- cpu_eltwise.c ---- */
 qs_status qs_cpu_relu_forward(qs_backend *be, qs_stream *s, int64_t n, const float *x, float *y);

@@ -122,7 +122,7 @@ qs_status qs_cpu_linear_backward_weights(qs_backend *be, void *plan, qs_stream *
     if (!db) return QS_OK;
     if (!ws) return QS_FAIL(QS_ERR_INVALID_ARG, "linear_backward_weights: the bias gradient needs the plan's workspace");
     double *sum = ws;
-    QS_TRY(qs_cpu_colsums(lp->d.M, lp->d.N, dy, NULL, NULL, NULL, sum, NULL));
+    QS_TRY(qs_cpu_colsums(lp->d.M, lp->d.N, dy, NULL, NULL, NULL, NULL, sum, NULL));
     float *dbf = db;
     for (int64_t n = 0; n < lp->d.N; n++) dbf[n] = (float)sum[n];
     return QS_OK;

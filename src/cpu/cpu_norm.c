@@ -5,21 +5,32 @@
  * running_mean/var ← (1-momentum)·running + momentum·{mean, Σ(x-mean)²/(n-1)}.
  * gamma/beta NULL mean 1/0 (affine=False); running_mean/var NULL skip the update
  * (track_running_stats=False); dgamma/dbeta NULL skip those gradients; dx NULL computes only
- * dgamma/dbeta (the input needs no gradient). */
+ * dgamma/dbeta (the input needs no gradient). `relu` applies max(·, 0) to the output (BN+ReLU
+ * fused); its backward then takes the output `y_relu` and multiplies dy by [y_relu > 0] (a
+ * multiply, not a select, which is 2× faster here; it differs from ReLU's backward only for
+ * non-finite dy at masked positions). */
 #include "cpu/cpu_backend.h"
 
 #include <math.h>
 #include <stdlib.h>
 
-/* y[r,c] = (x[r,c] - m[c])·k[c] + b[c] over all rows. */
+/* y[r,c] = (x[r,c] - m[c])·k[c] + b[c] over all rows, then max(·, 0) when relu. */
 static void bn_apply(int64_t rows, int64_t C, const float *x, const float *m, const float *k, const float *b,
-                     float *y) {
+                     float *y, bool relu) {
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * C;
         float *yr = y + r * C;
+        if (relu) {
 #pragma omp simd
-        for (int64_t c = 0; c < C; c++) yr[c] = (xr[c] - m[c]) * k[c] + b[c];
+            for (int64_t c = 0; c < C; c++) {
+                float v = (xr[c] - m[c]) * k[c] + b[c];
+                yr[c] = v > 0.0f ? v : 0.0f;
+            }
+        } else {
+#pragma omp simd
+            for (int64_t c = 0; c < C; c++) yr[c] = (xr[c] - m[c]) * k[c] + b[c];
+        }
     }
 }
 
@@ -52,7 +63,7 @@ static qs_status bn_check(const char *what, int64_t rows, int64_t C, int nptrs, 
 qs_status qs_cpu_batchnorm_forward_train(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const float *x,
                                          const float *gamma, const float *beta, float *y, float *save_mean,
                                          float *save_invstd, float *running_mean, float *running_var,
-                                         float momentum, float eps) {
+                                         float momentum, float eps, bool relu) {
     const char *what = "batchnorm_forward_train";
     QS_TRY(bn_check(what, rows, C, 4, (const void *[]){x, y, save_mean, save_invstd}));
     if (rows < 2)
@@ -62,9 +73,9 @@ qs_status qs_cpu_batchnorm_forward_train(qs_backend *be, qs_stream *s, int64_t r
     bn_scratch sc = {0};
     QS_TRY(bn_scratch_alloc(&sc, C, what));
     double *sum = sc.d[0], *sq = sc.d[1];
-    qs_status st = qs_cpu_colsums(rows, C, x, NULL, NULL, NULL, sum, NULL);
+    qs_status st = qs_cpu_colsums(rows, C, x, NULL, NULL, NULL, NULL, sum, NULL);
     for (int64_t c = 0; st == QS_OK && c < C; c++) sum[c] /= (double)rows; /* sum now holds the mean */
-    if (st == QS_OK) st = qs_cpu_colsums(rows, C, x, NULL, sum, NULL, NULL, sq);
+    if (st == QS_OK) st = qs_cpu_colsums(rows, C, x, NULL, NULL, sum, NULL, NULL, sq);
     if (st != QS_OK) {
         free(sc.mem);
         return st;
@@ -81,14 +92,14 @@ qs_status qs_cpu_batchnorm_forward_train(qs_backend *be, qs_stream *s, int64_t r
         if (running_var)
             running_var[c] = (1.0f - momentum) * running_var[c] + momentum * (float)(sq[c] / (double)(rows - 1));
     }
-    bn_apply(rows, C, x, save_mean, k, b, y);
+    bn_apply(rows, C, x, save_mean, k, b, y, relu);
     free(sc.mem);
     return QS_OK;
 }
 
 qs_status qs_cpu_batchnorm_forward_eval(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const float *x,
                                         const float *gamma, const float *beta, const float *running_mean,
-                                        const float *running_var, float eps, float *y) {
+                                        const float *running_var, float eps, float *y, bool relu) {
     const char *what = "batchnorm_forward_eval";
     QS_TRY(bn_check(what, rows, C, 4, (const void *[]){x, y, running_mean, running_var}));
     bn_scratch sc = {0};
@@ -99,7 +110,7 @@ qs_status qs_cpu_batchnorm_forward_eval(qs_backend *be, qs_stream *s, int64_t ro
         k[c] = invstd * (gamma ? gamma[c] : 1.0f);
         b[c] = beta ? beta[c] : 0.0f;
     }
-    bn_apply(rows, C, x, running_mean, k, b, y);
+    bn_apply(rows, C, x, running_mean, k, b, y, relu);
     free(sc.mem);
     return QS_OK;
 }
@@ -107,7 +118,7 @@ qs_status qs_cpu_batchnorm_forward_eval(qs_backend *be, qs_stream *s, int64_t ro
 qs_status qs_cpu_batchnorm_backward(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const float *x,
                                     const float *dy, const float *gamma, const float *save_mean,
                                     const float *save_invstd, float *dx, bool accumulate, float *dgamma,
-                                    float *dbeta) {
+                                    float *dbeta, const float *y_relu) {
     const char *what = "batchnorm_backward";
     QS_TRY(bn_check(what, rows, C, 4, (const void *[]){x, dy, save_mean, save_invstd}));
     if (rows < 1) return QS_OK;
@@ -116,7 +127,7 @@ qs_status qs_cpu_batchnorm_backward(qs_backend *be, qs_stream *s, int64_t rows, 
     double *sum_dy = sc.d[0], *sum_dy_xmu = sc.d[1], *mean_d = sc.d[2];
     /* the saved mean is what forward normalised with; use it (as double) as the shift */
     for (int64_t c = 0; c < C; c++) mean_d[c] = save_mean[c];
-    qs_status st = qs_cpu_colsums(rows, C, dy, x, NULL, mean_d, sum_dy, sum_dy_xmu);
+    qs_status st = qs_cpu_colsums(rows, C, dy, y_relu, x, NULL, mean_d, sum_dy, sum_dy_xmu);
     if (st != QS_OK) {
         free(sc.mem);
         return st;
@@ -138,9 +149,17 @@ qs_status qs_cpu_batchnorm_backward(qs_backend *be, qs_stream *s, int64_t rows, 
     }
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * C, *gr = dy + r * C;
+        const float *xr = x + r * C, *gr = dy + r * C, *mr = y_relu ? y_relu + r * C : NULL;
         float *dr = dx + r * C;
-        if (accumulate) {
+        if (mr && accumulate) {
+#pragma omp simd
+            for (int64_t c = 0; c < C; c++)
+                dr[c] += (gr[c] * (float)(mr[c] > 0.0f) - a[c] - (xr[c] - save_mean[c]) * p[c]) * k[c];
+        } else if (mr) {
+#pragma omp simd
+            for (int64_t c = 0; c < C; c++)
+                dr[c] = (gr[c] * (float)(mr[c] > 0.0f) - a[c] - (xr[c] - save_mean[c]) * p[c]) * k[c];
+        } else if (accumulate) {
 #pragma omp simd
             for (int64_t c = 0; c < C; c++) dr[c] += (gr[c] - a[c] - (xr[c] - save_mean[c]) * p[c]) * k[c];
         } else {

@@ -68,6 +68,7 @@ qs_status qs_model_add(qs_model *m, qs_node_kind kind, const char *name, const i
     if (cfg) n->cfg = *cfg;
     n->prec = QS_PREC_FP32;
     n->out_dtype = QS_F32;
+    n->alias_of = -1;
     for (int i = 0; i < QS_MAX_NODE_PARAMS; i++) n->param[i] = -1;
     for (int i = 0; i < QS_MAX_NODE_BUFFERS; i++) n->buffer[i] = -1;
     qs_status st = qs_layer_impl_for(kind)->infer(m, n);
@@ -100,8 +101,10 @@ void qs_model_free(qs_model *m) {
         if (m->be) {
             if (impl->teardown) impl->teardown(m, n);
             if (n->plan) m->be->ops->plan_destroy(m->be, n->plan);
-            m->be->ops->free(m->be, n->y);
-            m->be->ops->free(m->be, n->dy);
+            if (n->alias_of < 0) {
+                m->be->ops->free(m->be, n->y);
+                m->be->ops->free(m->be, n->dy);
+            }
             for (int k = 0; k < QS_MAX_NODE_SAVED; k++) m->be->ops->free(m->be, n->saved[k]);
         }
     }
@@ -182,6 +185,11 @@ qs_status qs_model_setup(qs_model *m, qs_backend *be, int64_t batch, uint64_t se
     for (int i = 0; i < m->n_nodes; i++) {
         qs_node *n = &m->nodes[i];
         n->out_shape[0] = batch;
+        if (n->alias_of >= 0) { /* fused: share the buffers of the node it is fused into */
+            n->y = m->nodes[n->alias_of].y;
+            n->dy = m->nodes[n->alias_of].dy;
+            continue;
+        }
         QS_TRY(qs_be_alloc(m, qs_node_out_bytes(n), &n->y));
         if (n->needs_grad && n->kind != QS_NODE_SOFTMAX_XENT) QS_TRY(qs_be_alloc(m, qs_node_out_bytes(n), &n->dy));
         const qs_layer_impl *impl = qs_layer_impl_for(n->kind);
@@ -220,6 +228,7 @@ qs_status qs_model_forward(qs_model *m, const float *x_host, const int32_t *labe
     if (training) m->step++;
     for (int i = 1; i < m->n_nodes; i++) {
         qs_node *n = &m->nodes[i];
+        if (n->alias_of >= 0) continue;
         qs_cost_cat cat = n->kind == QS_NODE_CAST ? QS_CAT_CAST : QS_CAT_FORWARD;
         QS_TRY(qs_timed(m, n, qs_layer_impl_for(n->kind)->forward, cat));
     }
@@ -233,7 +242,7 @@ qs_status qs_model_backward(qs_model *m, float loss_scale) {
     m->loss_scale = loss_scale;
     for (int i = m->n_nodes - 1; i >= 1; i--) {
         qs_node *n = &m->nodes[i];
-        if (!n->needs_grad && n->kind != QS_NODE_SOFTMAX_XENT) continue;
+        if ((!n->needs_grad && n->kind != QS_NODE_SOFTMAX_XENT) || n->alias_of >= 0) continue;
         const qs_layer_impl *impl = qs_layer_impl_for(n->kind);
         bool is_cast = n->kind == QS_NODE_CAST;
         if (impl->backward_weights && n->n_params > 0)
@@ -303,6 +312,7 @@ void qs_model_memory(const qs_model *m, qs_memory_report *r) {
     r->workspace = m->workspace_bytes;
     for (int i = 0; i < m->n_nodes; i++) {
         const qs_node *n = &m->nodes[i];
+        if (n->alias_of >= 0) continue; /* its buffers are counted with the node it is fused into */
         size_t b = m->be ? qs_node_out_bytes(n) : 0;
         r->activations += b;
         if (n->dy) r->activation_grads += b;

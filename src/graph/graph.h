@@ -89,7 +89,7 @@ void qs_table_free(qs_table *t);
 typedef union qs_node_cfg {
     struct { int64_t out_features; bool bias; } linear;
     struct { int64_t out_channels, kernel, stride, pad; bool bias; } conv;
-    struct { float eps, momentum; } bn;
+    struct { float eps, momentum; bool relu; /* set by qs_model_fuse */ } bn;
     struct { int64_t kernel, stride, pad; bool global; } pool;
     struct { float p; } dropout;
     struct { qs_dtype to; } cast;
@@ -121,6 +121,8 @@ typedef struct qs_node {
     void *dy;                  /* gradient w.r.t. the output (NULL where none is needed) */
     bool needs_grad;           /* some ancestor has parameters: dX must be computed into it */
     int grads_received;        /* consumers that have written dy during this backward */
+    int alias_of;              /* ≥ 0: fused into that node (qs_model_fuse); y and dy are its
+                                * buffers and this node runs no op of its own. -1 otherwise */
     void *saved[QS_MAX_NODE_SAVED];      /* extra tensors kept for backward (idx, mask, stats) */
     size_t saved_bytes[QS_MAX_NODE_SAVED];
     void *plan;                /* backend plan for GEMM-like and pooling nodes */
@@ -210,6 +212,12 @@ qs_status qs_model_add(qs_model *m, qs_node_kind kind, const char *name, const i
                        int n_inputs, const qs_node_cfg *cfg, int *idx_out);
 /* Finish building: the last added node must be SOFTMAX_XENT; sets logits_node. */
 qs_status qs_model_finalize(qs_model *m);
+
+/* Fuse a ReLU into the BatchNorm that feeds it (when the ReLU is the BN's only consumer):
+ * the BN computes max(BN(x), 0) and masks its backward, the ReLU node becomes an alias of the
+ * BN's buffers. Results are bitwise those of the unfused graph. Call after qs_model_finalize
+ * and before qs_model_setup; returns the number of fused pairs. */
+int qs_model_fuse(qs_model *m);
 
 /* ---- runtime ---- */
 /* Allocate everything for `batch` on backend `be`, initialise parameters from `seed`. */

@@ -1,6 +1,7 @@
 /* src/layers/batchnorm.c — BatchNorm2d over channels-last input (N,H,W,C): statistics per
  * channel over N·H·W rows; running stats updated in training (PyTorch semantics). Its
- * backward computes dx, dγ and dβ in one fused op, accounted as backward-data. */
+ * backward computes dx, dγ and dβ in one fused op, accounted as backward-data. With
+ * cfg.bn.relu (qs_model_fuse) it also applies the following ReLU and its backward. */
 #include "layers/layer_util.h"
 
 static qs_status bn_infer(qs_model *m, qs_node *n) {
@@ -48,8 +49,10 @@ static qs_status bn_forward(qs_model *m, qs_node *n) {
     float *rm = qs_model_buffer_ptr(m, n->buffer[0]), *rv = qs_model_buffer_ptr(m, n->buffer[1]);
     if (m->training)
         return m->be->ops->batchnorm_forward_train(m->be, m->stream, rows, C, x, g, b, n->y, n->saved[0],
-                                                   n->saved[1], rm, rv, n->cfg.bn.momentum, n->cfg.bn.eps);
-    return m->be->ops->batchnorm_forward_eval(m->be, m->stream, rows, C, x, g, b, rm, rv, n->cfg.bn.eps, n->y);
+                                                   n->saved[1], rm, rv, n->cfg.bn.momentum, n->cfg.bn.eps,
+                                                   n->cfg.bn.relu);
+    return m->be->ops->batchnorm_forward_eval(m->be, m->stream, rows, C, x, g, b, rm, rv, n->cfg.bn.eps, n->y,
+                                              n->cfg.bn.relu);
 }
 
 static qs_status bn_backward(qs_model *m, qs_node *n) {
@@ -59,7 +62,7 @@ static qs_status bn_backward(qs_model *m, qs_node *n) {
     return m->be->ops->batchnorm_backward(m->be, m->stream, rows, C, qs_layer_input(m, n, 0)->y, n->dy,
                                           qs_model_param_ptr(m, n->param[0]), n->saved[0], n->saved[1], dx,
                                           acc, qs_model_grad_ptr(m, n->param[0]),
-                                          qs_model_grad_ptr(m, n->param[1]));
+                                          qs_model_grad_ptr(m, n->param[1]), n->cfg.bn.relu ? n->y : NULL);
 }
 
 const qs_layer_impl qs_layer_batchnorm2d = {

@@ -38,6 +38,7 @@ qs_status qs_eval_run(const qs_eval_config *c, qs_eval_result *res) {
                      model_path, (long long)mo.in_h, (long long)mo.in_w, (long long)mo.in_c, (long long)mo.num_classes,
                      c->data, (long long)ds.h, (long long)ds.w, (long long)ds.c, (long long)ds.classes);
     if (st == QS_OK) st = qs_models_build(arch, &mo, &m);
+    if (st == QS_OK && !c->no_fuse) qs_model_fuse(m);
     if (st == QS_OK) st = qs_backend_cpu_create(c->threads, &be);
     if (st == QS_OK) st = qs_model_setup(m, be, c->batch, 1);
     if (st == QS_OK) st = qs_checkpoint_load_model(model_path, m);

@@ -1,6 +1,12 @@
 /* src/train/op_report.c — per-op breakdown from node timers. */
 #include "train/op_report.h"
 
+/* The op's kind as reported: the layer's class name, "+ReLU" when a ReLU is fused into it. */
+static const char *qs_op_kind_name(const qs_node *n) {
+    if (n->kind == QS_NODE_BATCHNORM2D && n->cfg.bn.relu) return "BatchNorm2d+ReLU";
+    return qs_layer_impl_for(n->kind)->kind_name;
+}
+
 /* Mean ms per step of node n in category c. */
 static double per_step(const qs_op_time *t, int64_t steps) { return steps > 0 ? t->total_ms / (double)steps : 0.0; }
 
@@ -17,7 +23,8 @@ void qs_op_report_print(const qs_model *m, int64_t steps, size_t optimizer_bytes
     fprintf(f, "  %-28s %-17s %9s %9s %9s %9s\n", "op", "kind", "forward", "bwd_data", "bwd_wgt", "cast");
     for (int i = 1; i < m->n_nodes; i++) {
         const qs_node *n = &m->nodes[i];
-        fprintf(f, "  %-28s %-17s %9.3f %9.3f %9.3f %9.3f\n", n->name, qs_layer_impl_for(n->kind)->kind_name,
+        if (n->alias_of >= 0) continue; /* fused into its producer, timed there */
+        fprintf(f, "  %-28s %-17s %9.3f %9.3f %9.3f %9.3f\n", n->name, qs_op_kind_name(n),
                 per_step(&n->time[QS_CAT_FORWARD], steps), per_step(&n->time[QS_CAT_BACKWARD_DATA], steps),
                 per_step(&n->time[QS_CAT_BACKWARD_WEIGHTS], steps), per_step(&n->time[QS_CAT_CAST], steps));
     }
@@ -43,9 +50,10 @@ cJSON *qs_op_report_json(const qs_model *m, int64_t steps, size_t optimizer_byte
     cJSON *ops = cJSON_AddArrayToObject(o, "ops");
     for (int i = 1; i < m->n_nodes; i++) {
         const qs_node *n = &m->nodes[i];
+        if (n->alias_of >= 0) continue;
         cJSON *op = cJSON_CreateObject();
         cJSON_AddStringToObject(op, "name", n->name);
-        cJSON_AddStringToObject(op, "kind", qs_layer_impl_for(n->kind)->kind_name);
+        cJSON_AddStringToObject(op, "kind", qs_op_kind_name(n));
         cJSON_AddStringToObject(op, "precision", qs_precision_name(n->prec));
         for (int c = 0; c < QS_CAT_COUNT; c++)
             if (n->time[c].calls) cJSON_AddNumberToObject(op, qs_cost_cat_name(c), per_step(&n->time[c], steps));

@@ -92,6 +92,7 @@ static qs_status qs_train_build(const qs_train_config *c, qs_train_job *j, qs_mo
             return QS_FAIL(QS_ERR_MISMATCH, "--resume %s holds %s with \"%s\", but this run builds \"%s\": resume with "
                            "the same model options", c->resume, arch, have, j->m->config);
     }
+    if (!c->no_fuse) qs_model_fuse(j->m);
     QS_TRY(qs_backend_cpu_create(c->threads, &j->be));
     QS_TRY(qs_model_setup(j->m, j->be, c->batch, c->seed));
     QS_TRY(qs_optimizer_init(&j->opt, j->be, &j->m->params, &c->optim));

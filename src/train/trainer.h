@@ -17,6 +17,7 @@ typedef struct qs_train_config {
     const char *model;          /* built-in model name */
     qs_model_options model_opt; /* only width and dropout are read; the rest comes from the data */
     bool imagenet_stem;         /* resnet: 7×7/2 stem + max-pool even for small inputs */
+    bool no_fuse;               /* keep BatchNorm and ReLU as separate ops (qs_model_fuse) */
     const char *data;           /* "fashion-mnist", "cifar10", "synthetic" */
     const char *data_dir;       /* NULL → the dataset's default */
     int64_t epochs;             /* used when steps == 0 */
@@ -68,6 +69,7 @@ typedef struct qs_eval_config {
     int64_t batch, eval_subset;
     int threads;
     const char *logits_out;     /* write logits (N, classes) as f32 safetensors; NULL → no */
+    bool no_fuse;               /* keep BatchNorm and ReLU as separate ops */
     qs_logger *log;
 } qs_eval_config;
 
