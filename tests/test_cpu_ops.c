@@ -526,9 +526,12 @@ static void test_eltwise(void **state) {
     CHECK_EQ("relu bwd accumulate", dxa, ref, n);
 
     x[2] = 0.5f;
-    ASSERT_OK(OPS->add_forward(g_be, STREAM, n, x, b, y));
+    ASSERT_OK(OPS->add_forward(g_be, STREAM, n, x, b, y, false));
     for (int64_t i = 0; i < n; i++) ref[i] = x[i] + b[i];
     CHECK_EQ("add", y, ref, n);
+    ASSERT_OK(OPS->add_forward(g_be, STREAM, n, x, b, y, true));
+    for (int64_t i = 0; i < n; i++) ref[i] = x[i] + b[i] > 0.0f ? x[i] + b[i] : 0.0f;
+    CHECK_EQ("add+relu", y, ref, n);
     float *acc = copy_of(dx0, n);
     ASSERT_OK(OPS->accumulate(g_be, STREAM, n, x, acc, true));
     for (int64_t i = 0; i < n; i++) ref[i] = dx0[i] + x[i];

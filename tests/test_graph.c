@@ -1,6 +1,6 @@
 /* tests/test_graph.c — graph driver behaviours: a BatchNorm directly on the input (whose input
  * needs no gradient) still gets its parameter gradients, since its fused backward runs for
- * them alone; BatchNorm+ReLU fusion (qs_model_fuse) trains bitwise like the unfused graph. */
+ * them alone; BatchNorm+ReLU and Add+ReLU fusion (qs_model_fuse) train bitwise like the unfused graph. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -57,7 +57,7 @@ static void run_resnet(bool fuse, float **params, float **buffers, float **logit
     qs_model *m;
     ASSERT_OK(qs_models_build("resnet18", &o, &m));
     int fused = qs_model_fuse_if(m, fuse);
-    assert_int_equal(fused, fuse ? 9 : 0); /* the stem's and each block's first BN→ReLU */
+    assert_int_equal(fused, fuse ? 17 : 0); /* the stem's and each block's BN→ReLU, each block's Add→ReLU */
     ASSERT_OK(qs_model_setup(m, g_be, 8, 11));
     static float x[8 * 28 * 28];
     int32_t y[8];

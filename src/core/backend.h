@@ -126,9 +126,9 @@ typedef struct qs_backend_ops {
     /* dx = dy·[y > 0] */
     qs_status (*relu_backward)(qs_backend *be, qs_stream *s, int64_t n, const float *y,
                                const float *dy, float *dx, bool accumulate);
-    /* y = a + b */
+    /* y = a + b, or max(a + b, 0) with `relu` (Add→ReLU fused) */
     qs_status (*add_forward)(qs_backend *be, qs_stream *s, int64_t n, const float *a,
-                             const float *b, float *y);
+                             const float *b, float *y, bool relu);
     /* dst = src (accumulate=false) or dst += src */
     qs_status (*accumulate)(qs_backend *be, qs_stream *s, int64_t n, const float *src, float *dst,
                             bool accumulate);

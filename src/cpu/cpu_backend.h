@@ -104,7 +104,8 @@ qs_status qs_cpu_batchnorm_backward(qs_backend *be, qs_stream *s, int64_t rows, 
 qs_status qs_cpu_relu_forward(qs_backend *be, qs_stream *s, int64_t n, const float *x, float *y);
 qs_status qs_cpu_relu_backward(qs_backend *be, qs_stream *s, int64_t n, const float *y, const float *dy,
                                float *dx, bool accumulate);
-qs_status qs_cpu_add_forward(qs_backend *be, qs_stream *s, int64_t n, const float *a, const float *b, float *y);
+qs_status qs_cpu_add_forward(qs_backend *be, qs_stream *s, int64_t n, const float *a, const float *b, float *y,
+                             bool relu);
 qs_status qs_cpu_accumulate(qs_backend *be, qs_stream *s, int64_t n, const float *src, float *dst,
                             bool accumulate);
 qs_status qs_cpu_scale(qs_backend *be, qs_stream *s, int64_t n, float *x, float alpha);

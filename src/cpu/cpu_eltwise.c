@@ -34,9 +34,18 @@ qs_status qs_cpu_relu_backward(qs_backend *be, qs_stream *s, int64_t n, const fl
     return QS_OK;
 }
 
-/* y = a + b (y may alias a or b). */
-qs_status qs_cpu_add_forward(qs_backend *be, qs_stream *s, int64_t n, const float *a, const float *b, float *y) {
+/* y = a + b, or max(a + b, 0) with relu (y may alias a or b). */
+qs_status qs_cpu_add_forward(qs_backend *be, qs_stream *s, int64_t n, const float *a, const float *b, float *y,
+                             bool relu) {
     QS_TRY(qs_cpu_args_check("add_forward", n, 3, (const void *[]){a, b, y}));
+    if (relu) {
+#pragma omp parallel for simd schedule(static)
+        for (int64_t i = 0; i < n; i++) {
+            float v = a[i] + b[i];
+            y[i] = v > 0.0f ? v : 0.0f;
+        }
+        return QS_OK;
+    }
 #pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];
     return QS_OK;

@@ -1,4 +1,5 @@
-/* src/graph/fuse.c — graph-level fusion of memory-bound neighbours (BatchNorm → ReLU). */
+/* src/graph/fuse.c — graph-level fusion of memory-bound neighbours (BatchNorm → ReLU,
+ * Add → ReLU). */
 #include "graph/graph.h"
 
 int qs_model_fuse(qs_model *m) {
@@ -8,8 +9,10 @@ int qs_model_fuse(qs_model *m) {
         qs_node *r = &m->nodes[i];
         if (r->kind != QS_NODE_RELU || r->alias_of >= 0) continue;
         qs_node *p = &m->nodes[r->inputs[0]];
-        if (p->kind != QS_NODE_BATCHNORM2D || p->n_consumers != 1 || p->cfg.bn.relu) continue;
-        p->cfg.bn.relu = true;
+        if (p->n_consumers != 1) continue;
+        if (p->kind == QS_NODE_BATCHNORM2D && !p->cfg.bn.relu) p->cfg.bn.relu = true;
+        else if (p->kind == QS_NODE_ADD && !p->cfg.add.relu) p->cfg.add.relu = true;
+        else continue;
         r->alias_of = r->inputs[0];
         fused++;
     }

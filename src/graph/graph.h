@@ -92,6 +92,7 @@ typedef union qs_node_cfg {
     struct { float eps, momentum; bool relu; /* set by qs_model_fuse */ } bn;
     struct { int64_t kernel, stride, pad; bool global; } pool;
     struct { float p; } dropout;
+    struct { bool relu; /* set by qs_model_fuse */ } add;
     struct { qs_dtype to; } cast;
 } qs_node_cfg;
 
@@ -213,10 +214,10 @@ qs_status qs_model_add(qs_model *m, qs_node_kind kind, const char *name, const i
 /* Finish building: the last added node must be SOFTMAX_XENT; sets logits_node. */
 qs_status qs_model_finalize(qs_model *m);
 
-/* Fuse a ReLU into the BatchNorm that feeds it (when the ReLU is the BN's only consumer):
- * the BN computes max(BN(x), 0) and masks its backward, the ReLU node becomes an alias of the
- * BN's buffers. Results are bitwise those of the unfused graph. Call after qs_model_finalize
- * and before qs_model_setup; returns the number of fused pairs. */
+/* Fuse a ReLU into the BatchNorm or Add that feeds it (when the ReLU is its only consumer):
+ * the producer computes max(·, 0) and masks its backward, the ReLU node becomes an alias of the
+ * producer's buffers. Results are bitwise those of the unfused graph (for finite gradients).
+ * Call after qs_model_finalize and before qs_model_setup; returns the number of fused pairs. */
 int qs_model_fuse(qs_model *m);
 
 /* ---- runtime ---- */

@@ -63,13 +63,16 @@ static qs_status add_infer(qs_model *m, qs_node *n) {
 }
 static qs_status add_forward(qs_model *m, qs_node *n) {
     return m->be->ops->add_forward(m->be, m->stream, numel(m, n), qs_layer_input(m, n, 0)->y,
-                                   qs_layer_input(m, n, 1)->y, n->y);
+                                   qs_layer_input(m, n, 1)->y, n->y, n->cfg.add.relu);
 }
+/* Both inputs receive dy (masked by [y > 0] when a ReLU is fused in). */
 static qs_status add_backward(qs_model *m, qs_node *n) {
     for (int k = 0; k < 2; k++) {
         bool acc;
         float *dx = qs_model_grad_target(m, n, k, &acc);
-        if (dx) QS_TRY(m->be->ops->accumulate(m->be, m->stream, numel(m, n), n->dy, dx, acc));
+        if (!dx) continue;
+        if (n->cfg.add.relu) QS_TRY(m->be->ops->relu_backward(m->be, m->stream, numel(m, n), n->y, n->dy, dx, acc));
+        else QS_TRY(m->be->ops->accumulate(m->be, m->stream, numel(m, n), n->dy, dx, acc));
     }
     return QS_OK;
 }

@@ -4,6 +4,7 @@
 /* The op's kind as reported: the layer's class name, "+ReLU" when a ReLU is fused into it. */
 static const char *qs_op_kind_name(const qs_node *n) {
     if (n->kind == QS_NODE_BATCHNORM2D && n->cfg.bn.relu) return "BatchNorm2d+ReLU";
+    if (n->kind == QS_NODE_ADD && n->cfg.add.relu) return "Add+ReLU";
     return qs_layer_impl_for(n->kind)->kind_name;
 }
 
