@@ -21,18 +21,10 @@
 
 /* The bench reaches into the CPU backend for its oneDNN context (same engine/stream). */
 #include "cpu/cpu_backend.h"
+#include "bench_util.h"
 
 static int g_reps = 7;
 
-#define CHECK(expr)                                                                                 \
-    do {                                                                                            \
-        qs_status st_ = (expr);                                                                     \
-        if (st_ != QS_OK) {                                                                         \
-            fprintf(stderr, "%s:%d: %s failed: %s: %s\n", __FILE__, __LINE__, #expr, qs_status_name(st_), \
-                    qs_last_error());                                                               \
-            exit(1);                                                                                \
-        }                                                                                           \
-    } while (0)
 
 static float *falloc(int64_t n) {
     float *p = qs_host_alloc((size_t)n * sizeof(float));

@@ -20,16 +20,8 @@
 #include "core/timer.h"
 #include "qsync/rng.h"
 #include "qsync/tensor.h"
+#include "bench_util.h"
 
-#define CHECK(expr)                                                                                      \
-    do {                                                                                                 \
-        qs_status st_ = (expr);                                                                          \
-        if (st_ != QS_OK) {                                                                              \
-            fprintf(stderr, "%s:%d: %s failed: %s: %s\n", __FILE__, __LINE__, #expr, qs_status_name(st_), \
-                    qs_last_error());                                                                    \
-            exit(1);                                                                                     \
-        }                                                                                                \
-    } while (0)
 
 typedef struct ctx {
     int64_t n, rows, cols;

@@ -23,6 +23,7 @@
 #include "graph_helpers.h"
 #include "qsync/rng.h"
 #include "qsync/status.h"
+#include "bits.h"
 
 /* ------------------------------------------------------------------ fixtures and helpers */
 
@@ -648,16 +649,6 @@ static void test_layout(void **state) {
 
 /* -------------------------------------------------------------------------------- casts */
 
-static uint32_t fbits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-static float bitsf(uint32_t u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 
 /* Reference RNE rounding of a finite double to a binary format with `mant` fraction bits,
  * minimum normal exponent emin and largest finite value maxv (nearbyint rounds half to even

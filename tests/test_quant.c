@@ -28,6 +28,7 @@
 #include "core/quant_sr.h"
 #include "qsync/rng.h"
 #include "qsync/status.h"
+#include "bits.h"
 
 #define ASSERT_OK(expr)                                                                          \
     do {                                                                                         \
@@ -35,16 +36,6 @@
         if (st_ != QS_OK) fail_msg("%s: %s: %s", #expr, qs_status_name(st_), qs_last_error());   \
     } while (0)
 
-static uint32_t fbits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-static float bitsf(uint32_t u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 
 static void *xalloc(size_t bytes) {
     void *p = malloc(bytes ? bytes : 1);
