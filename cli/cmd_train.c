@@ -46,13 +46,19 @@ static int qs_train_check(qs_train_config *c, const char *optimizer, const char 
     return 0;
 }
 
-/* Set by SIGINT/SIGTERM: the trainer checkpoints and stops after the current step. A second
- * signal gets the default action (the handler resets itself). Process-wide by nature. */
+/* Set by SIGINT/SIGTERM: the trainer checkpoints and stops after the current step.
+ * Process-wide by nature. SIGTERM is always graceful (launchers such as `timeout` or a
+ * scheduler may deliver it twice: to the process and to its group); a second SIGINT (Ctrl-C
+ * again) ends the process at once. */
 static volatile sig_atomic_t qs_train_interrupted;
 
 static void qs_train_on_signal(int sig) {
+    if (sig == SIGINT && qs_train_interrupted) {
+        signal(SIGINT, SIG_DFL);
+        raise(SIGINT);
+        return;
+    }
     qs_train_interrupted = sig;
-    signal(sig, SIG_DFL);
 }
 
 static void qs_train_catch_signals(void) {

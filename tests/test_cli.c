@@ -116,7 +116,11 @@ static void test_sigterm_checkpoints(void **state) {
              bin ? bin : "qsync", tmp);
     int rc = qs_test_run_shell(cmd, &out);
     const char *at = strstr(out, "interrupted after step ");
-    if (rc != 128 + 15 || !at) fail_msg("%s\n  exit %d (want 143), output:\n%s", cmd, rc, out);
+    if (rc != 128 + 15 || !at) {
+        fprintf(stderr, "%s\n  exit %d (want 143), output:\n%s\n", cmd, rc, out);
+        free(out);
+        fail_msg("SIGTERM did not end the run gracefully");
+    }
     long long step = atoll(at + strlen("interrupted after step "));
     free(out);
     assert_true(step >= 1);
