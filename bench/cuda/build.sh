@@ -11,3 +11,13 @@ mkdir -p "$OUT"
 "$NVCC" -O3 -std=c++17 -arch=sm_90 -lineinfo -Xcompiler -Wall,-Wextra \
   -o "$OUT/bench_linear_lt" bench/cuda/bench_linear_lt.cu -lcublasLt -lcublas
 echo "built $OUT/bench_linear_lt"
+# cuDNN convolution probe: only where cudnn.h is found (cuDNN 9, graph/backend API)
+CUDNN_H=$(find "$(dirname "$(command -v "$NVCC")")/../include" /usr/include /usr/include/x86_64-linux-gnu \
+  -maxdepth 1 -name cudnn.h 2>/dev/null | head -1 || true)
+if [ -n "$CUDNN_H" ]; then
+  "$NVCC" -O3 -std=c++17 -arch=sm_90 -lineinfo -Xcompiler -Wall,-Wextra \
+    -o "$OUT/bench_conv_cudnn" bench/cuda/bench_conv_cudnn.cu -lcudnn
+  echo "built $OUT/bench_conv_cudnn"
+else
+  echo "cudnn.h not found: bench_conv_cudnn not built"
+fi
