@@ -55,15 +55,7 @@ namespace cg = cooperative_groups;
 
 /* ------------------------------------------------------------------ error checks */
 
-#define CK(call)                                                                             \
-    do {                                                                                     \
-        cudaError_t e_ = (call);                                                             \
-        if (e_ != cudaSuccess) {                                                             \
-            fprintf(stderr, "%s:%d: %s failed: %s (%d): %s\n", __FILE__, __LINE__, #call,    \
-                    cudaGetErrorName(e_), (int)e_, cudaGetErrorString(e_));                  \
-            exit(1);                                                                         \
-        }                                                                                    \
-    } while (0)
+#include "cuda_check.h"
 
 #define CKB(call)                                                                            \
     do {                                                                                     \
