@@ -78,6 +78,9 @@ static double max_rel_diff(const float *a, const float *b, int64_t n) {
 
 /* ------------------------------------------------------------------ conv: im2col variant */
 
+/* An FP32 operand of the backend's GEMM-like ops. */
+#define F32OP(p) (&(qs_operand){(p), QS_F32, NULL, false})
+
 typedef struct im2col_conv {
     qs_conv_desc d;
     qs_dnnl_prim fwd;   /* Y (NPQ,K) = col (NPQ,RSC) · W'ᵀ (RSC,K) + b */
@@ -194,15 +197,15 @@ typedef struct conv_case {
 
 static void dnnl_fwd(void *c_) {
     conv_case *c = c_;
-    CHECK(c->be->ops->conv_forward(c->be, c->plan, NULL, c->x, c->w, c->b, c->y, c->ws));
+    CHECK(c->be->ops->conv_forward(c->be, c->plan, NULL, F32OP(c->x), F32OP(c->w), c->b, c->y, c->ws));
 }
 static void dnnl_bwd(void *c_) {
     conv_case *c = c_;
-    CHECK(c->be->ops->conv_backward_data(c->be, c->plan, NULL, c->dy, c->w, c->dx, false, c->ws));
+    CHECK(c->be->ops->conv_backward_data(c->be, c->plan, NULL, F32OP(c->dy), F32OP(c->w), c->dx, false, c->ws));
 }
 static void dnnl_wgt(void *c_) {
     conv_case *c = c_;
-    CHECK(c->be->ops->conv_backward_weights(c->be, c->plan, NULL, c->dy, c->x, c->dw, c->db, c->ws));
+    CHECK(c->be->ops->conv_backward_weights(c->be, c->plan, NULL, F32OP(c->dy), F32OP(c->x), c->dw, c->db, c->ws));
 }
 static void i2c_fwd(void *c_) {
     conv_case *c = c_;
@@ -325,9 +328,9 @@ static void linear_run(linear_case *c, int v, int dir) {
     float *out = c->out[v][dir];
     if (v == LV_BACKEND) {
         const qs_backend_ops *o = c->be->ops;
-        if (dir == 0) CHECK(o->linear_forward(c->be, c->plan, NULL, c->x, c->w, c->b, out, c->ws));
-        if (dir == 1) CHECK(o->linear_backward_data(c->be, c->plan, NULL, c->dy, c->w, out, false, c->ws));
-        if (dir == 2) CHECK(o->linear_backward_weights(c->be, c->plan, NULL, c->dy, c->x, out, c->db, c->ws));
+        if (dir == 0) CHECK(o->linear_forward(c->be, c->plan, NULL, F32OP(c->x), F32OP(c->w), c->b, out, c->ws));
+        if (dir == 1) CHECK(o->linear_backward_data(c->be, c->plan, NULL, F32OP(c->dy), F32OP(c->w), out, false, c->ws));
+        if (dir == 2) CHECK(o->linear_backward_weights(c->be, c->plan, NULL, F32OP(c->dy), F32OP(c->x), out, c->db, c->ws));
         return;
     }
     void *h[4];

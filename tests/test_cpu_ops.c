@@ -27,6 +27,9 @@
 
 /* ------------------------------------------------------------------ fixtures and helpers */
 
+/* An FP32 operand of the backend's GEMM-like ops. */
+#define F32OP(p) (&(qs_operand){(p), QS_F32, NULL, false})
+
 static qs_backend *g_be;
 #define OPS (g_be->ops)
 #define STREAM (g_be->ops->default_stream(g_be))
@@ -159,16 +162,16 @@ static void check_linear(lin_shape sh) {
         rdb[n] = s;
     }
     char what[96];
-    ASSERT_OK(OPS->linear_forward(g_be, plan, STREAM, x, w, b, y, ws));
+    ASSERT_OK(OPS->linear_forward(g_be, plan, STREAM, F32OP(x), F32OP(w), b, y, ws));
     snprintf(what, sizeof what, "linear fwd M%lld N%lld K%lld", (long long)M, (long long)N, (long long)K);
     CHECK_FP32(what, y, to_ref(ry, M * N, NULL), M * N, (double)K + 1);
-    ASSERT_OK(OPS->linear_backward_data(g_be, plan, STREAM, dy, w, dx, false, ws));
+    ASSERT_OK(OPS->linear_backward_data(g_be, plan, STREAM, F32OP(dy), F32OP(w), dx, false, ws));
     snprintf(what, sizeof what, "linear bwd_data M%lld N%lld K%lld", (long long)M, (long long)N, (long long)K);
     CHECK_FP32(what, dx, to_ref(rdx, M * K, NULL), M * K, (double)N);
     float *dx0 = rnd(M * K, -1, 1), *dxa = copy_of(dx0, M * K);
-    ASSERT_OK(OPS->linear_backward_data(g_be, plan, STREAM, dy, w, dxa, true, ws));
+    ASSERT_OK(OPS->linear_backward_data(g_be, plan, STREAM, F32OP(dy), F32OP(w), dxa, true, ws));
     CHECK_FP32("linear bwd_data accumulate", dxa, to_ref(rdx, M * K, dx0), M * K, (double)N + 1);
-    ASSERT_OK(OPS->linear_backward_weights(g_be, plan, STREAM, dy, x, dw, db, ws));
+    ASSERT_OK(OPS->linear_backward_weights(g_be, plan, STREAM, F32OP(dy), F32OP(x), dw, db, ws));
     snprintf(what, sizeof what, "linear bwd_weights M%lld N%lld K%lld", (long long)M, (long long)N, (long long)K);
     CHECK_FP32(what, dw, to_ref(rdw, N * K, NULL), N * K, (double)M);
     if (sh.bias) CHECK_FP32("linear bias grad", db, to_ref(rdb, N, NULL), N, (double)M);
@@ -235,22 +238,22 @@ static void check_conv(qs_conv_desc d0) {
              (long long)d->H, (long long)d->W, (long long)d->C, (long long)d->K, (long long)d->R, (long long)d->S,
              (long long)d->stride_h, (long long)d->stride_w, (long long)d->pad_h, (long long)d->pad_w);
     printf("%s (P=%lld Q=%lld, workspace %zu B)\n", what, (long long)d->P, (long long)d->Q, wsb);
-    ASSERT_OK(OPS->conv_forward(g_be, plan, STREAM, x, w, b, y, ws));
+    ASSERT_OK(OPS->conv_forward(g_be, plan, STREAM, F32OP(x), F32OP(w), b, y, ws));
     CHECK_FP32("conv fwd", y, to_ref(ry, ny, NULL), ny, (double)(d->C * d->R * d->S + 1));
     const double kbd = (double)(d->K * d->R * d->S);
-    ASSERT_OK(OPS->conv_backward_data(g_be, plan, STREAM, dy, w, dx, false, ws));
+    ASSERT_OK(OPS->conv_backward_data(g_be, plan, STREAM, F32OP(dy), F32OP(w), dx, false, ws));
     CHECK_FP32("conv bwd_data", dx, to_ref(rdx, nx, NULL), nx, kbd);
     float *dx0 = rnd(nx, -1, 1), *dxa = copy_of(dx0, nx);
-    ASSERT_OK(OPS->conv_backward_data(g_be, plan, STREAM, dy, w, dxa, true, ws));
+    ASSERT_OK(OPS->conv_backward_data(g_be, plan, STREAM, F32OP(dy), F32OP(w), dxa, true, ws));
     CHECK_FP32("conv bwd_data accumulate", dxa, to_ref(rdx, nx, dx0), nx, kbd + 1);
-    ASSERT_OK(OPS->conv_backward_weights(g_be, plan, STREAM, dy, x, dw, db, ws));
+    ASSERT_OK(OPS->conv_backward_weights(g_be, plan, STREAM, F32OP(dy), F32OP(x), dw, db, ws));
     const double kbw = (double)(d->N * d->P * d->Q);
     CHECK_FP32("conv bwd_weights", dw, to_ref(rdw, nw, NULL), nw, kbw);
     if (db) CHECK_FP32("conv bias grad", db, to_ref(rdb, d->K, NULL), d->K, kbw);
     /* same inputs, same thread count → bitwise same outputs */
     float *dw2 = tf(nw), *y2 = tf(ny);
-    ASSERT_OK(OPS->conv_backward_weights(g_be, plan, STREAM, dy, x, dw2, db, ws));
-    ASSERT_OK(OPS->conv_forward(g_be, plan, STREAM, x, w, b, y2, ws));
+    ASSERT_OK(OPS->conv_backward_weights(g_be, plan, STREAM, F32OP(dy), F32OP(x), dw2, db, ws));
+    ASSERT_OK(OPS->conv_forward(g_be, plan, STREAM, F32OP(x), F32OP(w), b, y2, ws));
     assert_memory_equal(dw, dw2, (size_t)nw * sizeof(float));
     assert_memory_equal(y, y2, (size_t)ny * sizeof(float));
 }
@@ -284,11 +287,11 @@ static void test_errors(void **state) {
     size_t wsb = 0;
     d = cd(1, 8, 8, 3, 4, 3, 3, 1, 1, 1, 1, false);
     ASSERT_OK(qs_conv_desc_finish(&d));
-    d.prec = QS_PREC_BF16;
+    d.prec = QS_PREC_TF32; /* GPU only */
     assert_int_equal(OPS->conv_plan(g_be, &d, &plan, &wsb), QS_ERR_UNSUPPORTED);
     assert_null(plan);
-    assert_non_null(strstr(qs_last_error(), "bf16"));
-    qs_linear_desc ld = {.M = 4, .N = 3, .K = 2, .has_bias = false, .prec = QS_PREC_INT8};
+    assert_non_null(strstr(qs_last_error(), "tf32"));
+    qs_linear_desc ld = {.M = 4, .N = 3, .K = 2, .has_bias = false, .prec = QS_PREC_TF32};
     assert_int_equal(OPS->linear_plan(g_be, &ld, &plan, &wsb), QS_ERR_UNSUPPORTED);
     assert_null(plan);
     /* a conv desc whose P,Q were not filled in */
@@ -307,7 +310,7 @@ static void test_errors(void **state) {
     ASSERT_OK(OPS->linear_plan(g_be, &ld, &plan, &wsb));
     track_plan(plan, 0);
     float buf[64] = {0};
-    assert_int_equal(OPS->conv_forward(g_be, plan, STREAM, buf, buf, NULL, buf, NULL), QS_ERR_INVALID_ARG);
+    assert_int_equal(OPS->conv_forward(g_be, plan, STREAM, F32OP(buf), F32OP(buf), NULL, buf, NULL), QS_ERR_INVALID_ARG);
     /* bad arguments of memory-bound ops */
     assert_int_equal(OPS->relu_forward(g_be, STREAM, -1, buf, buf), QS_ERR_INVALID_ARG);
     assert_int_equal(OPS->relu_forward(g_be, STREAM, 4, NULL, buf), QS_ERR_INVALID_ARG);

@@ -12,8 +12,12 @@
  *  - Activations are channels-last. Linear: X (M,K), W (N,K) PyTorch layout, b (N), Y (M,N).
  *    Conv2d: X (N,H,W,C) NHWC, W (K,C,R,S) PyTorch OIHW layout, b (K), Y (N,P,Q,K) NHWC.
  *  - Backward ops overwrite their outputs unless an `accumulate` flag says otherwise.
- *  - Element pointers are void* so that later precisions can store other dtypes; the dtype
- *    of each operand is fixed by the plan's descriptor (FP32 everywhere for now). */
+ *  - GEMM-like ops read their quantizable operands (X, W, dY) as qs_operand: data in the
+ *    storage dtype of the plan's precision (qs_precision_operand_dtype) plus dequantization
+ *    scales. Outputs (Y, dX, dW, db) are always FP32: a low-precision GEMM emits FP32
+ *    (int32 or FP32 accumulation, then scaled), so master weights, norms and the loss stay
+ *    FP32. Quantization itself is a separate op (quantize), so layers decide what is kept
+ *    for backward and at which precision. */
 #ifndef QSYNC_CORE_BACKEND_H
 #define QSYNC_CORE_BACKEND_H
 
@@ -22,9 +26,38 @@
 #include <stdbool.h>
 #include "qsync/status.h"
 #include "qsync/dtype.h"
+#include "core/numfmt.h"
 
 typedef struct qs_backend qs_backend;
 typedef struct qs_stream qs_stream;
+
+/* A GEMM operand: value[i] = decode(data[i]) · scale (scale[row] when per_row).
+ * dt: F32 / BF16 / F16 (scale NULL) or S8 / F8E4M3 / F8E5M2 (scale required: 1 entry, or
+ * one per row when per_row — only weights, whose rows are output channels, may be per_row).
+ * scale points to backend memory (host memory on the CPU). */
+typedef struct qs_operand {
+    const void *data;
+    qs_dtype dt;
+    const float *scale;
+    bool per_row;
+} qs_operand;
+
+/* An unscaled FP32 operand. */
+static inline qs_operand qs_operand_f32(const void *data) {
+    qs_operand o = {data, QS_F32, NULL, false};
+    return o;
+}
+
+/* Storage dtype of a precision's GEMM operands: forward operands (X, W) when !gradient,
+ * the output gradient dY when gradient. FP32/TF32 → F32, BF16 → BF16, FP16 → F16,
+ * FP8 → E4M3 (forward) / E5M2 (gradients), INT8 → S8. */
+qs_dtype qs_precision_operand_dtype(qs_precision p, bool gradient);
+
+/* How a backend runs a precision: natively (its own low-precision kernels), emulated
+ * (operands rounded to the format's values, arithmetic in FP32: numerically faithful,
+ * not faster), or not at all. */
+typedef enum qs_prec_support { QS_PREC_UNSUPPORTED = 0, QS_PREC_NATIVE, QS_PREC_EMULATED } qs_prec_support;
+const char *qs_prec_support_name(qs_prec_support s);   /* "unsupported", "native", "emulated" */
 
 typedef struct qs_linear_desc {
     int64_t M, N, K;      /* Y(M,N) = X(M,K) · W(N,K)^T + b(N) */
@@ -69,25 +102,35 @@ typedef struct qs_backend_ops {
     qs_status (*stream_sync)(qs_backend *be, qs_stream *s);
     qs_stream *(*default_stream)(qs_backend *be);
 
-    /* ---- GEMM-like operators (plans) ---- */
+    /* Whether and how this backend runs GEMM-like ops at precision p. */
+    qs_prec_support (*precision_support)(qs_backend *be, qs_precision p);
+
+    /* ---- GEMM-like operators (plans) ----
+     * Operand dtypes must be those of the plan's precision (qs_precision_operand_dtype):
+     * x, w in the forward dtype, dy in the gradient dtype. w may be per_row only in forward
+     * and backward_weights' x never is; backward_data needs a per-tensor w (fold per-channel
+     * weight scales into dy when quantizing it: quantize's col_scale). Bias and bias
+     * gradients are FP32. db: with an F32 dy, required exactly when the plan has a bias;
+     * with a low-precision dy it must be NULL (compute it with column_sums from the FP32
+     * gradient instead). */
     qs_status (*linear_plan)(qs_backend *be, const qs_linear_desc *d, void **plan, size_t *workspace);
     /* y = x·wᵀ + b */
-    qs_status (*linear_forward)(qs_backend *be, void *plan, qs_stream *s, const void *x,
-                                const void *w, const void *b, void *y, void *ws);
+    qs_status (*linear_forward)(qs_backend *be, void *plan, qs_stream *s, const qs_operand *x,
+                                const qs_operand *w, const float *b, float *y, void *ws);
     /* dx = dy·w (accumulate: dx += ...) */
-    qs_status (*linear_backward_data)(qs_backend *be, void *plan, qs_stream *s, const void *dy,
-                                      const void *w, void *dx, bool accumulate, void *ws);
-    /* dw = dyᵀ·x, db = Σ_rows dy (db may be NULL when the plan has no bias) */
-    qs_status (*linear_backward_weights)(qs_backend *be, void *plan, qs_stream *s, const void *dy,
-                                         const void *x, void *dw, void *db, void *ws);
+    qs_status (*linear_backward_data)(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
+                                      const qs_operand *w, float *dx, bool accumulate, void *ws);
+    /* dw = dyᵀ·x, db = Σ_rows dy */
+    qs_status (*linear_backward_weights)(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
+                                         const qs_operand *x, float *dw, float *db, void *ws);
 
     qs_status (*conv_plan)(qs_backend *be, const qs_conv_desc *d, void **plan, size_t *workspace);
-    qs_status (*conv_forward)(qs_backend *be, void *plan, qs_stream *s, const void *x,
-                              const void *w, const void *b, void *y, void *ws);
-    qs_status (*conv_backward_data)(qs_backend *be, void *plan, qs_stream *s, const void *dy,
-                                    const void *w, void *dx, bool accumulate, void *ws);
-    qs_status (*conv_backward_weights)(qs_backend *be, void *plan, qs_stream *s, const void *dy,
-                                       const void *x, void *dw, void *db, void *ws);
+    qs_status (*conv_forward)(qs_backend *be, void *plan, qs_stream *s, const qs_operand *x,
+                              const qs_operand *w, const float *b, float *y, void *ws);
+    qs_status (*conv_backward_data)(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
+                                    const qs_operand *w, float *dx, bool accumulate, void *ws);
+    qs_status (*conv_backward_weights)(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
+                                       const qs_operand *x, float *dw, float *db, void *ws);
 
     qs_status (*pool_plan)(qs_backend *be, const qs_pool_desc *d, void **plan, size_t *workspace);
     /* Max pooling writes the argmax index (int32, within the input image, h*W+w) of every
@@ -156,6 +199,28 @@ typedef struct qs_backend_ops {
      * f32/bf16/f16. */
     qs_status (*cast)(qs_backend *be, qs_stream *s, int64_t n, const void *src, qs_dtype src_dt,
                       void *dst, qs_dtype dst_dt);
+
+    /* ---- quantization ---- */
+    /* Quantize an FP32 (rows, cols) row-major matrix into storage dtype dt at dst:
+     *  S8: symmetric INT8 (core/quant_int8.h), scales chosen from amax — one per tensor
+     *      (scales[0]) or one per row (scales[rows]) when per_row;
+     *  F8E4M3 / F8E5M2: saturating FP8 with a per-tensor power-of-two scale chosen so that
+     *      amax maps at or below the format's max; scales[0] = the dequantization multiplier;
+     *  BF16 / F16: plain conversion, scales unused (may be NULL); F32: copy.
+     * col_scale (NULL or cols entries) quantizes src[r,c]·col_scale[c] instead of src (how a
+     * per-output-channel weight scale is folded into dY for backward-data). sr NULL: round to
+     * nearest even; else stochastic rounding with that stream (element index r·cols + c).
+     * Non-finite input fails (QS_ERR_INVALID_ARG, "non-finite") for S8/FP8 — loss scaling
+     * must see overflow rather than silently clamped values. */
+    qs_status (*quantize)(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const float *src,
+                          const float *col_scale, qs_dtype dt, void *dst, float *scales, bool per_row,
+                          const qs_sr *sr);
+    /* dst (rows, cols) FP32 = value of operand src (see qs_operand). */
+    qs_status (*dequantize)(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const qs_operand *src,
+                            float *dst);
+    /* sums[c] = Σ_r x[r,c] (FP32 result, accumulated in double; bias gradients). */
+    qs_status (*column_sums)(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const float *x,
+                             float *sums);
 
     /* ---- optimizer and reductions (FP32 master weights) ---- */
     /* PyTorch SGD: g' = g + wd·p; buf = momentum·buf + (1-dampening)·g' (buf = g' on the first

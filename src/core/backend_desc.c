@@ -59,3 +59,17 @@ qs_status qs_pool_desc_finish(qs_pool_desc *d) {
                        (long long)d->W);
     return QS_OK;
 }
+
+qs_dtype qs_precision_operand_dtype(qs_precision p, bool gradient) {
+    switch (p) {
+    case QS_PREC_BF16: return QS_BF16;
+    case QS_PREC_FP16: return QS_F16;
+    case QS_PREC_FP8: return gradient ? QS_F8E5M2 : QS_F8E4M3;
+    case QS_PREC_INT8: return QS_S8;
+    default: return QS_F32;
+    }
+}
+
+const char *qs_prec_support_name(qs_prec_support s) {
+    return s == QS_PREC_NATIVE ? "native" : s == QS_PREC_EMULATED ? "emulated" : "unsupported";
+}

@@ -16,12 +16,12 @@ qs_status qs_cpu_plan_check(const void *plan, qs_cpu_plan_kind kind, const char 
     return QS_OK;
 }
 
-qs_status qs_cpu_prec_check(qs_precision prec, const char *what) {
-    if (prec == QS_PREC_FP32) return QS_OK;
-    const char *name = (prec >= 0 && prec < QS_PREC_COUNT) ? qs_precision_name(prec) : "unknown";
+qs_status qs_cpu_prec_check(qs_backend *be, qs_precision prec, const char *what) {
+    if (qs_cpu_precision_support(be, prec) != QS_PREC_UNSUPPORTED) return QS_OK;
+    const char *name = ((unsigned)prec < QS_PREC_COUNT) ? qs_precision_name(prec) : "unknown";
     return QS_FAIL(QS_ERR_UNSUPPORTED,
-                   "%s: precision %s is not implemented by the CPU backend yet (only fp32); assign fp32 to this "
-                   "operator",
+                   "%s: precision %s is not available on the CPU backend (fp32, bf16, int8 run natively or "
+                   "emulated, fp16 and fp8 emulated; tf32 exists only on GPUs); assign another precision",
                    what, name);
 }
 
@@ -39,6 +39,7 @@ static void cpu_destroy(qs_backend *be) {
     if (!be) return;
     qs_cpu_backend *cb = qs_cpu_be(be);
     qs_dnnl_ctx_destroy(&cb->dnnl);
+    free(cb->scratch);
     free(cb);
 }
 
@@ -110,6 +111,10 @@ static const qs_backend_ops qs_cpu_ops = {
     .pool_forward = qs_cpu_pool_forward,
     .pool_backward = qs_cpu_pool_backward,
     .plan_destroy = cpu_plan_destroy,
+    .precision_support = qs_cpu_precision_support,
+    .quantize = qs_cpu_quantize,
+    .dequantize = qs_cpu_dequantize,
+    .column_sums = qs_cpu_column_sums,
     .batchnorm_forward_train = qs_cpu_batchnorm_forward_train,
     .batchnorm_forward_eval = qs_cpu_batchnorm_forward_eval,
     .batchnorm_backward = qs_cpu_batchnorm_backward,
@@ -143,7 +148,9 @@ qs_status qs_backend_cpu_create(int num_threads, qs_backend **out) {
     cb->base.num_threads = num_threads;
     cb->stream.be = cb;
     qs_status st = qs_dnnl_ctx_create(&cb->dnnl);
+    if (st == QS_OK) st = qs_cpu_probe_precisions(cb);
     if (st != QS_OK) {
+        qs_dnnl_ctx_destroy(&cb->dnnl);
         free(cb);
         return qs_error_wrap(st, "qs_backend_cpu_create: ");
     }

@@ -16,13 +16,15 @@ typedef struct qs_cpu_backend {
     struct qs_backend base;   /* must stay first: qs_backend* <-> qs_cpu_backend* */
     qs_dnnl_ctx dnnl;         /* engine + stream, owned */
     qs_cpu_stream stream;     /* the default (and only) stream */
+    qs_prec_support prec_support[QS_PREC_COUNT]; /* probed at creation (cpu_quant.c) */
+    void *scratch;            /* grow-only temporary of single ops (never held across ops) */
+    size_t scratch_bytes;
 } qs_cpu_backend;
 
 static inline qs_cpu_backend *qs_cpu_be(qs_backend *be) { return (qs_cpu_backend *)be; }
 
 /* Every plan starts with this header so plan_destroy can dispatch and ops can check that
- * they were handed a plan of their own kind. `prec` selects the per-precision path (only
- * FP32 exists today; INT8/BF16 plans will add their own members after the header). */
+ * they were handed a plan of their own kind. `prec` selects the per-precision path. */
 typedef enum qs_cpu_plan_kind { QS_CPU_PLAN_LINEAR = 0x4c494e, QS_CPU_PLAN_CONV = 0x434f4e, QS_CPU_PLAN_POOL = 0x504f4f } qs_cpu_plan_kind;
 typedef struct qs_cpu_plan {
     qs_cpu_plan_kind kind;
@@ -31,8 +33,8 @@ typedef struct qs_cpu_plan {
 
 /* Check that `plan` is non-NULL and of kind `kind`; `what` names the calling op. */
 qs_status qs_cpu_plan_check(const void *plan, qs_cpu_plan_kind kind, const char *what);
-/* Fail with QS_ERR_UNSUPPORTED unless prec is FP32 (the only CPU precision so far). */
-qs_status qs_cpu_prec_check(qs_precision prec, const char *what);
+/* Fail with QS_ERR_UNSUPPORTED unless the backend runs prec (natively or emulated). */
+qs_status qs_cpu_prec_check(qs_backend *be, qs_precision prec, const char *what);
 
 /* Validate a memory-bound op's arguments: n >= 0 and, when n > 0, none of the nptrs
  * pointers is NULL. `what` names the op. Use with a compound literal:
@@ -44,12 +46,12 @@ static inline size_t qs_cpu_align(size_t bytes) { return (bytes + 63u) & ~(size_
 
 /* ---- cpu_linear.c ---- */
 qs_status qs_cpu_linear_plan(qs_backend *be, const qs_linear_desc *d, void **plan, size_t *workspace);
-qs_status qs_cpu_linear_forward(qs_backend *be, void *plan, qs_stream *s, const void *x, const void *w,
-                                const void *b, void *y, void *ws);
-qs_status qs_cpu_linear_backward_data(qs_backend *be, void *plan, qs_stream *s, const void *dy, const void *w,
-                                      void *dx, bool accumulate, void *ws);
-qs_status qs_cpu_linear_backward_weights(qs_backend *be, void *plan, qs_stream *s, const void *dy,
-                                         const void *x, void *dw, void *db, void *ws);
+qs_status qs_cpu_linear_forward(qs_backend *be, void *plan, qs_stream *s, const qs_operand *x,
+                                const qs_operand *w, const float *b, float *y, void *ws);
+qs_status qs_cpu_linear_backward_data(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
+                                      const qs_operand *w, float *dx, bool accumulate, void *ws);
+qs_status qs_cpu_linear_backward_weights(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
+                                         const qs_operand *x, float *dw, float *db, void *ws);
 void qs_cpu_linear_plan_destroy(void *plan);
 /* oneDNN implementation name of a linear plan's primitive: dir 0 forward, 1 backward-data,
  * 2 backward-weights (for logs and benchmarks). */
@@ -57,12 +59,12 @@ const char *qs_cpu_linear_impl_name(const void *plan, int dir);
 
 /* ---- cpu_conv.c ---- */
 qs_status qs_cpu_conv_plan(qs_backend *be, const qs_conv_desc *d, void **plan, size_t *workspace);
-qs_status qs_cpu_conv_forward(qs_backend *be, void *plan, qs_stream *s, const void *x, const void *w,
-                              const void *b, void *y, void *ws);
-qs_status qs_cpu_conv_backward_data(qs_backend *be, void *plan, qs_stream *s, const void *dy, const void *w,
-                                    void *dx, bool accumulate, void *ws);
-qs_status qs_cpu_conv_backward_weights(qs_backend *be, void *plan, qs_stream *s, const void *dy, const void *x,
-                                       void *dw, void *db, void *ws);
+qs_status qs_cpu_conv_forward(qs_backend *be, void *plan, qs_stream *s, const qs_operand *x,
+                              const qs_operand *w, const float *b, float *y, void *ws);
+qs_status qs_cpu_conv_backward_data(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
+                                    const qs_operand *w, float *dx, bool accumulate, void *ws);
+qs_status qs_cpu_conv_backward_weights(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
+                                       const qs_operand *x, float *dw, float *db, void *ws);
 void qs_cpu_conv_plan_destroy(void *plan);
 /* oneDNN implementation name of a conv plan's primitive: dir 0 forward, 1 backward-data,
  * 2 backward-weights (for logs and benchmarks). */
@@ -75,6 +77,38 @@ qs_status qs_cpu_pool_forward(qs_backend *be, void *plan, qs_stream *s, const vo
 qs_status qs_cpu_pool_backward(qs_backend *be, void *plan, qs_stream *s, const void *dy, const int32_t *idx,
                                void *dx, bool accumulate, void *ws);
 void qs_cpu_pool_plan_destroy(void *plan);
+
+/* ---- cpu_quant.c: quantization ops and what every low-precision GEMM path shares ---- */
+qs_prec_support qs_cpu_precision_support(qs_backend *be, qs_precision p);
+/* Fill cb->prec_support: FP32 native, FP16/FP8 emulated, BF16/INT8 native when oneDNN has an
+ * optimized matmul for them on this CPU (else emulated). */
+qs_status qs_cpu_probe_precisions(qs_cpu_backend *cb);
+qs_status qs_cpu_quantize(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const float *src,
+                          const float *col_scale, qs_dtype dt, void *dst, float *scales, bool per_row,
+                          const qs_sr *sr);
+qs_status qs_cpu_dequantize(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const qs_operand *src,
+                            float *dst);
+qs_status qs_cpu_column_sums(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const float *x,
+                             float *sums);
+/* Whether a storage dtype carries dequantization scales (S8, FP8). */
+static inline bool qs_cpu_dtype_scaled(qs_dtype dt) { return dt == QS_S8 || dt == QS_F8E4M3 || dt == QS_F8E5M2; }
+/* Check an operand against the plan's storage dtype (non-NULL data, scales present when the
+ * dtype has them, per_row only where allow_per_row). `what` names the op. */
+qs_status qs_cpu_operand_check(const qs_operand *op, qs_dtype expect, bool allow_per_row, const char *what);
+/* The per-tensor dequantization scale of an operand (1 for unscaled dtypes). */
+float qs_cpu_operand_tensor_scale(const qs_operand *op);
+/* out[r,c] = (or += when accumulate) acc[r,c]·alpha·col_scale[c] + bias[c] over (rows, cols);
+ * col_scale and bias may be NULL (1 and 0); acc may alias out when !accumulate. The FP32
+ * epilogue of INT8 GEMMs, whose oneDNN primitives run without output scales (2.6 picks a slow
+ * implementation for runtime scales). */
+void qs_cpu_epilogue(int64_t rows, int64_t cols, const float *acc, float alpha, const float *col_scale,
+                     const float *bias, float *out, bool accumulate);
+/* A backend-owned temporary of ≥ bytes (grow-only, 64 B aligned); valid until the next call
+ * from any op, so ops must not hold it across calls into other ops. */
+qs_status qs_cpu_scratch(qs_cpu_backend *cb, size_t bytes, void **out);
+/* An FP32 view of a (rows, cols) operand for emulated precisions: the operand's own data
+ * when it is F32, else dequantized into dst (rows·cols floats) — *out says which. */
+qs_status qs_cpu_widen(qs_backend *be, int64_t rows, int64_t cols, const qs_operand *op, float **out, float *dst);
 
 /* ---- cpu_reduce.c: deterministic per-channel sums over (rows, C) data ---- */
 /* sum1[c] = Σ_r a[r,c]                         (skipped when sum1 is NULL)

@@ -100,7 +100,9 @@ qs_status qs_cpu_conv_plan(qs_backend *be, const qs_conv_desc *d, void **plan, s
                        "conv_plan: descriptor has P,Q = %lld,%lld but the geometry gives %lld,%lld; call "
                        "qs_conv_desc_finish() first",
                        (long long)d->P, (long long)d->Q, (long long)dd.P, (long long)dd.Q);
-    QS_TRY(qs_cpu_prec_check(d->prec, "conv_plan"));
+    QS_TRY(qs_cpu_prec_check(be, d->prec, "conv_plan"));
+    if (d->prec != QS_PREC_FP32)
+        return QS_FAIL(QS_ERR_UNSUPPORTED, "conv_plan: %s convolution is not implemented yet", qs_precision_name(d->prec));
     qs_cpu_conv_plan_t *cp = calloc(1, sizeof *cp);
     if (!cp) return QS_FAIL(QS_ERR_OOM, "conv_plan: out of memory for the plan");
     cp->hdr.kind = QS_CPU_PLAN_CONV;
@@ -137,48 +139,57 @@ static qs_status conv_ws_check(const qs_cpu_conv_plan_t *cp, const void *ws, con
     return QS_OK;
 }
 
-qs_status qs_cpu_conv_forward(qs_backend *be, void *plan, qs_stream *s, const void *x, const void *w,
-                              const void *b, void *y, void *ws) {
+qs_status qs_cpu_conv_forward(qs_backend *be, void *plan, qs_stream *s, const qs_operand *xo,
+                              const qs_operand *wo, const float *b, float *y, void *ws) {
     QS_TRY(qs_cpu_plan_check(plan, QS_CPU_PLAN_CONV, "conv_forward"));
     qs_cpu_conv_plan_t *cp = plan;
-    if (!x || !w || !y || (cp->d.has_bias && !b))
+    QS_TRY(qs_cpu_operand_check(xo, QS_F32, false, "conv_forward x"));
+    QS_TRY(qs_cpu_operand_check(wo, QS_F32, false, "conv_forward w"));
+    const void *x = xo->data, *w = wo->data;
+    if (!y || (cp->d.has_bias && !b))
         return QS_FAIL(QS_ERR_INVALID_ARG, "conv_forward: NULL x, w, y or (planned with bias) b");
     QS_TRY(conv_ws_check(cp, ws, "conv_forward"));
     const qs_dnnl_ctx *ctx = &qs_cpu_be(be)->dnnl;
     void *wp;
     QS_TRY(conv_prepare_w(&cp->w_fwd, ctx, w, ws, &wp));
-    void *h[4] = {(void *)x, wp, cp->d.has_bias ? (void *)b : y, y}; /* SRC, WEIGHTS, [BIAS,] DST */
+    void *h[4] = {(void *)x, wp, cp->d.has_bias ? (void *)b : (void *)y, y}; /* SRC, WEIGHTS, [BIAS,] DST */
     return qs_dnnl_prim_exec(&cp->fwd, ctx, h, ws_at(ws, cp->w_fwd.bytes), "convolution forward");
 }
 
-qs_status qs_cpu_conv_backward_data(qs_backend *be, void *plan, qs_stream *s, const void *dy, const void *w,
-                                    void *dx, bool accumulate, void *ws) {
+qs_status qs_cpu_conv_backward_data(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dyo,
+                                    const qs_operand *wo, float *dx, bool accumulate, void *ws) {
     QS_TRY(qs_cpu_plan_check(plan, QS_CPU_PLAN_CONV, "conv_backward_data"));
     qs_cpu_conv_plan_t *cp = plan;
-    if (!dy || !w || !dx) return QS_FAIL(QS_ERR_INVALID_ARG, "conv_backward_data: NULL dy, w or dx");
+    QS_TRY(qs_cpu_operand_check(dyo, QS_F32, false, "conv_backward_data dy"));
+    QS_TRY(qs_cpu_operand_check(wo, QS_F32, false, "conv_backward_data w"));
+    const void *dy = dyo->data, *w = wo->data;
+    if (!dx) return QS_FAIL(QS_ERR_INVALID_ARG, "conv_backward_data: NULL dy, w or dx");
     QS_TRY(conv_ws_check(cp, ws, "conv_backward_data"));
     const qs_dnnl_ctx *ctx = &qs_cpu_be(be)->dnnl;
     void *wp;
     QS_TRY(conv_prepare_w(&cp->w_bwd, ctx, w, ws, &wp));
     float *tmp = ws_at(ws, cp->w_bwd.bytes);
-    void *h[3] = {(void *)dy, wp, accumulate ? (void *)tmp : dx};
+    void *h[3] = {(void *)dy, wp, accumulate ? (void *)tmp : (void *)dx};
     QS_TRY(qs_dnnl_prim_exec(&cp->bwd_data, ctx, h, ws_at(ws, cp->w_bwd.bytes + cp->dx_bytes), "convolution backward-data"));
     if (accumulate) qs_cpu_copy_or_add(cp->d.N * cp->d.H * cp->d.W * cp->d.C, tmp, dx, true);
     return QS_OK;
 }
 
-qs_status qs_cpu_conv_backward_weights(qs_backend *be, void *plan, qs_stream *s, const void *dy, const void *x,
-                                       void *dw, void *db, void *ws) {
+qs_status qs_cpu_conv_backward_weights(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dyo,
+                                       const qs_operand *xo, float *dw, float *db, void *ws) {
     QS_TRY(qs_cpu_plan_check(plan, QS_CPU_PLAN_CONV, "conv_backward_weights"));
     qs_cpu_conv_plan_t *cp = plan;
-    if (!dy || !x || !dw) return QS_FAIL(QS_ERR_INVALID_ARG, "conv_backward_weights: NULL dy, x or dw");
+    QS_TRY(qs_cpu_operand_check(dyo, QS_F32, false, "conv_backward_weights dy"));
+    QS_TRY(qs_cpu_operand_check(xo, QS_F32, false, "conv_backward_weights x"));
+    const void *dy = dyo->data, *x = xo->data;
+    if (!dw) return QS_FAIL(QS_ERR_INVALID_ARG, "conv_backward_weights: NULL dy, x or dw");
     if (db && !cp->d.has_bias)
         return QS_FAIL(QS_ERR_INVALID_ARG, "conv_backward_weights: db given but the plan has no bias; pass NULL");
     if (!db && cp->d.has_bias)
         return QS_FAIL(QS_ERR_INVALID_ARG, "conv_backward_weights: the plan has a bias but db is NULL");
     QS_TRY(conv_ws_check(cp, ws, "conv_backward_weights"));
     const qs_dnnl_ctx *ctx = &qs_cpu_be(be)->dnnl;
-    void *dwp = cp->dw_user.needed ? ws : dw;
+    void *dwp = cp->dw_user.needed ? ws : (void *)dw;
     void *h[4] = {(void *)x, (void *)dy, dwp, db}; /* SRC, DIFF_DST, DIFF_WEIGHTS, [DIFF_BIAS] */
     void *scratch = ws_at(ws, cp->dw_user.bytes);
     QS_TRY(qs_dnnl_prim_exec(&cp->bwd_weights, ctx, h, scratch, "convolution backward-weights"));

@@ -1,4 +1,4 @@
-/* src/cpu/cpu_linear.c — fully connected layer on oneDNN matmul (FP32).
+/* src/cpu/cpu_linear.c — fully connected layer on oneDNN matmul, every CPU precision.
  *
  * X (M,K), W (N,K) PyTorch layout, b (N), Y (M,N), all row-major. Transposed operands are
  * expressed through strides, so nothing is copied:
@@ -6,34 +6,59 @@
  *   backward_data   dX (M,K) = dY (M,N)     · W (N,K)                   [+ dX via sum post-op]
  *   backward_weights dW(N,K) = dYᵀ (N,M)    · X (M,K)   dYᵀ strides {1,N}
  *   db (N) = column sums of dY, accumulated in double (cpu_reduce.c).
- * bench/bench_conv_choice.c chose matmul over inner_product, and within matmul oneDNN's
- * default (brgemm) implementation for forward but its "gemm" implementation for both
- * backward products (≈25% faster for M=128, K=3136, N=1024 on the 2-core AVX-512 host). */
+ * Per precision (the plan's compute path):
+ *   FP32  f32 primitives. bench/bench_conv_choice.c chose matmul over inner_product, oneDNN's
+ *         default (brgemm) for forward and its "gemm" implementation for both backward
+ *         products (≈25% faster for M=128, K=3136, N=1024 on the 2-core AVX-512 host).
+ *   BF16  bf16 × bf16 → f32 primitives (AMX / AVX512-BF16 where the CPU has them), f32 bias.
+ *   INT8  s8 × s8 → f32 primitives without output scales (oneDNN 2.6 drops from its AMX/VNNI
+ *         brgemm kernels to a ≈3× slower gemm one when scales are runtime arguments), then one
+ *         FP32 epilogue pass applies s_a·s_b (per-column for per-output-channel weights) and
+ *         the bias. Backward-weights reduces over the M rows; int32 accumulation of int8
+ *         products is exact only up to 2^31/127² = 133,144 terms, so M is split into chunks
+ *         of at most that many rows whose f32 results are summed (sum post-op).
+ *   FP16, FP8 (emulated) operands widened to f32 in the workspace, then the FP32 primitives:
+ *         the values are exactly those of the format, the arithmetic FP32.
+ * Workspace: [widened / temporary operands][oneDNN scratchpad], sized for the worst direction. */
 #include "cpu/cpu_backend.h"
 
 #include <stdlib.h>
 
+#include "core/quant_int8.h"
+
+#define QS_INT8_EXACT_TERMS 133144 /* floor(2^31 / 127^2) */
+
+typedef enum linear_path { PATH_F32 = 0, PATH_BF16, PATH_INT8 } linear_path;
+
 typedef struct qs_cpu_linear_plan {
     qs_cpu_plan hdr;
     qs_linear_desc d;
+    linear_path path;
+    bool emulated;               /* FP16/FP8: widen operands, run PATH_F32 */
+    qs_dtype fdt, gdt;           /* operand storage dtypes: forward (X, W), gradient (dY) */
     qs_dnnl_prim fwd;
     qs_dnnl_prim bwd_data;       /* dX = dY·W */
     qs_dnnl_prim bwd_data_acc;   /* dX += dY·W */
-    qs_dnnl_prim bwd_weights;    /* dW = dYᵀ·X */
+    qs_dnnl_prim bwd_weights;    /* dW = dYᵀ·X over the first `chunk` rows */
+    qs_dnnl_prim bwd_weights_acc;  /* INT8, M > chunk: dW += next chunk */
+    qs_dnnl_prim bwd_weights_tail; /* INT8, M % chunk != 0: dW += last partial chunk */
+    int64_t chunk;               /* rows per backward-weights product */
+    size_t tmp_bytes;            /* workspace before the scratchpad */
     size_t ws_bytes;
 } qs_cpu_linear_plan_t;
 
-/* A row-major-or-strided (rows, cols) matrix operand. */
-static qs_dnnl_tensor mat(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride) {
+/* A (rows, cols) matrix operand with explicit strides. */
+static qs_dnnl_tensor mat(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride, qs_dtype dt) {
     return (qs_dnnl_tensor){.ndims = 2, .dims = {rows, cols}, .strides = {row_stride, col_stride},
-                            .layout = QS_DNNL_STRIDED};
+                            .layout = QS_DNNL_STRIDED, .dt = dt};
 }
 
-/* One matmul C (m,n) = A (m,k) · B (k,n) [+ bias (1,n)] [+ C]; A, B given, C row-major. */
+/* One matmul C (m,n) f32 = A (m,k) · B (k,n) [+ bias (1,n)] [+ C]; C row-major with leading
+ * dimension ldc. */
 static qs_status linear_matmul(qs_dnnl_prim *p, const qs_dnnl_ctx *ctx, qs_dnnl_tensor a, qs_dnnl_tensor b,
-                               bool bias, bool accumulate, const char *prefer, const char *what) {
+                               int64_t ldc, bool bias, bool accumulate, const char *prefer, const char *what) {
     const int64_t m = a.dims[0], n = b.dims[1];
-    qs_dnnl_tensor c = mat(m, n, n, 1), bt = mat(1, n, n, 1);
+    qs_dnnl_tensor c = mat(m, n, ldc, 1, QS_F32), bt = mat(1, n, n, 1, QS_F32);
     return qs_dnnl_matmul_create(p, ctx, &a, &b, bias ? &bt : NULL, &c, accumulate, prefer, what);
 }
 
@@ -44,10 +69,51 @@ void qs_cpu_linear_plan_destroy(void *plan) {
     qs_dnnl_prim_destroy(&lp->bwd_data);
     qs_dnnl_prim_destroy(&lp->bwd_data_acc);
     qs_dnnl_prim_destroy(&lp->bwd_weights);
+    qs_dnnl_prim_destroy(&lp->bwd_weights_acc);
+    qs_dnnl_prim_destroy(&lp->bwd_weights_tail);
     free(lp);
 }
 
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+/* Build the primitives of the plan's path; operands of dtype cdt. */
+static qs_status linear_build(qs_cpu_linear_plan_t *lp, const qs_dnnl_ctx *ctx) {
+    const int64_t M = lp->d.M, N = lp->d.N, K = lp->d.K;
+    const qs_dtype cdt = lp->path == PATH_BF16 ? QS_BF16 : lp->path == PATH_INT8 ? QS_S8 : QS_F32;
+    const bool int8 = lp->path == PATH_INT8, fused_bias = lp->d.has_bias && !int8;
+    const char *bwd_prefer = lp->path == PATH_F32 ? "gemm" : NULL;
+    const qs_dnnl_tensor x = mat(M, K, K, 1, cdt), wt = mat(K, N, 1, K, cdt), w = mat(N, K, K, 1, cdt);
+    const qs_dnnl_tensor dy = mat(M, N, N, 1, cdt);
+    lp->chunk = int8 && M > QS_INT8_EXACT_TERMS ? QS_INT8_EXACT_TERMS : M;
+    QS_TRY(linear_matmul(&lp->fwd, ctx, x, wt, N, fused_bias, false, NULL, "linear forward matmul"));
+    QS_TRY(linear_matmul(&lp->bwd_data, ctx, dy, w, K, false, false, bwd_prefer, "linear backward-data matmul"));
+    if (!int8) /* INT8 accumulates in its epilogue instead */
+        QS_TRY(linear_matmul(&lp->bwd_data_acc, ctx, dy, w, K, false, true, bwd_prefer,
+                             "linear backward-data matmul (accumulate)"));
+    /* dYᵀ (N, rows) with element (n, m) at m·N + n; X rows (rows, K) */
+    const int64_t c = lp->chunk, tail = M % c;
+    QS_TRY(linear_matmul(&lp->bwd_weights, ctx, mat(N, c, 1, N, cdt), mat(c, K, K, 1, cdt), K, false, false,
+                         bwd_prefer, "linear backward-weights matmul"));
+    if (M > c)
+        QS_TRY(linear_matmul(&lp->bwd_weights_acc, ctx, mat(N, c, 1, N, cdt), mat(c, K, K, 1, cdt), K, false, true,
+                             NULL, "linear backward-weights matmul (accumulating chunk)"));
+    if (M > c && tail)
+        QS_TRY(linear_matmul(&lp->bwd_weights_tail, ctx, mat(N, tail, 1, N, cdt), mat(tail, K, K, 1, cdt), K, false,
+                             true, NULL, "linear backward-weights matmul (last chunk)"));
+    /* temporaries: emulated operands widened (two at most per direction); INT8 dX when
+     * accumulating */
+    size_t f = sizeof(float), tmp = 0;
+    if (lp->emulated) tmp = f * (size_t)max_sz(max_sz(M * K + N * K, M * N + N * K), M * N + M * K);
+    if (int8) tmp = f * (size_t)(M * K);
+    tmp = qs_cpu_align(tmp);
+    size_t scratch = max_sz(max_sz(lp->fwd.scratch_bytes, lp->bwd_data.scratch_bytes),
+                            max_sz(lp->bwd_data_acc.scratch_bytes, lp->bwd_weights.scratch_bytes));
+    scratch = max_sz(scratch, max_sz(lp->bwd_weights_acc.scratch_bytes, lp->bwd_weights_tail.scratch_bytes));
+    if (lp->d.has_bias) scratch = max_sz(scratch, (size_t)N * sizeof(double));
+    lp->tmp_bytes = tmp;
+    lp->ws_bytes = tmp + qs_cpu_align(scratch);
+    return QS_OK;
+}
 
 qs_status qs_cpu_linear_plan(qs_backend *be, const qs_linear_desc *d, void **plan, size_t *workspace) {
     if (!d || !plan || !workspace) return QS_FAIL(QS_ERR_INVALID_ARG, "linear_plan: NULL descriptor or output");
@@ -56,75 +122,134 @@ qs_status qs_cpu_linear_plan(qs_backend *be, const qs_linear_desc *d, void **pla
     if (d->M < 1 || d->N < 1 || d->K < 1)
         return QS_FAIL(QS_ERR_INVALID_ARG, "linear_plan: M=%lld N=%lld K=%lld must all be >= 1", (long long)d->M,
                        (long long)d->N, (long long)d->K);
-    QS_TRY(qs_cpu_prec_check(d->prec, "linear_plan"));
+    QS_TRY(qs_cpu_prec_check(be, d->prec, "linear_plan"));
     qs_cpu_linear_plan_t *lp = calloc(1, sizeof *lp);
     if (!lp) return QS_FAIL(QS_ERR_OOM, "linear_plan: out of memory for the plan");
     lp->hdr.kind = QS_CPU_PLAN_LINEAR;
     lp->hdr.prec = d->prec;
     lp->d = *d;
-    const qs_dnnl_ctx *ctx = &qs_cpu_be(be)->dnnl;
-    const int64_t M = d->M, N = d->N, K = d->K;
-    const qs_dnnl_tensor x = mat(M, K, K, 1), wt = mat(K, N, 1, K), w = mat(N, K, K, 1);
-    const qs_dnnl_tensor dy = mat(M, N, N, 1), dyt = mat(N, M, 1, N);
-    qs_status st = linear_matmul(&lp->fwd, ctx, x, wt, d->has_bias, false, NULL, "linear forward matmul");
-    if (st == QS_OK)
-        st = linear_matmul(&lp->bwd_data, ctx, dy, w, false, false, "gemm", "linear backward-data matmul");
-    if (st == QS_OK)
-        st = linear_matmul(&lp->bwd_data_acc, ctx, dy, w, false, true, "gemm",
-                           "linear backward-data matmul (accumulate)");
-    if (st == QS_OK)
-        st = linear_matmul(&lp->bwd_weights, ctx, dyt, x, false, false, "gemm", "linear backward-weights matmul");
+    lp->fdt = qs_precision_operand_dtype(d->prec, false);
+    lp->gdt = qs_precision_operand_dtype(d->prec, true);
+    lp->emulated = qs_cpu_precision_support(be, d->prec) == QS_PREC_EMULATED;
+    lp->path = lp->emulated ? PATH_F32 : d->prec == QS_PREC_BF16 ? PATH_BF16 : d->prec == QS_PREC_INT8 ? PATH_INT8 : PATH_F32;
+    qs_status st = linear_build(lp, &qs_cpu_be(be)->dnnl);
     if (st != QS_OK) {
         qs_cpu_linear_plan_destroy(lp);
-        return qs_error_wrap(st, "linear_plan (M=%lld N=%lld K=%lld): ", (long long)M, (long long)N, (long long)K);
+        return qs_error_wrap(st, "linear_plan (%s, M=%lld N=%lld K=%lld): ", qs_precision_name(d->prec),
+                             (long long)d->M, (long long)d->N, (long long)d->K);
     }
-    size_t ws = max_sz(max_sz(lp->fwd.scratch_bytes, lp->bwd_data.scratch_bytes),
-                       max_sz(lp->bwd_data_acc.scratch_bytes, lp->bwd_weights.scratch_bytes));
-    if (d->has_bias) ws = max_sz(ws, (size_t)N * sizeof(double));
-    lp->ws_bytes = qs_cpu_align(ws);
     *plan = lp;
     *workspace = lp->ws_bytes;
     return QS_OK;
 }
 
-qs_status qs_cpu_linear_forward(qs_backend *be, void *plan, qs_stream *s, const void *x, const void *w,
-                                const void *b, void *y, void *ws) {
+static qs_status ws_check(const qs_cpu_linear_plan_t *lp, const void *ws, const char *what) {
+    if (lp->ws_bytes && !ws)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "%s: the plan needs %zu bytes of workspace but ws is NULL", what,
+                       lp->ws_bytes);
+    return QS_OK;
+}
+
+/* FP32 views of two operands a (ra, ca) and b (rb, cb) for an emulated plan (widened into the
+ * workspace), or their own data otherwise. */
+static qs_status operands_in(qs_backend *be, const qs_cpu_linear_plan_t *lp, const qs_operand *a, int64_t ra,
+                             int64_t ca, const qs_operand *b, int64_t rb, int64_t cb, void *ws, void **pa,
+                             void **pb) {
+    *pa = (void *)a->data;
+    *pb = (void *)b->data;
+    if (!lp->emulated) return QS_OK;
+    float *fa, *fb, *w = ws;
+    QS_TRY(qs_cpu_widen(be, ra, ca, a, &fa, w));
+    QS_TRY(qs_cpu_widen(be, rb, cb, b, &fb, w + ra * ca));
+    *pa = fa;
+    *pb = fb;
+    return QS_OK;
+}
+
+static void *scratch_of(const qs_cpu_linear_plan_t *lp, void *ws) { return ws ? (char *)ws + lp->tmp_bytes : NULL; }
+
+qs_status qs_cpu_linear_forward(qs_backend *be, void *plan, qs_stream *s, const qs_operand *x,
+                                const qs_operand *w, const float *b, float *y, void *ws) {
     QS_TRY(qs_cpu_plan_check(plan, QS_CPU_PLAN_LINEAR, "linear_forward"));
     qs_cpu_linear_plan_t *lp = plan;
-    if (!x || !w || !y || (lp->d.has_bias && !b))
-        return QS_FAIL(QS_ERR_INVALID_ARG, "linear_forward: NULL x, w, y or (planned with bias) b");
-    /* argument order as created: SRC, WEIGHTS, [BIAS,] DST */
-    void *h[4] = {(void *)x, (void *)w, lp->d.has_bias ? (void *)b : y, y};
-    return qs_dnnl_prim_exec(&lp->fwd, &qs_cpu_be(be)->dnnl, h, ws, "linear forward");
+    QS_TRY(qs_cpu_operand_check(x, lp->fdt, false, "linear_forward x"));
+    QS_TRY(qs_cpu_operand_check(w, lp->fdt, true, "linear_forward w"));
+    if (!y || (lp->d.has_bias && !b))
+        return QS_FAIL(QS_ERR_INVALID_ARG, "linear_forward: NULL y or (planned with bias) b");
+    QS_TRY(ws_check(lp, ws, "linear_forward"));
+    const int64_t M = lp->d.M, N = lp->d.N, K = lp->d.K;
+    void *px, *pw;
+    QS_TRY(operands_in(be, lp, x, M, K, w, N, K, ws, &px, &pw));
+    const qs_dnnl_ctx *ctx = &qs_cpu_be(be)->dnnl;
+    if (lp->path != PATH_INT8) { /* argument order as created: SRC, WEIGHTS, [BIAS,] DST */
+        void *h[4] = {px, pw, lp->d.has_bias ? (void *)b : (void *)y, y};
+        return qs_dnnl_prim_exec(&lp->fwd, ctx, h, scratch_of(lp, ws), "linear forward");
+    }
+    void *h[3] = {px, pw, y};
+    QS_TRY(qs_dnnl_prim_exec(&lp->fwd, ctx, h, scratch_of(lp, ws), "linear forward (int8)"));
+    const float sx = x->scale[0];
+    qs_cpu_epilogue(M, N, y, w->per_row ? sx : sx * w->scale[0], w->per_row ? w->scale : NULL,
+                    lp->d.has_bias ? b : NULL, y, false);
+    return QS_OK;
 }
 
-qs_status qs_cpu_linear_backward_data(qs_backend *be, void *plan, qs_stream *s, const void *dy, const void *w,
-                                      void *dx, bool accumulate, void *ws) {
+qs_status qs_cpu_linear_backward_data(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
+                                      const qs_operand *w, float *dx, bool accumulate, void *ws) {
     QS_TRY(qs_cpu_plan_check(plan, QS_CPU_PLAN_LINEAR, "linear_backward_data"));
     qs_cpu_linear_plan_t *lp = plan;
-    if (!dy || !w || !dx) return QS_FAIL(QS_ERR_INVALID_ARG, "linear_backward_data: NULL dy, w or dx");
-    void *h[3] = {(void *)dy, (void *)w, dx};
-    return qs_dnnl_prim_exec(accumulate ? &lp->bwd_data_acc : &lp->bwd_data, &qs_cpu_be(be)->dnnl, h, ws,
-                             "linear backward-data");
+    QS_TRY(qs_cpu_operand_check(dy, lp->gdt, false, "linear_backward_data dy"));
+    QS_TRY(qs_cpu_operand_check(w, lp->fdt, false, "linear_backward_data w"));
+    if (!dx) return QS_FAIL(QS_ERR_INVALID_ARG, "linear_backward_data: NULL dx");
+    QS_TRY(ws_check(lp, ws, "linear_backward_data"));
+    const int64_t M = lp->d.M, N = lp->d.N, K = lp->d.K;
+    void *pdy, *pw;
+    QS_TRY(operands_in(be, lp, dy, M, N, w, N, K, ws, &pdy, &pw));
+    const qs_dnnl_ctx *ctx = &qs_cpu_be(be)->dnnl;
+    if (lp->path != PATH_INT8) {
+        void *h[3] = {pdy, pw, dx};
+        return qs_dnnl_prim_exec(accumulate ? &lp->bwd_data_acc : &lp->bwd_data, ctx, h, scratch_of(lp, ws),
+                                 "linear backward-data");
+    }
+    float *acc = accumulate ? (float *)ws : dx;
+    void *h[3] = {pdy, pw, acc};
+    QS_TRY(qs_dnnl_prim_exec(&lp->bwd_data, ctx, h, scratch_of(lp, ws), "linear backward-data (int8)"));
+    qs_cpu_epilogue(M, K, acc, dy->scale[0] * w->scale[0], NULL, NULL, dx, accumulate);
+    return QS_OK;
 }
 
-qs_status qs_cpu_linear_backward_weights(qs_backend *be, void *plan, qs_stream *s, const void *dy,
-                                         const void *x, void *dw, void *db, void *ws) {
+qs_status qs_cpu_linear_backward_weights(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
+                                         const qs_operand *x, float *dw, float *db, void *ws) {
     QS_TRY(qs_cpu_plan_check(plan, QS_CPU_PLAN_LINEAR, "linear_backward_weights"));
     qs_cpu_linear_plan_t *lp = plan;
-    if (!dy || !x || !dw) return QS_FAIL(QS_ERR_INVALID_ARG, "linear_backward_weights: NULL dy, x or dw");
-    if (db && !lp->d.has_bias)
+    QS_TRY(qs_cpu_operand_check(dy, lp->gdt, false, "linear_backward_weights dy"));
+    QS_TRY(qs_cpu_operand_check(x, lp->fdt, false, "linear_backward_weights x"));
+    if (!dw) return QS_FAIL(QS_ERR_INVALID_ARG, "linear_backward_weights: NULL dw");
+    if (dy->dt == QS_F32 && db && !lp->d.has_bias)
         return QS_FAIL(QS_ERR_INVALID_ARG, "linear_backward_weights: db given but the plan has no bias; pass NULL");
-    if (!db && lp->d.has_bias)
+    if (dy->dt == QS_F32 && !db && lp->d.has_bias)
         return QS_FAIL(QS_ERR_INVALID_ARG, "linear_backward_weights: the plan has a bias but db is NULL");
-    void *h[3] = {(void *)dy, (void *)x, dw};
-    QS_TRY(qs_dnnl_prim_exec(&lp->bwd_weights, &qs_cpu_be(be)->dnnl, h, ws, "linear backward-weights"));
+    if (dy->dt != QS_F32 && db)
+        return QS_FAIL(QS_ERR_INVALID_ARG,
+                       "linear_backward_weights: db with a %s dy; compute it with column_sums from the FP32 gradient",
+                       qs_dtype_name(dy->dt));
+    QS_TRY(ws_check(lp, ws, "linear_backward_weights"));
+    const int64_t M = lp->d.M, N = lp->d.N, K = lp->d.K;
+    void *pdy, *px;
+    QS_TRY(operands_in(be, lp, dy, M, N, x, M, K, ws, &pdy, &px));
+    const qs_dnnl_ctx *ctx = &qs_cpu_be(be)->dnnl;
+    void *scratch = scratch_of(lp, ws);
+    const size_t esz = qs_dtype_size(lp->emulated ? QS_F32 : lp->fdt);
+    for (int64_t r0 = 0; r0 < M; r0 += lp->chunk) {
+        qs_dnnl_prim *p = r0 == 0 ? &lp->bwd_weights : r0 + lp->chunk <= M ? &lp->bwd_weights_acc : &lp->bwd_weights_tail;
+        /* rows r0.. of dY (its transpose's columns) and of X */
+        void *h[3] = {(char *)pdy + (size_t)(r0 * N) * esz, (char *)px + (size_t)(r0 * K) * esz, dw};
+        QS_TRY(qs_dnnl_prim_exec(p, ctx, h, scratch, "linear backward-weights"));
+    }
+    if (lp->path == PATH_INT8) qs_cpu_epilogue(N, K, dw, dy->scale[0] * x->scale[0], NULL, NULL, dw, false);
     if (!db) return QS_OK;
-    if (!ws) return QS_FAIL(QS_ERR_INVALID_ARG, "linear_backward_weights: the bias gradient needs the plan's workspace");
-    double *sum = ws;
-    QS_TRY(qs_cpu_colsums(lp->d.M, lp->d.N, dy, NULL, NULL, NULL, NULL, sum, NULL));
-    float *dbf = db;
-    for (int64_t n = 0; n < lp->d.N; n++) dbf[n] = (float)sum[n];
+    double *sum = scratch;
+    QS_TRY(qs_cpu_colsums(M, N, dy->data, NULL, NULL, NULL, NULL, sum, NULL));
+    for (int64_t n = 0; n < N; n++) db[n] = (float)sum[n];
     return QS_OK;
 }
 

@@ -33,22 +33,36 @@ void qs_dnnl_ctx_destroy(qs_dnnl_ctx *ctx) {
     memset(ctx, 0, sizeof *ctx);
 }
 
+static qs_status qs_dnnl_dt(qs_dtype dt, dnnl_data_type_t *out) {
+    switch (dt) {
+    case QS_F32: *out = dnnl_f32; return QS_OK;
+    case QS_BF16: *out = dnnl_bf16; return QS_OK;
+    case QS_F16: *out = dnnl_f16; return QS_OK;
+    case QS_S8: *out = dnnl_s8; return QS_OK;
+    case QS_U8: *out = dnnl_u8; return QS_OK;
+    case QS_S32: *out = dnnl_s32; return QS_OK;
+    default: return QS_FAIL(QS_ERR_INTERNAL, "oneDNN memory descriptor: no oneDNN type for %s", qs_dtype_name(dt));
+    }
+}
+
 qs_status qs_dnnl_md(dnnl_memory_desc_t *md, const qs_dnnl_tensor *t) {
     if (t->ndims < 1 || t->ndims > 4)
         return QS_FAIL(QS_ERR_INTERNAL, "oneDNN memory descriptor: %d dimensions, 1..4 supported", t->ndims);
     dnnl_dims_t d, s;
+    dnnl_data_type_t dt = dnnl_f32;
+    QS_TRY(qs_dnnl_dt(t->dt, &dt));
     for (int i = 0; i < t->ndims; i++) {
         d[i] = t->dims[i];
         s[i] = t->strides[i];
     }
     if (t->layout == QS_DNNL_STRIDED)
-        return qs_dnnl_check(dnnl_memory_desc_init_by_strides(md, t->ndims, d, dnnl_f32, s),
+        return qs_dnnl_check(dnnl_memory_desc_init_by_strides(md, t->ndims, d, dt, s),
                              "memory descriptor (strides)");
     dnnl_format_tag_t tag = t->layout == QS_DNNL_ANY    ? dnnl_format_tag_any
                             : t->layout == QS_DNNL_NHWC ? dnnl_nhwc
                             : t->layout == QS_DNNL_OIHW ? dnnl_oihw
                                                         : dnnl_a;
-    return qs_dnnl_check(dnnl_memory_desc_init_by_tag(md, t->ndims, d, dnnl_f32, tag), "memory descriptor (tag)");
+    return qs_dnnl_check(dnnl_memory_desc_init_by_tag(md, t->ndims, d, dt, tag), "memory descriptor (tag)");
 }
 
 /* Shared tail of primitive construction: primitive, per-argument memory objects, scratchpad. */
@@ -164,6 +178,19 @@ qs_status qs_dnnl_matmul_create(qs_dnnl_prim *p, const qs_dnnl_ctx *ctx, const q
     qs_status st = qs_dnnl_prim_create(p, ctx, &md, po, NULL, prefer, bias ? ids_bias : ids, bias ? 4 : 3, what);
     if (po) dnnl_post_ops_destroy(po);
     return st;
+}
+
+qs_status qs_dnnl_matmul_probe(const qs_dnnl_ctx *ctx, qs_dtype dt, bool *fast) {
+    *fast = false;
+    const qs_dnnl_tensor a = {.ndims = 2, .dims = {64, 64}, .strides = {64, 1}, .dt = dt};
+    const qs_dnnl_tensor c = {.ndims = 2, .dims = {64, 64}, .strides = {64, 1}};
+    qs_dnnl_prim p;
+    qs_status st = qs_dnnl_matmul_create(&p, ctx, &a, &a, NULL, &c, false, NULL, "matmul probe");
+    if (st == QS_ERR_UNSUPPORTED) return QS_OK;
+    QS_TRY(st);
+    *fast = strstr(qs_dnnl_prim_impl(&p), "ref") == NULL;
+    qs_dnnl_prim_destroy(&p);
+    return QS_OK;
 }
 
 qs_status qs_dnnl_conv_create(qs_dnnl_prim *p, const qs_dnnl_ctx *ctx, qs_dnnl_conv_dir dir,

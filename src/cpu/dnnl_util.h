@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <oneapi/dnnl/dnnl.h>
 #include "qsync/status.h"
+#include "qsync/dtype.h"
 
 #define QS_DNNL_MAX_ARGS 8
 
@@ -32,7 +33,8 @@ void qs_dnnl_ctx_destroy(qs_dnnl_ctx *ctx);
  * dnnl_unimplemented maps to QS_ERR_UNSUPPORTED, out_of_memory to QS_ERR_OOM. */
 qs_status qs_dnnl_check(dnnl_status_t st, const char *what);
 
-/* An f32 tensor as a primitive sees it. dims are in oneDNN's logical order: (rows, cols)
+/* A tensor as a primitive sees it (element type dt: f32 — the zero value — bf16, f16, s8,
+ * u8 or s32). dims are in oneDNN's logical order: (rows, cols)
  * for matrices, (N, C, H, W) for activations, (O, I, H, W) for conv weights, (n) vectors. */
 typedef enum qs_dnnl_layout {
     QS_DNNL_STRIDED = 0, /* explicit element strides */
@@ -47,6 +49,7 @@ typedef struct qs_dnnl_tensor {
     int64_t dims[4];
     int64_t strides[4];  /* QS_DNNL_STRIDED only */
     qs_dnnl_layout layout;
+    qs_dtype dt;
 } qs_dnnl_tensor;
 
 /* A primitive ready to execute. Execution handles are passed in the argument order its
@@ -65,6 +68,10 @@ typedef struct qs_dnnl_prim {
 qs_status qs_dnnl_matmul_create(qs_dnnl_prim *p, const qs_dnnl_ctx *ctx, const qs_dnnl_tensor *a,
                                 const qs_dnnl_tensor *b, const qs_dnnl_tensor *bias, const qs_dnnl_tensor *c,
                                 bool accumulate, const char *prefer, const char *what);
+
+/* Whether oneDNN has an optimized (non-reference) matmul with A and B of dtype dt and an f32
+ * result on this CPU (a 64×64×64 probe); *fast false also when it has none at all. */
+qs_status qs_dnnl_matmul_probe(const qs_dnnl_ctx *ctx, qs_dtype dt, bool *fast);
 
 /* 2-D convolution, direct algorithm, symmetric padding. Tensors: src (N,C,H,W),
  * weights (K,C,R,S), bias (K) or NULL, dst (N,K,P,Q).

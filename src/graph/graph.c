@@ -103,7 +103,7 @@ void qs_model_free(qs_model *m) {
             if (n->plan) m->be->ops->plan_destroy(m->be, n->plan);
             if (n->alias_of < 0) {
                 m->be->ops->free(m->be, n->y);
-                m->be->ops->free(m->be, n->dy);
+                if (!n->dy_alias) m->be->ops->free(m->be, n->dy);
             }
             for (int k = 0; k < QS_MAX_NODE_SAVED; k++) m->be->ops->free(m->be, n->saved[k]);
         }
@@ -127,6 +127,27 @@ void *qs_model_buffer_ptr(qs_model *m, int i) { return (char *)m->buffer_data + 
 
 static size_t qs_node_out_bytes(const qs_node *n) {
     return (size_t)qs_shape_numel(n->out_ndim, n->out_shape) * qs_dtype_size(n->out_dtype);
+}
+
+static qs_status qs_be_alloc(qs_model *m, size_t bytes, void **out);
+
+/* Gradients are stored in the output dtype, except behind straight-through casts (FP32). */
+static size_t qs_node_grad_bytes(const qs_node *n) {
+    if (n->kind == QS_NODE_CAST && n->cfg.cast.straight_through)
+        return (size_t)qs_shape_numel(n->out_ndim, n->out_shape) * sizeof(float);
+    return qs_node_out_bytes(n);
+}
+
+/* Allocate n->dy, or share the input's when n is a straight-through cast that is its input's
+ * only consumer (its backward is then the identity in place). */
+static qs_status qs_node_alloc_grad(qs_model *m, qs_node *n) {
+    const qs_node *in = n->n_inputs ? &m->nodes[n->inputs[0]] : NULL;
+    if (n->kind == QS_NODE_CAST && n->cfg.cast.straight_through && in->n_consumers == 1 && in->dy) {
+        n->dy = in->dy;
+        n->dy_alias = true;
+        return QS_OK;
+    }
+    return qs_be_alloc(m, qs_node_grad_bytes(n), &n->dy);
 }
 
 /* A node needs the gradient of its output when it has parameters or feeds on a node that
@@ -191,7 +212,7 @@ qs_status qs_model_setup(qs_model *m, qs_backend *be, int64_t batch, uint64_t se
             continue;
         }
         QS_TRY(qs_be_alloc(m, qs_node_out_bytes(n), &n->y));
-        if (n->needs_grad && n->kind != QS_NODE_SOFTMAX_XENT) QS_TRY(qs_be_alloc(m, qs_node_out_bytes(n), &n->dy));
+        if (n->needs_grad && n->kind != QS_NODE_SOFTMAX_XENT) QS_TRY(qs_node_alloc_grad(m, n));
         const qs_layer_impl *impl = qs_layer_impl_for(n->kind);
         if (impl->setup) {
             qs_status st = impl->setup(m, n);
@@ -315,7 +336,7 @@ void qs_model_memory(const qs_model *m, qs_memory_report *r) {
         if (n->alias_of >= 0) continue; /* its buffers are counted with the node it is fused into */
         size_t b = m->be ? qs_node_out_bytes(n) : 0;
         r->activations += b;
-        if (n->dy) r->activation_grads += b;
+        if (n->dy && !n->dy_alias) r->activation_grads += qs_node_grad_bytes(n);
         for (int k = 0; k < QS_MAX_NODE_SAVED; k++) r->saved += n->saved_bytes[k];
     }
 }

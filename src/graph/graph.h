@@ -93,7 +93,11 @@ typedef union qs_node_cfg {
     struct { int64_t kernel, stride, pad; bool global; } pool;
     struct { float p; } dropout;
     struct { bool relu; /* set by qs_model_fuse */ } add;
-    struct { qs_dtype to; } cast;
+    /* to: output dtype. straight_through: a quantizing cast inserted in front of a
+     * low-precision GEMM (qs_model_insert_casts): it may produce S8/FP8 with a per-tensor
+     * scale, and its gradient passes through unchanged in FP32 (the usual straight-through
+     * estimator of quantization), instead of being cast back. */
+    struct { qs_dtype to; bool straight_through; } cast;
 } qs_node_cfg;
 
 typedef struct qs_node {
@@ -120,6 +124,7 @@ typedef struct qs_node {
     /* runtime memory, owned by the model (backend memory) */
     void *y;                   /* output */
     void *dy;                  /* gradient w.r.t. the output (NULL where none is needed) */
+    bool dy_alias;             /* dy is the input's dy (straight-through cast, see graph.c) */
     bool needs_grad;           /* some ancestor has parameters: dX must be computed into it */
     int grads_received;        /* consumers that have written dy during this backward */
     int alias_of;              /* ≥ 0: fused into that node (qs_model_fuse); y and dy are its
@@ -127,6 +132,7 @@ typedef struct qs_node {
     void *saved[QS_MAX_NODE_SAVED];      /* extra tensors kept for backward (idx, mask, stats) */
     size_t saved_bytes[QS_MAX_NODE_SAVED];
     void *plan;                /* backend plan for GEMM-like and pooling nodes */
+    int64_t quant_step;        /* GEMM nodes: model step at which dY was last quantized */
     size_t workspace;
 
     /* planner metadata, per sample, filled by the layer's infer() */
@@ -195,6 +201,12 @@ typedef struct qs_model {
     uint64_t seed;
     int64_t step;              /* increments per training forward; feeds dropout counters */
     float loss_scale;          /* set by qs_model_backward: dlogits = (p - onehot)·loss_scale/batch */
+    /* Quantization options of low-precision GEMM nodes (set before qs_model_setup):
+     * grad_round_nearest rounds gradients to nearest instead of stochastically (harsher:
+     * biased, to make accuracy differences between plans visible); weight_per_channel gives
+     * INT8 weights one scale per output channel instead of one per tensor. */
+    bool grad_round_nearest;
+    bool weight_per_channel;
     bool timing;               /* sync + time every op into node->time */
     bool want_input_grad;      /* also compute d loss / d input into nodes[0].dy (tests) */
     qs_op_time optimizer_time;

@@ -1,6 +1,6 @@
 /* src/layers/conv2d.c — Conv2d (groups = 1): X (N,H,W,C) → Y (N,P,Q,K), W (K,C,R,S) OIHW. */
 #include <math.h>
-#include "layers/layer_util.h"
+#include "layers/gemm_quant.h"
 
 /* The backend descriptor for this node at batch `batch`. */
 static qs_conv_desc conv_desc(qs_model *m, const qs_node *n, int64_t batch) {
@@ -41,30 +41,47 @@ static void conv_init(qs_model *m, qs_node *n, float *hp, void *hb, uint64_t see
     }
 }
 
+/* The node's matrices: W (K, C·R·S), dY (N·P·Q, K). */
+static qs_gemm_shape conv_shape(qs_model *m, const qs_node *n) {
+    const qs_node *in = qs_layer_input(m, n, 0);
+    const int64_t K = n->cfg.conv.out_channels, R = n->cfg.conv.kernel;
+    return (qs_gemm_shape){.w_rows = K, .w_cols = in->out_shape[3] * R * R,
+                           .dy_rows = m->batch * n->out_shape[1] * n->out_shape[2], .dy_cols = K};
+}
+
 static qs_status conv_setup(qs_model *m, qs_node *n) {
     qs_conv_desc d = conv_desc(m, n, m->batch);
     QS_TRY(qs_conv_desc_finish(&d));
-    return m->be->ops->conv_plan(m->be, &d, &n->plan, &n->workspace);
+    QS_TRY(m->be->ops->conv_plan(m->be, &d, &n->plan, &n->workspace));
+    return qs_gemm_quant_setup(m, n, conv_shape(m, n));
 }
 
 static qs_status conv_forward(qs_model *m, qs_node *n) {
-    const void *b = n->cfg.conv.bias ? qs_model_param_ptr(m, n->param[1]) : NULL;
-    return m->be->ops->conv_forward(m->be, n->plan, m->stream, qs_layer_input(m, n, 0)->y,
-                                    qs_model_param_ptr(m, n->param[0]), b, n->y, m->workspace);
+    const float *b = n->cfg.conv.bias ? qs_model_param_ptr(m, n->param[1]) : NULL;
+    qs_operand x = qs_gemm_x(m, n), w;
+    QS_TRY(qs_gemm_w_forward(m, n, conv_shape(m, n), &w));
+    return m->be->ops->conv_forward(m->be, n->plan, m->stream, &x, &w, b, n->y, m->workspace);
 }
 
 static qs_status conv_backward_data(qs_model *m, qs_node *n) {
     bool acc;
-    void *dx = qs_model_grad_target(m, n, 0, &acc);
+    float *dx = qs_model_grad_target(m, n, 0, &acc);
     if (!dx) return QS_OK;
-    return m->be->ops->conv_backward_data(m->be, n->plan, m->stream, n->dy, qs_model_param_ptr(m, n->param[0]),
-                                          dx, acc, m->workspace);
+    const qs_gemm_shape sh = conv_shape(m, n);
+    qs_operand dy, w = qs_gemm_w_backward(m, n, sh);
+    QS_TRY(qs_gemm_dy(m, n, sh, true, &dy));
+    return m->be->ops->conv_backward_data(m->be, n->plan, m->stream, &dy, &w, dx, acc, m->workspace);
 }
 
 static qs_status conv_backward_weights(qs_model *m, qs_node *n) {
-    void *db = n->cfg.conv.bias ? qs_model_grad_ptr(m, n->param[1]) : NULL;
-    return m->be->ops->conv_backward_weights(m->be, n->plan, m->stream, n->dy, qs_layer_input(m, n, 0)->y,
-                                             qs_model_grad_ptr(m, n->param[0]), db, m->workspace);
+    const qs_gemm_shape sh = conv_shape(m, n);
+    float *db = n->cfg.conv.bias ? qs_model_grad_ptr(m, n->param[1]) : NULL;
+    qs_operand dy, x = qs_gemm_x(m, n);
+    QS_TRY(qs_gemm_dy(m, n, sh, false, &dy));
+    bool fused_db = qs_gemm_fp32_grads(n);
+    QS_TRY(m->be->ops->conv_backward_weights(m->be, n->plan, m->stream, &dy, &x, qs_model_grad_ptr(m, n->param[0]),
+                                             fused_db ? db : NULL, m->workspace));
+    return db && !fused_db ? qs_gemm_bias_grad(m, n, sh, db) : QS_OK;
 }
 
 const qs_layer_impl qs_layer_conv2d = {

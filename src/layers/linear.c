@@ -1,6 +1,6 @@
 /* src/layers/linear.c — Linear: Y(N,out) = X(N,in)·Wᵀ + b, W (out,in) as in PyTorch. */
 #include <math.h>
-#include "layers/layer_util.h"
+#include "layers/gemm_quant.h"
 
 static qs_status linear_infer(qs_model *m, qs_node *n) {
     QS_TRY(qs_layer_expect_ndim(m, n, 2));
@@ -28,30 +28,45 @@ static void linear_init(qs_model *m, qs_node *n, float *hp, void *hb, uint64_t s
     }
 }
 
+/* The node's matrices: W (out, in), dY (batch, out). */
+static qs_gemm_shape linear_shape(qs_model *m, const qs_node *n) {
+    const int64_t out = n->out_shape[1], in = qs_layer_input(m, n, 0)->out_shape[1];
+    return (qs_gemm_shape){.w_rows = out, .w_cols = in, .dy_rows = m->batch, .dy_cols = out};
+}
+
 static qs_status linear_setup(qs_model *m, qs_node *n) {
     qs_linear_desc d = {.M = m->batch, .N = n->out_shape[1], .K = qs_layer_input(m, n, 0)->out_shape[1],
                         .has_bias = n->cfg.linear.bias, .prec = n->prec};
-    return m->be->ops->linear_plan(m->be, &d, &n->plan, &n->workspace);
+    QS_TRY(m->be->ops->linear_plan(m->be, &d, &n->plan, &n->workspace));
+    return qs_gemm_quant_setup(m, n, linear_shape(m, n));
 }
 
 static qs_status linear_forward(qs_model *m, qs_node *n) {
-    const void *b = n->cfg.linear.bias ? qs_model_param_ptr(m, n->param[1]) : NULL;
-    return m->be->ops->linear_forward(m->be, n->plan, m->stream, qs_layer_input(m, n, 0)->y,
-                                      qs_model_param_ptr(m, n->param[0]), b, n->y, m->workspace);
+    const float *b = n->cfg.linear.bias ? qs_model_param_ptr(m, n->param[1]) : NULL;
+    qs_operand x = qs_gemm_x(m, n), w;
+    QS_TRY(qs_gemm_w_forward(m, n, linear_shape(m, n), &w));
+    return m->be->ops->linear_forward(m->be, n->plan, m->stream, &x, &w, b, n->y, m->workspace);
 }
 
 static qs_status linear_backward_data(qs_model *m, qs_node *n) {
     bool acc;
-    void *dx = qs_model_grad_target(m, n, 0, &acc);
+    float *dx = qs_model_grad_target(m, n, 0, &acc);
     if (!dx) return QS_OK;
-    return m->be->ops->linear_backward_data(m->be, n->plan, m->stream, n->dy, qs_model_param_ptr(m, n->param[0]),
-                                            dx, acc, m->workspace);
+    const qs_gemm_shape sh = linear_shape(m, n);
+    qs_operand dy, w = qs_gemm_w_backward(m, n, sh);
+    QS_TRY(qs_gemm_dy(m, n, sh, true, &dy));
+    return m->be->ops->linear_backward_data(m->be, n->plan, m->stream, &dy, &w, dx, acc, m->workspace);
 }
 
 static qs_status linear_backward_weights(qs_model *m, qs_node *n) {
-    void *db = n->cfg.linear.bias ? qs_model_grad_ptr(m, n->param[1]) : NULL;
-    return m->be->ops->linear_backward_weights(m->be, n->plan, m->stream, n->dy, qs_layer_input(m, n, 0)->y,
-                                               qs_model_grad_ptr(m, n->param[0]), db, m->workspace);
+    const qs_gemm_shape sh = linear_shape(m, n);
+    float *db = n->cfg.linear.bias ? qs_model_grad_ptr(m, n->param[1]) : NULL;
+    qs_operand dy, x = qs_gemm_x(m, n);
+    QS_TRY(qs_gemm_dy(m, n, sh, false, &dy));
+    bool fused_db = qs_gemm_fp32_grads(n);
+    QS_TRY(m->be->ops->linear_backward_weights(m->be, n->plan, m->stream, &dy, &x, qs_model_grad_ptr(m, n->param[0]),
+                                               fused_db ? db : NULL, m->workspace));
+    return db && !fused_db ? qs_gemm_bias_grad(m, n, sh, db) : QS_OK;
 }
 
 const qs_layer_impl qs_layer_linear = {

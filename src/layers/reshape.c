@@ -40,11 +40,19 @@ static qs_status flatten_backward(qs_model *m, qs_node *n) {
 const qs_layer_impl qs_layer_flatten = {.kind_name = "Flatten", .infer = flatten_infer,
                                         .forward = flatten_forward, .backward_data = flatten_backward};
 
+/* Whether a cast's output dtype carries a per-tensor scale (kept in saved[0]). */
+static bool cast_scaled(qs_dtype dt) { return dt == QS_S8 || dt == QS_F8E4M3 || dt == QS_F8E5M2; }
+
 static qs_status cast_infer(qs_model *m, qs_node *n) {
     const qs_node *in = qs_layer_input(m, n, 0);
     qs_dtype to = n->cfg.cast.to;
-    if (to != QS_F32 && to != QS_BF16 && to != QS_F16)
-        return QS_FAIL(QS_ERR_UNSUPPORTED, "cast to %s is not supported (f32, bf16, f16 are)", qs_dtype_name(to));
+    bool plain = to == QS_F32 || to == QS_BF16 || to == QS_F16;
+    if (!plain && !(n->cfg.cast.straight_through && cast_scaled(to)))
+        return QS_FAIL(QS_ERR_UNSUPPORTED,
+                       "cast to %s is not supported (f32, bf16, f16; s8 and fp8 only as quantizing casts)",
+                       qs_dtype_name(to));
+    if (n->cfg.cast.straight_through && in->out_dtype != QS_F32)
+        return QS_FAIL(QS_ERR_UNSUPPORTED, "a quantizing cast needs an f32 input (got %s)", qs_dtype_name(in->out_dtype));
     n->out_ndim = in->out_ndim;
     for (int i = 0; i < in->out_ndim; i++) n->out_shape[i] = in->out_shape[i];
     n->out_dtype = to;
@@ -53,23 +61,38 @@ static qs_status cast_infer(qs_model *m, qs_node *n) {
     return QS_OK;
 }
 
-static qs_status cast_forward(qs_model *m, qs_node *n) {
-    const qs_node *in = qs_layer_input(m, n, 0);
-    return m->be->ops->cast(m->be, m->stream, m->batch * qs_layer_out_numel_per_sample(n), in->y, in->out_dtype,
-                            n->y, n->out_dtype);
+static qs_status cast_setup(qs_model *m, qs_node *n) {
+    if (!cast_scaled(n->out_dtype)) return QS_OK;
+    n->saved_bytes[0] = sizeof(float);
+    return m->be->ops->alloc(m->be, n->saved_bytes[0], &n->saved[0]);
 }
 
-/* The gradient arrives in the cast's output dtype and is cast back to the input's; an
- * accumulating target is not supported for casts (a cast has one consumer by construction). */
+static qs_status cast_forward(qs_model *m, qs_node *n) {
+    const qs_node *in = qs_layer_input(m, n, 0);
+    const int64_t count = m->batch * qs_layer_out_numel_per_sample(n);
+    if (n->cfg.cast.straight_through) /* round to nearest: forward values must not be noisy */
+        return m->be->ops->quantize(m->be, m->stream, 1, count, in->y, NULL, n->out_dtype, n->y, n->saved[0], false,
+                                    NULL);
+    return m->be->ops->cast(m->be, m->stream, count, in->y, in->out_dtype, n->y, n->out_dtype);
+}
+
+/* Plain casts: the gradient arrives in the cast's output dtype and is cast back to the
+ * input's. Straight-through casts: the FP32 gradient passes unchanged (in place when the
+ * cast shares its input's gradient buffer). An accumulating target is not supported for
+ * plain casts (a plain cast has one consumer by construction). */
 static qs_status cast_backward(qs_model *m, qs_node *n) {
     const qs_node *in = qs_layer_input(m, n, 0);
     bool acc;
     void *dx = qs_model_grad_target(m, n, 0, &acc);
     if (!dx) return QS_OK;
+    const int64_t count = m->batch * qs_layer_out_numel_per_sample(n);
+    if (n->cfg.cast.straight_through) {
+        if (n->dy_alias) return QS_OK;
+        return m->be->ops->accumulate(m->be, m->stream, count, n->dy, dx, acc);
+    }
     if (acc) return QS_FAIL(QS_ERR_UNSUPPORTED, "cast %s: its input has several consumers", n->name);
-    return m->be->ops->cast(m->be, m->stream, m->batch * qs_layer_out_numel_per_sample(n), n->dy, n->out_dtype, dx,
-                            in->out_dtype);
+    return m->be->ops->cast(m->be, m->stream, count, n->dy, n->out_dtype, dx, in->out_dtype);
 }
 
-const qs_layer_impl qs_layer_cast = {
-    .kind_name = "Cast", .infer = cast_infer, .forward = cast_forward, .backward_data = cast_backward};
+const qs_layer_impl qs_layer_cast = {.kind_name = "Cast", .infer = cast_infer, .setup = cast_setup,
+                                     .forward = cast_forward, .backward_data = cast_backward};

@@ -1,0 +1,180 @@
+/* src/cpu/cpu_quant.c — quantize / dequantize / column sums of the CPU backend, the
+ * precision support table (probed once per backend), and the helpers every low-precision
+ * GEMM path shares: operand checks, the FP32 epilogue that applies dequantization scales and
+ * bias, and operand widening for emulated precisions. */
+#include "cpu/cpu_backend.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/quant_int8.h"
+
+/* ------------------------------------------------------------------ precision support */
+
+qs_prec_support qs_cpu_precision_support(qs_backend *be, qs_precision p) {
+    if ((unsigned)p >= QS_PREC_COUNT) return QS_PREC_UNSUPPORTED;
+    return qs_cpu_be(be)->prec_support[p];
+}
+
+/* A precision runs natively when oneDNN builds a matmul for its operand types with an
+ * optimized (non-reference) implementation on this CPU; otherwise it is emulated. */
+qs_status qs_cpu_probe_precisions(qs_cpu_backend *cb) {
+    qs_prec_support *t = cb->prec_support;
+    for (int p = 0; p < QS_PREC_COUNT; p++) t[p] = QS_PREC_UNSUPPORTED;
+    t[QS_PREC_FP32] = QS_PREC_NATIVE;
+    t[QS_PREC_FP16] = QS_PREC_EMULATED; /* oneDNN 2.6 has no f16 matmul/convolution */
+    t[QS_PREC_FP8] = QS_PREC_EMULATED;  /* no FP8 arithmetic on CPUs */
+    const qs_dtype probe[2] = {QS_BF16, QS_S8};
+    const qs_precision prec[2] = {QS_PREC_BF16, QS_PREC_INT8};
+    for (int i = 0; i < 2; i++) {
+        bool fast = false;
+        QS_TRY(qs_dnnl_matmul_probe(&cb->dnnl, probe[i], &fast));
+        t[prec[i]] = fast ? QS_PREC_NATIVE : QS_PREC_EMULATED;
+    }
+    return QS_OK;
+}
+
+/* ------------------------------------------------------------------ operand helpers */
+
+qs_status qs_cpu_operand_check(const qs_operand *op, qs_dtype expect, bool allow_per_row, const char *what) {
+    if (!op || !op->data) return QS_FAIL(QS_ERR_INVALID_ARG, "%s: NULL operand", what);
+    if (op->dt != expect)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "%s: operand is %s but the plan's precision stores %s", what,
+                       qs_dtype_name(op->dt), qs_dtype_name(expect));
+    bool scaled = qs_cpu_dtype_scaled(expect);
+    if (scaled && !op->scale) return QS_FAIL(QS_ERR_INVALID_ARG, "%s: %s operand without a scale", what, qs_dtype_name(expect));
+    if (op->per_row && !(scaled && allow_per_row))
+        return QS_FAIL(QS_ERR_INVALID_ARG,
+                       "%s: per-row scales are not allowed for this operand (fold them into the gradient)", what);
+    return QS_OK;
+}
+
+float qs_cpu_operand_tensor_scale(const qs_operand *op) {
+    return qs_cpu_dtype_scaled(op->dt) ? op->scale[0] : 1.0f;
+}
+
+void qs_cpu_epilogue(int64_t rows, int64_t cols, const float *acc, float alpha, const float *col_scale,
+                     const float *bias, float *out, bool accumulate) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *a = acc + r * cols;
+        float *o = out + r * cols;
+        for (int64_t c = 0; c < cols; c++) {
+            float v = a[c] * (col_scale ? alpha * col_scale[c] : alpha) + (bias ? bias[c] : 0.0f);
+            o[c] = accumulate ? o[c] + v : v;
+        }
+    }
+}
+
+qs_status qs_cpu_scratch(qs_cpu_backend *cb, size_t bytes, void **out) {
+    if (bytes > cb->scratch_bytes) {
+        free(cb->scratch);
+        cb->scratch = NULL;
+        cb->scratch_bytes = 0;
+        size_t sz = qs_cpu_align(bytes);
+        cb->scratch = aligned_alloc(64, sz);
+        if (!cb->scratch) return QS_FAIL(QS_ERR_OOM, "CPU backend: out of memory for %zu bytes of scratch", sz);
+        cb->scratch_bytes = sz;
+    }
+    *out = cb->scratch;
+    return QS_OK;
+}
+
+/* ------------------------------------------------------------------ backend ops */
+
+/* Largest finite magnitude of an FP8 format. */
+static float fp8_encode_scale(qs_dtype dt, float amax) {
+    if (!(amax > 0.0f)) return 1.0f;
+    /* largest power of two s with amax·s <= max (so nothing saturates) */
+    int e = (int)floorf(log2f(qs_fp8_max(dt) / amax));
+    if (e > 126) e = 126;
+    if (e < -126) e = -126;
+    return ldexpf(1.0f, e);
+}
+
+qs_status qs_cpu_quantize(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const float *src,
+                          const float *col_scale, qs_dtype dt, void *dst, float *scales, bool per_row,
+                          const qs_sr *sr) {
+    if (rows < 0 || cols < 0) return QS_FAIL(QS_ERR_INVALID_ARG, "quantize: negative shape (%lld, %lld)", (long long)rows, (long long)cols);
+    const int64_t n = rows * cols;
+    if (n == 0) return QS_OK;
+    if (!src || !dst) return QS_FAIL(QS_ERR_INVALID_ARG, "quantize: NULL src or dst");
+    bool scaled = qs_cpu_dtype_scaled(dt);
+    if (scaled && !scales) return QS_FAIL(QS_ERR_INVALID_ARG, "quantize to %s: NULL scales", qs_dtype_name(dt));
+    if (per_row && dt != QS_S8)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "quantize: per-row scales exist only for s8 (got %s)", qs_dtype_name(dt));
+    if (col_scale) { /* fold: quantize src·col_scale from a scratch copy */
+        float *tmp;
+        QS_TRY(qs_cpu_scratch(qs_cpu_be(be), (size_t)n * sizeof(float), (void **)&tmp));
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t c = 0; c < cols; c++) tmp[r * cols + c] = src[r * cols + c] * col_scale[c];
+        src = tmp;
+    }
+    switch (dt) {
+    case QS_F32: memcpy(dst, src, (size_t)n * sizeof(float)); return QS_OK;
+    case QS_BF16: return qs_f32_to_bf16(n, src, dst, sr);
+    case QS_F16: return qs_f32_to_f16(n, src, dst, sr);
+    case QS_S8:
+        if (per_row) return qs_int8_quantize_rows_auto(rows, cols, src, dst, scales, sr);
+        return qs_int8_quantize_tensor(n, src, dst, scales, sr);
+    case QS_F8E4M3:
+    case QS_F8E5M2: {
+        float amax;
+        QS_TRY(qs_amax_f32(n, src, &amax));
+        if (!isfinite(amax))
+            return QS_FAIL(QS_ERR_INVALID_ARG, "quantize to %s: non-finite amax (the tensor holds NaN or Inf)",
+                           qs_dtype_name(dt));
+        float enc = fp8_encode_scale(dt, amax);
+        QS_TRY(qs_f32_to_fp8(dt, n, src, enc, dst, sr));
+        scales[0] = 1.0f / enc; /* exact: enc is a power of two */
+        return QS_OK;
+    }
+    default:
+        return QS_FAIL(QS_ERR_UNSUPPORTED, "quantize: no conversion to %s", qs_dtype_name(dt));
+    }
+}
+
+qs_status qs_cpu_dequantize(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const qs_operand *src,
+                            float *dst) {
+    if (rows < 0 || cols < 0) return QS_FAIL(QS_ERR_INVALID_ARG, "dequantize: negative shape");
+    const int64_t n = rows * cols;
+    if (n == 0) return QS_OK;
+    if (!src || !src->data || !dst) return QS_FAIL(QS_ERR_INVALID_ARG, "dequantize: NULL operand or dst");
+    QS_TRY(qs_cpu_operand_check(src, src->dt, true, "dequantize"));
+    switch (src->dt) {
+    case QS_F32: memcpy(dst, src->data, (size_t)n * sizeof(float)); return QS_OK;
+    case QS_BF16: return qs_bf16_to_f32(n, src->data, dst);
+    case QS_F16: return qs_f16_to_f32(n, src->data, dst);
+    case QS_S8:
+        if (src->per_row) return qs_int8_dequantize_rows(rows, cols, src->data, src->scale, dst);
+        return qs_int8_dequantize(n, src->data, src->scale[0], dst);
+    case QS_F8E4M3:
+    case QS_F8E5M2:
+        /* decode(q) / (1/scale): exact, the scale being a power of two */
+        return qs_fp8_to_f32(src->dt, n, src->data, 1.0f / src->scale[0], dst);
+    default:
+        return QS_FAIL(QS_ERR_UNSUPPORTED, "dequantize: no conversion from %s", qs_dtype_name(src->dt));
+    }
+}
+
+qs_status qs_cpu_column_sums(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const float *x, float *sums) {
+    if (rows < 0 || cols < 1 || !sums || (rows > 0 && !x))
+        return QS_FAIL(QS_ERR_INVALID_ARG, "column_sums: bad shape (%lld, %lld) or NULL pointer", (long long)rows,
+                       (long long)cols);
+    double *acc = NULL;
+    QS_TRY(qs_cpu_scratch(qs_cpu_be(be), (size_t)cols * sizeof(double), (void **)&acc));
+    QS_TRY(qs_cpu_colsums(rows, cols, x, NULL, NULL, NULL, NULL, acc, NULL));
+    for (int64_t c = 0; c < cols; c++) sums[c] = (float)acc[c];
+    return QS_OK;
+}
+
+qs_status qs_cpu_widen(qs_backend *be, int64_t rows, int64_t cols, const qs_operand *op, float **out, float *dst) {
+    if (op->dt == QS_F32) {
+        *out = (float *)op->data;
+        return QS_OK;
+    }
+    *out = dst;
+    return qs_cpu_dequantize(be, NULL, rows, cols, op, dst);
+}

@@ -1,0 +1,90 @@
+/* src/graph/precision.c — per-node precisions and the quantizing casts in front of
+ * low-precision GEMM nodes (see precision.h). */
+#include "graph/precision.h"
+
+#include <stdio.h>
+#include <string.h>
+
+bool qs_node_precision_selectable(qs_node_kind kind) { return kind == QS_NODE_LINEAR || kind == QS_NODE_CONV2D; }
+
+void qs_model_set_uniform_precision(qs_model *m, qs_precision p) {
+    for (int i = 0; i < m->n_nodes; i++)
+        if (qs_node_precision_selectable(m->nodes[i].kind)) m->nodes[i].prec = p;
+}
+
+void qs_model_precision_counts(const qs_model *m, int counts[QS_PREC_COUNT]) {
+    for (int p = 0; p < QS_PREC_COUNT; p++) counts[p] = 0;
+    for (int i = 0; i < m->n_nodes; i++)
+        if (qs_node_precision_selectable(m->nodes[i].kind) && (unsigned)m->nodes[i].prec < QS_PREC_COUNT)
+            counts[m->nodes[i].prec]++;
+}
+
+/* Shift every node reference >= pos up by one (a node is about to be inserted at pos). */
+static void shift_refs(qs_model *m, int pos) {
+    for (int i = 0; i < m->n_nodes; i++) {
+        qs_node *n = &m->nodes[i];
+        for (int k = 0; k < n->n_inputs; k++)
+            if (n->inputs[k] >= pos) n->inputs[k]++;
+        if (n->alias_of >= pos) n->alias_of++;
+    }
+    for (int i = 0; i < m->params.count; i++)
+        if (m->params.entries[i].node >= pos) m->params.entries[i].node++;
+    for (int i = 0; i < m->buffers.count; i++)
+        if (m->buffers.entries[i].node >= pos) m->buffers.entries[i].node++;
+    if (m->logits_node >= pos) m->logits_node++;
+}
+
+/* Insert a straight-through cast of node `src` to dtype `to` at index src+1 (after the
+ * input and any node fused into it, which all come right after their producer). */
+static qs_status insert_cast(qs_model *m, int src, qs_dtype to, const char *name, int *idx_out) {
+    /* append through qs_model_add (growth, inference, consumer count), then rotate into place */
+    int pos = src + 1;
+    while (pos < m->n_nodes && m->nodes[pos].alias_of == src) pos++;
+    qs_node_cfg cfg = {.cast = {.to = to, .straight_through = true}};
+    int idx;
+    QS_TRY(qs_model_add(m, QS_NODE_CAST, name, &src, 1, &cfg, &idx));
+    qs_node cast = m->nodes[idx];
+    m->n_nodes--; /* take it out, make room at pos, put it back */
+    shift_refs(m, pos);
+    memmove(&m->nodes[pos + 1], &m->nodes[pos], (size_t)(m->n_nodes - pos) * sizeof *m->nodes);
+    m->nodes[pos] = cast;
+    m->n_nodes++;
+    *idx_out = pos;
+    return QS_OK;
+}
+
+qs_status qs_model_insert_casts(qs_model *m, int *inserted) {
+    if (inserted) *inserted = 0;
+    if (m->be) return QS_FAIL(QS_ERR_INVALID_ARG, "model %s: casts must be inserted before qs_model_setup", m->arch);
+    for (int i = 1; i < m->n_nodes; i++) {
+        qs_node *n = &m->nodes[i];
+        if (!qs_node_precision_selectable(n->kind)) continue;
+        qs_dtype want = qs_precision_operand_dtype(n->prec, false);
+        int src = n->inputs[0];
+        if (m->nodes[src].out_dtype == want) continue;
+        /* a cast of src to `want` inserted for an earlier consumer? */
+        int found = -1;
+        for (int j = src + 1; j < i && found < 0; j++) {
+            const qs_node *c = &m->nodes[j];
+            if (c->kind == QS_NODE_CAST && c->cfg.cast.straight_through && c->inputs[0] == src && c->out_dtype == want)
+                found = j;
+        }
+        if (found >= 0) {
+            m->nodes[src].n_consumers--;
+            m->nodes[found].n_consumers++;
+            n->inputs[0] = found;
+            continue;
+        }
+        char name[QS_NAME_MAX];
+        snprintf(name, sizeof name, "%.70s.to_%s", m->nodes[src].name, qs_dtype_name(want));
+        int cast;
+        QS_TRY(insert_cast(m, src, want, name, &cast));
+        if (cast <= i) i++; /* our node moved up by one */
+        n = &m->nodes[i];
+        m->nodes[src].n_consumers--; /* qs_model_add counted the cast; the GEMM moves to it */
+        m->nodes[cast].n_consumers++;
+        n->inputs[0] = cast;
+        if (inserted) (*inserted)++;
+    }
+    return QS_OK;
+}

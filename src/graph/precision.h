@@ -1,0 +1,29 @@
+/* src/graph/precision.h — defines: assigning compute precisions to the GEMM-like nodes of a
+ * model and inserting the quantizing casts that feed them.
+ *
+ * Order of use: build → qs_model_finalize → [qs_model_fuse] → set precisions
+ * (qs_model_set_uniform_precision or node->prec per node, e.g. from a plan file) →
+ * qs_model_insert_casts → qs_model_setup. */
+#ifndef QSYNC_GRAPH_PRECISION_H
+#define QSYNC_GRAPH_PRECISION_H
+
+#include "graph/graph.h"
+
+/* Whether a node kind's precision can be chosen (Linear, Conv2d). */
+bool qs_node_precision_selectable(qs_node_kind kind);
+
+/* Set every selectable node to p. */
+void qs_model_set_uniform_precision(qs_model *m, qs_precision p);
+
+/* Number of selectable nodes at each precision (counts[QS_PREC_COUNT]). */
+void qs_model_precision_counts(const qs_model *m, int counts[QS_PREC_COUNT]);
+
+/* For every selectable node whose precision stores its operands in another dtype than its
+ * input's (qs_precision_operand_dtype), feed it through a straight-through quantizing cast
+ * node placed right after the input; consumers of one input at the same dtype share one cast
+ * (so it is computed and counted once). Node indices after the insertion point shift. Call
+ * once, before qs_model_setup; fails after setup. Returns the number of casts inserted in
+ * *inserted (may be NULL). */
+qs_status qs_model_insert_casts(qs_model *m, int *inserted);
+
+#endif

@@ -1,0 +1,93 @@
+/* src/layers/gemm_quant.c — low-precision operands of Linear and Conv2d (see gemm_quant.h). */
+#include "layers/gemm_quant.h"
+
+#include "qsync/rng.h"
+
+static size_t align64(size_t b) { return (b + 63u) & ~(size_t)63u; }
+static bool low_precision(const qs_node *n) { return qs_precision_operand_dtype(n->prec, false) != QS_F32; }
+static bool per_channel(const qs_model *m, const qs_node *n) {
+    return m->weight_per_channel && qs_precision_operand_dtype(n->prec, false) == QS_S8;
+}
+/* Byte size of a (rows, cols) tensor of dtype dt, padded so scales can follow it. */
+static size_t data_bytes(int64_t rows, int64_t cols, qs_dtype dt) {
+    return align64((size_t)(rows * cols) * qs_dtype_size(dt));
+}
+
+qs_status qs_gemm_quant_setup(qs_model *m, qs_node *n, qs_gemm_shape sh) {
+    n->quant_step = -1;
+    if (!low_precision(n)) return QS_OK;
+    const qs_dtype fdt = qs_precision_operand_dtype(n->prec, false), gdt = qs_precision_operand_dtype(n->prec, true);
+    const size_t wdata = data_bytes(sh.w_rows, sh.w_cols, fdt), gdata = data_bytes(sh.dy_rows, sh.dy_cols, gdt);
+    n->saved_bytes[0] = wdata + (size_t)(sh.w_rows + 1) * sizeof(float);
+    n->saved_bytes[1] = gdata + sizeof(float);
+    n->saved_bytes[2] = per_channel(m, n) ? n->saved_bytes[1] : 0;
+    for (int k = 0; k < 3; k++)
+        if (n->saved_bytes[k]) QS_TRY(m->be->ops->alloc(m->be, n->saved_bytes[k], &n->saved[k]));
+    const float one = 1.0f; /* the unit scale of per-channel weights in backward-data */
+    QS_TRY(m->be->ops->copy_h2d(m->be, m->stream, (char *)n->saved[0] + wdata + (size_t)sh.w_rows * sizeof(float), &one,
+                                sizeof one));
+    return m->be->ops->stream_sync(m->be, m->stream);
+}
+
+qs_operand qs_gemm_x(qs_model *m, const qs_node *n) {
+    const qs_node *in = qs_layer_input(m, n, 0);
+    qs_operand x = qs_operand_f32(in->y);
+    x.dt = in->out_dtype;
+    if (x.dt == QS_S8 || x.dt == QS_F8E4M3 || x.dt == QS_F8E5M2) x.scale = in->saved[0];
+    return x;
+}
+
+/* Scales of saved[0]: after the weight data. */
+static float *w_scales(const qs_node *n, qs_gemm_shape sh) {
+    return (float *)((char *)n->saved[0] + data_bytes(sh.w_rows, sh.w_cols, qs_precision_operand_dtype(n->prec, false)));
+}
+
+qs_status qs_gemm_w_forward(qs_model *m, qs_node *n, qs_gemm_shape sh, qs_operand *w) {
+    const float *master = qs_model_param_ptr(m, n->param[0]);
+    *w = qs_operand_f32(master);
+    if (!low_precision(n)) return QS_OK;
+    const qs_dtype fdt = qs_precision_operand_dtype(n->prec, false);
+    const bool pc = per_channel(m, n);
+    float *scales = w_scales(n, sh);
+    QS_TRY(m->be->ops->quantize(m->be, m->stream, sh.w_rows, sh.w_cols, master, NULL, fdt, n->saved[0], scales, pc,
+                                NULL));
+    *w = (qs_operand){.data = n->saved[0], .dt = fdt, .scale = scales, .per_row = pc};
+    if (fdt == QS_BF16 || fdt == QS_F16) w->scale = NULL;
+    return QS_OK;
+}
+
+qs_operand qs_gemm_w_backward(qs_model *m, const qs_node *n, qs_gemm_shape sh) {
+    if (!low_precision(n)) return qs_operand_f32(qs_model_param_ptr(m, n->param[0]));
+    const qs_dtype fdt = qs_precision_operand_dtype(n->prec, false);
+    float *scales = w_scales(n, sh);
+    qs_operand w = {.data = n->saved[0], .dt = fdt, .scale = scales, .per_row = false};
+    if (per_channel(m, n)) w.scale = scales + sh.w_rows; /* the stored 1.0f */
+    if (fdt == QS_BF16 || fdt == QS_F16) w.scale = NULL;
+    return w;
+}
+
+qs_status qs_gemm_dy(qs_model *m, qs_node *n, qs_gemm_shape sh, bool folded, qs_operand *dy) {
+    *dy = qs_operand_f32(n->dy);
+    if (!low_precision(n)) return QS_OK;
+    const qs_dtype gdt = qs_precision_operand_dtype(n->prec, true);
+    const bool fold = folded && per_channel(m, n);
+    const int slot = fold ? 2 : 1;
+    const size_t gdata = data_bytes(sh.dy_rows, sh.dy_cols, gdt);
+    float *scale = (float *)((char *)n->saved[slot] + gdata);
+    *dy = (qs_operand){.data = n->saved[slot], .dt = gdt, .scale = scale};
+    if (gdt == QS_BF16 || gdt == QS_F16) dy->scale = NULL;
+    if (!fold && n->quant_step == m->step) return QS_OK; /* already quantized in this step */
+    const uint64_t node_index = (uint64_t)(n - m->nodes);
+    const qs_sr sr = {.key = qs_rng_key(m->seed, "sr", 4 * node_index + (fold ? 1 : 0)), .counter = (uint64_t)m->step};
+    const float *col_scale = fold ? w_scales(n, sh) : NULL;
+    QS_TRY(m->be->ops->quantize(m->be, m->stream, sh.dy_rows, sh.dy_cols, n->dy, col_scale, gdt, n->saved[slot], scale,
+                                false, m->grad_round_nearest ? NULL : &sr));
+    if (!fold) n->quant_step = m->step;
+    return QS_OK;
+}
+
+bool qs_gemm_fp32_grads(const qs_node *n) { return !low_precision(n); }
+
+qs_status qs_gemm_bias_grad(qs_model *m, qs_node *n, qs_gemm_shape sh, float *db) {
+    return m->be->ops->column_sums(m->be, m->stream, sh.dy_rows, sh.dy_cols, n->dy, db);
+}

@@ -1,0 +1,51 @@
+/* src/layers/gemm_quant.h — defines: what Linear and Conv2d share at low precision: the
+ * operands they hand to the backend's GEMM-like ops, and the per-node quantized copies.
+ *
+ * A GEMM node at precision p reads its input X already in p's storage dtype (a
+ * straight-through quantizing cast node feeds it, see graph/precision.h; that cast's output
+ * is the low-precision copy of X that backward reuses). The node itself owns:
+ *   saved[0]  W quantized from the FP32 master weight at every training forward (round to
+ *             nearest), [data | scales (1, or one per output channel) | 1.0f] — kept for
+ *             backward-data;
+ *   saved[1]  dY quantized once per step (stochastic rounding unless the model asks for
+ *             round-to-nearest gradients), [data | scale], shared by both backward ops;
+ *   saved[2]  per-output-channel weights only: dY·s_w[n] quantized for backward-data (the
+ *             channel scale varies along that product's reduction axis, so it is folded
+ *             into dY and W is used with unit scale).
+ * FP32 nodes own none of these and pass their FP32 tensors straight through.
+ * Stochastic rounding stream of node i: key qs_rng_key(seed, "sr", 4·i + role) with role 0
+ * for dY and 1 for the folded dY, counter = the model's step. */
+#ifndef QSYNC_LAYERS_GEMM_QUANT_H
+#define QSYNC_LAYERS_GEMM_QUANT_H
+
+#include "layers/layer_util.h"
+
+/* Shapes of a GEMM node as 2-D matrices: weight (w_rows = output channels, w_cols) and
+ * output gradient (dy_rows, dy_cols = output channels), batch included. */
+typedef struct qs_gemm_shape {
+    int64_t w_rows, w_cols, dy_rows, dy_cols;
+} qs_gemm_shape;
+
+/* Allocate the node's quantized copies for its precision (nothing at FP32). */
+qs_status qs_gemm_quant_setup(qs_model *m, qs_node *n, qs_gemm_shape sh);
+
+/* The input X as an operand (the cast node's quantized output, or the FP32 input). */
+qs_operand qs_gemm_x(qs_model *m, const qs_node *n);
+
+/* The weight for forward: quantized now from the FP32 parameter when the precision needs it. */
+qs_status qs_gemm_w_forward(qs_model *m, qs_node *n, qs_gemm_shape sh, qs_operand *w);
+
+/* The weight for backward-data (per-tensor scale; unit scale for per-channel weights). */
+qs_operand qs_gemm_w_backward(qs_model *m, const qs_node *n, qs_gemm_shape sh);
+
+/* dY as an operand: quantized on first use in this step. folded selects the per-channel
+ * backward-data variant (only differs for per-output-channel INT8 weights). */
+qs_status qs_gemm_dy(qs_model *m, qs_node *n, qs_gemm_shape sh, bool folded, qs_operand *dy);
+
+/* Whether the backend's op can compute the bias gradient itself (FP32 dY); otherwise the
+ * layer calls qs_gemm_bias_grad. */
+bool qs_gemm_fp32_grads(const qs_node *n);
+/* db = column sums of the FP32 dY (dy_rows, dy_cols). */
+qs_status qs_gemm_bias_grad(qs_model *m, qs_node *n, qs_gemm_shape sh, float *db);
+
+#endif
