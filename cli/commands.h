@@ -6,6 +6,7 @@
 int qs_cmd_train(int argc, char **argv);
 int qs_cmd_eval(int argc, char **argv);
 int qs_cmd_models(int argc, char **argv);
+int qs_cmd_bench(int argc, char **argv);
 
 /* Print "qsync <cmd>: error: <last error>" to stderr and return 1. */
 int qs_cmd_fail(const char *cmd);

@@ -12,6 +12,7 @@ static void qs_main_help(FILE *f) {
           "  train    train a built-in model on a dataset (single process)\n"
           "  eval     evaluate a checkpoint on a dataset's test split\n"
           "  models   list the built-in models, or print one's layers, shapes, parameters and FLOPs\n"
+          "  bench    measure GEMM, layer, quantization and training-step throughput per precision\n"
           "  help     show this help\n",
           f);
 }
@@ -30,6 +31,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "train") == 0) return qs_cmd_train(argc, argv);
     if (strcmp(cmd, "eval") == 0) return qs_cmd_eval(argc, argv);
     if (strcmp(cmd, "models") == 0) return qs_cmd_models(argc, argv);
-    fprintf(stderr, "qsync: unknown command '%s' (commands: train, eval, models, help)\n", cmd);
+    if (strcmp(cmd, "bench") == 0) return qs_cmd_bench(argc, argv);
+    fprintf(stderr, "qsync: unknown command '%s' (commands: train, eval, models, bench, help)\n", cmd);
     return 2;
 }

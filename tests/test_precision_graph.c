@@ -183,12 +183,33 @@ static void test_memory_report(void **state) {
     qs_model_free(q);
 }
 
+/* The report is the measured allocation: the backend's bytes in use grow by exactly the
+ * report's total when a model is set up, at every precision. */
+static void test_memory_report_matches_allocation(void **state) {
+    const qs_precision precs[] = {QS_PREC_FP32, QS_PREC_BF16, QS_PREC_INT8, QS_PREC_FP8};
+    for (size_t p = 0; p < sizeof precs / sizeof *precs; p++) {
+        size_t before, after;
+        g_be->ops->memory_stats(g_be, &before, NULL);
+        qs_model *m = build(ARCH, 32, precs[p], NULL);
+        g_be->ops->memory_stats(g_be, &after, NULL);
+        qs_memory_report r;
+        qs_model_memory(m, &r);
+        size_t total = r.params + r.grads + r.optimizer + r.buffers + r.activations + r.activation_grads + r.saved +
+                       r.workspace + r.labels;
+        printf("  %s: reported %zu bytes (saved %zu, activations %zu), allocated %zu\n", qs_precision_name(precs[p]),
+               total, r.saved, r.activations, after - before);
+        assert_int_equal(total, after - before);
+        qs_model_free(m);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_casts_inserted_and_shared),
         cmocka_unit_test(test_forward_close_to_fp32),
         cmocka_unit_test(test_int8_training_learns_and_reproduces),
         cmocka_unit_test(test_memory_report),
+        cmocka_unit_test(test_memory_report_matches_allocation),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -95,6 +95,9 @@ typedef struct qs_backend_ops {
     void (*destroy)(qs_backend *be);
     qs_status (*alloc)(qs_backend *be, size_t bytes, void **out);   /* zeroed, aligned */
     void (*free)(qs_backend *be, void *p);
+    /* Bytes currently allocated through alloc() and not freed, and the peak since creation
+     * (sizes as requested; the measured counterpart of qs_model_memory). Either may be NULL. */
+    void (*memory_stats)(qs_backend *be, size_t *in_use, size_t *peak);
     qs_status (*memset_zero)(qs_backend *be, qs_stream *s, void *p, size_t bytes);
     qs_status (*copy_h2d)(qs_backend *be, qs_stream *s, void *dst, const void *src, size_t bytes);
     qs_status (*copy_d2h)(qs_backend *be, qs_stream *s, void *dst, const void *src, size_t bytes);

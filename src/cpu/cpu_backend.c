@@ -43,14 +43,36 @@ static void cpu_destroy(qs_backend *be) {
     free(cb);
 }
 
-/* Zeroed, 64-byte aligned host memory (the size is rounded up to the alignment). */
+/* Zeroed, 64-byte aligned host memory. A 64-byte header before the block records its size,
+ * so the backend can account the bytes in use (memory_stats) exactly. */
+#define QS_CPU_ALLOC_HEADER 64
 static qs_status cpu_alloc(qs_backend *be, size_t bytes, void **out) {
-    *out = qs_host_alloc(bytes);
-    if (!*out) return qs_error_wrap(QS_ERR_OOM, "cpu backend alloc: ");
+    char *p = qs_host_alloc(bytes + QS_CPU_ALLOC_HEADER);
+    if (!p) {
+        *out = NULL;
+        return qs_error_wrap(QS_ERR_OOM, "cpu backend alloc: ");
+    }
+    memcpy(p, &bytes, sizeof bytes);
+    qs_cpu_backend *cb = qs_cpu_be(be);
+    cb->bytes_in_use += bytes;
+    if (cb->bytes_in_use > cb->peak_bytes) cb->peak_bytes = cb->bytes_in_use;
+    *out = p + QS_CPU_ALLOC_HEADER;
     return QS_OK;
 }
 
-static void cpu_free(qs_backend *be, void *p) { qs_host_free(p); }
+static void cpu_free(qs_backend *be, void *p) {
+    if (!p) return;
+    char *h = (char *)p - QS_CPU_ALLOC_HEADER;
+    size_t bytes;
+    memcpy(&bytes, h, sizeof bytes);
+    qs_cpu_be(be)->bytes_in_use -= bytes;
+    qs_host_free(h);
+}
+
+static void cpu_memory_stats(qs_backend *be, size_t *in_use, size_t *peak) {
+    if (in_use) *in_use = qs_cpu_be(be)->bytes_in_use;
+    if (peak) *peak = qs_cpu_be(be)->peak_bytes;
+}
 
 static qs_status cpu_memset_zero(qs_backend *be, qs_stream *s, void *p, size_t bytes) {
     if (bytes && !p) return QS_FAIL(QS_ERR_INVALID_ARG, "memset_zero: NULL pointer for %zu bytes", bytes);
@@ -93,6 +115,7 @@ static const qs_backend_ops qs_cpu_ops = {
     .destroy = cpu_destroy,
     .alloc = cpu_alloc,
     .free = cpu_free,
+    .memory_stats = cpu_memory_stats,
     .memset_zero = cpu_memset_zero,
     .copy_h2d = cpu_copy_h2d,
     .copy_d2h = cpu_copy_d2h,

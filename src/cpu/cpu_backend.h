@@ -17,6 +17,7 @@ typedef struct qs_cpu_backend {
     qs_dnnl_ctx dnnl;         /* engine + stream, owned */
     qs_cpu_stream stream;     /* the default (and only) stream */
     qs_prec_support prec_support[QS_PREC_COUNT]; /* probed at creation (cpu_quant.c) */
+    size_t bytes_in_use, peak_bytes; /* of alloc()/free(), bytes as requested */
     void *scratch;            /* grow-only temporary of single ops (never held across ops) */
     size_t scratch_bytes;
 } qs_cpu_backend;
@@ -109,6 +110,9 @@ qs_status qs_cpu_scratch(qs_cpu_backend *cb, size_t bytes, void **out);
 /* An FP32 view of a (rows, cols) operand for emulated precisions: the operand's own data
  * when it is F32, else dequantized into dst (rows·cols floats) — *out says which. */
 qs_status qs_cpu_widen(qs_backend *be, int64_t rows, int64_t cols, const qs_operand *op, float **out, float *dst);
+
+/* dst (cols, rows) = transpose of the row-major int8 matrix src (rows, cols). */
+void qs_cpu_transpose_s8(int64_t rows, int64_t cols, const void *src, void *dst);
 
 /* ---- cpu_reduce.c: deterministic per-channel sums over (rows, C) data ---- */
 /* sum1[c] = Σ_r a[r,c]                         (skipped when sum1 is NULL)

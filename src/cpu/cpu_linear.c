@@ -16,7 +16,10 @@
  *         FP32 epilogue pass applies s_a·s_b (per-column for per-output-channel weights) and
  *         the bias. Backward-weights reduces over the M rows; int32 accumulation of int8
  *         products is exact only up to 2^31/127² = 133,144 terms, so M is split into chunks
- *         of at most that many rows whose f32 results are summed (sum post-op).
+ *         of at most that many rows whose f32 results are summed (sum post-op). oneDNN 2.6
+ *         runs an s8 matmul with a transposed A (dYᵀ as strides) on its slow gemm kernel
+ *         (≈5× slower than AMX brgemm at 1024³), so dY is transposed into the workspace first
+ *         (one byte per element) and the product reads it plainly.
  *   FP16, FP8 (emulated) operands widened to f32 in the workspace, then the FP32 primitives:
  *         the values are exactly those of the format, the arithmetic FP32.
  * Workspace: [widened / temporary operands][oneDNN scratchpad], sized for the worst direction. */
@@ -90,21 +93,23 @@ static qs_status linear_build(qs_cpu_linear_plan_t *lp, const qs_dnnl_ctx *ctx) 
     if (!int8) /* INT8 accumulates in its epilogue instead */
         QS_TRY(linear_matmul(&lp->bwd_data_acc, ctx, dy, w, K, false, true, bwd_prefer,
                              "linear backward-data matmul (accumulate)"));
-    /* dYᵀ (N, rows) with element (n, m) at m·N + n; X rows (rows, K) */
+    /* dYᵀ (N, rows): element (n, m) at m·N + n as a strided view of dY, or — INT8 — at
+     * n·M + m in the transposed copy; X rows (rows, K) */
     const int64_t c = lp->chunk, tail = M % c;
-    QS_TRY(linear_matmul(&lp->bwd_weights, ctx, mat(N, c, 1, N, cdt), mat(c, K, K, 1, cdt), K, false, false,
+    const int64_t dyt_rs = int8 ? M : 1, dyt_cs = int8 ? 1 : N;
+    QS_TRY(linear_matmul(&lp->bwd_weights, ctx, mat(N, c, dyt_rs, dyt_cs, cdt), mat(c, K, K, 1, cdt), K, false, false,
                          bwd_prefer, "linear backward-weights matmul"));
     if (M > c)
-        QS_TRY(linear_matmul(&lp->bwd_weights_acc, ctx, mat(N, c, 1, N, cdt), mat(c, K, K, 1, cdt), K, false, true,
-                             NULL, "linear backward-weights matmul (accumulating chunk)"));
+        QS_TRY(linear_matmul(&lp->bwd_weights_acc, ctx, mat(N, c, dyt_rs, dyt_cs, cdt), mat(c, K, K, 1, cdt), K, false,
+                             true, NULL, "linear backward-weights matmul (accumulating chunk)"));
     if (M > c && tail)
-        QS_TRY(linear_matmul(&lp->bwd_weights_tail, ctx, mat(N, tail, 1, N, cdt), mat(tail, K, K, 1, cdt), K, false,
-                             true, NULL, "linear backward-weights matmul (last chunk)"));
+        QS_TRY(linear_matmul(&lp->bwd_weights_tail, ctx, mat(N, tail, dyt_rs, dyt_cs, cdt), mat(tail, K, K, 1, cdt), K,
+                             false, true, NULL, "linear backward-weights matmul (last chunk)"));
     /* temporaries: emulated operands widened (two at most per direction); INT8 dX when
      * accumulating */
     size_t f = sizeof(float), tmp = 0;
     if (lp->emulated) tmp = f * (size_t)max_sz(max_sz(M * K + N * K, M * N + N * K), M * N + M * K);
-    if (int8) tmp = f * (size_t)(M * K);
+    if (int8) tmp = max_sz(f * (size_t)(M * K), (size_t)(M * N)); /* dX temp | dYᵀ */
     tmp = qs_cpu_align(tmp);
     size_t scratch = max_sz(max_sz(lp->fwd.scratch_bytes, lp->bwd_data.scratch_bytes),
                             max_sz(lp->bwd_data_acc.scratch_bytes, lp->bwd_weights.scratch_bytes));
@@ -239,10 +244,16 @@ qs_status qs_cpu_linear_backward_weights(qs_backend *be, void *plan, qs_stream *
     const qs_dnnl_ctx *ctx = &qs_cpu_be(be)->dnnl;
     void *scratch = scratch_of(lp, ws);
     const size_t esz = qs_dtype_size(lp->emulated ? QS_F32 : lp->fdt);
+    size_t dyt_col = (size_t)N * esz; /* bytes between columns r and r+1 of dYᵀ */
+    if (lp->path == PATH_INT8) {
+        qs_cpu_transpose_s8(M, N, pdy, ws);
+        pdy = ws;
+        dyt_col = 1;
+    }
     for (int64_t r0 = 0; r0 < M; r0 += lp->chunk) {
         qs_dnnl_prim *p = r0 == 0 ? &lp->bwd_weights : r0 + lp->chunk <= M ? &lp->bwd_weights_acc : &lp->bwd_weights_tail;
         /* rows r0.. of dY (its transpose's columns) and of X */
-        void *h[3] = {(char *)pdy + (size_t)(r0 * N) * esz, (char *)px + (size_t)(r0 * K) * esz, dw};
+        void *h[3] = {(char *)pdy + (size_t)r0 * dyt_col, (char *)px + (size_t)(r0 * K) * esz, dw};
         QS_TRY(qs_dnnl_prim_exec(p, ctx, h, scratch, "linear backward-weights"));
     }
     if (lp->path == PATH_INT8) qs_cpu_epilogue(N, K, dw, dy->scale[0] * x->scale[0], NULL, NULL, dw, false);

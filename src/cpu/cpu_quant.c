@@ -178,3 +178,14 @@ qs_status qs_cpu_widen(qs_backend *be, int64_t rows, int64_t cols, const qs_oper
     *out = dst;
     return qs_cpu_dequantize(be, NULL, rows, cols, op, dst);
 }
+
+void qs_cpu_transpose_s8(int64_t rows, int64_t cols, const void *src, void *dst) {
+    const int8_t *a = src;
+    int8_t *t = dst;
+    enum { TB = 64 };
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t r0 = 0; r0 < rows; r0 += TB)
+        for (int64_t c0 = 0; c0 < cols; c0 += TB)
+            for (int64_t c = c0; c < c0 + TB && c < cols; c++)
+                for (int64_t r = r0; r < r0 + TB && r < rows; r++) t[c * rows + r] = a[r * cols + c];
+}

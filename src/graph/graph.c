@@ -331,6 +331,7 @@ void qs_model_memory(const qs_model *m, qs_memory_report *r) {
     r->grads = m->params.bytes;
     r->buffers = m->buffers.bytes;
     r->workspace = m->workspace_bytes;
+    r->labels = m->be ? (size_t)m->batch * sizeof(int32_t) : 0;
     for (int i = 0; i < m->n_nodes; i++) {
         const qs_node *n = &m->nodes[i];
         if (n->alias_of >= 0) continue; /* its buffers are counted with the node it is fused into */

@@ -172,6 +172,7 @@ const qs_layer_impl *qs_layer_impl_for(qs_node_kind kind);
 /* Memory accounting categories (bytes), reported by qs_model_memory(). */
 typedef struct qs_memory_report {
     size_t params, grads, optimizer, buffers, activations, activation_grads, saved, workspace;
+    size_t labels;             /* the batch's labels on the backend */
 } qs_memory_report;
 
 typedef struct qs_model {
