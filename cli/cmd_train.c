@@ -6,29 +6,60 @@
 
 #include <cjson/cJSON.h>
 #include "commands.h"
+#include "optim/loss_scale.h"
 #include "options.h"
 #include "train/trainer.h"
 
 static const char *const qs_train_summary =
     "Train a built-in model (see qsync models) on fashion-mnist (Debian package dataset-fashion-mnist),\n"
-    "cifar10 (binary version, --data-dir required) or synthetic data, on the CPU in FP32.";
+    "cifar10 (binary version, --data-dir required) or synthetic data, on the CPU. GEMM-like layers\n"
+    "(Linear, Conv2d) run at one --precision or at the per-layer precisions of a --plan (docs/PLANS.md).";
+
+int qs_cli_precision_options(const char *cmd, const char *precision, const char *plan, const char *grad_rounding,
+                             const char *weight_scales, qs_precision *p, qs_grad_rounding *gr, qs_weight_scales *ws) {
+    if (!qs_precision_parse(precision, p)) {
+        fprintf(stderr, "qsync %s: --precision must be one of fp32, bf16, fp16, fp8, int8 (tf32 on GPUs) (got '%s')\n",
+                cmd, precision);
+        return 2;
+    }
+    if (plan && *p != QS_PREC_FP32) {
+        fprintf(stderr, "qsync %s: --plan and --precision %s are mutually exclusive: a plan gives every layer its "
+                "precision (set \"default\": \"%s\" in it for the layers it does not list)\n", cmd, precision, precision);
+        return 2;
+    }
+    *gr = QS_GRAD_ROUND_UNSET;
+    *ws = QS_WEIGHT_SCALES_UNSET;
+    if (grad_rounding && !qs_grad_rounding_parse(grad_rounding, gr)) {
+        fprintf(stderr, "qsync %s: --grad-rounding must be stochastic or nearest (got '%s')\n", cmd, grad_rounding);
+        return 2;
+    }
+    if (weight_scales && !qs_weight_scales_parse(weight_scales, ws)) {
+        fprintf(stderr, "qsync %s: --weight-scales must be tensor or channel (got '%s')\n", cmd, weight_scales);
+        return 2;
+    }
+    return 0;
+}
 
 /* Translate the textual options that need checking into the config; 0 or 2. */
-static int qs_train_check(qs_train_config *c, const char *optimizer, const char *precision, const char *device) {
+static int qs_train_check(qs_train_config *c, const char *optimizer, const char *precision, const char *device,
+                          const char *grad_rounding, const char *weight_scales) {
     if (strcmp(optimizer, "sgd") == 0) c->optim.kind = QS_OPTIM_SGD;
     else if (strcmp(optimizer, "adamw") == 0) c->optim.kind = QS_OPTIM_ADAMW;
     else {
         fprintf(stderr, "qsync train: --optimizer must be sgd or adamw (got '%s')\n", optimizer);
         return 2;
     }
-    qs_precision p;
-    if (!qs_precision_parse(precision, &p)) {
-        fprintf(stderr, "qsync train: --precision must be one of fp32, tf32, bf16, fp16, fp8, int8 (got '%s')\n",
-                precision);
+    int rc = qs_cli_precision_options("train", precision, c->plan, grad_rounding, weight_scales, &c->precision,
+                                      &c->grad_rounding, &c->weight_scales);
+    if (rc) return rc;
+    qs_loss_scaler ls;
+    if (c->loss_scale && strcmp(c->loss_scale, "auto") != 0 && qs_loss_scaler_parse(c->loss_scale, 0, &ls) != QS_OK) {
+        fprintf(stderr, "qsync train: --loss-scale must be auto, none, dynamic, dynamic:INIT or a positive number "
+                "(got '%s')\n", c->loss_scale);
         return 2;
     }
-    if (p != QS_PREC_FP32) {
-        fprintf(stderr, "qsync train: --precision %s is not available yet: this build trains in fp32 only\n", precision);
+    if (c->loss_scale_window < 0) {
+        fprintf(stderr, "qsync train: --loss-scale-window must be ≥ 1\n");
         return 2;
     }
     if (strcmp(device, "cpu") != 0) {
@@ -81,6 +112,10 @@ static void qs_train_print_json(const qs_train_result *r) {
     cJSON_AddNumberToObject(o, "images_per_s", r->images_per_s);
     cJSON_AddBoolToObject(o, "interrupted", r->interrupted);
     if (r->profile) cJSON_AddItemReferenceToObject(o, "profile", r->profile);
+    if (r->precision) cJSON_AddItemReferenceToObject(o, "precision", r->precision);
+    cJSON_AddStringToObject(o, "loss_scale_mode", r->loss_scale_mode);
+    cJSON_AddNumberToObject(o, "loss_scale", r->loss_scale);
+    cJSON_AddNumberToObject(o, "skipped_steps", (double)r->skipped_steps);
     char *s = cJSON_Print(o);
     puts(s);
     free(s);
@@ -90,7 +125,7 @@ static void qs_train_print_json(const qs_train_result *r) {
 int qs_cmd_train(int argc, char **argv) {
     qs_train_config c;
     qs_train_config_defaults(&c);
-    const char *optimizer = "sgd", *precision = "fp32", *device = "cpu";
+    const char *optimizer = "sgd", *precision = "fp32", *device = "cpu", *grad_rounding = NULL, *weight_scales = NULL;
     bool json = false, quiet = false, no_progress = false;
     qs_cli_opt opts[] = {
         {"model", QS_CLI_STR, &c.model, "NAME", "model: mlp, cnn, resnet18/34/50, vgg11/16 (default cnn)"},
@@ -114,7 +149,13 @@ int qs_cmd_train(int argc, char **argv) {
         {"imagenet-stem", QS_CLI_FLAG, &c.imagenet_stem, NULL, "resnet: 7x7/2 stem + max-pool for small inputs too"},
         {"dropout", QS_CLI_FLOAT, &c.model_opt.dropout, "P", "classifier dropout (mlp, cnn, vgg)"},
         {"no-fuse", QS_CLI_FLAG, &c.no_fuse, NULL, "keep BatchNorm and ReLU as separate ops"},
-        {"precision", QS_CLI_STR, &precision, "P", "uniform operator precision (fp32 in this build)"},
+        {"precision", QS_CLI_STR, &precision, "P", "precision of every Linear/Conv2d: fp32 (default), bf16, int8, fp16, fp8"},
+        {"plan", QS_CLI_STR, &c.plan, "FILE", "per-layer precisions from a plan file (docs/PLANS.md) or a checkpoint"},
+        {"allow-emulated", QS_CLI_FLAG, &c.allow_emulated, NULL, "permit precisions the backend only emulates (fp16, fp8 on the cpu)"},
+        {"grad-rounding", QS_CLI_STR, &grad_rounding, "R", "low-precision gradients: stochastic (default) or nearest"},
+        {"weight-scales", QS_CLI_STR, &weight_scales, "S", "INT8 weight scales: tensor (default) or channel"},
+        {"loss-scale", QS_CLI_STR, &c.loss_scale, "S", "auto (dynamic if any fp16), none, dynamic[:INIT], or N"},
+        {"loss-scale-window", QS_CLI_I64, &c.loss_scale_window, "N", "dynamic loss scale doubles after N good steps (2000)"},
         {"device", QS_CLI_STR, &device, "D", "cpu (this build)"},
         {"seed", QS_CLI_U64, &c.seed, "N", "seed of initialisation, data order, dropout (default 1)"},
         {"threads", QS_CLI_INT, &c.threads, "N", "compute threads (default: all cores)"},
@@ -134,7 +175,7 @@ int qs_cmd_train(int argc, char **argv) {
     };
     int rc = qs_cli_parse(argc, argv, 2, opts, (int)(sizeof opts / sizeof opts[0]), "train", qs_train_summary);
     if (rc) return rc == 1 ? 0 : rc;
-    if ((rc = qs_train_check(&c, optimizer, precision, device))) return rc;
+    if ((rc = qs_train_check(&c, optimizer, precision, device, grad_rounding, weight_scales))) return rc;
     qs_logger lg;
     qs_logger_init(&lg, 0, 1, quiet ? QS_LOG_WARN : QS_LOG_INFO);
     c.log = &lg;
@@ -144,6 +185,7 @@ int qs_cmd_train(int argc, char **argv) {
     qs_train_result r;
     if (qs_train_run(&c, &r) != QS_OK) {
         cJSON_Delete(r.profile);
+        cJSON_Delete(r.precision);
         return qs_cmd_fail("train");
     }
     if (json) qs_train_print_json(&r);
@@ -152,8 +194,13 @@ int qs_cmd_train(int argc, char **argv) {
         if (r.steps != r.steps_this_run) printf(", now at step %lld", (long long)r.steps);
         if (r.test_accuracy >= 0) printf("; test accuracy %.2f%%, loss %.4f\n", 100.0 * r.test_accuracy, r.test_loss);
         else printf("; not evaluated (stopped early)\n");
+        printf("precisions: %s\n", r.precision_line);
+        if (strcmp(r.loss_scale_mode, "none") != 0)
+            printf("loss scaling %s: final scale %g, %lld steps skipped for non-finite gradients\n", r.loss_scale_mode,
+                   r.loss_scale, (long long)r.skipped_steps);
     }
     cJSON_Delete(r.profile);
+    cJSON_Delete(r.precision);
     /* interrupted by a signal: exit as the shell convention for it (128 + signal number) */
     return r.interrupted ? 128 + (int)qs_train_interrupted : 0;
 }

@@ -8,6 +8,13 @@ int qs_cmd_eval(int argc, char **argv);
 int qs_cmd_models(int argc, char **argv);
 int qs_cmd_bench(int argc, char **argv);
 
+/* Check and translate the precision options shared by train and eval (--precision, --plan,
+ * --grad-rounding, --weight-scales); 0, or 2 after printing a usage error naming the option. */
+#include <stdbool.h>
+#include "plan/plan_file.h"
+int qs_cli_precision_options(const char *cmd, const char *precision, const char *plan, const char *grad_rounding,
+                             const char *weight_scales, qs_precision *p, qs_grad_rounding *gr, qs_weight_scales *ws);
+
 /* Print "qsync <cmd>: error: <last error>" to stderr and return 1. */
 int qs_cmd_fail(const char *cmd);
 

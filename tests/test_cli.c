@@ -145,6 +145,134 @@ static void test_eval_and_wrong_model(void **state) {
     expect_runf(1, "cut.safetensors", "eval --checkpoint %s/cut.safetensors", tmp);
 }
 
+/* Write text into qs_test_tmp/name. */
+static void write_tmp(const char *name, const char *text) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", qs_test_tmp, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+#define PLAN_HDR "{\"format\": \"qsync-plan\", \"version\": 1, "
+/* A small MLP run (Linear layers only). */
+#define QS_TINY_MLP "--model mlp --width 32 --batch 32 --train-subset 96 --eval-subset 64 --threads 1 --no-progress"
+
+/* Usage errors of the precision options (exit 2) and precisions the cpu cannot run or only
+ * emulates (exit 1, saying what to do). */
+static void test_precision_options(void **state) {
+    const char *tmp = qs_test_tmp;
+    write_tmp("ok.json", PLAN_HDR "\"model\": \"cnn\"}");
+    expect_runf(2, "--plan and --precision int8 are mutually exclusive",
+                "train " QS_TINY " --steps 1 --precision int8 --plan %s/ok.json", tmp);
+    expect_runf(2, "mutually exclusive", "eval --checkpoint %s/none --precision bf16 --plan %s/ok.json", tmp, tmp);
+    expect_run("train " QS_TINY " --steps 1 --grad-rounding up", 2, "--grad-rounding must be stochastic or nearest");
+    expect_run("train " QS_TINY " --steps 1 --weight-scales row", 2, "--weight-scales must be tensor or channel");
+    expect_run("train " QS_TINY " --steps 1 --loss-scale lots", 2, "--loss-scale must be auto, none, dynamic");
+    expect_run("train " QS_TINY " --steps 1 --precision fp16", 1, "fp16 is only emulated on the cpu backend");
+    expect_run("train " QS_TINY " --steps 1 --precision fp8", 1, "pass --allow-emulated");
+    expect_run("train " QS_TINY " --steps 1 --precision tf32", 1, "the cpu backend cannot run tf32");
+    expect_run("train --help", 0, "--allow-emulated");
+    expect_run("models cnn", 0, "conv1, conv2, fc1, fc2");
+    expect_run("models cnn", 0, "fp16 emulated");
+    expect_run("models", 0, "precision-selectable layers");
+    expect_run("models --json", 0, "\"gemm_layers\"");
+    expect_run("models resnet18 --width 4 --json", 0, "\"layer2.0.downsample.0\"");
+    expect_run("models --write-plan x.json", 2, "--write-plan needs a model name");
+}
+
+/* Bad plan files: each a non-zero exit naming the file, the key and what to do. */
+static void test_bad_plans(void **state) {
+    const char *tmp = qs_test_tmp;
+    write_tmp("malformed.json", PLAN_HDR "\n\"model\": \"cnn\",\n\"precisions\": {\"conv1\": int8}}");
+    write_tmp("format.json", "{\"format\": \"qsync.model\", \"version\": 1, \"model\": \"cnn\"}");
+    write_tmp("version.json", "{\"format\": \"qsync-plan\", \"version\": 3, \"model\": \"cnn\"}");
+    write_tmp("layer.json", PLAN_HDR "\"model\": \"cnn\", \"precisions\": {\"conv9\": \"int8\"}}");
+    write_tmp("pool.json", PLAN_HDR "\"model\": \"cnn\", \"precisions\": {\"pool1\": \"int8\"}}");
+    write_tmp("prec.json", PLAN_HDR "\"model\": \"cnn\", \"precisions\": {\"conv1\": \"int3\"}}");
+    write_tmp("other.json", PLAN_HDR "\"model\": \"resnet18\", \"precisions\": {\"conv1\": \"int8\"}}");
+    write_tmp("emu.json", PLAN_HDR "\"model\": \"cnn\", \"precisions\": {\"fc1\": \"fp16\"}}");
+    write_tmp("tf32.json", PLAN_HDR "\"model\": \"cnn\", \"default\": \"tf32\"}");
+    const char *t = "train " QS_TINY " --steps 1 --plan";
+    expect_runf(1, "malformed.json: malformed JSON at line 3", "%s %s/malformed.json", t, tmp);
+    expect_runf(1, "\"format\" must be \"qsync-plan\"", "%s %s/format.json", t, tmp);
+    expect_runf(1, "this qsync reads plan version 1", "%s %s/version.json", t, tmp);
+    expect_runf(1, "has no layer \"conv9\"; its layers with a selectable precision are conv1, conv2, fc1, fc2",
+                "%s %s/layer.json", t, tmp);
+    expect_runf(1, "layer \"pool1\" is a MaxPool2d, whose precision cannot be chosen", "%s %s/pool.json", t, tmp);
+    expect_runf(1, "precisions[\"conv1\"]: unknown precision \"int3\"", "%s %s/prec.json", t, tmp);
+    expect_runf(1, "is for model resnet18, but this run's model is cnn", "%s %s/other.json", t, tmp);
+    expect_runf(1, "precisions[\"fc1\"] = fp16: fp16 is only emulated", "%s %s/emu.json", t, tmp);
+    expect_runf(1, "--allow-emulated", "%s %s/emu.json", t, tmp);
+    expect_runf(1, "cannot run tf32", "%s %s/tf32.json --allow-emulated", t, tmp);
+    expect_runf(1, "nonexistent.json", "%s %s/nonexistent.json", t, tmp);
+}
+
+/* A run at uniform INT8: trains, evaluates, and reports its precisions. */
+static void test_train_int8(void **state) {
+    expect_run("train " QS_TINY " --steps 3 --precision int8", 0, "test accuracy");
+    expect_run("train " QS_TINY " --steps 3 --precision int8", 0, "precisions: 4 x int8");
+    expect_run("train " QS_TINY " --steps 3 --precision int8 --json", 0, "\"int8\":\t4");
+    expect_run("train " QS_TINY_MLP " --steps 3 --precision bf16 --grad-rounding nearest --json", 0,
+               "\"grad_rounding\":\t\"nearest\"");
+}
+
+/* A plan written by `qsync models --write-plan` and edited, in training and evaluation; the
+ * checkpoint records it: resuming needs the same precisions (or --plan CHECKPOINT), and the
+ * resumed run is bitwise the uninterrupted one (stochastic rounding keyed by step). */
+static void test_plan_train_resume_eval(void **state) {
+    const char *tmp = qs_test_tmp;
+    expect_runf(0, "wrote a plan template for mlp", "models mlp --write-plan %s/t.json --precision int8", tmp);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "sed -i 's/\"fc3\":[[:space:]]*\"int8\"/\"fc3\": \"fp32\"/' %s/t.json && grep -q '\"fc3\": \"fp32\"' "
+             "%s/t.json", tmp, tmp);
+    assert_int_equal(qs_test_run_shell(cmd, NULL), 0);
+    /* --allow-emulated: INT8 is native only where oneDNN has VNNI/AMX kernels */
+    const char *a = "train " QS_TINY_MLP " --epochs 2 --dropout 0.25 --allow-emulated";
+    expect_runf(0, "precisions: 1 x fp32 (native), 2 x int8", "%s --plan %s/t.json --checkpoint-dir %s/full", a, tmp,
+                tmp);
+    expect_runf(0, "stopping at step 4", "%s --plan %s/t.json --checkpoint-dir %s/part --stop-at 4", a, tmp, tmp);
+    expect_runf(1, "was trained with other precisions: fc1 at int8 (this run: fp32)",
+                "%s --checkpoint-dir %s/part --resume %s/part", a, tmp, tmp);
+    expect_runf(1, "--plan", "%s --precision int8 --checkpoint-dir %s/part --resume %s/part", a, tmp, tmp);
+    expect_runf(1, "gradients rounded stochastically (this run: to nearest)",
+                "%s --plan %s/t.json --grad-rounding nearest --resume %s/part", a, tmp, tmp);
+    /* the checkpoint's own plan */
+    expect_runf(0, "resumed from", "%s --plan %s/part --checkpoint-dir %s/part --resume %s/part", a, tmp, tmp, tmp);
+    snprintf(cmd, sizeof cmd, "cmp %s/full/model.safetensors %s/part/model.safetensors && "
+                              "cmp %s/full/state.safetensors %s/part/state.safetensors", tmp, tmp, tmp, tmp);
+    char *out = NULL;
+    if (qs_test_run_shell(cmd, &out) != 0) fail_msg("resumed INT8 run differs from the uninterrupted one: %s", out);
+    free(out);
+    /* evaluation: fp32 by default, or the training plan */
+    expect_runf(0, "precisions: 3 x fp32", "eval --checkpoint %s/full --eval-subset 64", tmp);
+    expect_runf(0, "\"int8\":\t2", "eval --checkpoint %s/full --eval-subset 64 --plan %s/full --json --allow-emulated",
+                tmp, tmp);
+    expect_runf(0, "3 x int8", "eval --checkpoint %s/full --eval-subset 64 --precision int8 --allow-emulated", tmp);
+    expect_runf(1, "--allow-emulated", "eval --checkpoint %s/full --eval-subset 64 --precision fp16", tmp);
+    expect_runf(1, "is for model mlp, but this run's model is cnn", "train " QS_TINY " --steps 1 --plan %s/t.json", tmp);
+}
+
+/* FP16 (emulated) turns on dynamic loss scaling; a scale far too large overflows, the steps
+ * are skipped and the scale backs off, and the run still finishes. */
+static void test_fp16_loss_scaling(void **state) {
+    expect_run("train " QS_TINY_MLP " --steps 3 --precision fp16 --allow-emulated", 0,
+               "loss scaling dynamic: final scale 65536, 0 steps skipped");
+    expect_run("train " QS_TINY_MLP " --steps 3 --precision fp16 --allow-emulated --loss-scale dynamic:1e30 --json", 0,
+               "\"skipped_steps\":\t3");
+    expect_run("train " QS_TINY_MLP " --steps 3 --precision fp16 --allow-emulated --loss-scale none", 0,
+               "test accuracy");
+    /* resume must keep the loss scaling */
+    const char *tmp = qs_test_tmp;
+    expect_runf(0, "stopping at step 1", "train " QS_TINY_MLP " --steps 3 --precision fp16 --allow-emulated "
+                "--checkpoint-dir %s/ls --stop-at 1", tmp);
+    expect_runf(1, "resume with the same --loss-scale", "train " QS_TINY_MLP " --steps 3 --precision fp16 "
+                "--allow-emulated --loss-scale none --resume %s/ls", tmp);
+    expect_runf(0, "now at step 3", "train " QS_TINY_MLP " --steps 3 --precision fp16 --allow-emulated --resume %s/ls",
+                tmp);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_usage_errors),
@@ -155,6 +283,11 @@ int main(void) {
         cmocka_unit_test(test_eval_and_wrong_model),
         cmocka_unit_test(test_resume_default_options),
         cmocka_unit_test(test_sigterm_checkpoints),
+        cmocka_unit_test(test_precision_options),
+        cmocka_unit_test(test_bad_plans),
+        cmocka_unit_test(test_train_int8),
+        cmocka_unit_test(test_plan_train_resume_eval),
+        cmocka_unit_test(test_fp16_loss_scaling),
     };
     return cmocka_run_group_tests(tests, qs_test_tmpdir_setup, qs_test_tmpdir_teardown);
 }

@@ -61,6 +61,7 @@ static qs_status qs_ckpt_save_model(const char *path, qs_model *m, const char *a
     void *hp = qs_ckpt_download(m, m->param_data, m->params.bytes);
     void *hb = qs_ckpt_download(m, m->buffer_data, m->buffers.bytes);
     qs_st_tensor *ts = calloc((size_t)(m->params.count + m->buffers.count) + 1, sizeof *ts);
+    char *plan = NULL;
     qs_status st = (hp && hb && ts) ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory preparing checkpoint %s", path);
     if (st == QS_OK) {
         int n = 0;
@@ -70,10 +71,13 @@ static qs_status qs_ckpt_save_model(const char *path, qs_model *m, const char *a
         char ver[16], stepbuf[32];
         snprintf(ver, sizeof ver, "%d", QS_CHECKPOINT_VERSION);
         snprintf(stepbuf, sizeof stepbuf, "%" PRId64, step);
+        plan = qs_plan_model_json(m);
+        if (!plan) st = QS_FAIL(QS_ERR_OOM, "out of memory preparing checkpoint %s", path);
         qs_st_meta meta[] = {{"format", "qsync.model"}, {"version", ver}, {"arch", arch},
-                             {"config", m->config}, {"step", stepbuf}};
-        st = qs_safetensors_write(path, ts, n, meta, (int)(sizeof meta / sizeof meta[0]));
+                             {"config", m->config}, {"step", stepbuf}, {"plan", plan}};
+        if (st == QS_OK) st = qs_safetensors_write(path, ts, n, meta, (int)(sizeof meta / sizeof meta[0]));
     }
+    free(plan);
     free(ts);
     qs_host_free(hp);
     qs_host_free(hb);
@@ -120,6 +124,27 @@ qs_status qs_checkpoint_read_arch(const char *path, char *arch, size_t cap, qs_m
         *opt = qs_models_default_options(0, 0, 0, 0);
         st = qs_models_parse_config(cfg, opt);
         if (st != QS_OK) st = qs_error_wrap(st, "%s: ", file);
+    }
+    qs_safetensors_close(f);
+    return st;
+}
+
+qs_status qs_checkpoint_read_plan(const char *path, qs_plan *out) {
+    char file[4096];
+    qs_checkpoint_model_path(path, file, sizeof file);
+    qs_plan_uniform("", QS_PREC_FP32, file, out);
+    qs_st_file *f;
+    QS_TRY(qs_safetensors_open(file, &f));
+    qs_status st = qs_ckpt_check_format(f, "qsync.model");
+    const char *a = qs_safetensors_meta(f, "arch"), *plan = qs_safetensors_meta(f, "plan");
+    if (st == QS_OK && !a) st = QS_FAIL(QS_ERR_FORMAT, "%s: metadata lacks \"arch\"", file);
+    if (st == QS_OK && plan) {
+        char origin[4200];
+        snprintf(origin, sizeof origin, "%s (metadata \"plan\")", file);
+        st = qs_plan_parse(plan, origin, out);
+    } else if (st == QS_OK) { /* written before plans: everything fp32, default options */
+        qs_plan_uniform(a, QS_PREC_FP32, file, out);
+        out->uniform = false;
     }
     qs_safetensors_close(f);
     return st;
@@ -184,7 +209,7 @@ static qs_status qs_ckpt_save_state(const char *path, qs_model *m, const qs_opti
             for (int d = 0; d < t[i].ndim; d++) t[i].shape[d] = os.tensors[i].shape[d];
             t[i].data = os.tensors[i].data;
         }
-        char v[8][40];
+        char v[11][40];
         snprintf(v[0], sizeof v[0], "%d", QS_CHECKPOINT_VERSION);
         snprintf(v[1], sizeof v[1], "%" PRId64, ts->step);
         snprintf(v[2], sizeof v[2], "%" PRId64, ts->epoch);
@@ -192,10 +217,16 @@ static qs_status qs_ckpt_save_state(const char *path, qs_model *m, const qs_opti
         snprintf(v[4], sizeof v[4], "%" PRIu64, ts->seed);
         snprintf(v[5], sizeof v[5], "%" PRId64, ts->global_batch);
         snprintf(v[6], sizeof v[6], "%" PRId64, o->step);
+        /* %a: the scale round-trips exactly */
+        snprintf(v[7], sizeof v[7], "%a", ts->loss_scale_mode[0] ? (double)ts->loss_scale : 1.0);
+        snprintf(v[8], sizeof v[8], "%" PRId64, ts->loss_scale_good_steps);
+        snprintf(v[9], sizeof v[9], "%" PRId64, ts->skipped_steps);
         qs_st_meta meta[] = {{"format", "qsync.state"}, {"version", v[0]},   {"step", v[1]},
                              {"epoch", v[2]},          {"batch_in_epoch", v[3]}, {"seed", v[4]},
                              {"global_batch", v[5]},   {"data", ts->data},   {"optimizer", qs_optim_kind_name(o->cfg.kind)},
-                             {"optimizer_step", v[6]}};
+                             {"optimizer_step", v[6]},
+                             {"loss_scale_mode", ts->loss_scale_mode[0] ? ts->loss_scale_mode : "none"},
+                             {"loss_scale", v[7]},     {"loss_scale_good_steps", v[8]}, {"skipped_steps", v[9]}};
         st = qs_safetensors_write(path, t, os.count, meta, (int)(sizeof meta / sizeof meta[0]));
     }
     free(t);
@@ -213,6 +244,23 @@ qs_status qs_checkpoint_save(const char *dir, qs_model *m, const char *arch, con
     if (!o) return QS_OK;
     snprintf(path, sizeof path, "%s/%s", dir, QS_STATE_FILE);
     return qs_ckpt_save_state(path, m, o, ts);
+}
+
+/* Loss-scaling metadata of a state file; absent (older checkpoints) means none. */
+static qs_status qs_ckpt_load_loss_scale(const qs_st_file *f, qs_train_state *ts) {
+    const char *mode = qs_safetensors_meta(f, "loss_scale_mode");
+    snprintf(ts->loss_scale_mode, sizeof ts->loss_scale_mode, "%s", mode ? mode : "none");
+    ts->loss_scale = 1.0f;
+    if (!mode) return QS_OK;
+    const char *v = qs_safetensors_meta(f, "loss_scale");
+    char *end = NULL;
+    double x = v ? strtod(v, &end) : 0.0;
+    if (!v || end == v || *end || !(x > 0))
+        return QS_FAIL(QS_ERR_FORMAT, "%s: metadata field \"loss_scale\" is %s%s%s, not a positive number",
+                       qs_safetensors_path(f), v ? "\"" : "", v ? v : "missing", v ? "\"" : "");
+    ts->loss_scale = (float)x;
+    QS_TRY(qs_ckpt_meta_i64(f, "loss_scale_good_steps", &ts->loss_scale_good_steps));
+    return qs_ckpt_meta_i64(f, "skipped_steps", &ts->skipped_steps);
 }
 
 qs_status qs_checkpoint_load_state(const char *dir, qs_model *m, qs_optimizer *o, qs_train_state *ts) {
@@ -240,6 +288,7 @@ qs_status qs_checkpoint_load_state(const char *dir, qs_model *m, qs_optimizer *o
     if (st == QS_OK && model_step != ts->step)
         st = QS_FAIL(QS_ERR_MISMATCH, "%s is from step %lld but %s from step %lld: the checkpoint is incomplete",
                      model_path, (long long)model_step, path, (long long)ts->step);
+    if (st == QS_OK) st = qs_ckpt_load_loss_scale(f, ts);
     if (st == QS_OK) {
         ts->seed = (uint64_t)seed;
         snprintf(ts->data, sizeof ts->data, "%s", data);

@@ -1,10 +1,13 @@
 /* src/train/checkpoint.h — defines: checkpoints as a directory of two safetensors files.
  *   model.safetensors  weights and buffers with PyTorch state_dict names and layouts (conv
  *                      OIHW), metadata: format "qsync.model", version, arch, model options,
- *                      step. Loadable by tools/safetensors_torch.py into tools/torch_models.py.
+ *                      step, plan (the per-layer precisions as compact plan JSON, see
+ *                      docs/PLANS.md). Loadable by tools/safetensors_torch.py into
+ *                      tools/torch_models.py.
  *   state.safetensors  optimizer state ("<param>.momentum_buffer" / ".exp_avg" /
  *                      ".exp_avg_sq"), metadata: format "qsync.state", version, step, epoch,
- *                      batch_in_epoch, seed, global_batch, data, optimizer kind and step.
+ *                      batch_in_epoch, seed, global_batch, data, optimizer kind and step,
+ *                      loss scaling (mode, scale, good steps, skipped steps).
  * Both are written atomically (temp file, fsync, rename): model first, then state; the state
  * names the step of the model it belongs to and resume refuses a pair that disagrees. */
 #ifndef QSYNC_TRAIN_CHECKPOINT_H
@@ -15,6 +18,7 @@
 #include "graph/graph.h"
 #include "models/models.h"
 #include "optim/optim.h"
+#include "plan/plan_file.h"
 
 #define QS_CHECKPOINT_VERSION 1
 
@@ -25,6 +29,11 @@ typedef struct qs_train_state {
     uint64_t seed;
     int64_t global_batch;
     char data[32];
+    /* loss scaling (optim/loss_scale.h); a zeroed state means mode none, scale 1 */
+    char loss_scale_mode[16];    /* "none", "static", "dynamic"; "" = none */
+    float loss_scale;
+    int64_t loss_scale_good_steps;
+    int64_t skipped_steps;
 } qs_train_state;
 
 /* Write dir/model.safetensors and dir/state.safetensors (dir is created if missing). o may be
@@ -35,6 +44,10 @@ qs_status qs_checkpoint_save(const char *dir, qs_model *m, const char *arch, con
 void qs_checkpoint_model_path(const char *path, char *buf, size_t cap);
 /* Read arch and options from a model file's metadata (path: directory or file). */
 qs_status qs_checkpoint_read_arch(const char *path, char *arch, size_t cap, qs_model_options *opt);
+/* The precision plan a model file was trained with (metadata "plan"; path: directory or
+ * file). A checkpoint written before plans existed yields the all-fp32 plan of its arch. The
+ * plan's origin names the file. */
+qs_status qs_checkpoint_read_plan(const char *path, qs_plan *out);
 /* Load weights and buffers into a set-up model; every tensor of the model must be present with
  * the same shape and dtype, and the file must hold no other tensor (QS_ERR_MISMATCH naming it). */
 qs_status qs_checkpoint_load_model(const char *path, qs_model *m);

@@ -19,7 +19,30 @@ static qs_status qs_eval_write_logits(const char *path, const float *logits, con
     return qs_safetensors_write(path, t, 2, meta, 1);
 }
 
+void qs_eval_config_defaults(qs_eval_config *c) {
+    memset(c, 0, sizeof *c);
+    c->data = "fashion-mnist";
+    c->batch = 256;
+    c->precision = QS_PREC_FP32;
+    c->grad_rounding = QS_GRAD_ROUND_UNSET;
+    c->weight_scales = QS_WEIGHT_SCALES_UNSET;
+}
+
+/* Precisions of the evaluation: the plan (file or checkpoint) or the uniform precision. */
+static qs_status qs_eval_precisions(const qs_eval_config *c, qs_model *m, qs_backend *be) {
+    qs_plan plan;
+    memset(&plan, 0, sizeof plan);
+    if (c->plan) QS_TRY(qs_train_load_plan(c->plan, &plan));
+    qs_precision_options po;
+    qs_train_precision_options(c->precision, c->plan ? &plan : NULL, c->allow_emulated, c->grad_rounding,
+                               c->weight_scales, &po);
+    qs_status st = qs_precision_setup(m, be, &po);
+    qs_plan_free(&plan);
+    return st;
+}
+
 qs_status qs_eval_run(const qs_eval_config *c, qs_eval_result *res) {
+    memset(res, 0, sizeof *res);
     char arch[32], model_path[4096];
     qs_model_options mo;
     qs_dataset ds;
@@ -38,8 +61,9 @@ qs_status qs_eval_run(const qs_eval_config *c, qs_eval_result *res) {
                      model_path, (long long)mo.in_h, (long long)mo.in_w, (long long)mo.in_c, (long long)mo.num_classes,
                      c->data, (long long)ds.h, (long long)ds.w, (long long)ds.c, (long long)ds.classes);
     if (st == QS_OK) st = qs_models_build(arch, &mo, &m);
-    if (st == QS_OK && !c->no_fuse) qs_model_fuse(m);
     if (st == QS_OK) st = qs_backend_cpu_create(c->threads, &be);
+    if (st == QS_OK && !c->no_fuse) qs_model_fuse(m);
+    if (st == QS_OK) st = qs_eval_precisions(c, m, be);
     if (st == QS_OK) st = qs_model_setup(m, be, c->batch, 1);
     if (st == QS_OK) st = qs_checkpoint_load_model(model_path, m);
     if (st == QS_OK && c->logits_out) {
@@ -53,6 +77,8 @@ qs_status qs_eval_run(const qs_eval_config *c, qs_eval_result *res) {
         res->accuracy = ev.accuracy;
         res->loss = ev.loss;
         res->samples = ev.samples;
+        res->precision = qs_precision_report_json(m, be);
+        qs_precision_report_line(m, be, res->precision_line, sizeof res->precision_line);
     }
     qs_host_free(logits);
     qs_model_free(m);

@@ -5,10 +5,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/timer.h"
 #include "data/dataset.h"
+#include "graph/precision.h"
+#include "optim/loss_scale.h"
 #include "optim/schedule.h"
 #include "train/checkpoint.h"
 #include "train/evaluate.h"
@@ -35,6 +38,27 @@ void qs_train_config_defaults(qs_train_config *c) {
     c->warmup_steps = -1;
     c->seed = 1;
     c->log_every = 50;
+    c->precision = QS_PREC_FP32;
+    c->grad_rounding = QS_GRAD_ROUND_UNSET;
+    c->weight_scales = QS_WEIGHT_SCALES_UNSET;
+}
+
+qs_status qs_train_load_plan(const char *path, qs_plan *out) {
+    struct stat sb;
+    size_t n = strlen(path);
+    bool ckpt = (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) ||
+                (n > 12 && strcmp(path + n - 12, ".safetensors") == 0);
+    return ckpt ? qs_checkpoint_read_plan(path, out) : qs_plan_read(path, out);
+}
+
+void qs_train_precision_options(qs_precision precision, const qs_plan *plan, bool allow_emulated,
+                                qs_grad_rounding gr, qs_weight_scales ws, qs_precision_options *out) {
+    qs_precision_options_default(out);
+    out->uniform = precision;
+    out->plan = plan;
+    out->allow_emulated = allow_emulated;
+    out->grad_rounding = gr;
+    out->weight_scales = ws;
 }
 
 /* Everything the loop owns, so that one cleanup path frees it. */
@@ -47,6 +71,8 @@ typedef struct qs_train_job {
     qs_loader loader;
     bool loader_ready;
     qs_metrics metrics;
+    qs_loss_scaler scaler;
+    qs_plan plan;               /* the --plan file, if any */
     float *x;
     int32_t *y;
 } qs_train_job;
@@ -54,6 +80,7 @@ typedef struct qs_train_job {
 static void qs_train_job_free(qs_train_job *j) {
     qs_host_free(j->x);
     qs_host_free(j->y);
+    qs_plan_free(&j->plan);
     qs_metrics_close(&j->metrics);
     if (j->loader_ready) qs_loader_free(&j->loader);
     if (j->opt_ready) qs_optimizer_free(&j->opt, j->be);
@@ -75,6 +102,44 @@ static qs_status qs_train_load_data(const qs_train_config *c, qs_train_job *j) {
     return QS_OK;
 }
 
+/* The loss scaler of the run: --loss-scale, where "auto" means dynamic when a layer is fp16. */
+static qs_status qs_train_init_scaler(const qs_train_config *c, qs_train_job *j) {
+    const char *ls = c->loss_scale;
+    if (!ls || strcmp(ls, "auto") == 0) {
+        int counts[QS_PREC_COUNT];
+        qs_model_precision_counts(j->m, counts);
+        ls = counts[QS_PREC_FP16] > 0 ? "dynamic" : "none";
+    }
+    qs_status st = qs_loss_scaler_parse(ls, c->loss_scale_window, &j->scaler);
+    if (st != QS_OK) return qs_error_wrap(st, "--loss-scale: ");
+    return QS_OK;
+}
+
+/* Precisions (uniform or plan, validated against the backend), casts, and on resume the
+ * check that the checkpoint was trained with the same ones. Between fuse and setup. */
+static qs_status qs_train_precisions(const qs_train_config *c, qs_train_job *j) {
+    if (c->plan) QS_TRY(qs_train_load_plan(c->plan, &j->plan));
+    qs_precision_options po;
+    qs_train_precision_options(c->precision, c->plan ? &j->plan : NULL, c->allow_emulated, c->grad_rounding,
+                               c->weight_scales, &po);
+    QS_TRY(qs_precision_setup(j->m, j->be, &po));
+    if (c->resume) {
+        qs_plan saved;
+        char what[4200], msg[1024];
+        snprintf(what, sizeof what, "--resume %s was trained with", c->resume);
+        qs_status st = qs_checkpoint_read_plan(c->resume, &saved);
+        if (st == QS_OK) st = qs_plan_compare(&saved, j->m, what);
+        qs_plan_free(&saved);
+        if (st == QS_ERR_MISMATCH) {
+            snprintf(msg, sizeof msg, "%s", qs_last_error());
+            return QS_FAIL(st, "%s: resume with the same --precision/--plan and options (--plan %s reuses the "
+                           "checkpoint's own)", msg, c->resume);
+        }
+        QS_TRY(st);
+    }
+    return qs_train_init_scaler(c, j);
+}
+
 static qs_status qs_train_build(const qs_train_config *c, qs_train_job *j, qs_model_options *mo) {
     *mo = qs_models_default_options(j->train.h, j->train.w, j->train.c, j->train.classes);
     mo->width = c->model_opt.width;
@@ -92,8 +157,9 @@ static qs_status qs_train_build(const qs_train_config *c, qs_train_job *j, qs_mo
             return QS_FAIL(QS_ERR_MISMATCH, "--resume %s holds %s with \"%s\", but this run builds \"%s\": resume with "
                            "the same model options", c->resume, arch, have, j->m->config);
     }
-    if (!c->no_fuse) qs_model_fuse(j->m);
     QS_TRY(qs_backend_cpu_create(c->threads, &j->be));
+    if (!c->no_fuse) qs_model_fuse(j->m);
+    QS_TRY(qs_train_precisions(c, j));
     QS_TRY(qs_model_setup(j->m, j->be, c->batch, c->seed));
     QS_TRY(qs_optimizer_init(&j->opt, j->be, &j->m->params, &c->optim));
     j->opt_ready = true;
@@ -121,6 +187,36 @@ static void qs_train_log_config(const qs_train_config *c, const qs_train_job *j,
                 c->optim.kind == QS_OPTIM_SGD ? "sgd" : "adamw", c->optim.lr, c->lr_schedule,
                 (long long)(c->warmup_steps >= 0 ? c->warmup_steps : (total / 10 < 50 ? total / 10 : 50)), c->optim.weight_decay, (unsigned long long)c->seed,
                 j->be->ops->name, threads);
+    char line[256];
+    qs_precision_report_line(j->m, j->be, line, sizeof line);
+    if (c->plan) qs_log_info(c->log, "  precisions (plan %s): %s", c->plan, line);
+    else qs_log_info(c->log, "  precisions (--precision %s): %s", qs_precision_name(c->precision), line);
+    if (j->scaler.mode != QS_LOSS_SCALE_NONE)
+        qs_log_info(c->log, "  loss scaling %s, scale %g%s", qs_loss_scale_mode_name(j->scaler.mode),
+                    (double)j->scaler.scale, j->scaler.mode == QS_LOSS_SCALE_DYNAMIC ? "" : " (fixed)");
+}
+
+/* The metrics header: what this run is, precisions included. */
+static qs_status qs_train_write_header(const qs_train_config *c, qs_train_job *j, int64_t total, int64_t first) {
+    cJSON *r = cJSON_CreateObject();
+    cJSON_AddStringToObject(r, "type", "run");
+    cJSON_AddStringToObject(r, "model", c->model);
+    cJSON_AddStringToObject(r, "config", j->m->config);
+    cJSON_AddStringToObject(r, "data", c->data);
+    cJSON_AddNumberToObject(r, "batch", (double)c->batch);
+    cJSON_AddNumberToObject(r, "steps", (double)total);
+    cJSON_AddNumberToObject(r, "first_step", (double)first);
+    cJSON_AddNumberToObject(r, "seed", (double)c->seed);
+    cJSON_AddStringToObject(r, "optimizer", qs_optim_kind_name(c->optim.kind));
+    cJSON_AddNumberToObject(r, "lr", c->optim.lr);
+    cJSON_AddStringToObject(r, "backend", j->be->ops->name);
+    if (c->plan) cJSON_AddStringToObject(r, "plan", c->plan);
+    else cJSON_AddStringToObject(r, "uniform_precision", qs_precision_name(c->precision));
+    cJSON *prec = qs_precision_report_json(j->m, j->be);
+    if (prec) cJSON_AddItemToObject(r, "precision", prec);
+    cJSON_AddStringToObject(r, "loss_scale_mode", qs_loss_scale_mode_name(j->scaler.mode));
+    cJSON_AddNumberToObject(r, "loss_scale", j->scaler.scale);
+    return qs_metrics_write(&j->metrics, r);
 }
 
 static qs_status qs_train_eval(const qs_train_config *c, qs_train_job *j, int64_t step, int64_t epoch,
@@ -147,6 +243,10 @@ static qs_status qs_train_checkpoint(const qs_train_config *c, qs_train_job *j, 
     qs_train_state ts = {.step = step, .seed = c->seed, .global_batch = c->batch};
     qs_loader_get_position(&j->loader, &ts.epoch, &ts.batch_in_epoch);
     snprintf(ts.data, sizeof ts.data, "%s", c->data);
+    snprintf(ts.loss_scale_mode, sizeof ts.loss_scale_mode, "%s", qs_loss_scale_mode_name(j->scaler.mode));
+    ts.loss_scale = j->scaler.scale;
+    ts.loss_scale_good_steps = j->scaler.good_steps;
+    ts.skipped_steps = j->scaler.skipped;
     QS_TRY(qs_checkpoint_save(c->checkpoint_dir, j->m, c->model, mo, &j->opt, &ts));
     qs_log_info(c->log, "checkpoint written to %s (step %lld)", c->checkpoint_dir, (long long)step);
     return QS_OK;
@@ -164,6 +264,17 @@ static qs_status qs_train_resume(const qs_train_config *c, qs_train_job *j, int6
                        "resume with the same settings",
                        c->resume, ts.data, (long long)ts.global_batch, (unsigned long long)ts.seed, c->data,
                        (long long)c->batch, (unsigned long long)c->seed);
+    const char *mode = qs_loss_scale_mode_name(j->scaler.mode);
+    if (strcmp(ts.loss_scale_mode, mode) != 0 ||
+        (j->scaler.mode == QS_LOSS_SCALE_STATIC && ts.loss_scale != j->scaler.scale))
+        return QS_FAIL(QS_ERR_MISMATCH, "--resume %s was trained with loss scaling %s (scale %g); this run has %s "
+                       "(scale %g): resume with the same --loss-scale", c->resume, ts.loss_scale_mode,
+                       (double)ts.loss_scale, mode, (double)j->scaler.scale);
+    if (j->scaler.mode != QS_LOSS_SCALE_NONE) {
+        j->scaler.scale = ts.loss_scale;
+        j->scaler.good_steps = ts.loss_scale_good_steps;
+    }
+    j->scaler.skipped = ts.skipped_steps;
     QS_TRY(qs_loader_set_position(&j->loader, ts.epoch, ts.batch_in_epoch));
     j->m->step = ts.step;
     *step = ts.step;
@@ -177,16 +288,12 @@ static qs_status qs_train_step(const qs_train_config *c, qs_train_job *j, float 
     int64_t valid;
     QS_TRY(qs_loader_next(&j->loader, j->x, j->y, &valid, NULL));
     QS_TRY(qs_model_forward(j->m, j->x, j->y, true));
-    QS_TRY(qs_model_backward(j->m, 1.0f));
-    double t0 = qs_now_ms();
-    QS_TRY(qs_optimizer_step(&j->opt, j->be, j->m->stream, j->m->param_data, j->m->grad_data, lr, NULL));
-    if (j->m->timing) {
-        QS_TRY(j->be->ops->stream_sync(j->be, j->m->stream));
-        double dt = qs_now_ms() - t0;
-        j->m->optimizer_time.total_ms += dt;
-        j->m->optimizer_time.last_ms = dt;
-        j->m->optimizer_time.calls++;
-    }
+    /* backward at the loss scale, overflow check, optimizer step (or a skipped one) */
+    float scale = qs_loss_scaler_factor(&j->scaler);
+    QS_TRY(qs_loss_scaler_step(&j->scaler, j->m, &j->opt, lr, NULL));
+    if (j->scaler.last_skipped)
+        qs_log_debug(c->log, "step %lld: non-finite gradients at loss scale %g: update skipped",
+                     (long long)j->m->step, (double)scale);
     QS_TRY(qs_model_loss_accuracy(j->m, valid, loss, correct));
     if (!isfinite(*loss))
         return QS_FAIL(QS_ERR_INVALID_ARG, "training diverged: loss is %g (lower --lr or add warm-up)", *loss);
@@ -212,6 +319,10 @@ static qs_status qs_train_log_step(const qs_train_config *c, qs_train_job *j, qs
     cJSON_AddNumberToObject(r, "train_accuracy", (double)w->correct / (double)(w->n * c->batch));
     cJSON_AddNumberToObject(r, "lr", lr);
     cJSON_AddNumberToObject(r, "images_per_s", rate);
+    if (j->scaler.mode != QS_LOSS_SCALE_NONE) {
+        cJSON_AddNumberToObject(r, "loss_scale", j->scaler.scale);
+        cJSON_AddNumberToObject(r, "skipped_steps", (double)j->scaler.skipped);
+    }
     QS_TRY(qs_metrics_write(&j->metrics, r));
     if (tty)
         fprintf(stderr, "\rstep %lld/%lld  epoch %lld  loss %.4f  lr %.4g  %.0f img/s   ", (long long)step,
@@ -285,6 +396,7 @@ static qs_status qs_train_loop(const qs_train_config *c, qs_train_job *j, const 
     if (c->resume) QS_TRY(qs_train_resume(c, j, &step));
     QS_TRY(qs_metrics_open(&j->metrics, c->metrics_path, c->resume != NULL, 0));
     qs_train_log_config(c, j, total, spe);
+    QS_TRY(qs_train_write_header(c, j, total, step));
     bool tty = c->progress && isatty(STDERR_FILENO), stop = false;
     int64_t first = step;
     double train_ms = 0;
@@ -310,6 +422,9 @@ static qs_status qs_train_loop(const qs_train_config *c, qs_train_job *j, const 
     res->steps_this_run = step - first;
     res->wall_s = train_ms / 1e3;
     res->images_per_s = train_ms > 0 ? 1e3 * (double)((step - first) * c->batch) / train_ms : 0;
+    if (j->scaler.skipped > 0)
+        qs_log_info(c->log, "loss scaling: %lld of %lld steps skipped for non-finite gradients; final scale %g",
+                    (long long)j->scaler.skipped, (long long)step, (double)j->scaler.scale);
     return QS_OK;
 }
 
@@ -323,6 +438,11 @@ qs_status qs_train_run(const qs_train_config *c, qs_train_result *res) {
     if (st == QS_OK) st = qs_train_build(c, &j, &mo);
     if (st == QS_OK) st = qs_train_loop(c, &j, &mo, res);
     if (st == QS_OK) {
+        res->precision = qs_precision_report_json(j.m, j.be);
+        qs_precision_report_line(j.m, j.be, res->precision_line, sizeof res->precision_line);
+        snprintf(res->loss_scale_mode, sizeof res->loss_scale_mode, "%s", qs_loss_scale_mode_name(j.scaler.mode));
+        res->loss_scale = j.scaler.scale;
+        res->skipped_steps = j.scaler.skipped;
         cJSON *r = cJSON_CreateObject();
         cJSON_AddStringToObject(r, "type", "summary");
         cJSON_AddNumberToObject(r, "steps", (double)res->steps);
@@ -330,6 +450,11 @@ qs_status qs_train_run(const qs_train_config *c, qs_train_result *res) {
         cJSON_AddNumberToObject(r, "test_loss", res->test_loss);
         cJSON_AddNumberToObject(r, "train_wall_s", res->wall_s);
         cJSON_AddNumberToObject(r, "images_per_s", res->images_per_s);
+        cJSON *prec = qs_precision_report_json(j.m, j.be);
+        if (prec) cJSON_AddItemToObject(r, "precision", prec);
+        cJSON_AddStringToObject(r, "loss_scale_mode", res->loss_scale_mode);
+        cJSON_AddNumberToObject(r, "loss_scale", res->loss_scale);
+        cJSON_AddNumberToObject(r, "skipped_steps", (double)res->skipped_steps);
         st = qs_metrics_write(&j.metrics, r);
     }
     qs_train_job_free(&j);

@@ -12,12 +12,24 @@
 #include "qsync/log.h"
 #include "models/models.h"
 #include "optim/optim.h"
+#include "plan/plan_file.h"
 
 typedef struct qs_train_config {
     const char *model;          /* built-in model name */
     qs_model_options model_opt; /* only width and dropout are read; the rest comes from the data */
     bool imagenet_stem;         /* resnet: 7×7/2 stem + max-pool even for small inputs */
     bool no_fuse;               /* keep BatchNorm and ReLU as separate ops (qs_model_fuse) */
+    /* Precisions (docs/PLANS.md): a uniform precision of every GEMM-like layer, or a plan file
+     * (or a checkpoint directory, whose recorded plan is reused), not both. */
+    qs_precision precision;     /* default fp32 */
+    const char *plan;           /* NULL → uniform `precision` */
+    bool allow_emulated;        /* permit precisions the backend only emulates (fp16/fp8 on the cpu) */
+    qs_grad_rounding grad_rounding;  /* UNSET → the plan's, else stochastic */
+    qs_weight_scales weight_scales;  /* UNSET → the plan's, else tensor */
+    /* Loss scaling (optim/loss_scale.h): NULL or "auto" → dynamic when any layer is fp16,
+     * none otherwise; "none", "dynamic", "dynamic:INIT", or a number (static scale). */
+    const char *loss_scale;
+    int64_t loss_scale_window;  /* dynamic: good steps before the scale doubles (0 → 2000) */
     const char *data;           /* "fashion-mnist", "cifar10", "synthetic" */
     const char *data_dir;       /* NULL → the dataset's default */
     int64_t epochs;             /* used when steps == 0 */
@@ -56,10 +68,15 @@ typedef struct qs_train_result {
     double images_per_s;        /* training throughput over this process's steps */
     bool interrupted;           /* stopped early by c->interrupt (a checkpoint was written if asked) */
     cJSON *profile;             /* per-op report when profile_steps > 0 (caller frees) */
+    cJSON *precision;           /* qs_precision_report_json of the run's model (caller frees) */
+    char precision_line[256];   /* the same in one line (qs_precision_report_line) */
+    char loss_scale_mode[16];   /* "none", "static", "dynamic" */
+    double loss_scale;          /* the final loss scale (1 for none) */
+    int64_t skipped_steps;      /* optimizer steps skipped for non-finite gradients (in total) */
 } qs_train_result;
 
 /* Fill defaults: cnn on fashion-mnist, 1 epoch, batch 128, SGD lr 0.1 (50 warm-up steps) momentum 0.9 nesterov,
- * weight decay 5e-4, cosine schedule, seed 1, eval at the end. */
+ * weight decay 5e-4, cosine schedule, seed 1, eval at the end, fp32, automatic loss scaling. */
 void qs_train_config_defaults(qs_train_config *c);
 qs_status qs_train_run(const qs_train_config *c, qs_train_result *res);
 
@@ -70,14 +87,31 @@ typedef struct qs_eval_config {
     int threads;
     const char *logits_out;     /* write logits (N, classes) as f32 safetensors; NULL → no */
     bool no_fuse;               /* keep BatchNorm and ReLU as separate ops */
+    /* precisions as in qs_train_config (zeroed: fp32; the options then count as unset) */
+    qs_precision precision;
+    const char *plan;
+    bool allow_emulated;
+    qs_grad_rounding grad_rounding;
+    qs_weight_scales weight_scales;
     qs_logger *log;
 } qs_eval_config;
 
 typedef struct qs_eval_result {
     double accuracy, loss;
     int64_t samples;
+    cJSON *precision;           /* qs_precision_report_json (caller frees) */
+    char precision_line[256];
 } qs_eval_result;
 
+/* Zeroed config with fashion-mnist, batch 256, fp32 and unset precision options. */
+void qs_eval_config_defaults(qs_eval_config *c);
 qs_status qs_eval_run(const qs_eval_config *c, qs_eval_result *res);
+
+/* A plan from `path`: a plan file, or a checkpoint (directory or model.safetensors) whose
+ * recorded plan is taken (qs_checkpoint_read_plan). */
+qs_status qs_train_load_plan(const char *path, qs_plan *out);
+/* The run's precision options from the shared fields (plan: already loaded, or NULL). */
+void qs_train_precision_options(qs_precision precision, const qs_plan *plan, bool allow_emulated,
+                                qs_grad_rounding gr, qs_weight_scales ws, qs_precision_options *out);
 
 #endif

@@ -1,0 +1,622 @@
+/* src/plan/plan_file.c — precision plan files: parse, validate, apply, write (see
+ * plan_file.h and docs/PLANS.md). */
+#include "plan/plan_file.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/atomic_file.h"
+#include "graph/precision.h"
+
+/* ------------------------------------------------------------------ names */
+
+bool qs_grad_rounding_parse(const char *s, qs_grad_rounding *out) {
+    if (s && strcmp(s, "stochastic") == 0) *out = QS_GRAD_ROUND_STOCHASTIC;
+    else if (s && strcmp(s, "nearest") == 0) *out = QS_GRAD_ROUND_NEAREST;
+    else return false;
+    return true;
+}
+
+bool qs_weight_scales_parse(const char *s, qs_weight_scales *out) {
+    if (s && strcmp(s, "tensor") == 0) *out = QS_WEIGHT_SCALES_TENSOR;
+    else if (s && strcmp(s, "channel") == 0) *out = QS_WEIGHT_SCALES_CHANNEL;
+    else return false;
+    return true;
+}
+
+const char *qs_grad_rounding_name(qs_grad_rounding r) {
+    return r == QS_GRAD_ROUND_STOCHASTIC ? "stochastic" : r == QS_GRAD_ROUND_NEAREST ? "nearest" : "unset";
+}
+
+const char *qs_weight_scales_name(qs_weight_scales w) {
+    return w == QS_WEIGHT_SCALES_TENSOR ? "tensor" : w == QS_WEIGHT_SCALES_CHANNEL ? "channel" : "unset";
+}
+
+/* "fp32, tf32, bf16, fp16, fp8, int8" */
+static void qs_plan_all_precisions(char *buf, size_t cap) {
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int p = 0; p < QS_PREC_COUNT && len < cap; p++)
+        len += (size_t)snprintf(buf + len, cap - len, "%s%s", p ? ", " : "", qs_precision_name((qs_precision)p));
+}
+
+/* ------------------------------------------------------------------ parsing */
+
+void qs_plan_free(qs_plan *p) {
+    if (!p) return;
+    free(p->layers);
+    p->layers = NULL;
+    p->n_layers = 0;
+}
+
+static void qs_plan_init(qs_plan *p, const char *origin) {
+    memset(p, 0, sizeof *p);
+    snprintf(p->origin, sizeof p->origin, "%s", origin ? origin : "(plan)");
+    p->default_prec = QS_PREC_FP32;
+    p->grad_rounding = QS_GRAD_ROUND_UNSET;
+    p->weight_scales = QS_WEIGHT_SCALES_UNSET;
+}
+
+/* Line and column (1-based) of byte offset `at` in text. */
+static void qs_plan_line_col(const char *text, size_t at, int *line, int *col) {
+    *line = 1;
+    *col = 1;
+    for (size_t i = 0; i < at && text[i]; i++) {
+        if (text[i] == '\n') {
+            (*line)++;
+            *col = 1;
+        } else {
+            (*col)++;
+        }
+    }
+}
+
+/* The string value of top-level key `key` into buf (cap bytes); wrong type or too long →
+ * QS_ERR_FORMAT. */
+static qs_status qs_plan_get_string(const qs_plan *p, const cJSON *item, const char *key, char *buf, size_t cap) {
+    if (!cJSON_IsString(item) || !item->valuestring)
+        return QS_FAIL(QS_ERR_FORMAT, "plan %s: \"%s\" must be a string", p->origin, key);
+    if (strlen(item->valuestring) >= cap)
+        return QS_FAIL(QS_ERR_FORMAT, "plan %s: \"%s\" is longer than %zu characters", p->origin, key, cap - 1);
+    snprintf(buf, cap, "%s", item->valuestring);
+    return QS_OK;
+}
+
+/* A precision string at JSON path `path` (for messages). */
+static qs_status qs_plan_get_precision(const qs_plan *p, const cJSON *item, const char *path, qs_precision *out) {
+    char all[96];
+    qs_plan_all_precisions(all, sizeof all);
+    if (!cJSON_IsString(item) || !item->valuestring)
+        return QS_FAIL(QS_ERR_FORMAT, "plan %s: %s must be a precision name string (one of %s)", p->origin, path,
+                       all);
+    if (!qs_precision_parse(item->valuestring, out))
+        return QS_FAIL(QS_ERR_FORMAT, "plan %s: %s: unknown precision \"%s\"; expected one of %s", p->origin, path,
+                       item->valuestring, all);
+    return QS_OK;
+}
+
+/* Whether an earlier sibling of `item` has the same key (cJSON keeps duplicate keys). */
+static bool qs_plan_key_repeated(const cJSON *parent, const cJSON *item) {
+    for (const cJSON *c = parent->child; c && c != item; c = c->next)
+        if (c->string && item->string && strcmp(c->string, item->string) == 0) return true;
+    return false;
+}
+
+static qs_status qs_plan_parse_precisions(qs_plan *p, const cJSON *obj) {
+    if (!cJSON_IsObject(obj))
+        return QS_FAIL(QS_ERR_FORMAT, "plan %s: \"precisions\" must be an object mapping layer names to precisions, "
+                       "e.g. {\"conv1\": \"int8\"}", p->origin);
+    int n = cJSON_GetArraySize(obj);
+    p->layers = calloc((size_t)n + 1, sizeof *p->layers);
+    if (!p->layers) return QS_FAIL(QS_ERR_OOM, "plan %s: out of memory for %d layers", p->origin, n);
+    const cJSON *item;
+    cJSON_ArrayForEach(item, obj) {
+        char path[QS_NAME_MAX + 32];
+        snprintf(path, sizeof path, "precisions[\"%.*s\"]", QS_NAME_MAX, item->string ? item->string : "");
+        if (!item->string || !item->string[0])
+            return QS_FAIL(QS_ERR_FORMAT, "plan %s: precisions has an empty layer name", p->origin);
+        if (strlen(item->string) >= QS_NAME_MAX)
+            return QS_FAIL(QS_ERR_FORMAT, "plan %s: %s: layer name longer than %d characters", p->origin, path,
+                           QS_NAME_MAX - 1);
+        if (qs_plan_key_repeated(obj, item))
+            return QS_FAIL(QS_ERR_FORMAT, "plan %s: %s appears twice; give each layer one precision", p->origin, path);
+        qs_plan_layer *l = &p->layers[p->n_layers];
+        QS_TRY(qs_plan_get_precision(p, item, path, &l->prec));
+        snprintf(l->name, sizeof l->name, "%s", item->string);
+        p->n_layers++;
+    }
+    return QS_OK;
+}
+
+static qs_status qs_plan_parse_options(qs_plan *p, const cJSON *obj) {
+    if (!cJSON_IsObject(obj))
+        return QS_FAIL(QS_ERR_FORMAT, "plan %s: \"options\" must be an object, e.g. {\"grad_rounding\": "
+                       "\"stochastic\", \"weight_scales\": \"tensor\"}", p->origin);
+    const cJSON *item;
+    cJSON_ArrayForEach(item, obj) {
+        const char *k = item->string ? item->string : "";
+        if (qs_plan_key_repeated(obj, item))
+            return QS_FAIL(QS_ERR_FORMAT, "plan %s: options.%s appears twice", p->origin, k);
+        const char *v = cJSON_IsString(item) ? item->valuestring : NULL;
+        if (strcmp(k, "grad_rounding") == 0) {
+            if (!qs_grad_rounding_parse(v, &p->grad_rounding))
+                return QS_FAIL(QS_ERR_FORMAT, "plan %s: options.grad_rounding must be \"stochastic\" or \"nearest\"%s%s%s",
+                               p->origin, v ? " (got \"" : "", v ? v : "", v ? "\")" : "");
+        } else if (strcmp(k, "weight_scales") == 0) {
+            if (!qs_weight_scales_parse(v, &p->weight_scales))
+                return QS_FAIL(QS_ERR_FORMAT, "plan %s: options.weight_scales must be \"tensor\" or \"channel\"%s%s%s",
+                               p->origin, v ? " (got \"" : "", v ? v : "", v ? "\")" : "");
+        } else {
+            return QS_FAIL(QS_ERR_FORMAT, "plan %s: options.%s is not a plan option (options are grad_rounding "
+                           "and weight_scales)", p->origin, k);
+        }
+    }
+    return QS_OK;
+}
+
+/* The top-level keys of a version-1 plan. */
+static const char *const qs_plan_keys[] = {"format", "version", "model", "config", "backend", "device_type",
+                                           "default", "precisions", "options", "comment", "predictions", NULL};
+
+static qs_status qs_plan_parse_root(qs_plan *p, const cJSON *root) {
+    if (!cJSON_IsObject(root))
+        return QS_FAIL(QS_ERR_FORMAT, "plan %s: the document must be a JSON object {\"format\": \"%s\", ...}",
+                       p->origin, QS_PLAN_FORMAT);
+    const cJSON *item;
+    cJSON_ArrayForEach(item, root) {
+        const char *k = item->string ? item->string : "";
+        bool known = false;
+        for (const char *const *q = qs_plan_keys; *q && !known; q++) known = strcmp(*q, k) == 0;
+        if (strcmp(k, "device_types") == 0)
+            return QS_FAIL(QS_ERR_FORMAT, "plan %s: per-device-type sections (\"device_types\") are not supported by "
+                           "plan version %d; give one plan per device type", p->origin, QS_PLAN_VERSION);
+        if (!known)
+            return QS_FAIL(QS_ERR_FORMAT, "plan %s: unknown key \"%s\" (a version-%d plan has format, version, model, "
+                           "config, backend, device_type, default, precisions, options, comment, predictions)",
+                           p->origin, k, QS_PLAN_VERSION);
+        if (qs_plan_key_repeated(root, item))
+            return QS_FAIL(QS_ERR_FORMAT, "plan %s: key \"%s\" appears twice", p->origin, k);
+    }
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, QS_PLAN_FORMAT) != 0)
+        return QS_FAIL(QS_ERR_FORMAT, "plan %s: \"format\" must be \"%s\" (got %s%s%s): this is not a qsync plan file",
+                       p->origin, QS_PLAN_FORMAT, cJSON_IsString(fmt) ? "\"" : "",
+                       cJSON_IsString(fmt) ? fmt->valuestring : fmt ? "a non-string" : "nothing",
+                       cJSON_IsString(fmt) ? "\"" : "");
+    const cJSON *ver = cJSON_GetObjectItemCaseSensitive(root, "version");
+    if (!cJSON_IsNumber(ver) || ver->valuedouble != floor(ver->valuedouble))
+        return QS_FAIL(QS_ERR_FORMAT, "plan %s: \"version\" must be the integer %d", p->origin, QS_PLAN_VERSION);
+    if (ver->valuedouble != QS_PLAN_VERSION)
+        return QS_FAIL(QS_ERR_FORMAT, "plan %s has version %g; this qsync reads plan version %d", p->origin,
+                       ver->valuedouble, QS_PLAN_VERSION);
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    if (!model)
+        return QS_FAIL(QS_ERR_FORMAT, "plan %s: \"model\" is missing (the model the plan is for, e.g. \"cnn\")",
+                       p->origin);
+    QS_TRY(qs_plan_get_string(p, model, "model", p->model, sizeof p->model));
+    if (!p->model[0]) return QS_FAIL(QS_ERR_FORMAT, "plan %s: \"model\" is empty", p->origin);
+    if ((item = cJSON_GetObjectItemCaseSensitive(root, "config")))
+        QS_TRY(qs_plan_get_string(p, item, "config", p->config, sizeof p->config));
+    if ((item = cJSON_GetObjectItemCaseSensitive(root, "backend")))
+        QS_TRY(qs_plan_get_string(p, item, "backend", p->backend, sizeof p->backend));
+    if ((item = cJSON_GetObjectItemCaseSensitive(root, "device_type")))
+        QS_TRY(qs_plan_get_string(p, item, "device_type", p->device_type, sizeof p->device_type));
+    if ((item = cJSON_GetObjectItemCaseSensitive(root, "comment")) && !cJSON_IsString(item))
+        return QS_FAIL(QS_ERR_FORMAT, "plan %s: \"comment\" must be a string", p->origin);
+    if ((item = cJSON_GetObjectItemCaseSensitive(root, "predictions")) && !cJSON_IsObject(item))
+        return QS_FAIL(QS_ERR_FORMAT, "plan %s: \"predictions\" must be an object", p->origin);
+    if ((item = cJSON_GetObjectItemCaseSensitive(root, "default")))
+        QS_TRY(qs_plan_get_precision(p, item, "\"default\"", &p->default_prec));
+    if ((item = cJSON_GetObjectItemCaseSensitive(root, "precisions"))) QS_TRY(qs_plan_parse_precisions(p, item));
+    if ((item = cJSON_GetObjectItemCaseSensitive(root, "options"))) QS_TRY(qs_plan_parse_options(p, item));
+    return QS_OK;
+}
+
+qs_status qs_plan_parse(const char *text, const char *origin, qs_plan *out) {
+    qs_plan_init(out, origin);
+    if (!text) return QS_FAIL(QS_ERR_INVALID_ARG, "plan %s: no text", out->origin);
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
+    if (!root) {
+        size_t at = end && end >= text ? (size_t)(end - text) : 0;
+        int line, col;
+        qs_plan_line_col(text, at, &line, &col);
+        char near[24];
+        snprintf(near, sizeof near, "%.20s", text + at);
+        for (char *c = near; *c; c++)
+            if (*c == '\n' || *c == '\r' || *c == '\t') *c = ' ';
+        qs_status st = QS_FAIL(QS_ERR_FORMAT, "plan %s: malformed JSON at line %d, column %d (near \"%s\"): a plan is "
+                               "one JSON object; check quotes, commas and braces", out->origin, line, col, near);
+        qs_plan_init(out, origin);
+        return st;
+    }
+    qs_status st = qs_plan_parse_root(out, root);
+    cJSON_Delete(root);
+    if (st != QS_OK) {
+        qs_plan_free(out);
+        qs_plan_init(out, origin);
+    }
+    return st;
+}
+
+qs_status qs_plan_read(const char *path, qs_plan *out) {
+    qs_plan_init(out, path);
+    void *data = NULL;
+    size_t size = 0;
+    qs_status st = qs_read_file(path, QS_PLAN_MAX_BYTES, &data, &size);
+    if (st != QS_OK) return qs_error_wrap(st, "reading plan file: ");
+    if (memchr(data, '\0', size)) {
+        free(data);
+        return QS_FAIL(QS_ERR_FORMAT, "plan %s: the file contains a NUL byte; a plan is a JSON text file", path);
+    }
+    st = qs_plan_parse(data, path, out);
+    free(data);
+    return st;
+}
+
+void qs_plan_uniform(const char *arch, qs_precision p, const char *origin, qs_plan *out) {
+    char buf[64];
+    if (!origin) {
+        snprintf(buf, sizeof buf, "--precision %s", qs_precision_name(p));
+        origin = buf;
+    }
+    qs_plan_init(out, origin);
+    snprintf(out->model, sizeof out->model, "%s", arch ? arch : "");
+    out->default_prec = p;
+    out->uniform = true;
+}
+
+/* ------------------------------------------------------------------ validation */
+
+static int qs_plan_find_node(const qs_model *m, const char *name) {
+    for (int i = 0; i < m->n_nodes; i++)
+        if (strcmp(m->nodes[i].name, name) == 0) return i;
+    return -1;
+}
+
+/* The first few selectable layer names of m: "conv1, conv2, fc1, fc2" (+ ", ... (N in all)"). */
+static void qs_plan_selectable_names(const qs_model *m, char *buf, size_t cap) {
+    int total = 0, shown = 0;
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < m->n_nodes; i++) {
+        if (!qs_node_precision_selectable(m->nodes[i].kind)) continue;
+        total++;
+        if (shown < 6 && len < cap) {
+            len += (size_t)snprintf(buf + len, cap - len, "%s%s", shown ? ", " : "", m->nodes[i].name);
+            shown++;
+        }
+    }
+    if (total > shown && len < cap) snprintf(buf + len, cap - len, ", ... (%d in all)", total);
+    if (total == 0) snprintf(buf, cap, "(none)");
+}
+
+/* Precisions of be by support: "fp32, bf16, int8". */
+static void qs_plan_support_list(qs_backend *be, qs_prec_support want, char *buf, size_t cap) {
+    size_t len = 0;
+    int k = 0;
+    buf[0] = '\0';
+    for (int p = 0; p < QS_PREC_COUNT && len < cap; p++)
+        if (be->ops->precision_support(be, (qs_precision)p) == want)
+            len += (size_t)snprintf(buf + len, cap - len, "%s%s", k++ ? ", " : "", qs_precision_name((qs_precision)p));
+    if (!k) snprintf(buf, cap, "none");
+}
+
+/* Where a precision of the plan comes from, for messages: `precisions["conv1"] = int8` or
+ * `"default" = int8 (layer conv1 and others)`. */
+static void qs_plan_where(const qs_plan *p, const qs_model *m, qs_precision prec, char *buf, size_t cap) {
+    for (int i = 0; i < p->n_layers; i++)
+        if (p->layers[i].prec == prec) {
+            snprintf(buf, cap, "precisions[\"%s\"] = %s", p->layers[i].name, qs_precision_name(prec));
+            return;
+        }
+    const char *first = "?";
+    int n = 0;
+    for (int i = 0; i < m->n_nodes; i++) {
+        const qs_node *nd = &m->nodes[i];
+        if (!qs_node_precision_selectable(nd->kind)) continue;
+        bool listed = false;
+        for (int k = 0; k < p->n_layers && !listed; k++) listed = strcmp(p->layers[k].name, nd->name) == 0;
+        if (!listed && n++ == 0) first = nd->name;
+    }
+    snprintf(buf, cap, "\"default\" = %s (layer %s%s)", qs_precision_name(prec), first, n > 1 ? " and others" : "");
+}
+
+/* Which precisions some selectable layer of m would get from p. */
+static void qs_plan_used(const qs_plan *p, const qs_model *m, bool used[QS_PREC_COUNT]) {
+    for (int q = 0; q < QS_PREC_COUNT; q++) used[q] = false;
+    for (int i = 0; i < p->n_layers; i++) used[p->layers[i].prec] = true;
+    for (int i = 0; i < m->n_nodes; i++) {
+        const qs_node *nd = &m->nodes[i];
+        if (!qs_node_precision_selectable(nd->kind)) continue;
+        bool listed = false;
+        for (int k = 0; k < p->n_layers && !listed; k++) listed = strcmp(p->layers[k].name, nd->name) == 0;
+        if (!listed) used[p->default_prec] = true;
+    }
+}
+
+static qs_status qs_plan_check_backend(const qs_plan *p, const qs_model *m, qs_backend *be, bool allow_emulated) {
+    if (p->backend[0] && strcmp(p->backend, be->ops->name) != 0)
+        return QS_FAIL(QS_ERR_MISMATCH, "plan %s is for the %s backend, but this run uses %s: use a plan written for "
+                       "%s (or remove \"backend\" from it)", p->origin, p->backend, be->ops->name, be->ops->name);
+    bool used[QS_PREC_COUNT];
+    qs_plan_used(p, m, used);
+    char native[96], emulated[96], where[768];
+    qs_plan_support_list(be, QS_PREC_NATIVE, native, sizeof native);
+    qs_plan_support_list(be, QS_PREC_EMULATED, emulated, sizeof emulated);
+    for (int q = 0; q < QS_PREC_COUNT; q++) {
+        if (!used[q]) continue;
+        qs_precision prec = (qs_precision)q;
+        qs_prec_support s = be->ops->precision_support(be, prec);
+        if (s == QS_PREC_NATIVE) continue;
+        if (p->uniform) snprintf(where, sizeof where, "%s", p->origin);
+        else {
+            char w[QS_NAME_MAX + 48];
+            qs_plan_where(p, m, prec, w, sizeof w);
+            snprintf(where, sizeof where, "plan %s: %s", p->origin, w);
+        }
+        if (s == QS_PREC_UNSUPPORTED)
+            return QS_FAIL(QS_ERR_UNSUPPORTED, "%s: the %s backend cannot run %s; choose one of %s (native here) or %s "
+                           "(emulated, with --allow-emulated)", where, be->ops->name, qs_precision_name(prec), native,
+                           emulated);
+        if (!allow_emulated)
+            return QS_FAIL(QS_ERR_UNSUPPORTED, "%s: %s is only emulated on the %s backend (operands rounded to %s, "
+                           "arithmetic in fp32: numerically faithful, not faster); pass --allow-emulated to run it "
+                           "anyway, or choose one of %s (native here)", where, qs_precision_name(prec), be->ops->name,
+                           qs_precision_name(prec), native);
+    }
+    return QS_OK;
+}
+
+qs_status qs_plan_validate(const qs_plan *p, const qs_model *m, qs_backend *be, bool allow_emulated) {
+    if (!p || !m) return QS_FAIL(QS_ERR_INVALID_ARG, "qs_plan_validate: plan and model are required");
+    if (strcmp(p->model, m->arch) != 0)
+        return QS_FAIL(QS_ERR_MISMATCH, "plan %s is for model %s, but this run's model is %s: write a plan for %s "
+                       "(qsync models %s lists its layers)", p->origin, p->model, m->arch, m->arch, m->arch);
+    if (p->config[0] && strcmp(p->config, m->config) != 0)
+        return QS_FAIL(QS_ERR_MISMATCH, "plan %s is for %s built with \"%s\", but this run builds \"%s\": use a plan "
+                       "made for these model options (or remove \"config\" from it to apply it to any)", p->origin,
+                       p->model, p->config, m->config);
+    for (int i = 0; i < p->n_layers; i++) {
+        const qs_plan_layer *l = &p->layers[i];
+        int k = qs_plan_find_node(m, l->name);
+        if (k < 0) {
+            char names[512];
+            qs_plan_selectable_names(m, names, sizeof names);
+            return QS_FAIL(QS_ERR_NOT_FOUND, "plan %s: precisions[\"%s\"]: model %s has no layer \"%s\"; its layers "
+                           "with a selectable precision are %s (see qsync models %s)", p->origin, l->name, m->arch,
+                           l->name, names, m->arch);
+        }
+        const qs_node *nd = &m->nodes[k];
+        if (!qs_node_precision_selectable(nd->kind)) {
+            const qs_layer_impl *impl = qs_layer_impl_for(nd->kind);
+            return QS_FAIL(QS_ERR_INVALID_ARG, "plan %s: precisions[\"%s\"]: layer \"%s\" is a %s, whose precision "
+                           "cannot be chosen (only Linear and Conv2d layers can; normalizations, pooling and the loss "
+                           "stay fp32): remove it from the plan", p->origin, l->name, l->name,
+                           impl && impl->kind_name ? impl->kind_name : "node of another kind");
+        }
+    }
+    if (be) QS_TRY(qs_plan_check_backend(p, m, be, allow_emulated));
+    return QS_OK;
+}
+
+qs_status qs_plan_apply(const qs_plan *p, qs_model *m, qs_backend *be, bool allow_emulated) {
+    QS_TRY(qs_plan_validate(p, m, be, allow_emulated));
+    for (int i = 0; i < m->n_nodes; i++) {
+        qs_node *nd = &m->nodes[i];
+        if (!qs_node_precision_selectable(nd->kind)) continue;
+        nd->prec = p->default_prec;
+        for (int k = 0; k < p->n_layers; k++)
+            if (strcmp(p->layers[k].name, nd->name) == 0) nd->prec = p->layers[k].prec;
+    }
+    m->grad_round_nearest = p->grad_rounding == QS_GRAD_ROUND_NEAREST;
+    m->weight_per_channel = p->weight_scales == QS_WEIGHT_SCALES_CHANNEL;
+    return QS_OK;
+}
+
+/* ------------------------------------------------------------------ writing */
+
+qs_status qs_plan_from_model(const qs_model *m, qs_plan *out) {
+    qs_plan_init(out, m->arch);
+    snprintf(out->model, sizeof out->model, "%s", m->arch);
+    snprintf(out->config, sizeof out->config, "%s", m->config);
+    out->grad_rounding = m->grad_round_nearest ? QS_GRAD_ROUND_NEAREST : QS_GRAD_ROUND_STOCHASTIC;
+    out->weight_scales = m->weight_per_channel ? QS_WEIGHT_SCALES_CHANNEL : QS_WEIGHT_SCALES_TENSOR;
+    out->layers = calloc((size_t)m->n_nodes + 1, sizeof *out->layers);
+    if (!out->layers) return QS_FAIL(QS_ERR_OOM, "plan of model %s: out of memory", m->arch);
+    for (int i = 0; i < m->n_nodes; i++) {
+        const qs_node *nd = &m->nodes[i];
+        if (!qs_node_precision_selectable(nd->kind)) continue;
+        qs_plan_layer *l = &out->layers[out->n_layers++];
+        snprintf(l->name, sizeof l->name, "%s", nd->name);
+        l->prec = nd->prec;
+    }
+    return QS_OK;
+}
+
+cJSON *qs_plan_to_json(const qs_plan *p) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return NULL;
+    bool ok = cJSON_AddStringToObject(o, "format", QS_PLAN_FORMAT) && cJSON_AddNumberToObject(o, "version", QS_PLAN_VERSION) &&
+              cJSON_AddStringToObject(o, "model", p->model);
+    if (ok && p->config[0]) ok = cJSON_AddStringToObject(o, "config", p->config) != NULL;
+    if (ok && p->backend[0]) ok = cJSON_AddStringToObject(o, "backend", p->backend) != NULL;
+    if (ok && p->device_type[0]) ok = cJSON_AddStringToObject(o, "device_type", p->device_type) != NULL;
+    if (ok) ok = cJSON_AddStringToObject(o, "default", qs_precision_name(p->default_prec)) != NULL;
+    cJSON *prec = ok ? cJSON_AddObjectToObject(o, "precisions") : NULL;
+    ok = prec != NULL;
+    for (int i = 0; ok && i < p->n_layers; i++)
+        ok = cJSON_AddStringToObject(prec, p->layers[i].name, qs_precision_name(p->layers[i].prec)) != NULL;
+    if (ok && (p->grad_rounding != QS_GRAD_ROUND_UNSET || p->weight_scales != QS_WEIGHT_SCALES_UNSET)) {
+        cJSON *opt = cJSON_AddObjectToObject(o, "options");
+        ok = opt != NULL;
+        if (ok && p->grad_rounding != QS_GRAD_ROUND_UNSET)
+            ok = cJSON_AddStringToObject(opt, "grad_rounding", qs_grad_rounding_name(p->grad_rounding)) != NULL;
+        if (ok && p->weight_scales != QS_WEIGHT_SCALES_UNSET)
+            ok = cJSON_AddStringToObject(opt, "weight_scales", qs_weight_scales_name(p->weight_scales)) != NULL;
+    }
+    if (!ok) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+qs_status qs_plan_save(const qs_plan *p, const char *path) {
+    cJSON *o = qs_plan_to_json(p);
+    char *text = o ? cJSON_Print(o) : NULL;
+    cJSON_Delete(o);
+    if (!text) return QS_FAIL(QS_ERR_OOM, "writing plan %s: out of memory", path);
+    size_t n = strlen(text);
+    char *buf = realloc(text, n + 2);
+    if (!buf) {
+        free(text);
+        return QS_FAIL(QS_ERR_OOM, "writing plan %s: out of memory", path);
+    }
+    buf[n] = '\n';
+    buf[n + 1] = '\0';
+    qs_status st = qs_write_file_atomic(path, buf, n + 1);
+    free(buf);
+    if (st != QS_OK) return qs_error_wrap(st, "writing plan %s: ", path);
+    return QS_OK;
+}
+
+qs_status qs_plan_write(const qs_model *m, const char *path) {
+    qs_plan p;
+    QS_TRY(qs_plan_from_model(m, &p));
+    qs_status st = qs_plan_save(&p, path);
+    qs_plan_free(&p);
+    return st;
+}
+
+char *qs_plan_model_json(const qs_model *m) {
+    qs_plan p;
+    if (qs_plan_from_model(m, &p) != QS_OK) return NULL;
+    cJSON *o = qs_plan_to_json(&p);
+    qs_plan_free(&p);
+    char *s = o ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    return s;
+}
+
+/* Differences collected by qs_plan_compare: the first few, then a count. */
+typedef struct qs_plan_diff {
+    char text[768];
+    size_t len;
+    int n;
+} qs_plan_diff;
+
+__attribute__((format(printf, 2, 3))) static void qs_plan_diff_add(qs_plan_diff *d, const char *fmt, ...) {
+    if (d->n++ >= 4 || d->len >= sizeof d->text) return;
+    if (d->n > 1) d->len += (size_t)snprintf(d->text + d->len, sizeof d->text - d->len, "; ");
+    if (d->len >= sizeof d->text) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(d->text + d->len, sizeof d->text - d->len, fmt, ap);
+    va_end(ap);
+    if (k > 0) d->len += (size_t)k;
+}
+
+qs_status qs_plan_compare(const qs_plan *saved, const qs_model *m, const char *what) {
+    qs_plan_diff d;
+    memset(&d, 0, sizeof d);
+    if (strcmp(saved->model, m->arch) != 0) qs_plan_diff_add(&d, "model %s (this run: %s)", saved->model, m->arch);
+    for (int i = 0; i < m->n_nodes; i++) {
+        const qs_node *nd = &m->nodes[i];
+        if (!qs_node_precision_selectable(nd->kind)) continue;
+        qs_precision want = saved->default_prec;
+        for (int k = 0; k < saved->n_layers; k++)
+            if (strcmp(saved->layers[k].name, nd->name) == 0) want = saved->layers[k].prec;
+        if (want != nd->prec)
+            qs_plan_diff_add(&d, "%s at %s (this run: %s)", nd->name, qs_precision_name(want), qs_precision_name(nd->prec));
+    }
+    bool nearest = saved->grad_rounding == QS_GRAD_ROUND_NEAREST;
+    bool channel = saved->weight_scales == QS_WEIGHT_SCALES_CHANNEL;
+    if (nearest != m->grad_round_nearest)
+        qs_plan_diff_add(&d, "gradients rounded %s (this run: %s)", nearest ? "to nearest" : "stochastically",
+                         m->grad_round_nearest ? "to nearest" : "stochastically");
+    if (channel != m->weight_per_channel)
+        qs_plan_diff_add(&d, "weight scales per %s (this run: per %s)", channel ? "channel" : "tensor",
+                         m->weight_per_channel ? "channel" : "tensor");
+    if (d.n == 0) return QS_OK;
+    return QS_FAIL(QS_ERR_MISMATCH, "%s other precisions: %s%s", what, d.text, d.n > 4 ? "; ..." : "");
+}
+
+/* ------------------------------------------------------------------ run set-up and reports */
+
+void qs_precision_options_default(qs_precision_options *o) {
+    memset(o, 0, sizeof *o);
+    o->uniform = QS_PREC_FP32;
+    o->grad_rounding = QS_GRAD_ROUND_UNSET;
+    o->weight_scales = QS_WEIGHT_SCALES_UNSET;
+}
+
+qs_status qs_precision_setup(qs_model *m, qs_backend *be, const qs_precision_options *o) {
+    if (o->plan && o->uniform != QS_PREC_FP32)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "a plan (%s) and a uniform precision (%s) were both given: use one; a plan "
+                       "sets the precision of unlisted layers with \"default\"", o->plan->origin,
+                       qs_precision_name(o->uniform));
+    if (o->plan) {
+        QS_TRY(qs_plan_apply(o->plan, m, be, o->allow_emulated));
+    } else {
+        qs_plan u;
+        qs_plan_uniform(m->arch, o->uniform, NULL, &u);
+        QS_TRY(qs_plan_apply(&u, m, be, o->allow_emulated));
+    }
+    if (o->grad_rounding != QS_GRAD_ROUND_UNSET) m->grad_round_nearest = o->grad_rounding == QS_GRAD_ROUND_NEAREST;
+    if (o->weight_scales != QS_WEIGHT_SCALES_UNSET) m->weight_per_channel = o->weight_scales == QS_WEIGHT_SCALES_CHANNEL;
+    return qs_model_insert_casts(m, NULL);
+}
+
+cJSON *qs_precision_report_json(const qs_model *m, qs_backend *be) {
+    int counts[QS_PREC_COUNT];
+    qs_model_precision_counts(m, counts);
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return NULL;
+    cJSON *c = cJSON_AddObjectToObject(o, "counts");
+    cJSON *sup = cJSON_AddObjectToObject(o, "support");
+    cJSON *nat = cJSON_AddArrayToObject(o, "native");
+    cJSON *emu = cJSON_AddArrayToObject(o, "emulated");
+    cJSON_AddStringToObject(o, "grad_rounding", m->grad_round_nearest ? "nearest" : "stochastic");
+    cJSON_AddStringToObject(o, "weight_scales", m->weight_per_channel ? "channel" : "tensor");
+    cJSON *layers = cJSON_AddObjectToObject(o, "layers");
+    if (!c || !sup || !nat || !emu || !layers) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    for (int q = 0; q < QS_PREC_COUNT; q++) {
+        if (!counts[q]) continue;
+        const char *name = qs_precision_name((qs_precision)q);
+        cJSON_AddNumberToObject(c, name, counts[q]);
+        if (!be) continue;
+        qs_prec_support s = be->ops->precision_support(be, (qs_precision)q);
+        cJSON_AddStringToObject(sup, name, qs_prec_support_name(s));
+        if (s == QS_PREC_NATIVE) cJSON_AddItemToArray(nat, cJSON_CreateString(name));
+        else if (s == QS_PREC_EMULATED) cJSON_AddItemToArray(emu, cJSON_CreateString(name));
+    }
+    for (int i = 0; i < m->n_nodes; i++)
+        if (qs_node_precision_selectable(m->nodes[i].kind))
+            cJSON_AddStringToObject(layers, m->nodes[i].name, qs_precision_name(m->nodes[i].prec));
+    return o;
+}
+
+void qs_precision_report_line(const qs_model *m, qs_backend *be, char *buf, size_t cap) {
+    int counts[QS_PREC_COUNT];
+    qs_model_precision_counts(m, counts);
+    size_t len = 0;
+    int k = 0;
+    buf[0] = '\0';
+    for (int q = 0; q < QS_PREC_COUNT && len < cap; q++) {
+        if (!counts[q]) continue;
+        const char *sup = be ? qs_prec_support_name(be->ops->precision_support(be, (qs_precision)q)) : "?";
+        len += (size_t)snprintf(buf + len, cap - len, "%s%d x %s (%s)", k++ ? ", " : "", counts[q],
+                                qs_precision_name((qs_precision)q), sup);
+    }
+    if (!k && len < cap) len += (size_t)snprintf(buf + len, cap - len, "no selectable layers");
+    if (len < cap)
+        snprintf(buf + len, cap - len, "; gradients rounded %s, weight scales per %s",
+                 m->grad_round_nearest ? "to nearest" : "stochastically", m->weight_per_channel ? "channel" : "tensor");
+}

@@ -1,0 +1,137 @@
+/* src/plan/plan_file.h — defines: precision plan files (which compute precision each
+ * GEMM-like layer of a model runs at, plus the quantization options), their validation
+ * against a built model and a backend, applying them to a model, writing a model's current
+ * precisions back out, and the precision set-up shared by `qsync train` and `qsync eval`.
+ *
+ * The file format (JSON, "format": "qsync-plan", "version": 1) is specified in docs/PLANS.md:
+ *   {"format": "qsync-plan", "version": 1, "model": "cnn",
+ *    "config": "in_h=28 ...",            optional: the model's build config (checked if present)
+ *    "backend": "cpu",                   optional: checked against the backend if present
+ *    "device_type": "xeon-avx512",       optional label, recorded (per-device sections later)
+ *    "default": "fp32",                  optional, precision of the layers not listed
+ *    "precisions": {"conv1": "int8", "fc1": "bf16"},
+ *    "options": {"grad_rounding": "stochastic"|"nearest", "weight_scales": "tensor"|"channel"},
+ *    "comment": "...", "predictions": {...}}   optional, not interpreted
+ *
+ * Order of use (see graph/precision.h): build → qs_model_finalize → qs_model_fuse →
+ * qs_plan_apply (or qs_precision_setup) → qs_model_insert_casts → qs_model_setup.
+ *
+ * Errors (each message names the file, the JSON path of the offending key and what to do):
+ *   QS_ERR_IO / QS_ERR_NOT_FOUND   the file cannot be read
+ *   QS_ERR_FORMAT       malformed JSON (line:column), wrong "format" or "version", a key of the
+ *                       wrong type, an unknown key, an unknown precision or option value, a
+ *                       layer listed twice
+ *   QS_ERR_MISMATCH     the plan is for another model ("model", "config") or backend
+ *   QS_ERR_NOT_FOUND    a layer the model does not have (a few valid names are listed)
+ *   QS_ERR_INVALID_ARG  a layer whose precision cannot be chosen (e.g. a BatchNorm2d)
+ *   QS_ERR_UNSUPPORTED  a precision the backend cannot run, or one it only emulates when
+ *                       allow_emulated is false */
+#ifndef QSYNC_PLAN_PLAN_FILE_H
+#define QSYNC_PLAN_PLAN_FILE_H
+
+#include <stdbool.h>
+#include <cjson/cJSON.h>
+#include "qsync/status.h"
+#include "qsync/dtype.h"
+#include "core/backend.h"
+#include "graph/graph.h"
+
+#define QS_PLAN_FORMAT "qsync-plan"
+#define QS_PLAN_VERSION 1
+#define QS_PLAN_MAX_BYTES ((size_t)16 << 20)
+
+/* Gradient rounding and INT8 weight-scale granularity of low-precision GEMMs
+ * (qs_model.grad_round_nearest / qs_model.weight_per_channel). UNSET: not given. */
+typedef enum qs_grad_rounding { QS_GRAD_ROUND_UNSET = -1, QS_GRAD_ROUND_STOCHASTIC = 0, QS_GRAD_ROUND_NEAREST } qs_grad_rounding;
+typedef enum qs_weight_scales { QS_WEIGHT_SCALES_UNSET = -1, QS_WEIGHT_SCALES_TENSOR = 0, QS_WEIGHT_SCALES_CHANNEL } qs_weight_scales;
+
+/* "stochastic"/"nearest" and "tensor"/"channel"; false if unknown. */
+bool qs_grad_rounding_parse(const char *s, qs_grad_rounding *out);
+bool qs_weight_scales_parse(const char *s, qs_weight_scales *out);
+const char *qs_grad_rounding_name(qs_grad_rounding r);   /* "stochastic", "nearest", "unset" */
+const char *qs_weight_scales_name(qs_weight_scales w);   /* "tensor", "channel", "unset" */
+
+typedef struct qs_plan_layer {
+    char name[QS_NAME_MAX];
+    qs_precision prec;
+} qs_plan_layer;
+
+typedef struct qs_plan {
+    char origin[512];          /* where it came from, for messages: a path or "--precision int8" */
+    char model[32];            /* arch the plan is for (required) */
+    char config[256];          /* model build config; "" = any */
+    char backend[16];          /* "cpu", "cuda"; "" = any */
+    char device_type[64];      /* free-form label; "" = none (recorded, not checked, in version 1) */
+    qs_precision default_prec; /* layers not listed */
+    qs_plan_layer *layers;     /* listed layers, in file order */
+    int n_layers;
+    qs_grad_rounding grad_rounding;
+    qs_weight_scales weight_scales;
+    bool uniform;              /* made by qs_plan_uniform (messages speak of --precision) */
+} qs_plan;
+
+/* Parse plan text (NUL-terminated); `origin` names it in messages (a path). On failure *out
+ * is zeroed (safe to qs_plan_free). */
+qs_status qs_plan_parse(const char *text, const char *origin, qs_plan *out);
+/* Read and parse the plan file at path. */
+qs_status qs_plan_read(const char *path, qs_plan *out);
+void qs_plan_free(qs_plan *p);
+
+/* A plan putting every selectable layer of model `arch` at p (origin e.g. "--precision int8"). */
+void qs_plan_uniform(const char *arch, qs_precision p, const char *origin, qs_plan *out);
+
+/* Check p against model m (its arch, config and layer names) and backend be (may be NULL to
+ * skip the backend checks). Emulated precisions are refused unless allow_emulated. Only
+ * precisions that some layer would actually get are checked against the backend. */
+qs_status qs_plan_validate(const qs_plan *p, const qs_model *m, qs_backend *be, bool allow_emulated);
+
+/* Validate, then set node->prec of every selectable node (listed: the plan's precision;
+ * others: the plan's default) and the options (grad_round_nearest, weight_per_channel; an
+ * option the plan does not give takes its default: stochastic, tensor). m is unchanged on
+ * failure. Call before qs_model_insert_casts / qs_model_setup. */
+qs_status qs_plan_apply(const qs_plan *p, qs_model *m, qs_backend *be, bool allow_emulated);
+
+/* The plan of m's current state: every selectable node listed explicitly, default fp32,
+ * the model's arch and config, and its options. *out must be freed with qs_plan_free. */
+qs_status qs_plan_from_model(const qs_model *m, qs_plan *out);
+/* The plan as a JSON document (caller frees with cJSON_Delete); NULL when out of memory. */
+cJSON *qs_plan_to_json(const qs_plan *p);
+/* Write p to path atomically (temp file, fsync, rename), pretty-printed. */
+qs_status qs_plan_save(const qs_plan *p, const char *path);
+/* qs_plan_from_model + qs_plan_save. */
+qs_status qs_plan_write(const qs_model *m, const char *path);
+/* m's plan as compact JSON text (malloc'ed; checkpoint metadata); NULL when out of memory. */
+char *qs_plan_model_json(const qs_model *m);
+
+/* Whether m's per-node precisions and options are those of plan `saved` (every selectable
+ * node at the precision `saved` gives it, same options; unset options in `saved` mean the
+ * defaults). QS_ERR_MISMATCH describing the first differences otherwise, prefixed by `what`
+ * (e.g. "--resume runs/x was trained with"). */
+qs_status qs_plan_compare(const qs_plan *saved, const qs_model *m, const char *what);
+
+/* ---- the precision set-up of a run (train and eval share it) ---- */
+typedef struct qs_precision_options {
+    qs_precision uniform;            /* used when plan is NULL */
+    const qs_plan *plan;             /* NULL: uniform over every selectable layer */
+    bool allow_emulated;
+    qs_grad_rounding grad_rounding;  /* UNSET: the plan's, else stochastic */
+    qs_weight_scales weight_scales;  /* UNSET: the plan's, else tensor */
+} qs_precision_options;
+
+/* Defaults: uniform fp32, no plan, emulation refused, options unset. */
+void qs_precision_options_default(qs_precision_options *o);
+
+/* Apply o to m for backend be (validating exactly as qs_plan_apply, a uniform precision
+ * included), set the options, then insert the quantizing casts (qs_model_insert_casts). Call
+ * after qs_model_fuse and before qs_model_setup. */
+qs_status qs_precision_setup(qs_model *m, qs_backend *be, const qs_precision_options *o);
+
+/* Summary of m's precisions on be: {"counts": {"fp32": 2, "int8": 2}, "support": {"int8":
+ * "native", ...} (the precisions in use), "native": [...], "emulated": [...],
+ * "grad_rounding", "weight_scales", "layers": {"conv1": "int8", ...}}. NULL on OOM. */
+cJSON *qs_precision_report_json(const qs_model *m, qs_backend *be);
+/* One line such as "int8 ×2 (native), fp32 ×2 (native); gradients stochastic, weight scales
+ * per tensor" into buf. */
+void qs_precision_report_line(const qs_model *m, qs_backend *be, char *buf, size_t cap);
+
+#endif

@@ -1,0 +1,413 @@
+/* tests/test_plan.c — precision plan files (src/plan/plan_file.h, docs/PLANS.md): parsing with
+ * precise errors, validation against a built model and the CPU backend (unknown layers,
+ * layers without a selectable precision, plans for another model, unsupported and emulated
+ * precisions), applying, the write → read → apply round trip, the comparison used on resume,
+ * the run set-up shared by train and eval, and that every example plan is valid. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/atomic_file.h"
+#include "graph/precision.h"
+#include "graph_helpers.h"
+#include "models/models.h"
+#include "plan/plan_file.h"
+#include "run_cmd.h"
+
+static qs_backend *g_be;
+
+static int group_setup(void **state) {
+    if (qs_test_backend_create(1, &g_be) != 0) return -1;
+    return qs_test_tmpdir_setup(state);
+}
+
+static int group_teardown(void **state) {
+    qs_test_backend_destroy(&g_be);
+    return qs_test_tmpdir_teardown(state);
+}
+
+/* `arch` for 28×28×1 inputs with base width `width`, finalized and fused (not set up). */
+static qs_model *build(const char *arch, int64_t width) {
+    qs_model_options o = qs_models_default_options(28, 28, 1, 10);
+    o.width = width;
+    qs_model *m = NULL;
+    ASSERT_OK(qs_models_build(arch, &o, &m));
+    qs_model_fuse(m);
+    return m;
+}
+
+static qs_node *node(qs_model *m, const char *name) {
+    for (int i = 0; i < m->n_nodes; i++)
+        if (strcmp(m->nodes[i].name, name) == 0) return &m->nodes[i];
+    fail_msg("model %s has no node %s", m->arch, name);
+    return NULL;
+}
+
+/* Expect status `want` and every needle (NULL-terminated list) in the error message. */
+static void expect_error(qs_status got, qs_status want, const char *what, ...) {
+    const char *msg = qs_last_error();
+    if (got != want)
+        fail_msg("%s: got %s (%s), want %s", what, qs_status_name(got), msg, qs_status_name(want));
+    va_list ap;
+    va_start(ap, what);
+    for (const char *needle = va_arg(ap, const char *); needle; needle = va_arg(ap, const char *))
+        if (!strstr(msg, needle)) {
+            va_end(ap);
+            fail_msg("%s: message lacks \"%s\": %s", what, needle, msg);
+        }
+    va_end(ap);
+    printf("  %s -> %s: %s\n", what, qs_status_name(got), msg);
+}
+
+/* Parse text and expect failure `want` with the needles in the message. */
+#define PARSE_FAILS(text, want, ...)                                                  \
+    do {                                                                              \
+        qs_plan p_;                                                                   \
+        qs_status st_ = qs_plan_parse((text), "t.json", &p_);                         \
+        expect_error(st_, (want), #text, __VA_ARGS__, (const char *)NULL);            \
+        assert_int_equal(p_.n_layers, 0);                                             \
+        qs_plan_free(&p_);                                                            \
+    } while (0)
+
+#define HDR "\"format\": \"qsync-plan\", \"version\": 1, "
+
+static void test_parse_valid(void **state) {
+    const char *text = "{" HDR "\"model\": \"cnn\", \"config\": \"in_h=28\", \"backend\": \"cpu\", "
+                       "\"device_type\": \"xeon\", \"default\": \"bf16\", \"comment\": \"hi\", \"predictions\": {\"t\": 1},"
+                       "\"precisions\": {\"conv1\": \"int8\", \"fc1\": \"fp16\"},"
+                       "\"options\": {\"grad_rounding\": \"nearest\", \"weight_scales\": \"channel\"}}";
+    qs_plan p;
+    ASSERT_OK(qs_plan_parse(text, "t.json", &p));
+    assert_string_equal(p.model, "cnn");
+    assert_string_equal(p.config, "in_h=28");
+    assert_string_equal(p.backend, "cpu");
+    assert_string_equal(p.device_type, "xeon");
+    assert_int_equal(p.default_prec, QS_PREC_BF16);
+    assert_int_equal(p.n_layers, 2);
+    assert_string_equal(p.layers[0].name, "conv1");
+    assert_int_equal(p.layers[0].prec, QS_PREC_INT8);
+    assert_string_equal(p.layers[1].name, "fc1");
+    assert_int_equal(p.layers[1].prec, QS_PREC_FP16);
+    assert_int_equal(p.grad_rounding, QS_GRAD_ROUND_NEAREST);
+    assert_int_equal(p.weight_scales, QS_WEIGHT_SCALES_CHANNEL);
+    qs_plan_free(&p);
+    /* the minimum: format, version, model */
+    ASSERT_OK(qs_plan_parse("{" HDR "\"model\": \"mlp\"}", "t.json", &p));
+    assert_int_equal(p.default_prec, QS_PREC_FP32);
+    assert_int_equal(p.n_layers, 0);
+    assert_int_equal(p.grad_rounding, QS_GRAD_ROUND_UNSET);
+    assert_int_equal(p.weight_scales, QS_WEIGHT_SCALES_UNSET);
+    qs_plan_free(&p);
+}
+
+static void test_parse_errors(void **state) {
+    PARSE_FAILS("{" HDR "\n\"model\": \"cnn\",\n\"precisions\": {\"conv1\": \"int8\",}}", QS_ERR_FORMAT, "t.json",
+                "malformed JSON at line 3");
+    PARSE_FAILS("", QS_ERR_FORMAT, "malformed JSON at line 1, column 1");
+    PARSE_FAILS("{" HDR "\"model\": \"cnn\"} trailing", QS_ERR_FORMAT, "malformed JSON");
+    PARSE_FAILS("[1, 2]", QS_ERR_FORMAT, "must be a JSON object");
+    PARSE_FAILS("{\"version\": 1, \"model\": \"cnn\"}", QS_ERR_FORMAT, "\"format\" must be \"qsync-plan\"", "nothing");
+    PARSE_FAILS("{\"format\": \"qsync.model\", \"version\": 1, \"model\": \"cnn\"}", QS_ERR_FORMAT,
+                "(got \"qsync.model\")", "not a qsync plan");
+    PARSE_FAILS("{\"format\": \"qsync-plan\", \"version\": 2, \"model\": \"cnn\"}", QS_ERR_FORMAT, "version 2",
+                "reads plan version 1");
+    PARSE_FAILS("{\"format\": \"qsync-plan\", \"version\": \"1\", \"model\": \"cnn\"}", QS_ERR_FORMAT,
+                "\"version\" must be the integer 1");
+    PARSE_FAILS("{\"format\": \"qsync-plan\", \"model\": \"cnn\"}", QS_ERR_FORMAT, "\"version\"");
+    PARSE_FAILS("{" HDR "\"precisions\": {}}", QS_ERR_FORMAT, "\"model\" is missing");
+    PARSE_FAILS("{" HDR "\"model\": 3}", QS_ERR_FORMAT, "\"model\" must be a string");
+    PARSE_FAILS("{" HDR "\"model\": \"\"}", QS_ERR_FORMAT, "\"model\" is empty");
+    PARSE_FAILS("{" HDR "\"model\": \"cnn\", \"precision\": {\"conv1\": \"int8\"}}", QS_ERR_FORMAT,
+                "unknown key \"precision\"", "precisions");
+    PARSE_FAILS("{" HDR "\"model\": \"cnn\", \"device_types\": {}}", QS_ERR_FORMAT, "device_types",
+                "one plan per device type");
+    PARSE_FAILS("{" HDR "\"model\": \"cnn\", \"model\": \"mlp\"}", QS_ERR_FORMAT, "\"model\" appears twice");
+    PARSE_FAILS("{" HDR "\"model\": \"cnn\", \"precisions\": [\"int8\"]}", QS_ERR_FORMAT,
+                "\"precisions\" must be an object");
+    PARSE_FAILS("{" HDR "\"model\": \"cnn\", \"precisions\": {\"conv1\": \"int4\"}}", QS_ERR_FORMAT,
+                "t.json: precisions[\"conv1\"]: unknown precision \"int4\"", "fp32, tf32, bf16, fp16, fp8, int8");
+    PARSE_FAILS("{" HDR "\"model\": \"cnn\", \"precisions\": {\"conv1\": 8}}", QS_ERR_FORMAT,
+                "precisions[\"conv1\"] must be a precision name");
+    PARSE_FAILS("{" HDR "\"model\": \"cnn\", \"precisions\": {\"conv1\": \"int8\", \"conv1\": \"bf16\"}}",
+                QS_ERR_FORMAT, "precisions[\"conv1\"] appears twice");
+    PARSE_FAILS("{" HDR "\"model\": \"cnn\", \"precisions\": {\"\": \"int8\"}}", QS_ERR_FORMAT, "empty layer name");
+    PARSE_FAILS("{" HDR "\"model\": \"cnn\", \"default\": \"fp64\"}", QS_ERR_FORMAT, "\"default\": unknown precision");
+    PARSE_FAILS("{" HDR "\"model\": \"cnn\", \"options\": {\"rounding\": \"nearest\"}}", QS_ERR_FORMAT,
+                "options.rounding is not a plan option");
+    PARSE_FAILS("{" HDR "\"model\": \"cnn\", \"options\": {\"grad_rounding\": \"down\"}}", QS_ERR_FORMAT,
+                "options.grad_rounding must be \"stochastic\" or \"nearest\" (got \"down\")");
+    PARSE_FAILS("{" HDR "\"model\": \"cnn\", \"options\": {\"weight_scales\": 1}}", QS_ERR_FORMAT,
+                "options.weight_scales must be \"tensor\" or \"channel\"");
+    PARSE_FAILS("{" HDR "\"model\": \"cnn\", \"comment\": 5}", QS_ERR_FORMAT, "\"comment\" must be a string");
+}
+
+static void test_read_errors(void **state) {
+    char path[512];
+    qs_plan p;
+    snprintf(path, sizeof path, "%s/none.json", qs_test_tmp);
+    expect_error(qs_plan_read(path, &p), QS_ERR_NOT_FOUND, "missing file", "none.json", (const char *)NULL);
+    snprintf(path, sizeof path, "%s/bad.json", qs_test_tmp);
+    const char *bad = "{\"format\": \"qsync-plan\",\n \"version\": 1,\n \"model\": cnn}\n";
+    ASSERT_OK(qs_write_file_atomic(path, bad, strlen(bad)));
+    expect_error(qs_plan_read(path, &p), QS_ERR_FORMAT, "unquoted value", "bad.json", "line 3", (const char *)NULL);
+    snprintf(path, sizeof path, "%s/nul.json", qs_test_tmp);
+    ASSERT_OK(qs_write_file_atomic(path, "{\0}", 3));
+    expect_error(qs_plan_read(path, &p), QS_ERR_FORMAT, "NUL byte", "NUL byte", (const char *)NULL);
+}
+
+/* Parse text (must succeed) and validate it against m on the CPU backend. */
+static qs_status validate(const char *text, qs_model *m, bool allow_emulated) {
+    qs_plan p;
+    ASSERT_OK(qs_plan_parse(text, "t.json", &p));
+    qs_status st = qs_plan_validate(&p, m, g_be, allow_emulated);
+    qs_plan_free(&p);
+    return st;
+}
+
+static void test_validate_model(void **state) {
+    qs_model *cnn = build("cnn", 4), *rn = build("resnet18", 4);
+    ASSERT_OK(validate("{" HDR "\"model\": \"cnn\", \"precisions\": {\"conv1\": \"fp32\", \"fc2\": \"fp32\"}}", cnn,
+                       false));
+    expect_error(validate("{" HDR "\"model\": \"cnn\", \"precisions\": {\"conv3\": \"int8\"}}", cnn, true),
+                 QS_ERR_NOT_FOUND, "unknown layer", "t.json: precisions[\"conv3\"]", "no layer \"conv3\"",
+                 "conv1, conv2, fc1, fc2", "qsync models cnn", (const char *)NULL);
+    expect_error(validate("{" HDR "\"model\": \"resnet18\", \"precisions\": {\"layer9.conv\": \"int8\"}}", rn, true),
+                 QS_ERR_NOT_FOUND, "unknown layer of resnet18", "conv1, layer1.0.conv1", "(21 in all)",
+                 (const char *)NULL);
+    expect_error(validate("{" HDR "\"model\": \"resnet18\", \"precisions\": {\"bn1\": \"bf16\"}}", rn, true),
+                 QS_ERR_INVALID_ARG, "BatchNorm layer", "precisions[\"bn1\"]", "BatchNorm2d",
+                 "cannot be chosen", "remove it", (const char *)NULL);
+    expect_error(validate("{" HDR "\"model\": \"cnn\", \"precisions\": {\"pool1\": \"int8\"}}", cnn, true),
+                 QS_ERR_INVALID_ARG, "pooling layer", "MaxPool2d", (const char *)NULL);
+    expect_error(validate("{" HDR "\"model\": \"resnet18\", \"precisions\": {\"conv1\": \"int8\"}}", cnn, true),
+                 QS_ERR_MISMATCH, "plan for another model", "is for model resnet18", "model is cnn",
+                 (const char *)NULL);
+    expect_error(validate("{" HDR "\"model\": \"cnn\", \"config\": \"in_h=32 in_w=32 in_c=3 classes=10 width=4 "
+                          "dropout=0\"}", cnn, true),
+                 QS_ERR_MISMATCH, "plan for other build options", "in_h=32", cnn->config, (const char *)NULL);
+    char text[512];
+    snprintf(text, sizeof text, "{" HDR "\"model\": \"cnn\", \"config\": \"%s\"}", cnn->config);
+    ASSERT_OK(validate(text, cnn, false));
+    expect_error(validate("{" HDR "\"model\": \"cnn\", \"backend\": \"cuda\"}", cnn, true), QS_ERR_MISMATCH,
+                 "plan for another backend", "cuda backend", "uses cpu", (const char *)NULL);
+    qs_model_free(cnn);
+    qs_model_free(rn);
+}
+
+static void test_validate_backend(void **state) {
+    qs_model *cnn = build("cnn", 4);
+    assert_int_equal(g_be->ops->precision_support(g_be, QS_PREC_TF32), QS_PREC_UNSUPPORTED);
+    assert_int_equal(g_be->ops->precision_support(g_be, QS_PREC_FP16), QS_PREC_EMULATED);
+    assert_int_equal(g_be->ops->precision_support(g_be, QS_PREC_FP8), QS_PREC_EMULATED);
+    expect_error(validate("{" HDR "\"model\": \"cnn\", \"precisions\": {\"fc1\": \"tf32\"}}", cnn, true),
+                 QS_ERR_UNSUPPORTED, "tf32 on the cpu", "precisions[\"fc1\"] = tf32", "cannot run tf32",
+                 "fp16, fp8 (emulated", (const char *)NULL);
+    expect_error(validate("{" HDR "\"model\": \"cnn\", \"precisions\": {\"conv2\": \"fp16\"}}", cnn, false),
+                 QS_ERR_UNSUPPORTED, "emulated fp16", "precisions[\"conv2\"] = fp16", "only emulated",
+                 "--allow-emulated", (const char *)NULL);
+    expect_error(validate("{" HDR "\"model\": \"cnn\", \"default\": \"fp8\", \"precisions\": {\"conv2\": \"fp32\"}}",
+                          cnn, false),
+                 QS_ERR_UNSUPPORTED, "emulated default", "\"default\" = fp8 (layer conv1 and others)",
+                 "--allow-emulated", (const char *)NULL);
+    ASSERT_OK(validate("{" HDR "\"model\": \"cnn\", \"precisions\": {\"conv2\": \"fp16\"}}", cnn, true));
+    /* a default no layer gets is not checked */
+    ASSERT_OK(validate("{" HDR "\"model\": \"cnn\", \"default\": \"fp16\", \"precisions\": {\"conv1\": \"fp32\", "
+                       "\"conv2\": \"fp32\", \"fc1\": \"fp32\", \"fc2\": \"fp32\"}}", cnn, false));
+    /* the uniform plan of --precision goes the same way */
+    qs_plan u;
+    qs_plan_uniform("cnn", QS_PREC_FP16, NULL, &u);
+    expect_error(qs_plan_validate(&u, cnn, g_be, false), QS_ERR_UNSUPPORTED, "--precision fp16",
+                 "--precision fp16: fp16 is only emulated", "--allow-emulated", (const char *)NULL);
+    ASSERT_OK(qs_plan_validate(&u, cnn, g_be, true));
+    qs_plan_uniform("cnn", QS_PREC_TF32, NULL, &u);
+    expect_error(qs_plan_validate(&u, cnn, g_be, true), QS_ERR_UNSUPPORTED, "--precision tf32",
+                 "--precision tf32: the cpu backend cannot run tf32", (const char *)NULL);
+    /* without a backend only the model is checked */
+    ASSERT_OK(qs_plan_validate(&u, cnn, NULL, false));
+    qs_model_free(cnn);
+}
+
+static void test_apply(void **state) {
+    qs_model *m = build("cnn", 4);
+    qs_plan p;
+    ASSERT_OK(qs_plan_parse("{" HDR "\"model\": \"cnn\", \"default\": \"bf16\", \"precisions\": {\"conv1\": \"int8\", "
+                            "\"fc2\": \"fp32\"}, \"options\": {\"grad_rounding\": \"nearest\"}}", "t.json", &p));
+    ASSERT_OK(qs_plan_apply(&p, m, NULL, false));
+    assert_int_equal(node(m, "conv1")->prec, QS_PREC_INT8);
+    assert_int_equal(node(m, "conv2")->prec, QS_PREC_BF16);
+    assert_int_equal(node(m, "fc1")->prec, QS_PREC_BF16);
+    assert_int_equal(node(m, "fc2")->prec, QS_PREC_FP32);
+    assert_int_equal(node(m, "pool1")->prec, QS_PREC_FP32);
+    assert_true(m->grad_round_nearest);
+    assert_false(m->weight_per_channel);
+    int counts[QS_PREC_COUNT];
+    qs_model_precision_counts(m, counts);
+    assert_int_equal(counts[QS_PREC_INT8], 1);
+    assert_int_equal(counts[QS_PREC_BF16], 2);
+    assert_int_equal(counts[QS_PREC_FP32], 1);
+    qs_plan_free(&p);
+    /* a failing plan changes nothing */
+    ASSERT_OK(qs_plan_parse("{" HDR "\"model\": \"cnn\", \"precisions\": {\"conv1\": \"fp32\", \"fc2\": \"fp16\"}, "
+                            "\"options\": {\"weight_scales\": \"channel\"}}", "t.json", &p));
+    assert_int_equal(qs_plan_apply(&p, m, g_be, false), QS_ERR_UNSUPPORTED);
+    assert_int_equal(node(m, "conv1")->prec, QS_PREC_INT8);
+    assert_int_equal(node(m, "fc2")->prec, QS_PREC_FP32);
+    assert_false(m->weight_per_channel);
+    qs_plan_free(&p);
+    qs_model_free(m);
+}
+
+static void test_round_trip(void **state) {
+    qs_model *m = build("resnet18", 4);
+    qs_plan p;
+    ASSERT_OK(qs_plan_parse("{" HDR "\"model\": \"resnet18\", \"default\": \"int8\", \"precisions\": {\"conv1\": "
+                            "\"fp32\", \"layer2.0.downsample.0\": \"bf16\", \"fc\": \"fp16\"}, \"options\": "
+                            "{\"weight_scales\": \"channel\"}}", "t.json", &p));
+    ASSERT_OK(qs_plan_apply(&p, m, g_be, true));
+    qs_plan_free(&p);
+    char path[512];
+    snprintf(path, sizeof path, "%s/rt.json", qs_test_tmp);
+    ASSERT_OK(qs_plan_write(m, path));
+    qs_plan r;
+    ASSERT_OK(qs_plan_read(path, &r));
+    assert_string_equal(r.model, "resnet18");
+    assert_string_equal(r.config, m->config);
+    assert_int_equal(r.n_layers, 21); /* every selectable layer, explicitly */
+    assert_int_equal(r.grad_rounding, QS_GRAD_ROUND_STOCHASTIC);
+    assert_int_equal(r.weight_scales, QS_WEIGHT_SCALES_CHANNEL);
+    ASSERT_OK(qs_plan_compare(&r, m, "the plan has"));
+    /* onto a fresh model: the same precisions everywhere */
+    qs_model *m2 = build("resnet18", 4);
+    ASSERT_OK(qs_plan_apply(&r, m2, g_be, true));
+    assert_int_equal(m2->n_nodes, m->n_nodes);
+    for (int i = 0; i < m->n_nodes; i++) assert_int_equal(m2->nodes[i].prec, m->nodes[i].prec);
+    assert_int_equal(node(m2, "conv1")->prec, QS_PREC_FP32);
+    assert_int_equal(node(m2, "layer1.0.conv1")->prec, QS_PREC_INT8);
+    assert_int_equal(node(m2, "layer2.0.downsample.0")->prec, QS_PREC_BF16);
+    assert_int_equal(node(m2, "fc")->prec, QS_PREC_FP16);
+    assert_true(m2->weight_per_channel);
+    qs_plan_free(&r);
+    /* the compact form of checkpoints says the same */
+    char *json = qs_plan_model_json(m);
+    assert_non_null(json);
+    assert_null(strchr(json, '\n'));
+    ASSERT_OK(qs_plan_parse(json, "metadata", &r));
+    ASSERT_OK(qs_plan_compare(&r, m2, "metadata"));
+    free(json);
+    /* differences are named */
+    node(m2, "layer3.1.conv2")->prec = QS_PREC_FP32;
+    m2->grad_round_nearest = true;
+    expect_error(qs_plan_compare(&r, m2, "--resume x was trained with"), QS_ERR_MISMATCH, "changed model",
+                 "--resume x was trained with other precisions", "layer3.1.conv2 at int8 (this run: fp32)",
+                 "gradients rounded stochastically (this run: to nearest)", (const char *)NULL);
+    /* a written plan for other build options is refused, without "config" it applies */
+    qs_model *wide = build("resnet18", 8);
+    qs_plan w;
+    ASSERT_OK(qs_plan_read(path, &w));
+    expect_error(qs_plan_validate(&w, wide, g_be, true), QS_ERR_MISMATCH, "other width", "width=4", "width=8",
+                 (const char *)NULL);
+    w.config[0] = '\0';
+    ASSERT_OK(qs_plan_apply(&w, wide, g_be, true));
+    qs_plan_free(&w);
+    qs_plan_free(&r);
+    qs_model_free(wide);
+    qs_model_free(m2);
+    qs_model_free(m);
+}
+
+static int count_kind(const qs_model *m, qs_node_kind k) {
+    int c = 0;
+    for (int i = 0; i < m->n_nodes; i++) c += m->nodes[i].kind == k;
+    return c;
+}
+
+static void test_precision_setup(void **state) {
+    qs_precision_options o;
+    qs_plan p;
+    ASSERT_OK(qs_plan_parse("{" HDR "\"model\": \"mlp\", \"precisions\": {\"fc2\": \"bf16\"}, \"options\": "
+                            "{\"grad_rounding\": \"nearest\", \"weight_scales\": \"channel\"}}", "t.json", &p));
+    /* plan and a uniform precision together */
+    qs_model *m = build("mlp", 16);
+    qs_precision_options_default(&o);
+    o.plan = &p;
+    o.uniform = QS_PREC_INT8;
+    expect_error(qs_precision_setup(m, g_be, &o), QS_ERR_INVALID_ARG, "plan and uniform", "both given",
+                 (const char *)NULL);
+    /* a plan, one option overridden; one cast in front of fc2 */
+    o.uniform = QS_PREC_FP32;
+    o.weight_scales = QS_WEIGHT_SCALES_TENSOR;
+    ASSERT_OK(qs_precision_setup(m, g_be, &o));
+    assert_int_equal(node(m, "fc2")->prec, QS_PREC_BF16);
+    assert_int_equal(node(m, "fc1")->prec, QS_PREC_FP32);
+    assert_true(m->grad_round_nearest);
+    assert_false(m->weight_per_channel);
+    assert_int_equal(count_kind(m, QS_NODE_CAST), 1);
+    qs_model_free(m);
+    qs_plan_free(&p);
+    /* uniform int8 (allowed even if this CPU only emulates it) */
+    m = build("mlp", 16);
+    qs_precision_options_default(&o);
+    o.uniform = QS_PREC_INT8;
+    o.allow_emulated = true;
+    ASSERT_OK(qs_precision_setup(m, g_be, &o));
+    assert_int_equal(node(m, "fc3")->prec, QS_PREC_INT8);
+    assert_int_equal(count_kind(m, QS_NODE_CAST), 3);
+    qs_model_free(m);
+    /* uniform fp16 without permission: nothing inserted */
+    m = build("mlp", 16);
+    qs_precision_options_default(&o);
+    o.uniform = QS_PREC_FP16;
+    assert_int_equal(qs_precision_setup(m, g_be, &o), QS_ERR_UNSUPPORTED);
+    assert_int_equal(count_kind(m, QS_NODE_CAST), 0);
+    assert_int_equal(node(m, "fc1")->prec, QS_PREC_FP32);
+    qs_model_free(m);
+}
+
+/* Every .json file in examples/plans parses and validates against its model (default options). */
+static void test_examples(void **state) {
+    const char *src = getenv("QS_SOURCE_DIR");
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/examples/plans", src ? src : ".");
+    DIR *d = opendir(dir);
+    if (!d) fail_msg("cannot open %s (set QS_SOURCE_DIR to the source tree)", dir);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        if (len < 6 || strcmp(e->d_name + len - 5, ".json") != 0) continue;
+        char path[2048];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        qs_plan p;
+        ASSERT_OK(qs_plan_read(path, &p));
+        qs_model *m = build(p.model, 0);
+        ASSERT_OK(qs_plan_validate(&p, m, g_be, true));
+        printf("  %s: %d layers listed, default %s\n", e->d_name, p.n_layers, qs_precision_name(p.default_prec));
+        qs_model_free(m);
+        qs_plan_free(&p);
+        n++;
+    }
+    closedir(d);
+    assert_true(n >= 3);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_parse_valid),
+        cmocka_unit_test(test_parse_errors),
+        cmocka_unit_test(test_read_errors),
+        cmocka_unit_test(test_validate_model),
+        cmocka_unit_test(test_validate_backend),
+        cmocka_unit_test(test_apply),
+        cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_precision_setup),
+        cmocka_unit_test(test_examples),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
