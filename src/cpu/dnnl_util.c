@@ -230,6 +230,80 @@ qs_status qs_dnnl_conv_create(qs_dnnl_prim *p, const qs_dnnl_ctx *ctx, qs_dnnl_c
     return qs_dnnl_prim_create(p, ctx, &cd, NULL, hint ? hint->pd : NULL, NULL, ids, nargs, what);
 }
 
+qs_status qs_dnnl_conv_fwd_create_ex(qs_dnnl_prim *p, const qs_dnnl_ctx *ctx, bool deconv, const qs_dnnl_tensor *src,
+                                     const qs_dnnl_tensor *weights, const qs_dnnl_tensor *bias,
+                                     const qs_dnnl_tensor *dst, const qs_dnnl_conv_geom *g, bool po_mul,
+                                     bool po_add, const char *what) {
+    memset(p, 0, sizeof *p);
+    dnnl_memory_desc_t smd, wmd, dmd, bmd, vmd;
+    QS_TRY(qs_dnnl_md(&smd, src));
+    QS_TRY(qs_dnnl_md(&wmd, weights));
+    QS_TRY(qs_dnnl_md(&dmd, dst));
+    if (bias) QS_TRY(qs_dnnl_md(&bmd, bias));
+    const dnnl_memory_desc_t *bptr = bias ? &bmd : NULL;
+    const dnnl_dims_t st = {g->strides[0], g->strides[1]}, dil = {g->dilates[0], g->dilates[1]};
+    const dnnl_dims_t pl = {g->pad_l[0], g->pad_l[1]}, pr = {g->pad_r[0], g->pad_r[1]};
+    int ids[6], nargs = 0, npo = 0;
+    ids[nargs++] = DNNL_ARG_SRC;
+    ids[nargs++] = DNNL_ARG_WEIGHTS;
+    if (bias) ids[nargs++] = DNNL_ARG_BIAS;
+    ids[nargs++] = DNNL_ARG_DST;
+    dnnl_post_ops_t po = NULL;
+    if (po_mul || po_add) {
+        const dnnl_dims_t vd = {1, dst->dims[1], 1, 1};
+        QS_TRY(qs_dnnl_check(dnnl_memory_desc_init_by_tag(&vmd, 4, vd, dnnl_f32, dnnl_nchw), what));
+        QS_TRY(qs_dnnl_check(dnnl_post_ops_create(&po), what));
+        qs_status st2 = QS_OK;
+        if (po_mul) {
+            st2 = qs_dnnl_check(dnnl_post_ops_append_binary(po, dnnl_binary_mul, &vmd), what);
+            ids[nargs++] = DNNL_ARG_ATTR_MULTIPLE_POST_OP(npo++) | DNNL_ARG_SRC_1;
+        }
+        if (st2 == QS_OK && po_add) {
+            st2 = qs_dnnl_check(dnnl_post_ops_append_binary(po, dnnl_binary_add, &vmd), what);
+            ids[nargs++] = DNNL_ARG_ATTR_MULTIPLE_POST_OP(npo++) | DNNL_ARG_SRC_1;
+        }
+        if (st2 != QS_OK) {
+            dnnl_post_ops_destroy(po);
+            return st2;
+        }
+    }
+    qs_status ret;
+    if (deconv) {
+        dnnl_deconvolution_desc_t dd;
+        ret = qs_dnnl_check(dnnl_dilated_deconvolution_forward_desc_init(&dd, dnnl_forward_inference,
+                                                                         dnnl_deconvolution_direct, &smd, &wmd, bptr,
+                                                                         &dmd, st, dil, pl, pr),
+                            what);
+        if (ret == QS_OK) ret = qs_dnnl_prim_create(p, ctx, &dd, po, NULL, NULL, ids, nargs, what);
+    } else {
+        dnnl_convolution_desc_t cd;
+        ret = qs_dnnl_check(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference,
+                                                                       dnnl_convolution_direct, &smd, &wmd, bptr, &dmd,
+                                                                       st, dil, pl, pr),
+                            what);
+        if (ret == QS_OK) ret = qs_dnnl_prim_create(p, ctx, &cd, po, NULL, NULL, ids, nargs, what);
+    }
+    if (po) dnnl_post_ops_destroy(po);
+    return ret;
+}
+
+qs_status qs_dnnl_reorder_create_t(qs_dnnl_prim *p, const qs_dnnl_ctx *ctx, const qs_dnnl_tensor *from,
+                                   const qs_dnnl_tensor *to, const char *what) {
+    memset(p, 0, sizeof *p);
+    dnnl_memory_desc_t fmd, tmd;
+    QS_TRY(qs_dnnl_md(&fmd, from));
+    QS_TRY(qs_dnnl_md(&tmd, to));
+    qs_status st = qs_dnnl_reorder_create(p, ctx, &fmd, &tmd);
+    return st == QS_OK ? st : qs_error_wrap(st, "%s: ", what);
+}
+
+bool qs_dnnl_int8_exact(void) {
+    /* ISA bit masks of oneDNN 2.6: 0x40 is set from avx512_core_vnni up (AMX included),
+     * 0x400 marks avx2_vnni */
+    const unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
+    return (isa & 0x40u) || (isa & 0x400u);
+}
+
 qs_status qs_dnnl_weights_reorder(qs_dnnl_prim *reorder, const qs_dnnl_ctx *ctx, const qs_dnnl_prim *p, int arg,
                                   const qs_dnnl_tensor *user, bool to_prim, bool *needed, size_t *bytes) {
     memset(reorder, 0, sizeof *reorder);

@@ -84,6 +84,35 @@ qs_status qs_dnnl_conv_create(qs_dnnl_prim *p, const qs_dnnl_ctx *ctx, qs_dnnl_c
                               const qs_dnnl_tensor *dst, const int64_t strides[2], const int64_t pads[2],
                               const qs_dnnl_prim *hint, const char *what);
 
+/* Geometry of a forward convolution or deconvolution with explicit dilation (0 = dense, as
+ * in oneDNN) and separate left/right padding, for the recipes that reinterpret a
+ * convolution's backward pass as a forward one (cpu_conv.c). */
+typedef struct qs_dnnl_conv_geom {
+    int64_t strides[2], dilates[2], pad_l[2], pad_r[2];
+} qs_dnnl_conv_geom;
+
+/* Forward (inference) convolution, or deconvolution when `deconv`, with geometry g. Tensors:
+ * src (N,C,H,W), weights (O,I,R,S) — for a deconvolution O is its output channels —, bias (O)
+ * or NULL, dst (N,O,P,Q). Optional post-ops on an f32 dst, with per-output-channel f32
+ * vectors given at execution: dst = dst·mul[o] (po_mul) and then + add[o] (po_add) — a
+ * runtime dequantization scale that, unlike oneDNN 2.6's runtime output scales, keeps the
+ * brgemm/AMX kernels. Arguments src, weights, [bias,] dst, [mul,] [add]. */
+qs_status qs_dnnl_conv_fwd_create_ex(qs_dnnl_prim *p, const qs_dnnl_ctx *ctx, bool deconv, const qs_dnnl_tensor *src,
+                                     const qs_dnnl_tensor *weights, const qs_dnnl_tensor *bias,
+                                     const qs_dnnl_tensor *dst, const qs_dnnl_conv_geom *g, bool po_mul,
+                                     bool po_add, const char *what);
+
+/* A reorder between two descriptions (layout, dtype) of the same logical tensor; arguments
+ * from, to. */
+qs_status qs_dnnl_reorder_create_t(qs_dnnl_prim *p, const qs_dnnl_ctx *ctx, const qs_dnnl_tensor *from,
+                                   const qs_dnnl_tensor *to, const char *what);
+
+/* Whether oneDNN's int8 kernels on this CPU sum s8·s8 products exactly in int32: true when
+ * the ISA it runs has VNNI (AVX-512 or AVX2) or AMX. Older ISAs go through saturating 16-bit
+ * pair sums or halve s8 weights to 7 bits (measured with ±127 operands: errors of 1/127 in a
+ * convolution and ≈99% in a matmul), so exact INT8 results cannot be promised there. */
+bool qs_dnnl_int8_exact(void);
+
 /* For a primitive's weights-like argument `arg` (0 = weights, 1 = diff_weights) whose layout
  * it chose itself: *needed tells whether it differs from `user`; if so a reorder user →
  * chosen (to_prim) or chosen → user is created in *reorder (arguments from, to) and
