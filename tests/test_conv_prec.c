@@ -31,69 +31,16 @@
 #include "core/backend.h"
 #include "cpu/cpu_backend.h"
 #include "graph_helpers.h"
+#include "op_harness.h"
 #include "qsync/rng.h"
 #include "qsync/status.h"
 
-static qs_backend *g_be;
-#define OPS (g_be->ops)
-#define STREAM (g_be->ops->default_stream(g_be))
-
-#define MAX_ALLOCS 4096
-static void *g_allocs[MAX_ALLOCS];
-static int g_nallocs;
-
-/* Zeroed test memory, freed after each test. */
-static void *talloc(size_t bytes) {
-    assert_true(g_nallocs < MAX_ALLOCS);
-    void *p = calloc(1, bytes ? bytes : 1);
-    assert_non_null(p);
-    g_allocs[g_nallocs++] = p;
-    return p;
-}
-static float *tf(int64_t n) { return talloc((size_t)n * sizeof(float)); }
-static double *td(int64_t n) { return talloc((size_t)n * sizeof(double)); }
-
-static int group_setup(void **state) { return qs_test_backend_create(2, &g_be); }
-static int group_teardown(void **state) {
-    qs_test_backend_destroy(&g_be);
-    return 0;
-}
-static int test_teardown(void **state) {
-    for (int i = 0; i < g_nallocs; i++) free(g_allocs[i]);
-    g_nallocs = 0;
-    return 0;
-}
-
-static qs_rng g_rng;
-static float *rnd(int64_t n, float lo, float hi) {
-    float *p = tf(n);
-    for (int64_t i = 0; i < n; i++) p[i] = lo + (hi - lo) * qs_rng_uniform(&g_rng);
-    return p;
-}
 static float *constant(int64_t n, float v) {
-    float *p = tf(n);
+    float *p = qs_th_floats(n);
     for (int64_t i = 0; i < n; i++) p[i] = v;
     return p;
 }
 
-/* A quantized copy of a (rows, cols) FP32 matrix as an operand, plus its dequantized values. */
-typedef struct qmat {
-    qs_operand op;
-    float *deq;
-} qmat;
-
-static qmat quant(const float *x, int64_t rows, int64_t cols, qs_dtype dt, bool per_row, bool stochastic) {
-    qmat q;
-    void *data = talloc((size_t)(rows * cols) * qs_dtype_size(dt) + 64);
-    float *scales = tf(rows);
-    qs_sr sr = {.key = 9, .counter = 1, .offset = 0};
-    ASSERT_OK(OPS->quantize(g_be, STREAM, rows, cols, x, NULL, dt, data, scales, per_row, stochastic ? &sr : NULL));
-    bool scaled = dt == QS_S8 || dt == QS_F8E4M3 || dt == QS_F8E5M2;
-    q.op = (qs_operand){.data = data, .dt = dt, .scale = scaled ? scales : NULL, .per_row = per_row};
-    q.deq = tf(rows * cols);
-    ASSERT_OK(OPS->dequantize(g_be, STREAM, rows, cols, &q.op, q.deq));
-    return q;
-}
 
 /* FP64 reference of all three directions: y (N,P,Q,K) = conv(x, w) [+ b];
  * dx (N,H,W,C) = conv backward-data(dy, w); dw (K,C,R,S) = Σ dy ⊗ x. Any output may be NULL. */
@@ -125,7 +72,7 @@ static void ref_conv(const qs_conv_desc *d, const float *x, const float *w, cons
 }
 
 static float *to_f32(const double *r, int64_t n, const float *base) {
-    float *o = tf(n);
+    float *o = qs_th_floats(n);
     for (int64_t i = 0; i < n; i++) o[i] = (float)(r[i] + (base ? base[i] : 0.0));
     return o;
 }
@@ -146,7 +93,7 @@ typedef struct shape {
  * precision p against the FP64 reference on the dequantized operands. `extreme`: all
  * operands at their quantized maximum (int8 code 127), the worst case of the int32 sums. */
 static void check_conv_prec(qs_precision p, shape sp, bool per_row, bool extreme) {
-    qs_rng_init(&g_rng, qs_rng_key(13, "conv_prec", (uint64_t)(p * 1000 + sp.N * 31 + sp.C)), 0);
+    qs_th_seed(qs_rng_key(13, "conv_prec", (uint64_t)(p * 1000 + sp.N * 31 + sp.C)));
     const qs_dtype fdt = qs_precision_operand_dtype(p, false), gdt = qs_precision_operand_dtype(p, true);
     qs_conv_desc d = {.N = sp.N, .H = sp.H, .W = sp.W, .C = sp.C, .K = sp.K, .R = sp.R, .S = sp.S,
                       .stride_h = sp.sh, .stride_w = sp.sw, .pad_h = sp.ph, .pad_w = sp.pw,
@@ -154,16 +101,16 @@ static void check_conv_prec(qs_precision p, shape sp, bool per_row, bool extreme
     ASSERT_OK(qs_conv_desc_finish(&d));
     void *plan = NULL;
     size_t wsb = 0;
-    ASSERT_OK(OPS->conv_plan(g_be, &d, &plan, &wsb));
-    void *ws = talloc(wsb);
+    ASSERT_OK(OPS->conv_plan(qs_th_be, &d, &plan, &wsb));
+    void *ws = qs_th_alloc(wsb);
     const int64_t nx = d.N * d.H * d.W * d.C, nw = d.K * d.C * d.R * d.S, ny = d.N * d.P * d.Q * d.K;
     const int64_t CRS = d.C * d.R * d.S;
-    float *x = extreme ? constant(nx, 1.0f) : rnd(nx, -2, 2);
-    float *w = extreme ? constant(nw, 0.5f) : rnd(nw, -0.5f, 0.5f);
-    float *dy = extreme ? constant(ny, 0.25f) : rnd(ny, -1, 1);
-    float *b = d.has_bias ? rnd(d.K, -1, 1) : NULL;
-    qmat qx = quant(x, d.N * d.H * d.W, d.C, fdt, false, false), qw = quant(w, d.K, CRS, fdt, per_row, false);
-    qmat qdy = quant(dy, d.N * d.P * d.Q, d.K, gdt, false, !extreme);
+    float *x = extreme ? constant(nx, 1.0f) : qs_th_uniform(nx, -2, 2);
+    float *w = extreme ? constant(nw, 0.5f) : qs_th_uniform(nw, -0.5f, 0.5f);
+    float *dy = extreme ? constant(ny, 0.25f) : qs_th_uniform(ny, -1, 1);
+    float *b = d.has_bias ? qs_th_uniform(d.K, -1, 1) : NULL;
+    qs_th_qmat qx = qs_th_quantize(x, d.N * d.H * d.W, d.C, fdt, false, false, 9), qw = qs_th_quantize(w, d.K, CRS, fdt, per_row, false, 9);
+    qs_th_qmat qdy = qs_th_quantize(dy, d.N * d.P * d.Q, d.K, gdt, false, !extreme, 9);
     char what[256], geom[128];
     snprintf(geom, sizeof geom, "N%lld %lldx%lld C%lld K%lld %lldx%lld s%lld,%lld p%lld,%lld%s%s", (long long)d.N,
              (long long)d.H, (long long)d.W, (long long)d.C, (long long)d.K, (long long)d.R, (long long)d.S,
@@ -171,52 +118,52 @@ static void check_conv_prec(qs_precision p, shape sp, bool per_row, bool extreme
              d.has_bias ? " bias" : "", per_row ? " per-row w" : "");
     const char *pn = qs_precision_name(p);
 
-    double *ry = td(ny);
+    double *ry = qs_th_doubles(ny);
     ref_conv(&d, qx.deq, qw.deq, b, NULL, ry, NULL, NULL);
-    float *y = tf(ny);
-    ASSERT_OK(OPS->conv_forward(g_be, plan, STREAM, &qx.op, &qw.op, b, y, ws));
+    float *y = qs_th_floats(ny);
+    ASSERT_OK(OPS->conv_forward(qs_th_be, plan, STREAM, &qx.op, &qw.op, b, y, ws));
     snprintf(what, sizeof what, "%s conv fwd %s [%s]", pn, geom, qs_cpu_conv_impl_name(plan, 0));
     assert_true(qs_check_fp32(what, y, to_f32(ry, ny, NULL), ny, tol_terms(plan, p, 0, (double)CRS)));
 
     if (!per_row) {
-        double *rdx = td(nx);
+        double *rdx = qs_th_doubles(nx);
         ref_conv(&d, NULL, qw.deq, NULL, qdy.deq, NULL, rdx, NULL);
         const double terms = tol_terms(plan, p, 1, (double)(d.K * d.R * d.S));
-        float *dx = tf(nx);
-        ASSERT_OK(OPS->conv_backward_data(g_be, plan, STREAM, &qdy.op, &qw.op, dx, false, ws));
+        float *dx = qs_th_floats(nx);
+        ASSERT_OK(OPS->conv_backward_data(qs_th_be, plan, STREAM, &qdy.op, &qw.op, dx, false, ws));
         snprintf(what, sizeof what, "%s conv bwd_data %s [%s]", pn, geom, qs_cpu_conv_impl_name(plan, 1));
         assert_true(qs_check_fp32(what, dx, to_f32(rdx, nx, NULL), nx, terms));
-        float *dx0 = rnd(nx, -1, 1), *dxa = tf(nx);
+        float *dx0 = qs_th_uniform(nx, -1, 1), *dxa = qs_th_floats(nx);
         memcpy(dxa, dx0, (size_t)nx * sizeof(float));
-        ASSERT_OK(OPS->conv_backward_data(g_be, plan, STREAM, &qdy.op, &qw.op, dxa, true, ws));
+        ASSERT_OK(OPS->conv_backward_data(qs_th_be, plan, STREAM, &qdy.op, &qw.op, dxa, true, ws));
         snprintf(what, sizeof what, "%s conv bwd_data accumulate %s", pn, geom);
         assert_true(qs_check_fp32(what, dxa, to_f32(rdx, nx, dx0), nx, terms + 1));
     } else { /* per-channel weights must be folded into dY for backward-data */
-        float *dx = tf(nx);
-        assert_int_equal(OPS->conv_backward_data(g_be, plan, STREAM, &qdy.op, &qw.op, dx, false, ws),
+        float *dx = qs_th_floats(nx);
+        assert_int_equal(OPS->conv_backward_data(qs_th_be, plan, STREAM, &qdy.op, &qw.op, dx, false, ws),
                          QS_ERR_INVALID_ARG);
         assert_non_null(strstr(qs_last_error(), "per-row"));
     }
 
-    double *rdw = td(nw);
+    double *rdw = qs_th_doubles(nw);
     ref_conv(&d, qx.deq, NULL, NULL, qdy.deq, NULL, NULL, rdw);
-    float *dw = tf(nw);
+    float *dw = qs_th_floats(nw);
     const bool want_db = d.has_bias && gdt == QS_F32;
-    float *db = want_db ? tf(d.K) : NULL;
-    ASSERT_OK(OPS->conv_backward_weights(g_be, plan, STREAM, &qdy.op, &qx.op, dw, db, ws));
+    float *db = want_db ? qs_th_floats(d.K) : NULL;
+    ASSERT_OK(OPS->conv_backward_weights(qs_th_be, plan, STREAM, &qdy.op, &qx.op, dw, db, ws));
     snprintf(what, sizeof what, "%s conv bwd_weights %s [%s]", pn, geom, qs_cpu_conv_impl_name(plan, 2));
     assert_true(qs_check_fp32(what, dw, to_f32(rdw, nw, NULL), nw, tol_terms(plan, p, 2, (double)(d.N * d.P * d.Q))));
     if (want_db) {
-        double *rdb = td(d.K);
+        double *rdb = qs_th_doubles(d.K);
         for (int64_t i = 0; i < ny; i++) rdb[i % d.K] += qdy.deq[i];
         snprintf(what, sizeof what, "%s conv bias gradient %s", pn, geom);
         assert_true(qs_check_fp32(what, db, to_f32(rdb, d.K, NULL), d.K, (double)(d.N * d.P * d.Q)));
     } else if (d.has_bias) { /* a low-precision dY: the layer computes db from the FP32 gradient */
-        assert_int_equal(OPS->conv_backward_weights(g_be, plan, STREAM, &qdy.op, &qx.op, dw, tf(d.K), ws),
+        assert_int_equal(OPS->conv_backward_weights(qs_th_be, plan, STREAM, &qdy.op, &qx.op, dw, qs_th_floats(d.K), ws),
                          QS_ERR_INVALID_ARG);
         assert_non_null(strstr(qs_last_error(), "column_sums"));
     }
-    OPS->plan_destroy(g_be, plan);
+    OPS->plan_destroy(qs_th_be, plan);
 }
 
 static const qs_precision g_precs[] = {QS_PREC_FP32, QS_PREC_BF16, QS_PREC_INT8, QS_PREC_FP16, QS_PREC_FP8};
@@ -265,10 +212,10 @@ static void test_conv_int8_chunked_reduction(void **state) {
     ASSERT_OK(qs_conv_desc_finish(&d));
     void *plan = NULL;
     size_t wsb = 0;
-    ASSERT_OK(OPS->conv_plan(g_be, &d, &plan, &wsb));
+    ASSERT_OK(OPS->conv_plan(qs_th_be, &d, &plan, &wsb));
     const char *impl = qs_cpu_conv_impl_name(plan, 2);
     if (!strstr(impl, "emulated")) assert_non_null(strstr(impl, "x2 chunks"));
-    OPS->plan_destroy(g_be, plan);
+    OPS->plan_destroy(qs_th_be, plan);
 }
 
 /* Plan/operand mismatches are errors that say what was wrong. */
@@ -278,24 +225,24 @@ static void test_conv_operand_errors(void **state) {
     ASSERT_OK(qs_conv_desc_finish(&d));
     void *plan = NULL;
     size_t wsb = 0;
-    ASSERT_OK(OPS->conv_plan(g_be, &d, &plan, &wsb));
-    void *ws = talloc(wsb);
-    float *x = tf(32), *w = tf(54), *y = tf(48);
+    ASSERT_OK(OPS->conv_plan(qs_th_be, &d, &plan, &wsb));
+    void *ws = qs_th_alloc(wsb);
+    float *x = qs_th_floats(32), *w = qs_th_floats(54), *y = qs_th_floats(48);
     qs_operand fx = qs_operand_f32(x), fw = qs_operand_f32(w);
-    assert_int_equal(OPS->conv_forward(g_be, plan, STREAM, &fx, &fw, NULL, y, ws), QS_ERR_INVALID_ARG);
+    assert_int_equal(OPS->conv_forward(qs_th_be, plan, STREAM, &fx, &fw, NULL, y, ws), QS_ERR_INVALID_ARG);
     assert_non_null(strstr(qs_last_error(), "s8"));
     qs_operand sx = {.data = x, .dt = QS_S8, .scale = NULL};
-    assert_int_equal(OPS->conv_forward(g_be, plan, STREAM, &sx, &fw, NULL, y, ws), QS_ERR_INVALID_ARG);
+    assert_int_equal(OPS->conv_forward(qs_th_be, plan, STREAM, &sx, &fw, NULL, y, ws), QS_ERR_INVALID_ARG);
     assert_non_null(strstr(qs_last_error(), "scale"));
-    OPS->plan_destroy(g_be, plan);
+    OPS->plan_destroy(qs_th_be, plan);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_conv_all_precisions, test_teardown),
-        cmocka_unit_test_teardown(test_conv_int8_per_channel, test_teardown),
-        cmocka_unit_test_teardown(test_conv_int8_chunked_reduction, test_teardown),
-        cmocka_unit_test_teardown(test_conv_operand_errors, test_teardown),
+        cmocka_unit_test_teardown(test_conv_all_precisions, qs_th_teardown),
+        cmocka_unit_test_teardown(test_conv_int8_per_channel, qs_th_teardown),
+        cmocka_unit_test_teardown(test_conv_int8_chunked_reduction, qs_th_teardown),
+        cmocka_unit_test_teardown(test_conv_operand_errors, qs_th_teardown),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, qs_th_group_setup, qs_th_group_teardown);
 }

@@ -22,64 +22,10 @@
 #include "check.h"
 #include "core/backend.h"
 #include "graph_helpers.h"
+#include "op_harness.h"
 #include "qsync/rng.h"
 #include "qsync/status.h"
 
-static qs_backend *g_be;
-#define OPS (g_be->ops)
-#define STREAM (g_be->ops->default_stream(g_be))
-
-#define MAX_ALLOCS 256
-static void *g_allocs[MAX_ALLOCS];
-static int g_nallocs;
-
-/* Zeroed test memory, freed after each test. */
-static void *talloc(size_t bytes) {
-    assert_true(g_nallocs < MAX_ALLOCS);
-    void *p = calloc(1, bytes ? bytes : 1);
-    assert_non_null(p);
-    g_allocs[g_nallocs++] = p;
-    return p;
-}
-static float *tf(int64_t n) { return talloc((size_t)n * sizeof(float)); }
-static double *td(int64_t n) { return talloc((size_t)n * sizeof(double)); }
-
-static int group_setup(void **state) { return qs_test_backend_create(2, &g_be); }
-static int group_teardown(void **state) {
-    qs_test_backend_destroy(&g_be);
-    return 0;
-}
-static int test_teardown(void **state) {
-    for (int i = 0; i < g_nallocs; i++) free(g_allocs[i]);
-    g_nallocs = 0;
-    return 0;
-}
-
-static qs_rng g_rng;
-static float *rnd(int64_t n, float lo, float hi) {
-    float *p = tf(n);
-    for (int64_t i = 0; i < n; i++) p[i] = lo + (hi - lo) * qs_rng_uniform(&g_rng);
-    return p;
-}
-
-/* A quantized copy of a (rows, cols) FP32 matrix as an operand, plus its dequantized values. */
-typedef struct qmat {
-    qs_operand op;
-    float *deq;
-} qmat;
-
-static qmat quant(const float *x, int64_t rows, int64_t cols, qs_dtype dt, bool per_row, bool stochastic) {
-    qmat q;
-    void *data = talloc((size_t)(rows * cols) * qs_dtype_size(dt) + 64);
-    float *scales = tf(rows);
-    qs_sr sr = {.key = 7, .counter = 1, .offset = 0};
-    ASSERT_OK(OPS->quantize(g_be, STREAM, rows, cols, x, NULL, dt, data, scales, per_row, stochastic ? &sr : NULL));
-    bool scaled = dt == QS_S8 || dt == QS_F8E4M3 || dt == QS_F8E5M2;
-    q.op = (qs_operand){.data = data, .dt = dt, .scale = scaled ? scales : NULL, .per_row = per_row};
-    q.deq = tf(rows * cols);
-    ASSERT_OK(OPS->dequantize(g_be, STREAM, rows, cols, &q.op, q.deq));
-    return q;
-}
 
 /* c (m,n) = a (m,k) · b where b(k,n) is read at b[kk*bs_k + nn*bs_n]; FP64. */
 static void ref_gemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t as_m, int64_t as_k, const float *b,
@@ -93,7 +39,7 @@ static void ref_gemm(int64_t m, int64_t n, int64_t k, const float *a, int64_t as
 }
 
 static float *to_f32(const double *r, int64_t n, const float *base) {
-    float *o = tf(n);
+    float *o = qs_th_floats(n);
     for (int64_t i = 0; i < n; i++) o[i] = (float)(r[i] + (base ? base[i] : 0.0));
     return o;
 }
@@ -103,57 +49,57 @@ static float *to_f32(const double *r, int64_t n, const float *base) {
 /* Forward, backward-data (overwrite and accumulate) and backward-weights of one shape at
  * precision p against the FP64 reference on the dequantized operands. */
 static void check_linear_prec(qs_precision p, int64_t M, int64_t N, int64_t K, bool bias, bool per_row) {
-    qs_rng_init(&g_rng, qs_rng_key(11, "linear_prec", (uint64_t)(p * 1000 + M)), 0);
+    qs_th_seed(qs_rng_key(11, "linear_prec", (uint64_t)(p * 1000 + M)));
     const qs_dtype fdt = qs_precision_operand_dtype(p, false), gdt = qs_precision_operand_dtype(p, true);
     qs_linear_desc d = {.M = M, .N = N, .K = K, .has_bias = bias, .prec = p};
     void *plan = NULL;
     size_t wsb = 0;
-    ASSERT_OK(OPS->linear_plan(g_be, &d, &plan, &wsb));
-    void *ws = talloc(wsb);
-    float *x = rnd(M * K, -2, 2), *w = rnd(N * K, -0.5f, 0.5f), *dy = rnd(M * N, -1, 1);
-    float *b = bias ? rnd(N, -1, 1) : NULL;
-    qmat qx = quant(x, M, K, fdt, false, false), qw = quant(w, N, K, fdt, per_row, false);
-    qmat qdy = quant(dy, M, N, gdt, false, true);
+    ASSERT_OK(OPS->linear_plan(qs_th_be, &d, &plan, &wsb));
+    void *ws = qs_th_alloc(wsb);
+    float *x = qs_th_uniform(M * K, -2, 2), *w = qs_th_uniform(N * K, -0.5f, 0.5f), *dy = qs_th_uniform(M * N, -1, 1);
+    float *b = bias ? qs_th_uniform(N, -1, 1) : NULL;
+    qs_th_qmat qx = qs_th_quantize(x, M, K, fdt, false, false, 7), qw = qs_th_quantize(w, N, K, fdt, per_row, false, 7);
+    qs_th_qmat qdy = qs_th_quantize(dy, M, N, gdt, false, true, 7);
     char what[128];
     const char *pn = qs_precision_name(p);
 
-    double *ry = td(M * N);
+    double *ry = qs_th_doubles(M * N);
     ref_gemm(M, N, K, qx.deq, K, 1, qw.deq, 1, K, ry);
     for (int64_t i = 0; bias && i < M; i++)
         for (int64_t j = 0; j < N; j++) ry[i * N + j] += b[j];
-    float *y = tf(M * N);
-    ASSERT_OK(OPS->linear_forward(g_be, plan, STREAM, &qx.op, &qw.op, b, y, ws));
+    float *y = qs_th_floats(M * N);
+    ASSERT_OK(OPS->linear_forward(qs_th_be, plan, STREAM, &qx.op, &qw.op, b, y, ws));
     snprintf(what, sizeof what, "%s linear fwd M%lld N%lld K%lld%s", pn, (long long)M, (long long)N, (long long)K,
              per_row ? " per-row w" : "");
     CHECK_FP32(what, y, to_f32(ry, M * N, NULL), M * N, (double)K + 4);
 
     if (!per_row) {
-        double *rdx = td(M * K);
+        double *rdx = qs_th_doubles(M * K);
         ref_gemm(M, K, N, qdy.deq, N, 1, qw.deq, K, 1, rdx);
-        float *dx = tf(M * K);
-        ASSERT_OK(OPS->linear_backward_data(g_be, plan, STREAM, &qdy.op, &qw.op, dx, false, ws));
+        float *dx = qs_th_floats(M * K);
+        ASSERT_OK(OPS->linear_backward_data(qs_th_be, plan, STREAM, &qdy.op, &qw.op, dx, false, ws));
         snprintf(what, sizeof what, "%s linear bwd_data", pn);
         CHECK_FP32(what, dx, to_f32(rdx, M * K, NULL), M * K, (double)N + 4);
-        float *dx0 = rnd(M * K, -1, 1), *dxa = tf(M * K);
+        float *dx0 = qs_th_uniform(M * K, -1, 1), *dxa = qs_th_floats(M * K);
         memcpy(dxa, dx0, (size_t)(M * K) * sizeof(float));
-        ASSERT_OK(OPS->linear_backward_data(g_be, plan, STREAM, &qdy.op, &qw.op, dxa, true, ws));
+        ASSERT_OK(OPS->linear_backward_data(qs_th_be, plan, STREAM, &qdy.op, &qw.op, dxa, true, ws));
         snprintf(what, sizeof what, "%s linear bwd_data accumulate", pn);
         CHECK_FP32(what, dxa, to_f32(rdx, M * K, dx0), M * K, (double)N + 5);
     } else { /* per-channel weights must be folded into dY for backward-data */
-        float *dx = tf(M * K);
-        assert_int_equal(OPS->linear_backward_data(g_be, plan, STREAM, &qdy.op, &qw.op, dx, false, ws),
+        float *dx = qs_th_floats(M * K);
+        assert_int_equal(OPS->linear_backward_data(qs_th_be, plan, STREAM, &qdy.op, &qw.op, dx, false, ws),
                          QS_ERR_INVALID_ARG);
         assert_non_null(strstr(qs_last_error(), "per-row"));
     }
 
-    double *rdw = td(N * K);
+    double *rdw = qs_th_doubles(N * K);
     ref_gemm(N, K, M, qdy.deq, 1, N, qx.deq, K, 1, rdw);
-    float *dw = tf(N * K);
-    float *db = bias && gdt == QS_F32 ? tf(N) : NULL;
-    ASSERT_OK(OPS->linear_backward_weights(g_be, plan, STREAM, &qdy.op, &qx.op, dw, db, ws));
+    float *dw = qs_th_floats(N * K);
+    float *db = bias && gdt == QS_F32 ? qs_th_floats(N) : NULL;
+    ASSERT_OK(OPS->linear_backward_weights(qs_th_be, plan, STREAM, &qdy.op, &qx.op, dw, db, ws));
     snprintf(what, sizeof what, "%s linear bwd_weights", pn);
     CHECK_FP32(what, dw, to_f32(rdw, N * K, NULL), N * K, (double)M + 4);
-    OPS->plan_destroy(g_be, plan);
+    OPS->plan_destroy(qs_th_be, plan);
 }
 
 static const qs_precision g_precs[] = {QS_PREC_FP32, QS_PREC_BF16, QS_PREC_INT8, QS_PREC_FP16, QS_PREC_FP8};
@@ -179,31 +125,31 @@ static void test_operand_errors(void **state) {
     qs_linear_desc d = {.M = 4, .N = 3, .K = 2, .prec = QS_PREC_INT8};
     void *plan = NULL;
     size_t wsb = 0;
-    ASSERT_OK(OPS->linear_plan(g_be, &d, &plan, &wsb));
-    void *ws = talloc(wsb);
-    float *x = tf(8), *w = tf(6), *y = tf(12);
+    ASSERT_OK(OPS->linear_plan(qs_th_be, &d, &plan, &wsb));
+    void *ws = qs_th_alloc(wsb);
+    float *x = qs_th_floats(8), *w = qs_th_floats(6), *y = qs_th_floats(12);
     qs_operand fx = qs_operand_f32(x), fw = qs_operand_f32(w);
-    assert_int_equal(OPS->linear_forward(g_be, plan, STREAM, &fx, &fw, NULL, y, ws), QS_ERR_INVALID_ARG);
+    assert_int_equal(OPS->linear_forward(qs_th_be, plan, STREAM, &fx, &fw, NULL, y, ws), QS_ERR_INVALID_ARG);
     assert_non_null(strstr(qs_last_error(), "s8"));
     qs_operand sx = {.data = x, .dt = QS_S8, .scale = NULL};
-    assert_int_equal(OPS->linear_forward(g_be, plan, STREAM, &sx, &fw, NULL, y, ws), QS_ERR_INVALID_ARG);
+    assert_int_equal(OPS->linear_forward(qs_th_be, plan, STREAM, &sx, &fw, NULL, y, ws), QS_ERR_INVALID_ARG);
     assert_non_null(strstr(qs_last_error(), "scale"));
-    OPS->plan_destroy(g_be, plan);
+    OPS->plan_destroy(qs_th_be, plan);
 }
 
 /* quantize: per-row S8 scales, the FP8 power-of-two scale (no saturation of amax), the
  * col_scale fold, and non-finite input. */
 static void test_quantize_op(void **state) {
-    qs_rng_init(&g_rng, qs_rng_key(3, "quantize_op", 0), 0);
+    qs_th_seed(qs_rng_key(3, "quantize_op", 0));
     const int64_t R = 5, C = 40;
-    float *x = rnd(R * C, -3, 3), *cs = rnd(C, 0.5f, 2);
+    float *x = qs_th_uniform(R * C, -3, 3), *cs = qs_th_uniform(C, 0.5f, 2);
     x[7] = 100.0f; /* row 0's amax */
-    qmat q = quant(x, R, C, QS_S8, true, false);
+    qs_th_qmat q = qs_th_quantize(x, R, C, QS_S8, true, false, 7);
     assert_float_equal(q.op.scale[0], 100.0f / 127.0f, 1e-6);
     for (int64_t i = 0; i < R * C; i++) assert_true(fabsf(q.deq[i] - x[i]) <= 0.5f * q.op.scale[i / C] * 1.0001f);
     for (int f = 0; f < 2; f++) {
         qs_dtype dt = f ? QS_F8E5M2 : QS_F8E4M3;
-        qmat q8 = quant(x, R, C, dt, false, false);
+        qs_th_qmat q8 = qs_th_quantize(x, R, C, dt, false, false, 7);
         float s = q8.op.scale[0];
         int e;
         assert_float_equal(frexpf(s, &e), 0.5f, 0); /* a power of two */
@@ -212,20 +158,20 @@ static void test_quantize_op(void **state) {
         assert_float_equal(q8.deq[7], 100.0f, 100.0f * (dt == QS_F8E4M3 ? 0.0625f : 0.125f));
     }
     /* fold: quantize(x · cs) == quantize of the explicitly scaled copy */
-    float *xs = tf(R * C);
+    float *xs = qs_th_floats(R * C);
     for (int64_t i = 0; i < R * C; i++) xs[i] = x[i] * cs[i % C];
-    int8_t *a = talloc((size_t)(R * C)), *bq = talloc((size_t)(R * C));
+    int8_t *a = qs_th_alloc((size_t)(R * C)), *bq = qs_th_alloc((size_t)(R * C));
     float sa, sb;
-    ASSERT_OK(OPS->quantize(g_be, STREAM, R, C, x, cs, QS_S8, a, &sa, false, NULL));
-    ASSERT_OK(OPS->quantize(g_be, STREAM, R, C, xs, NULL, QS_S8, bq, &sb, false, NULL));
+    ASSERT_OK(OPS->quantize(qs_th_be, STREAM, R, C, x, cs, QS_S8, a, &sa, false, NULL));
+    ASSERT_OK(OPS->quantize(qs_th_be, STREAM, R, C, xs, NULL, QS_S8, bq, &sb, false, NULL));
     assert_memory_equal(a, bq, (size_t)(R * C));
     assert_float_equal(sa, sb, 0);
     x[3] = INFINITY;
-    assert_int_equal(OPS->quantize(g_be, STREAM, R, C, x, NULL, QS_F8E5M2, a, &sa, false, NULL), QS_ERR_INVALID_ARG);
+    assert_int_equal(OPS->quantize(qs_th_be, STREAM, R, C, x, NULL, QS_F8E5M2, a, &sa, false, NULL), QS_ERR_INVALID_ARG);
     assert_non_null(strstr(qs_last_error(), "non-finite"));
     /* column sums */
-    float *sums = tf(C);
-    ASSERT_OK(OPS->column_sums(g_be, STREAM, R, C, xs, sums));
+    float *sums = qs_th_floats(C);
+    ASSERT_OK(OPS->column_sums(qs_th_be, STREAM, R, C, xs, sums));
     for (int64_t c = 0; c < C; c++) {
         double s = 0;
         for (int64_t r = 0; r < R; r++) s += xs[r * C + c];
@@ -236,22 +182,22 @@ static void test_quantize_op(void **state) {
 /* The support table: FP32 native, FP16/FP8 emulated, TF32 unsupported; BF16/INT8 native or
  * emulated depending on the CPU (both run either way). */
 static void test_precision_support(void **state) {
-    assert_int_equal(OPS->precision_support(g_be, QS_PREC_FP32), QS_PREC_NATIVE);
-    assert_int_equal(OPS->precision_support(g_be, QS_PREC_TF32), QS_PREC_UNSUPPORTED);
-    assert_int_equal(OPS->precision_support(g_be, QS_PREC_FP16), QS_PREC_EMULATED);
-    assert_int_equal(OPS->precision_support(g_be, QS_PREC_FP8), QS_PREC_EMULATED);
-    assert_int_not_equal(OPS->precision_support(g_be, QS_PREC_BF16), QS_PREC_UNSUPPORTED);
-    assert_int_not_equal(OPS->precision_support(g_be, QS_PREC_INT8), QS_PREC_UNSUPPORTED);
+    assert_int_equal(OPS->precision_support(qs_th_be, QS_PREC_FP32), QS_PREC_NATIVE);
+    assert_int_equal(OPS->precision_support(qs_th_be, QS_PREC_TF32), QS_PREC_UNSUPPORTED);
+    assert_int_equal(OPS->precision_support(qs_th_be, QS_PREC_FP16), QS_PREC_EMULATED);
+    assert_int_equal(OPS->precision_support(qs_th_be, QS_PREC_FP8), QS_PREC_EMULATED);
+    assert_int_not_equal(OPS->precision_support(qs_th_be, QS_PREC_BF16), QS_PREC_UNSUPPORTED);
+    assert_int_not_equal(OPS->precision_support(qs_th_be, QS_PREC_INT8), QS_PREC_UNSUPPORTED);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_linear_all_precisions, test_teardown),
-        cmocka_unit_test_teardown(test_linear_int8_per_channel, test_teardown),
-        cmocka_unit_test_teardown(test_linear_int8_chunked_reduction, test_teardown),
-        cmocka_unit_test_teardown(test_operand_errors, test_teardown),
-        cmocka_unit_test_teardown(test_quantize_op, test_teardown),
-        cmocka_unit_test_teardown(test_precision_support, test_teardown),
+        cmocka_unit_test_teardown(test_linear_all_precisions, qs_th_teardown),
+        cmocka_unit_test_teardown(test_linear_int8_per_channel, qs_th_teardown),
+        cmocka_unit_test_teardown(test_linear_int8_chunked_reduction, qs_th_teardown),
+        cmocka_unit_test_teardown(test_operand_errors, qs_th_teardown),
+        cmocka_unit_test_teardown(test_quantize_op, qs_th_teardown),
+        cmocka_unit_test_teardown(test_precision_support, qs_th_teardown),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, qs_th_group_setup, qs_th_group_teardown);
 }

@@ -57,31 +57,15 @@ static qs_status conv_setup(qs_model *m, qs_node *n) {
 }
 
 static qs_status conv_forward(qs_model *m, qs_node *n) {
-    const float *b = n->cfg.conv.bias ? qs_model_param_ptr(m, n->param[1]) : NULL;
-    qs_operand x = qs_gemm_x(m, n), w;
-    QS_TRY(qs_gemm_w_forward(m, n, conv_shape(m, n), &w));
-    return m->be->ops->conv_forward(m->be, n->plan, m->stream, &x, &w, b, n->y, m->workspace);
+    return qs_gemm_forward(m, n, conv_shape(m, n), m->be->ops->conv_forward);
 }
 
 static qs_status conv_backward_data(qs_model *m, qs_node *n) {
-    bool acc;
-    float *dx = qs_model_grad_target(m, n, 0, &acc);
-    if (!dx) return QS_OK;
-    const qs_gemm_shape sh = conv_shape(m, n);
-    qs_operand dy, w = qs_gemm_w_backward(m, n, sh);
-    QS_TRY(qs_gemm_dy(m, n, sh, true, &dy));
-    return m->be->ops->conv_backward_data(m->be, n->plan, m->stream, &dy, &w, dx, acc, m->workspace);
+    return qs_gemm_backward_data(m, n, conv_shape(m, n), m->be->ops->conv_backward_data);
 }
 
 static qs_status conv_backward_weights(qs_model *m, qs_node *n) {
-    const qs_gemm_shape sh = conv_shape(m, n);
-    float *db = n->cfg.conv.bias ? qs_model_grad_ptr(m, n->param[1]) : NULL;
-    qs_operand dy, x = qs_gemm_x(m, n);
-    QS_TRY(qs_gemm_dy(m, n, sh, false, &dy));
-    bool fused_db = qs_gemm_fp32_grads(n);
-    QS_TRY(m->be->ops->conv_backward_weights(m->be, n->plan, m->stream, &dy, &x, qs_model_grad_ptr(m, n->param[0]),
-                                             fused_db ? db : NULL, m->workspace));
-    return db && !fused_db ? qs_gemm_bias_grad(m, n, sh, db) : QS_OK;
+    return qs_gemm_backward_weights(m, n, conv_shape(m, n), m->be->ops->conv_backward_weights);
 }
 
 const qs_layer_impl qs_layer_conv2d = {

@@ -29,7 +29,8 @@ qs_status qs_gemm_quant_setup(qs_model *m, qs_node *n, qs_gemm_shape sh) {
     return m->be->ops->stream_sync(m->be, m->stream);
 }
 
-qs_operand qs_gemm_x(qs_model *m, const qs_node *n) {
+/* The input X as an operand (the cast node's quantized output, or the FP32 input). */
+static qs_operand qs_gemm_x(qs_model *m, const qs_node *n) {
     const qs_node *in = qs_layer_input(m, n, 0);
     qs_operand x = qs_operand_f32(in->y);
     x.dt = in->out_dtype;
@@ -42,7 +43,8 @@ static float *w_scales(const qs_node *n, qs_gemm_shape sh) {
     return (float *)((char *)n->saved[0] + data_bytes(sh.w_rows, sh.w_cols, qs_precision_operand_dtype(n->prec, false)));
 }
 
-qs_status qs_gemm_w_forward(qs_model *m, qs_node *n, qs_gemm_shape sh, qs_operand *w) {
+/* The weight for forward: quantized now from the FP32 parameter when the precision needs it. */
+static qs_status qs_gemm_w_forward(qs_model *m, qs_node *n, qs_gemm_shape sh, qs_operand *w) {
     const float *master = qs_model_param_ptr(m, n->param[0]);
     *w = qs_operand_f32(master);
     if (!low_precision(n)) return QS_OK;
@@ -56,7 +58,8 @@ qs_status qs_gemm_w_forward(qs_model *m, qs_node *n, qs_gemm_shape sh, qs_operan
     return QS_OK;
 }
 
-qs_operand qs_gemm_w_backward(qs_model *m, const qs_node *n, qs_gemm_shape sh) {
+/* The weight for backward-data (per-tensor scale; unit scale for per-channel weights). */
+static qs_operand qs_gemm_w_backward(qs_model *m, const qs_node *n, qs_gemm_shape sh) {
     if (!low_precision(n)) return qs_operand_f32(qs_model_param_ptr(m, n->param[0]));
     const qs_dtype fdt = qs_precision_operand_dtype(n->prec, false);
     float *scales = w_scales(n, sh);
@@ -66,7 +69,9 @@ qs_operand qs_gemm_w_backward(qs_model *m, const qs_node *n, qs_gemm_shape sh) {
     return w;
 }
 
-qs_status qs_gemm_dy(qs_model *m, qs_node *n, qs_gemm_shape sh, bool folded, qs_operand *dy) {
+/* dY as an operand, quantized on first use in this step; folded selects the per-channel
+ * backward-data variant (only differs for per-output-channel INT8 weights). */
+static qs_status qs_gemm_dy(qs_model *m, qs_node *n, qs_gemm_shape sh, bool folded, qs_operand *dy) {
     *dy = qs_operand_f32(n->dy);
     if (!low_precision(n)) return QS_OK;
     const qs_dtype gdt = qs_precision_operand_dtype(n->prec, true);
@@ -86,8 +91,29 @@ qs_status qs_gemm_dy(qs_model *m, qs_node *n, qs_gemm_shape sh, bool folded, qs_
     return QS_OK;
 }
 
-bool qs_gemm_fp32_grads(const qs_node *n) { return !low_precision(n); }
+qs_status qs_gemm_forward(qs_model *m, qs_node *n, qs_gemm_shape sh, qs_gemm_forward_fn op) {
+    const float *b = n->n_params > 1 ? qs_model_param_ptr(m, n->param[1]) : NULL;
+    qs_operand x = qs_gemm_x(m, n), w;
+    QS_TRY(qs_gemm_w_forward(m, n, sh, &w));
+    return op(m->be, n->plan, m->stream, &x, &w, b, n->y, m->workspace);
+}
 
-qs_status qs_gemm_bias_grad(qs_model *m, qs_node *n, qs_gemm_shape sh, float *db) {
+qs_status qs_gemm_backward_data(qs_model *m, qs_node *n, qs_gemm_shape sh, qs_gemm_backward_data_fn op) {
+    bool acc;
+    float *dx = qs_model_grad_target(m, n, 0, &acc);
+    if (!dx) return QS_OK;
+    qs_operand dy, w = qs_gemm_w_backward(m, n, sh);
+    QS_TRY(qs_gemm_dy(m, n, sh, true, &dy));
+    return op(m->be, n->plan, m->stream, &dy, &w, dx, acc, m->workspace);
+}
+
+qs_status qs_gemm_backward_weights(qs_model *m, qs_node *n, qs_gemm_shape sh, qs_gemm_backward_weights_fn op) {
+    float *db = n->n_params > 1 ? qs_model_grad_ptr(m, n->param[1]) : NULL;
+    qs_operand dy, x = qs_gemm_x(m, n);
+    QS_TRY(qs_gemm_dy(m, n, sh, false, &dy));
+    const bool fused_db = !low_precision(n); /* the backend sums an FP32 dY itself */
+    QS_TRY(op(m->be, n->plan, m->stream, &dy, &x, qs_model_grad_ptr(m, n->param[0]), fused_db ? db : NULL,
+              m->workspace));
+    if (!db || fused_db) return QS_OK;
     return m->be->ops->column_sums(m->be, m->stream, sh.dy_rows, sh.dy_cols, n->dy, db);
 }

@@ -29,23 +29,19 @@ typedef struct qs_gemm_shape {
 /* Allocate the node's quantized copies for its precision (nothing at FP32). */
 qs_status qs_gemm_quant_setup(qs_model *m, qs_node *n, qs_gemm_shape sh);
 
-/* The input X as an operand (the cast node's quantized output, or the FP32 input). */
-qs_operand qs_gemm_x(qs_model *m, const qs_node *n);
+/* The three backend ops of a GEMM-like kind (linear_* or conv_*, which share signatures). */
+typedef qs_status (*qs_gemm_forward_fn)(qs_backend *be, void *plan, qs_stream *s, const qs_operand *x,
+                                        const qs_operand *w, const float *b, float *y, void *ws);
+typedef qs_status (*qs_gemm_backward_data_fn)(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
+                                              const qs_operand *w, float *dx, bool accumulate, void *ws);
+typedef qs_status (*qs_gemm_backward_weights_fn)(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
+                                                 const qs_operand *x, float *dw, float *db, void *ws);
 
-/* The weight for forward: quantized now from the FP32 parameter when the precision needs it. */
-qs_status qs_gemm_w_forward(qs_model *m, qs_node *n, qs_gemm_shape sh, qs_operand *w);
-
-/* The weight for backward-data (per-tensor scale; unit scale for per-channel weights). */
-qs_operand qs_gemm_w_backward(qs_model *m, const qs_node *n, qs_gemm_shape sh);
-
-/* dY as an operand: quantized on first use in this step. folded selects the per-channel
- * backward-data variant (only differs for per-output-channel INT8 weights). */
-qs_status qs_gemm_dy(qs_model *m, qs_node *n, qs_gemm_shape sh, bool folded, qs_operand *dy);
-
-/* Whether the backend's op can compute the bias gradient itself (FP32 dY); otherwise the
- * layer calls qs_gemm_bias_grad. */
-bool qs_gemm_fp32_grads(const qs_node *n);
-/* db = column sums of the FP32 dY (dy_rows, dy_cols). */
-qs_status qs_gemm_bias_grad(qs_model *m, qs_node *n, qs_gemm_shape sh, float *db);
+/* The layer ops of a GEMM node with parameters weight [, bias], through the backend op given:
+ * forward (quantizing W), backward-data into the input's gradient (when it needs one) and
+ * backward-weights (bias gradient from the FP32 dY when dY is quantized). */
+qs_status qs_gemm_forward(qs_model *m, qs_node *n, qs_gemm_shape sh, qs_gemm_forward_fn op);
+qs_status qs_gemm_backward_data(qs_model *m, qs_node *n, qs_gemm_shape sh, qs_gemm_backward_data_fn op);
+qs_status qs_gemm_backward_weights(qs_model *m, qs_node *n, qs_gemm_shape sh, qs_gemm_backward_weights_fn op);
 
 #endif
