@@ -38,6 +38,19 @@ __attribute__((format(printf, 3, 4))) static void expect_runf(int rc, const char
     expect_run(args, rc, needle);
 }
 
+/* qsync bench: every part runs and reports per precision (tiny settings: numbers are not
+ * checked, only that each precision is measured and marked), and bad input is refused. */
+static void test_bench(void **state) {
+    expect_run("bench quantize --reps 1 --warmup 0 --threads 1", 0, "s8      stochastic 1 thread(s)");
+    expect_run("bench gemm --reps 1 --warmup 0 --threads 1 --precisions fp32,int8,fp8 --json", 0, "\"support\":\t\"emulated\"");
+    expect_run("bench step --model mlp --width 16 --batch 8 --reps 1 --warmup 0 --threads 1 --precisions fp32,int8", 0,
+               "g = x");
+    expect_run("bench", 2, "name a part");
+    expect_run("bench frobnicate", 2, "unknown part 'frobnicate'");
+    expect_run("bench gemm --precisions fp32,int4", 2, "unknown precision 'int4'");
+    expect_run("bench step --model nosuchnet --reps 1", 1, "nosuchnet");
+}
+
 static void test_usage_errors(void **state) {
     expect_run("", 2, "usage: qsync");
     expect_run("frobnicate", 2, "unknown command 'frobnicate'");
@@ -300,6 +313,7 @@ int main(void) {
         cmocka_unit_test(test_precision_options),
         cmocka_unit_test(test_bad_plans),
         cmocka_unit_test(test_train_int8),
+        cmocka_unit_test(test_bench),
         cmocka_unit_test(test_plan_train_resume_eval),
         cmocka_unit_test(test_fp16_loss_scaling),
     };
