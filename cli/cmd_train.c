@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "optim/loss_scale.h"
 #include "options.h"
+#include "dist/comm.h"
 #include "train/trainer.h"
 
 static const char *const qs_train_summary =
@@ -126,6 +127,7 @@ int qs_cmd_train(int argc, char **argv) {
     qs_train_config c;
     qs_train_config_defaults(&c);
     const char *optimizer = "sgd", *precision = "fp32", *device = "cpu", *grad_rounding = NULL, *weight_scales = NULL;
+    double bucket_mb = 25;
     bool json = false, quiet = false, no_progress = false;
     qs_cli_opt opts[] = {
         {"model", QS_CLI_STR, &c.model, "NAME", "model: mlp, cnn, resnet18/34/50, vgg11/16 (default cnn)"},
@@ -172,21 +174,47 @@ int qs_cmd_train(int argc, char **argv) {
         {"no-progress", QS_CLI_FLAG, &no_progress, NULL, "no live progress line"},
         {"json", QS_CLI_FLAG, &json, NULL, "print the end-of-run summary as JSON on stdout"},
         {"quiet", QS_CLI_FLAG, &quiet, NULL, "only errors on stderr"},
+        {"bucket-mb", QS_CLI_DOUBLE, &bucket_mb, "MB", "under mpirun: gradient all-reduce bucket size (default 25)"},
+        {"no-overlap", QS_CLI_FLAG, &c.no_overlap, NULL, "under mpirun: all-reduce after backward instead of during it"},
+        {"collective-timeout", QS_CLI_DOUBLE, &c.collective_timeout_s, "S",
+         "under mpirun: end the job when a collective waits longer than S seconds (default 300; 0 = never)"},
+        {"check-replicas", QS_CLI_I64, &c.check_replicas_every, "N",
+         "under mpirun: compare the ranks' parameters every N steps (default: every epoch end)"},
     };
     int rc = qs_cli_parse(argc, argv, 2, opts, (int)(sizeof opts / sizeof opts[0]), "train", qs_train_summary);
     if (rc) return rc == 1 ? 0 : rc;
     if ((rc = qs_train_check(&c, optimizer, precision, device, grad_rounding, weight_scales))) return rc;
-    qs_logger lg;
-    qs_logger_init(&lg, 0, 1, quiet ? QS_LOG_WARN : QS_LOG_INFO);
+    if (!(bucket_mb > 0) || c.collective_timeout_s < 0 || c.check_replicas_every < 0) {
+        fprintf(stderr, "qsync train: --bucket-mb must be > 0, --collective-timeout and --check-replicas >= 0\n");
+        return 2;
+    }
+    c.bucket_bytes = (size_t)(bucket_mb * 1048576.0);
+    qs_comm *comm = NULL;
+    if (qs_comm_init(&argc, &argv, &comm) != QS_OK) return qs_cmd_fail("train");
+    c.comm = comm;
+    const int rank = qs_comm_rank(comm), world = qs_comm_world(comm);
+    qs_logger lg; /* rank 0 speaks; the others only report errors */
+    qs_logger_init(&lg, rank, world, quiet || rank != 0 ? QS_LOG_WARN : QS_LOG_INFO);
     c.log = &lg;
-    c.progress = !no_progress && !quiet;
+    c.progress = !no_progress && !quiet && rank == 0;
     qs_train_catch_signals();
     c.interrupt = &qs_train_interrupted;
     qs_train_result r;
     if (qs_train_run(&c, &r) != QS_OK) {
         cJSON_Delete(r.profile);
         cJSON_Delete(r.precision);
+        if (world > 1) { /* the peers would wait for this rank: end the whole job */
+            fprintf(stderr, "qsync train: rank %d of %d: error: %s\n", rank, world, qs_last_error());
+            qs_comm_abort(comm, 1);
+        }
+        qs_comm_finalize(comm);
         return qs_cmd_fail("train");
+    }
+    qs_comm_finalize(comm);
+    if (rank != 0) { /* replicas are identical; rank 0 reports */
+        cJSON_Delete(r.profile);
+        cJSON_Delete(r.precision);
+        return r.interrupted ? 128 + (int)qs_train_interrupted : 0;
     }
     if (json) qs_train_print_json(&r);
     else {

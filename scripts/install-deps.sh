@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Install what qsync needs to build, test and run on Debian 12 (run as root or with sudo).
+# Open MPI (libopenmpi-dev, openmpi-bin) runs data-parallel jobs under mpirun and their tests.
 # python3-torch serves the PyTorch cross-checks (tests/test_torch_interop.c) and the baseline
 # benchmarks; OpenBLAS is its recommended BLAS (without it PyTorch falls back to the reference
 # BLAS and its Linear layers run ~10x slower, which would flatter our benchmark ratios).
@@ -7,7 +8,7 @@ set -euo pipefail
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 PKGS=(build-essential cmake pkg-config
-      libdnnl-dev libcjson-dev zlib1g-dev libcmocka-dev
+      libdnnl-dev libcjson-dev zlib1g-dev libcmocka-dev libopenmpi-dev openmpi-bin
       dataset-fashion-mnist
       python3 python3-torch libopenblas0-pthread)
 missing=()

@@ -18,7 +18,8 @@ typedef enum qs_status {
     QS_ERR_NOT_FOUND,     /* a named thing (model, option, tensor, file) does not exist */
     QS_ERR_UNSUPPORTED,   /* valid request this build or backend cannot do */
     QS_ERR_BACKEND,       /* a library underneath (oneDNN, CUDA, MPI) reported an error */
-    QS_ERR_INTERNAL       /* a bug in qsync */
+    QS_ERR_INTERNAL,      /* a bug in qsync */
+    QS_ERR_TIMEOUT        /* a peer process did not arrive in time (stalled or died) */
 } qs_status;
 
 /* Short stable name of a status, e.g. "QS_ERR_IO". */

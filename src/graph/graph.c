@@ -275,6 +275,14 @@ qs_status qs_model_backward(qs_model *m, float loss_scale) {
         bool fused_weights = n->n_params > 0 && !impl->backward_weights;
         if (impl->backward_data && (any_input_grad || fused_weights || n->kind == QS_NODE_SOFTMAX_XENT))
             QS_TRY(qs_timed(m, n, impl->backward_data, is_cast ? QS_CAT_CAST : QS_CAT_BACKWARD_DATA));
+        if (m->grads_ready) QS_TRY(m->grads_ready(m->grads_ctx, i));
+    }
+    if (m->grads_done) {
+        double t0 = qs_now_ms();
+        QS_TRY(m->grads_done(m->grads_ctx));
+        m->comm_wait_time.last_ms = qs_now_ms() - t0;
+        m->comm_wait_time.total_ms += m->comm_wait_time.last_ms;
+        m->comm_wait_time.calls++;
     }
     return QS_OK;
 }

@@ -210,6 +210,12 @@ typedef struct qs_model {
     bool weight_per_channel;
     bool timing;               /* sync + time every op into node->time */
     bool want_input_grad;      /* also compute d loss / d input into nodes[0].dy (tests) */
+    /* Gradient hooks (data parallelism, src/dist/grad_sync.c); NULL = none. grads_ready runs
+     * after every node's backward (its parameter gradients are final); grads_done at the end
+     * of qs_model_backward, which returns only after it. */
+    qs_status (*grads_ready)(void *ctx, int node);
+    qs_status (*grads_done)(void *ctx);
+    void *grads_ctx;
     qs_op_time optimizer_time;
     qs_op_time comm_wait_time;
     qs_logger *log;

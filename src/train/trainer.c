@@ -10,6 +10,7 @@
 
 #include "core/timer.h"
 #include "data/dataset.h"
+#include "dist/grad_sync.h"
 #include "graph/precision.h"
 #include "optim/loss_scale.h"
 #include "optim/schedule.h"
@@ -26,6 +27,8 @@ void qs_train_config_defaults(qs_train_config *c) {
     c->data = "fashion-mnist";
     c->epochs = 1;
     c->batch = 128;
+    c->bucket_bytes = (size_t)25 << 20;
+    c->collective_timeout_s = 300;
     c->optim.kind = QS_OPTIM_SGD;
     c->optim.lr = 0.1f;
     c->optim.momentum = 0.9f;
@@ -73,11 +76,15 @@ typedef struct qs_train_job {
     qs_metrics metrics;
     qs_loss_scaler scaler;
     qs_plan plan;               /* the --plan file, if any */
+    qs_grad_sync sync;          /* gradient averaging over the ranks */
+    int rank, world;
+    int64_t local_batch;
     float *x;
     int32_t *y;
 } qs_train_job;
 
 static void qs_train_job_free(qs_train_job *j) {
+    qs_grad_sync_free(&j->sync);
     qs_host_free(j->x);
     qs_host_free(j->y);
     qs_plan_free(&j->plan);
@@ -160,15 +167,27 @@ static qs_status qs_train_build(const qs_train_config *c, qs_train_job *j, qs_mo
     QS_TRY(qs_backend_cpu_create(c->threads, &j->be));
     if (!c->no_fuse) qs_model_fuse(j->m);
     QS_TRY(qs_train_precisions(c, j));
-    QS_TRY(qs_model_setup(j->m, j->be, c->batch, c->seed));
+    j->rank = qs_comm_rank(c->comm);
+    j->world = qs_comm_world(c->comm);
+    if (c->batch % j->world != 0)
+        return QS_FAIL(QS_ERR_INVALID_ARG,
+                       "--batch %lld (the global batch) must be divisible by the %d ranks, so that every rank "
+                       "takes an equal share and the averaged gradient is the global-batch mean",
+                       (long long)c->batch, j->world);
+    j->local_batch = c->batch / j->world;
+    /* every rank initialises identical parameters from the seed; the replica check confirms it */
+    QS_TRY(qs_model_setup(j->m, j->be, j->local_batch, c->seed));
     QS_TRY(qs_optimizer_init(&j->opt, j->be, &j->m->params, &c->optim));
     j->opt_ready = true;
-    qs_loader_options lo = {.global_batch = c->batch, .rank = 0, .world = 1, .seed = c->seed, .shuffle = true,
-                            .drop_last = true, .augment = c->augment, .crop_pad = j->train.h >= 32 ? 4 : 2};
+    QS_TRY(qs_grad_sync_init(&j->sync, c->comm, j->m, c->bucket_bytes ? c->bucket_bytes : (size_t)25 << 20,
+                             !c->no_overlap, c->collective_timeout_s));
+    qs_loader_options lo = {.global_batch = c->batch, .rank = j->rank, .world = j->world, .seed = c->seed,
+                            .shuffle = true, .drop_last = true, .augment = c->augment,
+                            .crop_pad = j->train.h >= 32 ? 4 : 2};
     QS_TRY(qs_loader_init(&j->loader, &j->train, &lo));
     j->loader_ready = true;
-    j->x = qs_host_alloc((size_t)(c->batch * j->train.h * j->train.w * j->train.c) * sizeof(float));
-    j->y = qs_host_alloc((size_t)c->batch * sizeof(int32_t));
+    j->x = qs_host_alloc((size_t)(j->local_batch * j->train.h * j->train.w * j->train.c) * sizeof(float));
+    j->y = qs_host_alloc((size_t)j->local_batch * sizeof(int32_t));
     return j->x && j->y ? QS_OK : QS_ERR_OOM;
 }
 
@@ -204,6 +223,7 @@ static qs_status qs_train_write_header(const qs_train_config *c, qs_train_job *j
     cJSON_AddStringToObject(r, "config", j->m->config);
     cJSON_AddStringToObject(r, "data", c->data);
     cJSON_AddNumberToObject(r, "batch", (double)c->batch);
+    cJSON_AddNumberToObject(r, "world", (double)j->world);
     cJSON_AddNumberToObject(r, "steps", (double)total);
     cJSON_AddNumberToObject(r, "first_step", (double)first);
     cJSON_AddNumberToObject(r, "seed", (double)c->seed);
@@ -239,7 +259,7 @@ static qs_status qs_train_eval(const qs_train_config *c, qs_train_job *j, int64_
 
 static qs_status qs_train_checkpoint(const qs_train_config *c, qs_train_job *j, const qs_model_options *mo,
                                      int64_t step) {
-    if (!c->checkpoint_dir) return QS_OK;
+    if (!c->checkpoint_dir || j->rank != 0) return QS_OK; /* replicas are identical: rank 0 writes */
     qs_train_state ts = {.step = step, .seed = c->seed, .global_batch = c->batch};
     qs_loader_get_position(&j->loader, &ts.epoch, &ts.batch_in_epoch);
     snprintf(ts.data, sizeof ts.data, "%s", c->data);
@@ -310,6 +330,12 @@ typedef struct qs_train_window {
 static qs_status qs_train_log_step(const qs_train_config *c, qs_train_job *j, qs_train_window *w, int64_t step,
                                    int64_t total, int64_t spe, float lr, bool tty, qs_train_result *res) {
     double dt = qs_now_ms() - w->t0, rate = 1e3 * (double)(w->n * c->batch) / dt;
+    if (j->world > 1) { /* the window over the global batch: mean of the ranks' means, summed counts */
+        double sums[2] = {w->loss, (double)w->correct};
+        QS_TRY(qs_comm_allreduce_sum_f64(c->comm, sums, 2, c->collective_timeout_s));
+        w->loss = sums[0] / j->world;
+        w->correct = (int64_t)sums[1];
+    }
     res->final_loss = w->loss / (double)w->n;
     cJSON *r = cJSON_CreateObject();
     cJSON_AddStringToObject(r, "type", "step");
@@ -324,7 +350,7 @@ static qs_status qs_train_log_step(const qs_train_config *c, qs_train_job *j, qs
         cJSON_AddNumberToObject(r, "skipped_steps", (double)j->scaler.skipped);
     }
     QS_TRY(qs_metrics_write(&j->metrics, r));
-    if (tty)
+    if (tty && j->rank == 0)
         fprintf(stderr, "\rstep %lld/%lld  epoch %lld  loss %.4f  lr %.4g  %.0f img/s   ", (long long)step,
                 (long long)total, (long long)((step - 1) / spe + 1), res->final_loss, lr, rate);
     memset(w, 0, sizeof *w);
@@ -357,6 +383,8 @@ static qs_status qs_train_after_step(const qs_train_config *c, qs_train_job *j, 
                                      qs_train_result *res) {
     bool epoch_end = step % spe == 0 || step == total;
     bool interrupted = c->interrupt && *c->interrupt;
+    if (epoch_end || (c->check_replicas_every > 0 && step % c->check_replicas_every == 0))
+        QS_TRY(qs_grad_sync_check_replicas(&j->sync, step));
     *stop = step == c->stop_at || interrupted;
     if (epoch_end) {
         if (tty) fputc('\n', stderr);
@@ -394,7 +422,8 @@ static qs_status qs_train_loop(const qs_train_config *c, qs_train_job *j, const 
     QS_TRY(qs_lr_schedule_check(&sched));
     int64_t step = 0;
     if (c->resume) QS_TRY(qs_train_resume(c, j, &step));
-    QS_TRY(qs_metrics_open(&j->metrics, c->metrics_path, c->resume != NULL, 0));
+    /* rank 0 writes the metrics (its step records carry the global-batch loss) */
+    QS_TRY(qs_metrics_open(&j->metrics, j->rank == 0 ? c->metrics_path : NULL, c->resume != NULL, j->rank));
     qs_train_log_config(c, j, total, spe);
     QS_TRY(qs_train_write_header(c, j, total, step));
     bool tty = c->progress && isatty(STDERR_FILENO), stop = false;

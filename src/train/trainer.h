@@ -55,6 +55,16 @@ typedef struct qs_train_config {
      * current step; NULL = never. */
     volatile sig_atomic_t *interrupt;
     bool progress;              /* live progress line on stderr */
+    /* Data parallelism (src/dist): the process group (NULL = a single process). --batch is
+     * the global batch, split evenly over the ranks; gradients are averaged in buckets of
+     * bucket_bytes, overlapped with backward unless no_overlap; collectives time out after
+     * collective_timeout_s; replicas are compared every check_replicas_every steps (0: at
+     * epoch ends and the end only). Rank 0 alone writes metrics and checkpoints. */
+    struct qs_comm *comm;
+    size_t bucket_bytes;
+    bool no_overlap;
+    double collective_timeout_s;
+    int64_t check_replicas_every;
     qs_logger *log;
 } qs_train_config;
 

@@ -1,0 +1,123 @@
+/* src/dist/grad_sync.c — bucketed, overlapped gradient averaging (see grad_sync.h). */
+#include "dist/grad_sync.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "qsync/tensor.h"
+
+static qs_status start_bucket(qs_grad_sync *gs, qs_grad_bucket *b) {
+    float *base = (float *)((char *)gs->m->grad_data + b->offset);
+    return qs_comm_iallreduce_sum_f32(gs->comm, base, (int64_t)(b->bytes / sizeof(float)), &b->req);
+}
+
+/* Test every outstanding bucket once (progress). */
+static qs_status poll_buckets(qs_grad_sync *gs) {
+    for (int k = 0; k < gs->n_buckets; k++) {
+        qs_grad_bucket *b = &gs->buckets[k];
+        if (b->req < 0) continue;
+        bool done;
+        QS_TRY(qs_comm_test(gs->comm, b->req, &done));
+        if (done) b->req = -2; /* completed in this step */
+    }
+    return QS_OK;
+}
+
+static qs_status on_grads_ready(void *ctx, int node) {
+    qs_grad_sync *gs = ctx;
+    const qs_node *n = &gs->m->nodes[node];
+    for (int k = 0; k < n->n_params; k++) {
+        qs_grad_bucket *b = &gs->buckets[gs->entry_bucket[n->param[k]]];
+        if (--b->pending == 0 && gs->overlap) QS_TRY(start_bucket(gs, b));
+    }
+    return gs->overlap ? poll_buckets(gs) : QS_OK;
+}
+
+static qs_status on_grads_done(void *ctx) {
+    qs_grad_sync *gs = ctx;
+    qs_model *m = gs->m;
+    QS_TRY(m->be->ops->stream_sync(m->be, m->stream));
+    for (int k = 0; k < gs->n_buckets; k++) {
+        qs_grad_bucket *b = &gs->buckets[k];
+        if (b->pending != 0)
+            return QS_FAIL(QS_ERR_INTERNAL, "gradient bucket %d: %d parameter gradients never became ready", k,
+                           b->pending);
+        if (!gs->overlap) QS_TRY(start_bucket(gs, b));
+    }
+    for (int k = 0; k < gs->n_buckets; k++) {
+        qs_grad_bucket *b = &gs->buckets[k];
+        if (b->req >= 0) QS_TRY(qs_comm_wait(gs->comm, b->req, gs->timeout_s));
+        b->req = -1;
+        b->pending = b->last_entry - b->first_entry + 1; /* ready for the next backward */
+    }
+    const float inv = 1.0f / (float)qs_comm_world(gs->comm);
+    return m->be->ops->scale(m->be, m->stream, (int64_t)(m->params.bytes / sizeof(float)), m->grad_data, inv);
+}
+
+qs_status qs_grad_sync_init(qs_grad_sync *gs, qs_comm *comm, qs_model *m, size_t bucket_bytes, bool overlap,
+                            double timeout_s) {
+    memset(gs, 0, sizeof *gs);
+    gs->comm = comm;
+    gs->m = m;
+    gs->overlap = overlap;
+    gs->timeout_s = timeout_s;
+    if (bucket_bytes == 0) return QS_FAIL(QS_ERR_INVALID_ARG, "gradient bucket size must be > 0");
+    if (qs_comm_world(comm) == 1 || m->params.count == 0) return QS_OK;
+    const qs_table *t = &m->params;
+    gs->entry_bucket = calloc((size_t)t->count, sizeof *gs->entry_bucket);
+    gs->buckets = calloc((size_t)t->count, sizeof *gs->buckets);
+    if (!gs->entry_bucket || !gs->buckets) {
+        qs_grad_sync_free(gs);
+        return QS_FAIL(QS_ERR_OOM, "out of memory for gradient buckets");
+    }
+    /* from the last entry down: a bucket closes once it holds >= bucket_bytes */
+    int last = t->count - 1;
+    for (int e = t->count - 1; e >= 0; e--) {
+        size_t lo = t->entries[e].offset, hi = last == t->count - 1 ? t->bytes : t->entries[last + 1].offset;
+        if (hi - lo >= bucket_bytes || e == 0) {
+            qs_grad_bucket *b = &gs->buckets[gs->n_buckets];
+            *b = (qs_grad_bucket){.offset = lo, .bytes = hi - lo, .first_entry = e, .last_entry = last,
+                                  .pending = last - e + 1, .req = -1};
+            for (int k = e; k <= last; k++) gs->entry_bucket[k] = gs->n_buckets;
+            gs->n_buckets++;
+            last = e - 1;
+        }
+    }
+    m->grads_ready = on_grads_ready;
+    m->grads_done = on_grads_done;
+    m->grads_ctx = gs;
+    return QS_OK;
+}
+
+void qs_grad_sync_free(qs_grad_sync *gs) {
+    if (gs->m && gs->m->grads_ctx == gs) {
+        gs->m->grads_ready = NULL;
+        gs->m->grads_done = NULL;
+        gs->m->grads_ctx = NULL;
+    }
+    free(gs->buckets);
+    free(gs->entry_bucket);
+    memset(gs, 0, sizeof *gs);
+}
+
+qs_status qs_grad_sync_check_replicas(qs_grad_sync *gs, int64_t step) {
+    if (qs_comm_world(gs->comm) == 1) return QS_OK;
+    qs_model *m = gs->m;
+    size_t bytes = m->params.bytes;
+    unsigned char *h = qs_host_alloc(bytes);
+    if (!h) return QS_FAIL(QS_ERR_OOM, "replica check: out of memory");
+    qs_status st = m->be->ops->copy_d2h(m->be, m->stream, h, m->param_data, bytes);
+    if (st == QS_OK) st = m->be->ops->stream_sync(m->be, m->stream);
+    uint64_t f = 1469598103934665603ull;
+    for (size_t i = 0; st == QS_OK && i < bytes; i++) f = (f ^ h[i]) * 1099511628211ull;
+    qs_host_free(h);
+    QS_TRY(st);
+    uint64_t lo, hi;
+    QS_TRY(qs_comm_allreduce_minmax_u64(gs->comm, f, &lo, &hi, gs->timeout_s));
+    if (lo != hi)
+        return QS_FAIL(QS_ERR_MISMATCH,
+                       "after step %lld the replicas' parameters differ between ranks (fingerprints %016llx .. %016llx): "
+                       "data parallelism lost synchronisation; this is a qsync bug",
+                       (long long)step, (unsigned long long)lo, (unsigned long long)hi);
+    return QS_OK;
+}
