@@ -26,6 +26,7 @@ typedef struct qs_bench_opts {
     const char *model;
     int64_t width, batch;
     qs_backend *be;
+    struct qs_comm *comm;  /* the process group (allreduce) */
     cJSON *rows;  /* JSON array of result rows */
 } qs_bench_opts;
 
@@ -55,5 +56,6 @@ qs_status qs_bench_gemm(qs_bench_opts *o);
 qs_status qs_bench_layer(qs_bench_opts *o);
 qs_status qs_bench_quantize(qs_bench_opts *o);
 qs_status qs_bench_step(qs_bench_opts *o);
+qs_status qs_bench_allreduce(qs_bench_opts *o);
 
 #endif

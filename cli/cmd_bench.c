@@ -8,6 +8,7 @@
 #include "bench_common.h"
 #include "commands.h"
 #include "core/timer.h"
+#include "dist/comm.h"
 #include "options.h"
 #include "qsync/rng.h"
 
@@ -63,9 +64,10 @@ void qs_bench_fill(float *x, int64_t n, uint64_t stream) {
 static const char *const qs_bench_summary =
     "Measure throughput per precision on this machine: `gemm` (Y = X·Wᵀ, operands already quantized),\n"
     "`layer` (Linear and Conv2d forward + backward including all quantization), `quantize` (conversion\n"
-    "throughput on one thread and on all), `step` (whole training steps of a model, synthetic data).\n"
+    "throughput on one thread and on all), `step` (whole training steps of a model, synthetic data),\n"
+    "`allreduce` (under mpirun: the bucketed gradient all-reduce against MPI_Allreduce called directly).\n"
     "Medians of --reps interleaved repetitions after --warmup; each precision marked native or emulated.\n"
-    "Usage: qsync bench gemm|layer|quantize|step [options]";
+    "Usage: qsync bench gemm|layer|quantize|step|allreduce [options]";
 
 int qs_cmd_bench(int argc, char **argv) {
     if (argc < 3 || argv[2][0] == '-') {
@@ -105,15 +107,18 @@ int qs_cmd_bench(int argc, char **argv) {
                       : strcmp(part, "layer") == 0    ? qs_bench_layer
                       : strcmp(part, "quantize") == 0 ? qs_bench_quantize
                       : strcmp(part, "step") == 0     ? qs_bench_step
+                      : strcmp(part, "allreduce") == 0 ? qs_bench_allreduce
                                                       : NULL;
     if (!run) {
-        fprintf(stderr, "qsync bench: unknown part '%s' (gemm, layer, quantize, step)\n", part);
+        fprintf(stderr, "qsync bench: unknown part '%s' (gemm, layer, quantize, step, allreduce)\n", part);
         return 2;
     }
+    if (qs_comm_init(&argc, &argv, &o.comm) != QS_OK) return qs_cmd_fail("bench");
     if (qs_backend_cpu_create(o.threads, &o.be) != QS_OK) return qs_cmd_fail("bench");
     o.rows = cJSON_CreateArray();
     qs_status st = run(&o);
-    if (st == QS_OK && o.json) {
+    const int rank = qs_comm_rank(o.comm);
+    if (st == QS_OK && o.json && rank == 0) {
         cJSON *doc = cJSON_CreateObject();
         cJSON_AddStringToObject(doc, "part", part);
         cJSON_AddNumberToObject(doc, "threads", omp_get_max_threads());
@@ -130,5 +135,10 @@ int qs_cmd_bench(int argc, char **argv) {
     }
     cJSON_Delete(o.rows);
     o.be->ops->destroy(o.be);
+    if (st != QS_OK && qs_comm_world(o.comm) > 1) {
+        fprintf(stderr, "qsync bench: rank %d: error: %s\n", rank, qs_last_error());
+        qs_comm_abort(o.comm, 1);
+    }
+    qs_comm_finalize(o.comm);
     return st == QS_OK ? 0 : qs_cmd_fail("bench");
 }

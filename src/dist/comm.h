@@ -39,6 +39,10 @@ qs_status qs_comm_test(qs_comm *c, int req, bool *done);
  * with a message saying that a peer did not arrive. */
 qs_status qs_comm_wait(qs_comm *c, int req, double timeout_s);
 
+/* MPI_Allreduce (sum, in place) called directly and blocking, without timeout: the reference
+ * `qsync bench allreduce` compares the bucketed path with. */
+qs_status qs_comm_allreduce_sum_f32_direct(qs_comm *c, float *buf, int64_t n);
+
 /* Blocking in-place reductions of small arrays (sum of doubles; min and max of uint64), with
  * the same timeout. */
 qs_status qs_comm_allreduce_sum_f64(qs_comm *c, double *buf, int n, double timeout_s);

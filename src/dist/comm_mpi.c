@@ -108,6 +108,15 @@ qs_status qs_comm_wait(qs_comm *c, int req, double timeout_s) {
     }
 }
 
+qs_status qs_comm_allreduce_sum_f32_direct(qs_comm *c, float *buf, int64_t n) {
+    if (!c->mpi || c->world == 1) return QS_OK;
+    for (int64_t off = 0; off < n; off += INT_MAX) {
+        int cnt = (int)(n - off < INT_MAX ? n - off : INT_MAX);
+        QS_TRY(mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf + off, cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "Allreduce"));
+    }
+    return QS_OK;
+}
+
 /* A blocking reduction through the non-blocking one, so it obeys the timeout. */
 static qs_status small_allreduce(qs_comm *c, void *buf, int n, MPI_Datatype t, MPI_Op op, double timeout_s) {
     if (!c->mpi || c->world == 1) return QS_OK;
