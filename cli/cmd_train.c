@@ -204,7 +204,7 @@ int qs_cmd_train(int argc, char **argv) {
         cJSON_Delete(r.profile);
         cJSON_Delete(r.precision);
         if (world > 1) { /* the peers would wait for this rank: end the whole job */
-            fprintf(stderr, "qsync train: rank %d of %d: error: %s\n", rank, world, qs_last_error());
+            fprintf(stderr, "qsync train: error: %s\n", qs_last_error());
             qs_comm_abort(comm, 1);
         }
         qs_comm_finalize(comm);

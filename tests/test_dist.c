@@ -145,11 +145,41 @@ static void test_refused(void **state) {
     run_ranks(3, QS_DIST_ARGS " --batch 64", 1, "must be divisible by the 3 ranks");
 }
 
+/* Faults, made for real from outside: 2 s into training, rank 1 is stopped (SIGSTOP) or killed
+ * (SIGKILL) by a shell wrapped around it. A stall must end the job through the collective
+ * timeout with a message naming rank 1; a kill is ended by mpirun. `timeout 120` only turns a
+ * hang into a failure instead of blocking the suite. */
+static void run_fault(const char *signal_name, int want_rc, const char *needle) {
+    const char *bin = getenv("QS_BIN");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "timeout 120 mpirun -np 2 --oversubscribe sh -c 'if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then "
+             "(sleep 2; kill -%s $$) & fi; exec %s train --model cnn --width 8 --batch 64 --steps 1000000 "
+             "--train-subset 2560 --threads 1 --no-progress --quiet --collective-timeout 5'",
+             signal_name, bin);
+    char *out = NULL;
+    int rc = qs_test_run_shell(cmd, &out);
+    printf("  rank 1 %s: exit %d\n", signal_name, rc);
+    if (rc == 124 || (want_rc >= 0 && rc != want_rc) || rc == 0 || (needle && !strstr(out, needle)))
+        fail_msg("%s\n  exit %d, output:\n%s\n  (wanted exit %d and: %s)", cmd, rc, out, want_rc, needle ? needle : "-");
+    free(out);
+}
+
+static void test_stalled_rank(void **state) {
+    run_fault("STOP", 1, "rank 1 (silent for");
+}
+
+static void test_killed_rank(void **state) {
+    run_fault("KILL", -1, NULL);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fp32_equivalence),
         cmocka_unit_test(test_int8_ranks),
         cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_stalled_rank),
+        cmocka_unit_test(test_killed_rank),
     };
     return cmocka_run_group_tests(tests, group_setup, qs_test_tmpdir_teardown);
 }

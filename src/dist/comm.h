@@ -30,6 +30,13 @@ int qs_comm_world(const qs_comm *c);
 /* "mpi" or "single". */
 const char *qs_comm_kind(const qs_comm *c);
 
+/* Announce that this rank has reached point `phase` (0..QS_COMM_PHASES-1, increasing within a
+ * step) of `step` (>= 1) — a small non-blocking message to every peer — and take note of the
+ * peers' announcements. When a collective times out, the ranks whose last announcement is
+ * behind this rank's are named in the error: the stalled or dead ones. */
+#define QS_COMM_PHASES 1024
+qs_status qs_comm_arrive(qs_comm *c, int64_t step, int phase);
+
 /* Start an in-place sum of n floats over all ranks; *req identifies it (< QS_COMM_MAX_REQS
  * outstanding). A group of one completes at once. */
 qs_status qs_comm_iallreduce_sum_f32(qs_comm *c, float *buf, int64_t n, int *req);

@@ -4,6 +4,7 @@
 #include <limits.h>
 #include <mpi.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "core/timer.h"
@@ -14,7 +15,16 @@ struct qs_comm {
     MPI_Request reqs[QS_COMM_MAX_REQS][4]; /* a reduction of > INT_MAX floats is split */
     int nparts[QS_COMM_MAX_REQS];
     bool used[QS_COMM_MAX_REQS];
+    /* step announcements (qs_comm_arrive): per peer, the last step heard, a posted receive and
+     * the last send; this rank's own step */
+    int64_t step;             /* step·QS_COMM_PHASES + phase of the last announcement */
+    int64_t *heard, *recv_val, *send_val;
+    double *heard_ms;         /* when each peer was last heard from (its announcements and heartbeats) */
+    double sent_ms;           /* when this rank last announced */
+    MPI_Request *recv_req, *send_req;
 };
+
+#define QS_COMM_TAG_ARRIVE 7207
 
 /* Open MPI's launcher exports the world size to every rank it starts. */
 static bool launched_by_mpirun(void) { return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK"); }
@@ -42,6 +52,23 @@ qs_status qs_comm_init(int *argc, char ***argv, qs_comm **out) {
         MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
         MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
         MPI_Comm_size(MPI_COMM_WORLD, &c->world);
+        const size_t w = (size_t)c->world;
+        c->heard = calloc(w, sizeof *c->heard);
+        c->heard_ms = calloc(w, sizeof *c->heard_ms);
+        c->recv_val = calloc(w, sizeof *c->recv_val);
+        c->send_val = calloc(w, sizeof *c->send_val);
+        c->recv_req = calloc(w, sizeof *c->recv_req);
+        c->send_req = calloc(w, sizeof *c->send_req);
+        if (!c->heard || !c->heard_ms || !c->recv_val || !c->send_val || !c->recv_req || !c->send_req) {
+            qs_comm_finalize(c);
+            return QS_FAIL(QS_ERR_OOM, "out of memory for the communicator");
+        }
+        for (int p = 0; p < c->world; p++) {
+            c->heard_ms[p] = qs_now_ms();
+            c->recv_req[p] = c->send_req[p] = MPI_REQUEST_NULL;
+            if (p != c->rank)
+                MPI_Irecv(&c->recv_val[p], 1, MPI_INT64_T, p, QS_COMM_TAG_ARRIVE, MPI_COMM_WORLD, &c->recv_req[p]);
+        }
     }
     *out = c;
     return QS_OK;
@@ -49,8 +76,98 @@ qs_status qs_comm_init(int *argc, char ***argv, qs_comm **out) {
 
 void qs_comm_finalize(qs_comm *c) {
     if (!c) return;
-    if (c->mpi) MPI_Finalize();
+    if (c->mpi) {
+        for (int p = 0; c->recv_req && p < c->world; p++) {
+            if (c->recv_req[p] != MPI_REQUEST_NULL) {
+                MPI_Cancel(&c->recv_req[p]);
+                MPI_Wait(&c->recv_req[p], MPI_STATUS_IGNORE);
+            }
+            if (c->send_req[p] != MPI_REQUEST_NULL) MPI_Wait(&c->send_req[p], MPI_STATUS_IGNORE);
+        }
+        MPI_Finalize();
+    }
+    free(c->heard);
+    free(c->heard_ms);
+    free(c->recv_val);
+    free(c->send_val);
+    free(c->recv_req);
+    free(c->send_req);
     free(c);
+}
+
+/* Take in the peers' announcements received so far (re-posting each receive). */
+static void arrivals_poll(qs_comm *c) {
+    for (int p = 0; p < c->world; p++) {
+        int flag = 1;
+        while (p != c->rank && c->recv_req[p] != MPI_REQUEST_NULL && flag) {
+            MPI_Test(&c->recv_req[p], &flag, MPI_STATUS_IGNORE);
+            if (!flag) break;
+            if (c->recv_val[p] > c->heard[p]) c->heard[p] = c->recv_val[p];
+            c->heard_ms[p] = qs_now_ms();
+            MPI_Irecv(&c->recv_val[p], 1, MPI_INT64_T, p, QS_COMM_TAG_ARRIVE, MPI_COMM_WORLD, &c->recv_req[p]);
+        }
+    }
+}
+
+/* Send this rank's current mark to every peer that has taken the previous one. */
+static qs_status send_marks(qs_comm *c) {
+    const int64_t mark = c->step;
+    c->sent_ms = qs_now_ms();
+    for (int p = 0; p < c->world; p++) {
+        if (p == c->rank) continue;
+        int done = 1;
+        if (c->send_req[p] != MPI_REQUEST_NULL) MPI_Test(&c->send_req[p], &done, MPI_STATUS_IGNORE);
+        if (!done) continue; /* the peer has not taken the last one: it is behind, no need to queue more */
+        c->send_val[p] = mark;
+        QS_TRY(mpi_check(MPI_Isend(&c->send_val[p], 1, MPI_INT64_T, p, QS_COMM_TAG_ARRIVE, MPI_COMM_WORLD,
+                                   &c->send_req[p]),
+                         "Isend (step announcement)"));
+    }
+    arrivals_poll(c);
+    return QS_OK;
+}
+
+qs_status qs_comm_arrive(qs_comm *c, int64_t step, int phase) {
+    if (!c->mpi || c->world == 1) return QS_OK;
+    if (phase >= QS_COMM_PHASES) phase = QS_COMM_PHASES - 1;
+    const int64_t mark = step * QS_COMM_PHASES + phase;
+    if (mark <= c->step) return QS_OK;
+    c->step = mark;
+    return send_marks(c);
+}
+
+/* While waiting in a collective: take in announcements, and repeat ours every 0.5 s so that
+ * peers can tell a waiting rank from a stopped one. */
+static void heartbeat(qs_comm *c) {
+    if (qs_now_ms() - c->sent_ms > 500) (void)send_marks(c);
+    else arrivals_poll(c);
+}
+
+/* The timeout error: the peers not heard from for more than half the timeout (a waiting rank
+ * repeats its announcement every 0.5 s; a stopped or dead one falls silent), else those whose
+ * last announcement is behind this rank's. */
+static qs_status timeout_error(qs_comm *c, const char *what, double timeout_s) {
+    arrivals_poll(c);
+    const double now = qs_now_ms();
+    char missing[256] = "";
+    size_t len = 0;
+    for (int pass = 0; pass < 2 && len == 0; pass++)
+        for (int p = 0; p < c->world && len + 64 < sizeof missing; p++) {
+            if (p == c->rank) continue;
+            const double silent_s = (now - c->heard_ms[p]) / 1e3;
+            if (pass == 0 ? silent_s > 0.5 * timeout_s : c->heard[p] < c->step)
+                len += (size_t)snprintf(missing + len, sizeof missing - len, "%srank %d (silent for %.0f s, last at step %lld)",
+                                        len ? ", " : "", p, silent_s, (long long)(c->heard[p] / QS_COMM_PHASES));
+        }
+    if (len)
+        return QS_FAIL(QS_ERR_TIMEOUT,
+                       "rank %d of %d: %s did not complete within %g s at step %lld: %s did not arrive — stalled or "
+                       "dead (raise --collective-timeout if steps are really this slow)",
+                       c->rank, c->world, what, timeout_s, (long long)(c->step / QS_COMM_PHASES), missing);
+    return QS_FAIL(QS_ERR_TIMEOUT,
+                   "rank %d of %d: %s did not complete within %g s at step %lld although every rank is alive and got "
+                   "as far as this one (raise --collective-timeout if steps are really this slow)",
+                   c->rank, c->world, what, timeout_s, (long long)(c->step / QS_COMM_PHASES));
 }
 
 void qs_comm_abort(qs_comm *c, int code) {
@@ -100,11 +217,9 @@ qs_status qs_comm_wait(qs_comm *c, int req, double timeout_s) {
         bool done;
         QS_TRY(qs_comm_test(c, req, &done));
         if (done) return QS_OK;
+        if (c->mpi) heartbeat(c);
         if (timeout_s > 0 && qs_now_ms() - t0 > 1e3 * timeout_s)
-            return QS_FAIL(QS_ERR_TIMEOUT,
-                           "rank %d of %d: a gradient all-reduce did not complete within %g s: another rank stalled "
-                           "or died (raise --collective-timeout if steps are really this slow)",
-                           c->rank, c->world, timeout_s);
+            return timeout_error(c, "a gradient all-reduce", timeout_s);
     }
 }
 
@@ -127,10 +242,8 @@ static qs_status small_allreduce(qs_comm *c, void *buf, int n, MPI_Datatype t, M
         int flag = 0;
         QS_TRY(mpi_check(MPI_Test(&rq, &flag, MPI_STATUS_IGNORE), "Test"));
         if (flag) return QS_OK;
-        if (timeout_s > 0 && qs_now_ms() - t0 > 1e3 * timeout_s)
-            return QS_FAIL(QS_ERR_TIMEOUT,
-                           "rank %d of %d: a reduction did not complete within %g s: another rank stalled or died",
-                           c->rank, c->world, timeout_s);
+        heartbeat(c);
+        if (timeout_s > 0 && qs_now_ms() - t0 > 1e3 * timeout_s) return timeout_error(c, "a reduction", timeout_s);
     }
 }
 

@@ -7,6 +7,7 @@
 #include "qsync/tensor.h"
 
 static qs_status start_bucket(qs_grad_sync *gs, qs_grad_bucket *b) {
+    QS_TRY(qs_comm_arrive(gs->comm, gs->m->step, 1 + (int)(b - gs->buckets))); /* named in timeouts */
     float *base = (float *)((char *)gs->m->grad_data + b->offset);
     return qs_comm_iallreduce_sum_f32(gs->comm, base, (int64_t)(b->bytes / sizeof(float)), &b->req);
 }

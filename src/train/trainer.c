@@ -306,6 +306,7 @@ static qs_status qs_train_resume(const qs_train_config *c, qs_train_job *j, int6
 /* One optimizer step on the next batch; returns the batch's mean loss and correct count. */
 static qs_status qs_train_step(const qs_train_config *c, qs_train_job *j, float lr, double *loss, int64_t *correct) {
     int64_t valid;
+    if (c->comm) QS_TRY(qs_comm_arrive(c->comm, j->m->step + 1, 0)); /* named in timeouts */
     QS_TRY(qs_loader_next(&j->loader, j->x, j->y, &valid, NULL));
     QS_TRY(qs_model_forward(j->m, j->x, j->y, true));
     /* backward at the loss scale, overflow check, optimizer step (or a skipped one) */
