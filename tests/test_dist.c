@@ -145,6 +145,21 @@ static void test_refused(void **state) {
     run_ranks(3, QS_DIST_ARGS " --batch 64", 1, "must be divisible by the 3 ranks");
 }
 
+/* Checkpoints under mpirun: rank 0 writes them; a 2-rank run stopped at step 10 and resumed
+ * ends bitwise where the uninterrupted one does; resuming with another rank count is refused. */
+static void test_checkpoint_resume(void **state) {
+    char a[1024];
+    snprintf(a, sizeof a, QS_DIST_ARGS " --batch 64 --checkpoint-dir %s/full", qs_test_tmp);
+    run_ranks(2, a, 0, NULL);
+    snprintf(a, sizeof a, QS_DIST_ARGS " --batch 64 --checkpoint-dir %s/part --stop-at 10", qs_test_tmp);
+    run_ranks(2, a, 0, NULL);
+    snprintf(a, sizeof a, QS_DIST_ARGS " --batch 64 --checkpoint-dir %s/part --resume %s/part", qs_test_tmp, qs_test_tmp);
+    run_ranks(0, a, 1, "trained by 2 rank(s), this run has 1");
+    run_ranks(2, a, 0, NULL);
+    snprintf(a, sizeof a, "cmp %s/full/model.safetensors %s/part/model.safetensors", qs_test_tmp, qs_test_tmp);
+    assert_int_equal(qs_test_run_shell(a, NULL), 0);
+}
+
 /* Faults, made for real from outside: 2 s into training, rank 1 is stopped (SIGSTOP) or killed
  * (SIGKILL) by a shell wrapped around it. A stall must end the job through the collective
  * timeout with a message naming rank 1; a kill is ended by mpirun. `timeout 120` only turns a
@@ -178,6 +193,7 @@ int main(void) {
         cmocka_unit_test(test_fp32_equivalence),
         cmocka_unit_test(test_int8_ranks),
         cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_checkpoint_resume),
         cmocka_unit_test(test_stalled_rank),
         cmocka_unit_test(test_killed_rank),
     };

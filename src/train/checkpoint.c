@@ -209,7 +209,7 @@ static qs_status qs_ckpt_save_state(const char *path, qs_model *m, const qs_opti
             for (int d = 0; d < t[i].ndim; d++) t[i].shape[d] = os.tensors[i].shape[d];
             t[i].data = os.tensors[i].data;
         }
-        char v[11][40];
+        char v[12][40];
         snprintf(v[0], sizeof v[0], "%d", QS_CHECKPOINT_VERSION);
         snprintf(v[1], sizeof v[1], "%" PRId64, ts->step);
         snprintf(v[2], sizeof v[2], "%" PRId64, ts->epoch);
@@ -221,12 +221,14 @@ static qs_status qs_ckpt_save_state(const char *path, qs_model *m, const qs_opti
         snprintf(v[7], sizeof v[7], "%a", ts->loss_scale_mode[0] ? (double)ts->loss_scale : 1.0);
         snprintf(v[8], sizeof v[8], "%" PRId64, ts->loss_scale_good_steps);
         snprintf(v[9], sizeof v[9], "%" PRId64, ts->skipped_steps);
+        snprintf(v[10], sizeof v[10], "%" PRId64, ts->world > 0 ? ts->world : 1);
         qs_st_meta meta[] = {{"format", "qsync.state"}, {"version", v[0]},   {"step", v[1]},
                              {"epoch", v[2]},          {"batch_in_epoch", v[3]}, {"seed", v[4]},
                              {"global_batch", v[5]},   {"data", ts->data},   {"optimizer", qs_optim_kind_name(o->cfg.kind)},
                              {"optimizer_step", v[6]},
                              {"loss_scale_mode", ts->loss_scale_mode[0] ? ts->loss_scale_mode : "none"},
-                             {"loss_scale", v[7]},     {"loss_scale_good_steps", v[8]}, {"skipped_steps", v[9]}};
+                             {"loss_scale", v[7]},     {"loss_scale_good_steps", v[8]}, {"skipped_steps", v[9]},
+                             {"world", v[10]}};
         st = qs_safetensors_write(path, t, os.count, meta, (int)(sizeof meta / sizeof meta[0]));
     }
     free(t);
@@ -278,6 +280,8 @@ qs_status qs_checkpoint_load_state(const char *dir, qs_model *m, qs_optimizer *o
     if (st == QS_OK) st = qs_ckpt_meta_i64(f, "seed", &seed);
     if (st == QS_OK) st = qs_ckpt_meta_i64(f, "global_batch", &ts->global_batch);
     if (st == QS_OK) st = qs_ckpt_meta_i64(f, "optimizer_step", &opt_step);
+    ts->world = 1;
+    if (st == QS_OK && qs_safetensors_meta(f, "world")) st = qs_ckpt_meta_i64(f, "world", &ts->world);
     const char *data = qs_safetensors_meta(f, "data"), *kind = qs_safetensors_meta(f, "optimizer");
     if (st == QS_OK && (!data || !kind)) st = QS_FAIL(QS_ERR_FORMAT, "%s: metadata lacks \"data\" or \"optimizer\"", path);
     if (st == QS_OK && strcmp(kind, qs_optim_kind_name(o->cfg.kind)) != 0)

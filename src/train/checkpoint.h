@@ -28,6 +28,7 @@ typedef struct qs_train_state {
     int64_t batch_in_epoch;
     uint64_t seed;
     int64_t global_batch;
+    int64_t world;           /* ranks that trained it (1 when absent: older checkpoints) */
     char data[32];
     /* loss scaling (optim/loss_scale.h); a zeroed state means mode none, scale 1 */
     char loss_scale_mode[16];    /* "none", "static", "dynamic"; "" = none */

@@ -260,7 +260,7 @@ static qs_status qs_train_eval(const qs_train_config *c, qs_train_job *j, int64_
 static qs_status qs_train_checkpoint(const qs_train_config *c, qs_train_job *j, const qs_model_options *mo,
                                      int64_t step) {
     if (!c->checkpoint_dir || j->rank != 0) return QS_OK; /* replicas are identical: rank 0 writes */
-    qs_train_state ts = {.step = step, .seed = c->seed, .global_batch = c->batch};
+    qs_train_state ts = {.step = step, .seed = c->seed, .global_batch = c->batch, .world = j->world};
     qs_loader_get_position(&j->loader, &ts.epoch, &ts.batch_in_epoch);
     snprintf(ts.data, sizeof ts.data, "%s", c->data);
     snprintf(ts.loss_scale_mode, sizeof ts.loss_scale_mode, "%s", qs_loss_scale_mode_name(j->scaler.mode));
@@ -284,6 +284,11 @@ static qs_status qs_train_resume(const qs_train_config *c, qs_train_job *j, int6
                        "resume with the same settings",
                        c->resume, ts.data, (long long)ts.global_batch, (unsigned long long)ts.seed, c->data,
                        (long long)c->batch, (unsigned long long)c->seed);
+    if (ts.world != j->world)
+        return QS_FAIL(QS_ERR_MISMATCH,
+                       "--resume %s was trained by %lld rank(s), this run has %d: resume with the same number of "
+                       "ranks (each rank's slice of the global batch, and so the run, depends on it)",
+                       c->resume, (long long)ts.world, j->world);
     const char *mode = qs_loss_scale_mode_name(j->scaler.mode);
     if (strcmp(ts.loss_scale_mode, mode) != 0 ||
         (j->scaler.mode == QS_LOSS_SCALE_STATIC && ts.loss_scale != j->scaler.scale))
