@@ -2,6 +2,8 @@
  * plan_file.h and docs/PLANS.md). */
 #include "plan/plan_file.h"
 
+#include "core/json_doc.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -58,20 +60,6 @@ static void qs_plan_init(qs_plan *p, const char *origin) {
     p->default_prec = QS_PREC_FP32;
     p->grad_rounding = QS_GRAD_ROUND_UNSET;
     p->weight_scales = QS_WEIGHT_SCALES_UNSET;
-}
-
-/* Line and column (1-based) of byte offset `at` in text. */
-static void qs_plan_line_col(const char *text, size_t at, int *line, int *col) {
-    *line = 1;
-    *col = 1;
-    for (size_t i = 0; i < at && text[i]; i++) {
-        if (text[i] == '\n') {
-            (*line)++;
-            *col = 1;
-        } else {
-            (*col)++;
-        }
-    }
 }
 
 /* The string value of top-level key `key` into buf (cap bytes); wrong type or too long →
@@ -217,23 +205,10 @@ static qs_status qs_plan_parse_root(qs_plan *p, const cJSON *root) {
 
 qs_status qs_plan_parse(const char *text, const char *origin, qs_plan *out) {
     qs_plan_init(out, origin);
-    if (!text) return QS_FAIL(QS_ERR_INVALID_ARG, "plan %s: no text", out->origin);
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
-    if (!root) {
-        size_t at = end && end >= text ? (size_t)(end - text) : 0;
-        int line, col;
-        qs_plan_line_col(text, at, &line, &col);
-        char near[24];
-        snprintf(near, sizeof near, "%.20s", text + at);
-        for (char *c = near; *c; c++)
-            if (*c == '\n' || *c == '\r' || *c == '\t') *c = ' ';
-        qs_status st = QS_FAIL(QS_ERR_FORMAT, "plan %s: malformed JSON at line %d, column %d (near \"%s\"): a plan is "
-                               "one JSON object; check quotes, commas and braces", out->origin, line, col, near);
-        qs_plan_init(out, origin);
-        return st;
-    }
-    qs_status st = qs_plan_parse_root(out, root);
+    cJSON *root = NULL;
+    qs_status st = qs_json_parse(text, "plan", out->origin, &root);
+    if (st != QS_OK) return st;
+    st = qs_plan_parse_root(out, root);
     cJSON_Delete(root);
     if (st != QS_OK) {
         qs_plan_free(out);
@@ -244,16 +219,15 @@ qs_status qs_plan_parse(const char *text, const char *origin, qs_plan *out) {
 
 qs_status qs_plan_read(const char *path, qs_plan *out) {
     qs_plan_init(out, path);
-    void *data = NULL;
-    size_t size = 0;
-    qs_status st = qs_read_file(path, QS_PLAN_MAX_BYTES, &data, &size);
-    if (st != QS_OK) return qs_error_wrap(st, "reading plan file: ");
-    if (memchr(data, '\0', size)) {
-        free(data);
-        return QS_FAIL(QS_ERR_FORMAT, "plan %s: the file contains a NUL byte; a plan is a JSON text file", path);
+    cJSON *root = NULL;
+    qs_status st = qs_json_read(path, QS_PLAN_MAX_BYTES, "plan", &root);
+    if (st != QS_OK) return st;
+    st = qs_plan_parse_root(out, root);
+    cJSON_Delete(root);
+    if (st != QS_OK) {
+        qs_plan_free(out);
+        qs_plan_init(out, path);
     }
-    st = qs_plan_parse(data, path, out);
-    free(data);
     return st;
 }
 
