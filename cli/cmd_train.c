@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "optim/loss_scale.h"
 #include "options.h"
+#include "dist/cluster.h"
 #include "dist/comm.h"
 #include "train/trainer.h"
 
@@ -114,6 +115,7 @@ static void qs_train_print_json(const qs_train_result *r) {
     cJSON_AddBoolToObject(o, "interrupted", r->interrupted);
     if (r->profile) cJSON_AddItemReferenceToObject(o, "profile", r->profile);
     if (r->precision) cJSON_AddItemReferenceToObject(o, "precision", r->precision);
+    if (r->workers) cJSON_AddItemReferenceToObject(o, "workers", r->workers);
     cJSON_AddStringToObject(o, "loss_scale_mode", r->loss_scale_mode);
     cJSON_AddNumberToObject(o, "loss_scale", r->loss_scale);
     cJSON_AddNumberToObject(o, "skipped_steps", (double)r->skipped_steps);
@@ -123,11 +125,22 @@ static void qs_train_print_json(const qs_train_result *r) {
     cJSON_Delete(o);
 }
 
+/* An error before training on one rank: print it and end the whole job (the peers would wait). */
+static int qs_train_fail_early(qs_comm *comm, int world) {
+    if (world > 1) {
+        fprintf(stderr, "qsync train: error: %s\n", qs_last_error());
+        qs_comm_abort(comm, 1);
+    }
+    qs_comm_finalize(comm);
+    return qs_cmd_fail("train");
+}
+
 int qs_cmd_train(int argc, char **argv) {
     qs_train_config c;
     qs_train_config_defaults(&c);
     const char *optimizer = "sgd", *precision = "fp32", *device = "cpu", *grad_rounding = NULL, *weight_scales = NULL;
     double bucket_mb = 25;
+    const char *cluster_path = NULL;
     bool json = false, quiet = false, no_progress = false;
     qs_cli_opt opts[] = {
         {"model", QS_CLI_STR, &c.model, "NAME", "model: mlp, cnn, resnet18/34/50, vgg11/16 (default cnn)"},
@@ -174,6 +187,8 @@ int qs_cmd_train(int argc, char **argv) {
         {"no-progress", QS_CLI_FLAG, &no_progress, NULL, "no live progress line"},
         {"json", QS_CLI_FLAG, &json, NULL, "print the end-of-run summary as JSON on stdout"},
         {"quiet", QS_CLI_FLAG, &quiet, NULL, "only errors on stderr"},
+        {"cluster", QS_CLI_STR, &cluster_path, "FILE",
+         "under mpirun: the workers (docs/CLUSTERS.md); rank i takes entry i: precisions, threads, emulation"},
         {"bucket-mb", QS_CLI_DOUBLE, &bucket_mb, "MB", "under mpirun: gradient all-reduce bucket size (default 25)"},
         {"no-overlap", QS_CLI_FLAG, &c.no_overlap, NULL, "under mpirun: all-reduce after backward instead of during it"},
         {"collective-timeout", QS_CLI_DOUBLE, &c.collective_timeout_s, "S",
@@ -183,7 +198,6 @@ int qs_cmd_train(int argc, char **argv) {
     };
     int rc = qs_cli_parse(argc, argv, 2, opts, (int)(sizeof opts / sizeof opts[0]), "train", qs_train_summary);
     if (rc) return rc == 1 ? 0 : rc;
-    if ((rc = qs_train_check(&c, optimizer, precision, device, grad_rounding, weight_scales))) return rc;
     if (!(bucket_mb > 0) || c.collective_timeout_s < 0 || c.check_replicas_every < 0) {
         fprintf(stderr, "qsync train: --bucket-mb must be > 0, --collective-timeout and --check-replicas >= 0\n");
         return 2;
@@ -193,6 +207,33 @@ int qs_cmd_train(int argc, char **argv) {
     if (qs_comm_init(&argc, &argv, &comm) != QS_OK) return qs_cmd_fail("train");
     c.comm = comm;
     const int rank = qs_comm_rank(comm), world = qs_comm_world(comm);
+    qs_cluster cluster;
+    memset(&cluster, 0, sizeof cluster);
+    if (cluster_path) { /* this rank's worker: its precisions, threads, memory cap, emulation */
+        const qs_cluster_worker *w = NULL;
+        if (qs_cluster_read(cluster_path, &cluster) != QS_OK || qs_cluster_worker_for(&cluster, rank, world, &w) != QS_OK) {
+            qs_cluster_free(&cluster);
+            return qs_train_fail_early(comm, world);
+        }
+        if ((w->precision[0] || w->plan[0]) && (strcmp(precision, "fp32") != 0 || c.plan)) {
+            fprintf(stderr, "qsync train: %s sets the precisions of worker %d; do not also give --precision/--plan\n",
+                    cluster_path, rank);
+            qs_cluster_free(&cluster);
+            qs_comm_finalize(comm);
+            return 2;
+        }
+        if (w->precision[0]) precision = w->precision;
+        if (w->plan[0]) c.plan = w->plan;
+        if (w->threads > 0) c.threads = w->threads;
+        c.device_type = w->type;
+        c.slowdown = w->slowdown;
+        c.memory_cap_mb = w->memory_mb;
+    }
+    if ((rc = qs_train_check(&c, optimizer, precision, device, grad_rounding, weight_scales))) {
+        qs_cluster_free(&cluster);
+        qs_comm_finalize(comm);
+        return rc;
+    }
     qs_logger lg; /* rank 0 speaks; the others only report errors */
     qs_logger_init(&lg, rank, world, quiet || rank != 0 ? QS_LOG_WARN : QS_LOG_INFO);
     c.log = &lg;
@@ -200,9 +241,12 @@ int qs_cmd_train(int argc, char **argv) {
     qs_train_catch_signals();
     c.interrupt = &qs_train_interrupted;
     qs_train_result r;
-    if (qs_train_run(&c, &r) != QS_OK) {
+    qs_status run_st = qs_train_run(&c, &r);
+    qs_cluster_free(&cluster);
+    if (run_st != QS_OK) {
         cJSON_Delete(r.profile);
         cJSON_Delete(r.precision);
+        cJSON_Delete(r.workers);
         if (world > 1) { /* the peers would wait for this rank: end the whole job */
             fprintf(stderr, "qsync train: error: %s\n", qs_last_error());
             qs_comm_abort(comm, 1);
@@ -214,6 +258,7 @@ int qs_cmd_train(int argc, char **argv) {
     if (rank != 0) { /* replicas are identical; rank 0 reports */
         cJSON_Delete(r.profile);
         cJSON_Delete(r.precision);
+        cJSON_Delete(r.workers);
         return r.interrupted ? 128 + (int)qs_train_interrupted : 0;
     }
     if (json) qs_train_print_json(&r);
@@ -229,6 +274,7 @@ int qs_cmd_train(int argc, char **argv) {
     }
     cJSON_Delete(r.profile);
     cJSON_Delete(r.precision);
+    cJSON_Delete(r.workers);
     /* interrupted by a signal: exit as the shell convention for it (128 + signal number) */
     return r.interrupted ? 128 + (int)qs_train_interrupted : 0;
 }

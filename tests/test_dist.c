@@ -30,7 +30,7 @@
     "--warmup 0 --threads 1 --no-progress --quiet --check-replicas 1"
 
 /* Run `mpirun -np N [--oversubscribe] QS_BIN args` (N = 0: no launcher); returns the exit code
- * and fails the test unless it equals want (printing the output). */
+ * and fails the test unless it equals want (-2: any non-zero code), printing the output. */
 static int run_ranks(int n, const char *args, int want, const char *needle) {
     char cmd[4096];
     const char *bin = getenv("QS_BIN");
@@ -41,7 +41,8 @@ static int run_ranks(int n, const char *args, int want, const char *needle) {
         snprintf(cmd, sizeof cmd, "%s %s", bin, args);
     char *out = NULL;
     int rc = qs_test_run_shell(cmd, &out);
-    if (rc != want || (needle && !strstr(out, needle)))
+    bool ok = want == -2 ? rc != 0 : rc == want;
+    if (!ok || (needle && !strstr(out, needle)))
         fail_msg("%s\n  exit %d (want %d), output:\n%s\n  (wanted: %s)", cmd, rc, want, out, needle ? needle : "-");
     free(out);
     return rc;
@@ -160,6 +161,41 @@ static void test_checkpoint_resume(void **state) {
     assert_int_equal(qs_test_run_shell(a, NULL), 0);
 }
 
+/* Cluster files: each rank takes its entry (here rank 1 trains in INT8, emulated 1.5x slower);
+ * replicas stay identical (checked every step) and the run reports the slowdown applied.
+ * Bad files and a rank count that does not match are refused before training. */
+static void write_file(const char *name, const char *text) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", qs_test_tmp, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void test_cluster(void **state) {
+    write_file("c2.json", "{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": ["
+                          "{\"device\": \"cpu\", \"type\": \"fast\", \"threads\": 1},"
+                          "{\"device\": \"cpu\", \"type\": \"slow\", \"threads\": 1, \"precision\": \"int8\","
+                          " \"emulation\": {\"slowdown\": 1.5}}]}");
+    write_file("bad.json", "{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": ["
+                           "{\"device\": \"cpu\", \"type\": \"a\", \"slowdwn\": 2}]}");
+    write_file("v2.json", "{\"format\": \"qsync-cluster\", \"version\": 2, \"workers\": []}");
+    write_file("broken.json", "{\"format\": \"qsync-cluster\",\n \"version\": 1 \"workers\": []}");
+    char a[1024];
+    snprintf(a, sizeof a, QS_DIST_ARGS " --batch 64 --allow-emulated --json --cluster %s/c2.json", qs_test_tmp);
+    run_ranks(2, a, 0, "\"emulated_slowdown\":\t1.5");
+    run_ranks(3, a, 1, "describes 2 worker(s) but the job has 3 rank(s)");
+    snprintf(a, sizeof a, QS_DIST_ARGS " --batch 64 --cluster %s/bad.json", qs_test_tmp);
+    run_ranks(1, a, 1, "unknown key \"slowdwn\" in workers[0]");
+    snprintf(a, sizeof a, QS_DIST_ARGS " --batch 64 --cluster %s/v2.json", qs_test_tmp);
+    run_ranks(1, a, 1, "\"version\" must be 1");
+    snprintf(a, sizeof a, QS_DIST_ARGS " --batch 64 --cluster %s/broken.json", qs_test_tmp);
+    run_ranks(1, a, 1, "malformed JSON at line 2");
+    snprintf(a, sizeof a, QS_DIST_ARGS " --batch 64 --precision int8 --cluster %s/c2.json", qs_test_tmp);
+    run_ranks(2, a, -2, "do not also give --precision/--plan");
+}
+
 /* Faults, made for real from outside: 2 s into training, rank 1 is stopped (SIGSTOP) or killed
  * (SIGKILL) by a shell wrapped around it. A stall must end the job through the collective
  * timeout with a message naming rank 1; a kill is ended by mpirun. `timeout 120` only turns a
@@ -194,6 +230,7 @@ int main(void) {
         cmocka_unit_test(test_int8_ranks),
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_checkpoint_resume),
+        cmocka_unit_test(test_cluster),
         cmocka_unit_test(test_stalled_rank),
         cmocka_unit_test(test_killed_rank),
     };

@@ -4,7 +4,9 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
+#include <time.h>
 
 const char *qs_cost_cat_name(qs_cost_cat c) {
     static const char *const names[QS_CAT_COUNT] = {
@@ -225,6 +227,19 @@ qs_status qs_model_setup(qs_model *m, qs_backend *be, int64_t batch, uint64_t se
     return qs_model_init_params(m, seed);
 }
 
+double qs_emulate_slowdown(qs_emulation *e, double op_ms) {
+    e->op_ms += op_ms;
+    e->debt_ms += (e->slowdown - 1) * op_ms;
+    if (e->debt_ms < 1.0) return 0; /* sleep in slices of at least 1 ms: shorter sleeps overshoot */
+    double t0 = qs_now_ms();
+    struct timespec ts = {.tv_sec = (time_t)(e->debt_ms / 1e3), .tv_nsec = (long)(fmod(e->debt_ms, 1e3) * 1e6)};
+    nanosleep(&ts, NULL);
+    double slept = qs_now_ms() - t0;
+    e->slept_ms += slept;
+    e->debt_ms -= slept; /* an overshoot is paid back by the next ops */
+    return slept;
+}
+
 /* Run one op and add its duration to node->time[cat]. */
 typedef qs_status (*qs_node_fn)(qs_model *, qs_node *);
 static qs_status qs_timed(qs_model *m, qs_node *n, qs_node_fn fn, qs_cost_cat cat) {
@@ -234,6 +249,7 @@ static qs_status qs_timed(qs_model *m, qs_node *n, qs_node_fn fn, qs_cost_cat ca
     if (st != QS_OK) return qs_error_wrap(st, "%s of node %s: ", qs_cost_cat_name(cat), n->name);
     if (m->timing) QS_TRY(m->be->ops->stream_sync(m->be, m->stream));
     double dt = qs_now_ms() - t0;
+    if (m->emulation.slowdown > 1) dt += qs_emulate_slowdown(&m->emulation, dt);
     n->time[cat].total_ms += dt;
     n->time[cat].last_ms = dt;
     n->time[cat].calls++;

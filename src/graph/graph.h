@@ -175,6 +175,17 @@ typedef struct qs_memory_report {
     size_t labels;             /* the batch's labels on the backend */
 } qs_memory_report;
 
+/* An emulated slower device (duty cycle): after every op the worker sleeps so that its ops
+ * take `slowdown` times as long as they really do (sleeps of ≥ 1 ms; the remainder carries
+ * over). op_ms and slept_ms give the slowdown actually applied, (op_ms + slept_ms) / op_ms. */
+typedef struct qs_emulation {
+    double slowdown;           /* ≤ 1: off */
+    double op_ms, slept_ms, debt_ms;
+} qs_emulation;
+
+/* Account op_ms of real work and sleep off the accumulated debt; returns the time slept. */
+double qs_emulate_slowdown(qs_emulation *e, double op_ms);
+
 typedef struct qs_model {
     char arch[32];             /* "cnn", "resnet18", ... */
     char config[256];          /* the build options, as "key=value ..." for checkpoints */
@@ -213,6 +224,7 @@ typedef struct qs_model {
     /* Gradient hooks (data parallelism, src/dist/grad_sync.c); NULL = none. grads_ready runs
      * after every node's backward (its parameter gradients are final); grads_done at the end
      * of qs_model_backward, which returns only after it. */
+    qs_emulation emulation;    /* emulated slower device (set before training; off by default) */
     qs_status (*grads_ready)(void *ctx, int node);
     qs_status (*grads_done)(void *ctx);
     void *grads_ctx;

@@ -177,6 +177,17 @@ static qs_status qs_train_build(const qs_train_config *c, qs_train_job *j, qs_mo
     j->local_batch = c->batch / j->world;
     /* every rank initialises identical parameters from the seed; the replica check confirms it */
     QS_TRY(qs_model_setup(j->m, j->be, j->local_batch, c->seed));
+    j->m->emulation.slowdown = c->slowdown;
+    if (c->memory_cap_mb > 0) {
+        size_t used = 0;
+        j->be->ops->memory_stats(j->be, &used, NULL);
+        if (used > (size_t)c->memory_cap_mb << 20)
+            return QS_FAIL(QS_ERR_OOM,
+                           "rank %d (%s): the model needs %.1f MiB at batch %lld but the worker's memory cap is %lld MiB: "
+                           "lower the batch, quantize more layers, or raise memory_mb in the cluster file",
+                           j->rank, c->device_type ? c->device_type : "cpu", (double)used / 1048576.0,
+                           (long long)j->local_batch, (long long)c->memory_cap_mb);
+    }
     QS_TRY(qs_optimizer_init(&j->opt, j->be, &j->m->params, &c->optim));
     j->opt_ready = true;
     QS_TRY(qs_grad_sync_init(&j->sync, c->comm, j->m, c->bucket_bytes ? c->bucket_bytes : (size_t)25 << 20,
@@ -414,6 +425,37 @@ static qs_status qs_train_after_step(const qs_train_config *c, qs_train_job *j, 
     return QS_OK;
 }
 
+/* Per-rank figures gathered on every rank (rank 0 reports them): device type, emulated
+ * slowdown asked and actually applied ((op time + sleep) / op time), and mean step time. */
+static qs_status qs_train_worker_report(const qs_train_config *c, qs_train_job *j, double step_ms,
+                                        qs_train_result *res) {
+    if (j->world == 1 && !(c->slowdown > 1)) return QS_OK;
+    const qs_emulation *e = &j->m->emulation;
+    double *v = calloc((size_t)j->world * 3, sizeof *v);
+    if (!v) return QS_FAIL(QS_ERR_OOM, "out of memory for the worker report");
+    v[3 * j->rank] = c->slowdown > 1 ? c->slowdown : 1;
+    v[3 * j->rank + 1] = e->op_ms > 0 ? (e->op_ms + e->slept_ms) / e->op_ms : 1;
+    v[3 * j->rank + 2] = step_ms;
+    qs_status st = j->world > 1 ? qs_comm_allreduce_sum_f64(c->comm, v, 3 * j->world, c->collective_timeout_s) : QS_OK;
+    if (st == QS_OK) {
+        res->workers = cJSON_CreateArray();
+        for (int r = 0; r < j->world; r++) {
+            cJSON *w = cJSON_CreateObject();
+            cJSON_AddNumberToObject(w, "rank", r);
+            if (r == j->rank && c->device_type) cJSON_AddStringToObject(w, "type", c->device_type);
+            cJSON_AddNumberToObject(w, "emulated_slowdown", v[3 * r]);
+            cJSON_AddNumberToObject(w, "emulated_slowdown_measured", v[3 * r + 1]);
+            cJSON_AddNumberToObject(w, "step_ms", v[3 * r + 2]);
+            cJSON_AddItemToArray(res->workers, w);
+            if (v[3 * r] > 1)
+                qs_log_info(c->log, "rank %d: emulated slowdown %.2fx asked, %.3fx applied to its ops (duty cycle; "
+                            "emulation), mean step %.1f ms", r, v[3 * r], v[3 * r + 1], v[3 * r + 2]);
+        }
+    }
+    free(v);
+    return st;
+}
+
 static qs_status qs_train_loop(const qs_train_config *c, qs_train_job *j, const qs_model_options *mo,
                                qs_train_result *res) {
     int64_t spe = qs_loader_steps_per_epoch(&j->loader);
@@ -457,6 +499,7 @@ static qs_status qs_train_loop(const qs_train_config *c, qs_train_job *j, const 
     res->steps_this_run = step - first;
     res->wall_s = train_ms / 1e3;
     res->images_per_s = train_ms > 0 ? 1e3 * (double)((step - first) * c->batch) / train_ms : 0;
+    QS_TRY(qs_train_worker_report(c, j, train_ms / (double)(step - first > 0 ? step - first : 1), res));
     if (j->scaler.skipped > 0)
         qs_log_info(c->log, "loss scaling: %lld of %lld steps skipped for non-finite gradients; final scale %g",
                     (long long)j->scaler.skipped, (long long)step, (double)j->scaler.scale);
@@ -487,6 +530,7 @@ qs_status qs_train_run(const qs_train_config *c, qs_train_result *res) {
         cJSON_AddNumberToObject(r, "images_per_s", res->images_per_s);
         cJSON *prec = qs_precision_report_json(j.m, j.be);
         if (prec) cJSON_AddItemToObject(r, "precision", prec);
+        if (res->workers) cJSON_AddItemReferenceToObject(r, "workers", res->workers);
         cJSON_AddStringToObject(r, "loss_scale_mode", res->loss_scale_mode);
         cJSON_AddNumberToObject(r, "loss_scale", res->loss_scale);
         cJSON_AddNumberToObject(r, "skipped_steps", (double)res->skipped_steps);

@@ -65,6 +65,12 @@ typedef struct qs_train_config {
     bool no_overlap;
     double collective_timeout_s;
     int64_t check_replicas_every;
+    /* This worker's entry of a cluster file (src/dist/cluster.h): its device-type label, an
+     * emulated slowdown (≥ 1; 1 = none) and a memory cap in MiB (0 = none), checked against
+     * the measured allocation after setup. */
+    const char *device_type;
+    double slowdown;
+    int64_t memory_cap_mb;
     qs_logger *log;
 } qs_train_config;
 
@@ -79,6 +85,8 @@ typedef struct qs_train_result {
     bool interrupted;           /* stopped early by c->interrupt (a checkpoint was written if asked) */
     cJSON *profile;             /* per-op report when profile_steps > 0 (caller frees) */
     cJSON *precision;           /* qs_precision_report_json of the run's model (caller frees) */
+    cJSON *workers;             /* per rank: type, emulated slowdown asked and measured, step time
+                                 * (NULL for a single process without emulation; caller frees) */
     char precision_line[256];   /* the same in one line (qs_precision_report_line) */
     char loss_scale_mode[16];   /* "none", "static", "dynamic" */
     double loss_scale;          /* the final loss scale (1 for none) */
