@@ -60,6 +60,10 @@ static int qs_train_check(qs_train_config *c, const char *optimizer, const char 
                 "(got '%s')\n", c->loss_scale);
         return 2;
     }
+    if (c->rebalance_every < 2) {
+        fprintf(stderr, "qsync train: --rebalance-every must be ≥ 2 (steps per speed measurement)\n");
+        return 2;
+    }
     if (c->loss_scale_window < 0) {
         fprintf(stderr, "qsync train: --loss-scale-window must be ≥ 1\n");
         return 2;
@@ -119,6 +123,10 @@ static void qs_train_print_json(const qs_train_result *r) {
     cJSON_AddStringToObject(o, "loss_scale_mode", r->loss_scale_mode);
     cJSON_AddNumberToObject(o, "loss_scale", r->loss_scale);
     cJSON_AddNumberToObject(o, "skipped_steps", (double)r->skipped_steps);
+    if (r->batch_split[0] && strchr(r->batch_split, ',')) {
+        cJSON_AddStringToObject(o, "batch_split", r->batch_split);
+        cJSON_AddNumberToObject(o, "rebalances", (double)r->rebalances);
+    }
     char *s = cJSON_Print(o);
     puts(s);
     free(s);
@@ -141,6 +149,7 @@ int qs_cmd_train(int argc, char **argv) {
     const char *optimizer = "sgd", *precision = "fp32", *device = "cpu", *grad_rounding = NULL, *weight_scales = NULL;
     double bucket_mb = 25;
     const char *cluster_path = NULL;
+    const char **worker_types = NULL; /* the cluster's labels, for rank 0's report */
     bool json = false, quiet = false, no_progress = false;
     qs_cli_opt opts[] = {
         {"model", QS_CLI_STR, &c.model, "NAME", "model: mlp, cnn, resnet18/34/50, vgg11/16 (default cnn)"},
@@ -193,6 +202,9 @@ int qs_cmd_train(int argc, char **argv) {
         {"no-overlap", QS_CLI_FLAG, &c.no_overlap, NULL, "under mpirun: all-reduce after backward instead of during it"},
         {"collective-timeout", QS_CLI_DOUBLE, &c.collective_timeout_s, "S",
          "under mpirun: end the job when a collective waits longer than S seconds (default 300; 0 = never)"},
+        {"batch-split", QS_CLI_STR, &c.batch_split, "S",
+         "under mpirun: even (default), dynamic (per-rank batch by measured speed), or B0,B1,... local batches"},
+        {"rebalance-every", QS_CLI_I64, &c.rebalance_every, "N", "dynamic batching: re-measure speeds every N steps (20)"},
         {"check-replicas", QS_CLI_I64, &c.check_replicas_every, "N",
          "under mpirun: compare the ranks' parameters every N steps (default: every epoch end)"},
     };
@@ -215,21 +227,32 @@ int qs_cmd_train(int argc, char **argv) {
             qs_cluster_free(&cluster);
             return qs_train_fail_early(comm, world);
         }
-        if ((w->precision[0] || w->plan[0]) && (strcmp(precision, "fp32") != 0 || c.plan)) {
-            fprintf(stderr, "qsync train: %s sets the precisions of worker %d; do not also give --precision/--plan\n",
-                    cluster_path, rank);
-            qs_cluster_free(&cluster);
-            qs_comm_finalize(comm);
-            return 2;
+        /* checked on the whole file, so that every rank refuses alike (none waits for another) */
+        for (int i = 0; i < cluster.n_workers; i++) {
+            const qs_cluster_worker *wi = &cluster.workers[i];
+            if ((wi->precision[0] || wi->plan[0]) && (strcmp(precision, "fp32") != 0 || c.plan)) {
+                if (rank == 0)
+                    fprintf(stderr, "qsync train: %s sets the precisions of worker %d; do not also give --precision/"
+                            "--plan (a plan with per-device-type sections goes with a cluster that sets none)\n",
+                            cluster_path, i);
+                qs_cluster_free(&cluster);
+                qs_comm_finalize(comm);
+                return 2;
+            }
         }
         if (w->precision[0]) precision = w->precision;
         if (w->plan[0]) c.plan = w->plan;
         if (w->threads > 0) c.threads = w->threads;
         c.device_type = w->type;
         c.slowdown = w->slowdown;
+        c.emulation_method = w->emulation_method;
         c.memory_cap_mb = w->memory_mb;
+        worker_types = calloc((size_t)cluster.n_workers, sizeof *worker_types);
+        for (int i = 0; worker_types && i < cluster.n_workers; i++) worker_types[i] = cluster.workers[i].type;
+        c.worker_types = worker_types;
     }
     if ((rc = qs_train_check(&c, optimizer, precision, device, grad_rounding, weight_scales))) {
+        free(worker_types);
         qs_cluster_free(&cluster);
         qs_comm_finalize(comm);
         return rc;
@@ -242,6 +265,7 @@ int qs_cmd_train(int argc, char **argv) {
     c.interrupt = &qs_train_interrupted;
     qs_train_result r;
     qs_status run_st = qs_train_run(&c, &r);
+    free(worker_types);
     qs_cluster_free(&cluster);
     if (run_st != QS_OK) {
         cJSON_Delete(r.profile);

@@ -48,6 +48,24 @@ static int run_ranks(int n, const char *args, int want, const char *needle) {
     return rc;
 }
 
+/* Write text to qs_test_tmp/name. */
+static void write_file(const char *name, const char *text) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", qs_test_tmp, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Run `mpirun -np N QS_BIN args`, which must succeed; its output into *out (caller frees). */
+static void run_ranks_output(int n, const char *args, char **out) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "mpirun -np %d --oversubscribe %s %s", n, getenv("QS_BIN"), args);
+    int rc = qs_test_run_shell(cmd, out);
+    if (rc != 0) fail_msg("%s\n  exit %d, output:\n%s", cmd, rc, *out);
+}
+
 /* Largest |a - b| / max|a| over the tensors of two checkpoints' model.safetensors. */
 static double max_rel_diff(const char *dir_a, const char *dir_b) {
     char pa[512], pb[512];
@@ -119,6 +137,42 @@ static void test_fp32_equivalence(void **state) {
     assert_true(r3 <= 1e-5);
 }
 
+/* Unequal local batches: each rank's gradient (the mean over its b_r samples) enters the sum
+ * weighted by b_r/B, so 2 ranks with 40 + 24 samples, and 2 ranks whose split dynamic
+ * batching re-measures every 4 steps (rank 1 emulated 3x slower, so it gets fewer samples),
+ * both train like 1 rank with 64, up to the same reduction-order rounding as equal shares. */
+static void test_unequal_batches(void **state) {
+    char a[1024], d1[256], d2[256];
+    snprintf(d1, sizeof d1, "%s/one64", qs_test_tmp);
+    snprintf(a, sizeof a, QS_DIST_ARGS " --batch 64 --checkpoint-dir %s", d1);
+    run_ranks(0, a, 0, NULL);
+    snprintf(d2, sizeof d2, "%s/split40", qs_test_tmp);
+    snprintf(a, sizeof a, QS_DIST_ARGS " --batch 64 --batch-split 40,24 --checkpoint-dir %s", d2);
+    run_ranks(2, a, 0, NULL);
+    double given = max_rel_diff(d1, d2);
+    write_file("slow3.json", "{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": ["
+                             "{\"device\": \"cpu\", \"type\": \"fast\", \"threads\": 1},"
+                             "{\"device\": \"cpu\", \"type\": \"slow\", \"threads\": 1,"
+                             " \"emulation\": {\"slowdown\": 3}}]}");
+    snprintf(d2, sizeof d2, "%s/dynamic", qs_test_tmp);
+    snprintf(a, sizeof a, QS_DIST_ARGS " --batch 64 --batch-split dynamic --rebalance-every 4 --json --cluster %s/slow3.json "
+             "--checkpoint-dir %s", qs_test_tmp, d2);
+    char *out = NULL;
+    run_ranks_output(2, a, &out);
+    const char *p = strstr(out, "\"rebalances\":"), *q = strstr(out, "\"batch_split\":");
+    long long rebalances = 0, b0 = 0, b1 = 0;
+    assert_true(p && sscanf(p, "\"rebalances\": %lld", &rebalances) == 1);
+    assert_true(q && sscanf(q, "\"batch_split\": \"%lld,%lld\"", &b0, &b1) == 2);
+    free(out);
+    double dynamic = max_rel_diff(d1, d2);
+    printf("  1 x 64 vs 40 + 24: %.3e; vs dynamic batching (final split %lld,%lld after %lld changes): %.3e "
+           "(bound 1e-5)\n", given, b0, b1, rebalances, dynamic);
+    assert_true(given <= 1e-5);
+    assert_true(rebalances >= 1);
+    assert_true(b0 + b1 == 64 && b1 < b0);
+    assert_true(dynamic <= 1e-5);
+}
+
 /* INT8: the ranks quantize their own half-batches (their own amax, so their own scales) and
  * draw stochastic rounding for their own slice of each tensor, so the runs are not equal; the
  * replicas still are (checked every step). The difference is quantization noise, so it is
@@ -144,6 +198,9 @@ static void test_int8_ranks(void **state) {
 /* Configurations refused before training: a global batch that does not split evenly. */
 static void test_refused(void **state) {
     run_ranks(3, QS_DIST_ARGS " --batch 64", 1, "must be divisible by the 3 ranks");
+    run_ranks(2, QS_DIST_ARGS " --batch 64 --batch-split 40,20", 1, "sums to 60, but --batch (the global batch) is 64");
+    run_ranks(2, QS_DIST_ARGS " --batch 64 --batch-split 64", 1, "has 1 entry but the job has 2 ranks");
+    run_ranks(2, QS_DIST_ARGS " --batch 64 --batch-split 40,24,0", 1, "more entries than the job's 2 ranks");
 }
 
 /* Checkpoints under mpirun: rank 0 writes them; a 2-rank run stopped at step 10 and resumed
@@ -164,15 +221,6 @@ static void test_checkpoint_resume(void **state) {
 /* Cluster files: each rank takes its entry (here rank 1 trains in INT8, emulated 1.5x slower);
  * replicas stay identical (checked every step) and the run reports the slowdown applied.
  * Bad files and a rank count that does not match are refused before training. */
-static void write_file(const char *name, const char *text) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", qs_test_tmp, name);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
-}
-
 static void test_cluster(void **state) {
     write_file("c2.json", "{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": ["
                           "{\"device\": \"cpu\", \"type\": \"fast\", \"threads\": 1},"
@@ -192,6 +240,28 @@ static void test_cluster(void **state) {
     run_ranks(1, a, 1, "\"version\" must be 1");
     snprintf(a, sizeof a, QS_DIST_ARGS " --batch 64 --cluster %s/broken.json", qs_test_tmp);
     run_ranks(1, a, 1, "malformed JSON at line 2");
+    /* one plan for both device types (examples/plans/cnn-by-device-type.json): rank 1
+     * (cpu-slow) runs three layers in INT8, rank 0 (cpu-fast) none */
+    const char *src = getenv("QS_SOURCE_DIR");
+    snprintf(a, sizeof a, QS_DIST_ARGS " --batch 64 --json --plan %s/examples/plans/cnn-by-device-type.json --cluster "
+             "%s/examples/clusters/cnn-2cpu-fp32-slow1.24.json", src, src);
+    char *out = NULL;
+    run_ranks_output(2, a, &out);
+    const char *r1 = strstr(out, "\"type\":\t\"cpu-slow\"");
+    assert_non_null(r1);
+    assert_non_null(strstr(r1, "\"int8\":\t3"));
+    assert_null(strstr(out, "\"int8\":\t4"));
+    const char *r0 = strstr(out, "\"type\":\t\"cpu-fast\"");
+    assert_true(r0 && r0 < r1);
+    const char *int8_r0 = strstr(r0, "\"int8\"");
+    assert_true(int8_r0 > r1); /* none in rank 0's entry, which ends where rank 1's begins */
+    free(out);
+    write_file("typo.json", "{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": ["
+                            "{\"device\": \"cpu\", \"type\": \"cpu-fast\", \"threads\": 1},"
+                            "{\"device\": \"cpu\", \"type\": \"cpu-slwo\", \"threads\": 1}]}");
+    snprintf(a, sizeof a, QS_DIST_ARGS " --batch 64 --plan %s/examples/plans/cnn-by-device-type.json --cluster "
+             "%s/typo.json", src, qs_test_tmp);
+    run_ranks(2, a, 1, "section for device type \"cpu-slow\", which no worker of the cluster is");
     snprintf(a, sizeof a, QS_DIST_ARGS " --batch 64 --precision int8 --cluster %s/c2.json", qs_test_tmp);
     run_ranks(2, a, -2, "do not also give --precision/--plan");
 }
@@ -227,6 +297,7 @@ static void test_killed_rank(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fp32_equivalence),
+        cmocka_unit_test(test_unequal_batches),
         cmocka_unit_test(test_int8_ranks),
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_checkpoint_resume),

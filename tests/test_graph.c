@@ -1,6 +1,8 @@
 /* tests/test_graph.c — graph driver behaviours: a BatchNorm directly on the input (whose input
  * needs no gradient) still gets its parameter gradients, since its fused backward runs for
- * them alone; BatchNorm+ReLU and Add+ReLU fusion (qs_model_fuse) train bitwise like the unfused graph. */
+ * them alone; BatchNorm+ReLU and Add+ReLU fusion (qs_model_fuse) train bitwise like the unfused graph;
+ * a model whose batch size was changed and changed back (qs_model_set_batch) trains bitwise like one
+ * never resized. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,6 +14,7 @@
 
 #include "graph_helpers.h"
 #include "models/models.h"
+#include "plan/plan_file.h"
 
 static qs_backend *g_be;
 
@@ -49,16 +52,34 @@ static void test_batchnorm_on_input_gets_param_grads(void **state) {
     qs_model_free(m);
 }
 
-/* A width-4 resnet18 on 28×28×1 (fused or not) after 3 SGD steps and an eval forward: the
- * parameters, buffers and logits (host copies, caller frees). */
-static void run_resnet(bool fuse, float **params, float **buffers, float **logits, size_t *pbytes, size_t *bbytes) {
+/* A width-4 resnet18 on 28×28×1 (fused or not, every GEMM-like layer at `prec`) after 3 SGD
+ * steps and an eval forward: the parameters, buffers and logits (host copies, caller frees).
+ * resize: set up at batch 8, changed to 3 and back to 8 (qs_model_set_batch) before training. */
+static void run_resnet_at(bool fuse, qs_precision prec, bool resize, float **params, float **buffers, float **logits,
+                          size_t *pbytes, size_t *bbytes) {
     qs_model_options o = qs_models_default_options(28, 28, 1, 10);
     o.width = 4;
     qs_model *m;
     ASSERT_OK(qs_models_build("resnet18", &o, &m));
     int fused = qs_model_fuse_if(m, fuse);
     assert_int_equal(fused, fuse ? 17 : 0); /* the stem's and each block's BN→ReLU, each block's Add→ReLU */
+    qs_precision_options po;
+    qs_precision_options_default(&po);
+    po.uniform = prec;
+    po.allow_emulated = true;
+    ASSERT_OK(qs_precision_setup(m, g_be, &po));
     ASSERT_OK(qs_model_setup(m, g_be, 8, 11));
+    if (resize) {
+        size_t used8 = 0, used3 = 0, again = 0;
+        g_be->ops->memory_stats(g_be, &used8, NULL);
+        ASSERT_OK(qs_model_set_batch(m, 3));
+        g_be->ops->memory_stats(g_be, &used3, NULL);
+        assert_true(used3 < used8);
+        assert_int_equal(m->batch, 3);
+        ASSERT_OK(qs_model_set_batch(m, 8));
+        g_be->ops->memory_stats(g_be, &again, NULL);
+        assert_int_equal(again, used8); /* nothing leaked or kept from batch 3 */
+    }
     static float x[8 * 28 * 28];
     int32_t y[8];
     for (int i = 0; i < 8 * 28 * 28; i++) x[i] = cosf(0.37f * (float)i);
@@ -80,6 +101,27 @@ static void run_resnet(bool fuse, float **params, float **buffers, float **logit
     qs_model_free(m);
 }
 
+static void run_resnet(bool fuse, float **params, float **buffers, float **logits, size_t *pbytes, size_t *bbytes) {
+    run_resnet_at(fuse, QS_PREC_FP32, false, params, buffers, logits, pbytes, bbytes);
+}
+
+/* Changing the batch size and back leaves a model that trains bitwise like one never
+ * resized, in FP32 and in INT8 (whose quantized weight and gradient copies are re-made). */
+static void test_set_batch_bitwise(void **state) {
+    const qs_precision precs[] = {QS_PREC_FP32, QS_PREC_INT8};
+    for (size_t i = 0; i < sizeof precs / sizeof precs[0]; i++) {
+        if (precs[i] == QS_PREC_INT8 && g_be->ops->precision_support(g_be, QS_PREC_INT8) == QS_PREC_UNSUPPORTED) continue;
+        float *p0, *b0, *l0, *p1, *b1, *l1;
+        size_t pb0, bb0, pb1, bb1;
+        run_resnet_at(true, precs[i], false, &p0, &b0, &l0, &pb0, &bb0);
+        run_resnet_at(true, precs[i], true, &p1, &b1, &l1, &pb1, &bb1);
+        assert_memory_equal(p0, p1, pb0);
+        assert_memory_equal(b0, b1, bb0);
+        assert_memory_equal(l0, l1, 8 * 10 * sizeof(float));
+        free(p0), free(b0), free(l0), free(p1), free(b1), free(l1);
+    }
+}
+
 static void test_bn_relu_fusion_bitwise(void **state) {
     float *p0, *b0, *l0, *p1, *b1, *l1;
     size_t pb0, bb0, pb1, bb1;
@@ -94,6 +136,7 @@ static void test_bn_relu_fusion_bitwise(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_batchnorm_on_input_gets_param_grads),
-                                       cmocka_unit_test(test_bn_relu_fusion_bitwise)};
+                                       cmocka_unit_test(test_bn_relu_fusion_bitwise),
+                                       cmocka_unit_test(test_set_batch_bitwise)};
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -2,7 +2,9 @@
  * precise errors, validation against a built model and the CPU backend (unknown layers,
  * layers without a selectable precision, plans for another model, unsupported and emulated
  * precisions), applying, the write → read → apply round trip, the comparison used on resume,
- * the run set-up shared by train and eval, and that every example plan is valid. */
+ * the run set-up shared by train and eval, per-device-type sections (version 2: parsing,
+ * selecting a device type, precedence, errors, round trip), and that every example plan is
+ * valid. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -116,17 +118,19 @@ static void test_parse_errors(void **state) {
     PARSE_FAILS("{\"version\": 1, \"model\": \"cnn\"}", QS_ERR_FORMAT, "\"format\" must be \"qsync-plan\"", "nothing");
     PARSE_FAILS("{\"format\": \"qsync.model\", \"version\": 1, \"model\": \"cnn\"}", QS_ERR_FORMAT,
                 "(got \"qsync.model\")", "not a qsync plan");
-    PARSE_FAILS("{\"format\": \"qsync-plan\", \"version\": 2, \"model\": \"cnn\"}", QS_ERR_FORMAT, "version 2",
-                "reads plan version 1");
+    PARSE_FAILS("{\"format\": \"qsync-plan\", \"version\": 3, \"model\": \"cnn\"}", QS_ERR_FORMAT, "version 3",
+                "reads plan version 1 to 2");
+    PARSE_FAILS("{\"format\": \"qsync-plan\", \"version\": 0, \"model\": \"cnn\"}", QS_ERR_FORMAT, "version 0");
     PARSE_FAILS("{\"format\": \"qsync-plan\", \"version\": \"1\", \"model\": \"cnn\"}", QS_ERR_FORMAT,
-                "\"version\" must be the integer 1");
+                "\"version\" must be an integer, 1 or 2");
     PARSE_FAILS("{\"format\": \"qsync-plan\", \"model\": \"cnn\"}", QS_ERR_FORMAT, "\"version\"");
     PARSE_FAILS("{" HDR "\"precisions\": {}}", QS_ERR_FORMAT, "\"model\" is missing");
     PARSE_FAILS("{" HDR "\"model\": 3}", QS_ERR_FORMAT, "\"model\" must be a string");
     PARSE_FAILS("{" HDR "\"model\": \"\"}", QS_ERR_FORMAT, "\"model\" is empty");
     PARSE_FAILS("{" HDR "\"model\": \"cnn\", \"precision\": {\"conv1\": \"int8\"}}", QS_ERR_FORMAT,
                 "unknown key \"precision\"", "precisions");
-    PARSE_FAILS("{" HDR "\"model\": \"cnn\", \"device_types\": {}}", QS_ERR_FORMAT, "device_types",
+    PARSE_FAILS("{" HDR "\"model\": \"cnn\", \"device_types\": {\"cpu-slow\": {\"default\": \"int8\"}}}", QS_ERR_FORMAT,
+                "t.json: per-device-type sections (\"device_types\") need plan version 2", "\"version\": 2",
                 "one plan per device type");
     PARSE_FAILS("{" HDR "\"model\": \"cnn\", \"model\": \"mlp\"}", QS_ERR_FORMAT, "\"model\" appears twice");
     PARSE_FAILS("{" HDR "\"model\": \"cnn\", \"precisions\": [\"int8\"]}", QS_ERR_FORMAT,
@@ -146,6 +150,249 @@ static void test_parse_errors(void **state) {
     PARSE_FAILS("{" HDR "\"model\": \"cnn\", \"options\": {\"weight_scales\": 1}}", QS_ERR_FORMAT,
                 "options.weight_scales must be \"tensor\" or \"channel\"");
     PARSE_FAILS("{" HDR "\"model\": \"cnn\", \"comment\": 5}", QS_ERR_FORMAT, "\"comment\" must be a string");
+}
+
+static int count_kind(const qs_model *m, qs_node_kind k) {
+    int c = 0;
+    for (int i = 0; i < m->n_nodes; i++) c += m->nodes[i].kind == k;
+    return c;
+}
+
+#define HDR2 "\"format\": \"qsync-plan\", \"version\": 2, "
+
+/* A cnn plan with two device-type sections: everything bf16 and fc2 fp32 by default, int8
+ * convolutions and nearest rounding on cpu-slow (which also puts fc2 at int8), channel scales
+ * and an fp16 default on cpu-fast. */
+static const char *const two_types =
+    "{" HDR2 "\"model\": \"cnn\", \"default\": \"bf16\", \"precisions\": {\"fc2\": \"fp32\", \"conv1\": \"fp32\"}, "
+    "\"options\": {\"grad_rounding\": \"stochastic\"}, \"device_types\": {"
+    "\"cpu-fast\": {\"default\": \"fp16\", \"options\": {\"weight_scales\": \"channel\"}},"
+    "\"cpu-slow\": {\"precisions\": {\"conv1\": \"int8\", \"conv2\": \"int8\", \"fc2\": \"int8\"}, "
+    "\"options\": {\"grad_rounding\": \"nearest\"}}}}";
+
+static void test_device_types_parse(void **state) {
+    qs_plan p;
+    ASSERT_OK(qs_plan_parse(two_types, "t.json", &p));
+    assert_true(qs_plan_has_device_types(&p));
+    assert_int_equal(qs_plan_device_type_count(&p), 2);
+    assert_string_equal(qs_plan_device_type_at(&p, 0), "cpu-fast");
+    assert_string_equal(qs_plan_device_type_at(&p, 1), "cpu-slow");
+    assert_null(qs_plan_device_type_at(&p, 2));
+    assert_null(qs_plan_device_type_at(&p, -1));
+    assert_int_equal(p.default_prec, QS_PREC_BF16);
+    assert_int_equal(p.n_layers, 2);
+    const qs_plan_section *fast = &p.types[0], *slow = &p.types[1];
+    assert_true(fast->has_default);
+    assert_int_equal(fast->default_prec, QS_PREC_FP16);
+    assert_int_equal(fast->n_layers, 0);
+    assert_int_equal(fast->grad_rounding, QS_GRAD_ROUND_UNSET);
+    assert_int_equal(fast->weight_scales, QS_WEIGHT_SCALES_CHANNEL);
+    assert_false(slow->has_default);
+    assert_int_equal(slow->n_layers, 3);
+    assert_string_equal(slow->layers[2].name, "fc2");
+    assert_int_equal(slow->layers[2].prec, QS_PREC_INT8);
+    assert_int_equal(slow->grad_rounding, QS_GRAD_ROUND_NEAREST);
+    qs_plan_free(&p);
+    assert_int_equal(p.n_types, 0);
+    assert_null(p.types);
+    /* version 2 without sections is version 1; an empty section is allowed */
+    ASSERT_OK(qs_plan_parse("{" HDR2 "\"model\": \"cnn\", \"precisions\": {\"conv1\": \"int8\"}}", "t.json", &p));
+    assert_false(qs_plan_has_device_types(&p));
+    assert_int_equal(qs_plan_device_type_count(&p), 0);
+    ASSERT_OK(qs_plan_select_device_type(&p, "anything")); /* no sections: nothing to select */
+    assert_string_equal(p.device_type, "");
+    assert_int_equal(p.n_layers, 1);
+    qs_plan_free(&p);
+    ASSERT_OK(qs_plan_parse("{" HDR2 "\"model\": \"cnn\", \"device_types\": {\"a\": {}}}", "t.json", &p));
+    assert_int_equal(qs_plan_device_type_count(&p), 1);
+    qs_plan_free(&p);
+}
+
+#define SECTION_FAILS(types, want, ...) PARSE_FAILS("{" HDR2 "\"model\": \"cnn\", \"device_types\": " types "}", want, __VA_ARGS__)
+
+static void test_device_types_parse_errors(void **state) {
+    SECTION_FAILS("{\"cpu-slow\": {\"precisions\": {\"conv1\": \"int3\"}}}", QS_ERR_FORMAT,
+                  "t.json: device_types[\"cpu-slow\"].precisions[\"conv1\"]: unknown precision \"int3\"",
+                  "fp32, tf32, bf16, fp16, fp8, int8");
+    SECTION_FAILS("{\"cpu-slow\": {\"precision\": {\"conv1\": \"int8\"}}}", QS_ERR_FORMAT,
+                  "device_types[\"cpu-slow\"]: unknown key \"precision\"", "default, precisions, options");
+    SECTION_FAILS("{\"cpu-slow\": {\"model\": \"cnn\"}}", QS_ERR_FORMAT, "unknown key \"model\"");
+    SECTION_FAILS("{\"a\": {}, \"b\": {}, \"a\": {\"default\": \"int8\"}}", QS_ERR_FORMAT,
+                  "device_types[\"a\"] appears twice");
+    SECTION_FAILS("{\"\": {\"default\": \"int8\"}}", QS_ERR_FORMAT, "empty device-type label");
+    SECTION_FAILS("{\"a\": {\"default\": \"int8\", \"default\": \"fp32\"}}", QS_ERR_FORMAT,
+                  "device_types[\"a\"].default appears twice");
+    SECTION_FAILS("{\"a\": {\"default\": \"fp64\"}}", QS_ERR_FORMAT, "device_types[\"a\"].default: unknown precision");
+    SECTION_FAILS("{\"a\": {\"precisions\": {\"fc1\": \"int8\", \"fc1\": \"bf16\"}}}", QS_ERR_FORMAT,
+                  "device_types[\"a\"].precisions[\"fc1\"] appears twice");
+    SECTION_FAILS("{\"a\": {\"precisions\": {\"\": \"int8\"}}}", QS_ERR_FORMAT,
+                  "device_types[\"a\"].precisions has an empty layer name");
+    SECTION_FAILS("{\"a\": {\"precisions\": [\"int8\"]}}", QS_ERR_FORMAT,
+                  "device_types[\"a\"].precisions must be an object");
+    SECTION_FAILS("{\"a\": {\"options\": {\"grad_rounding\": \"down\"}}}", QS_ERR_FORMAT,
+                  "device_types[\"a\"].options.grad_rounding must be \"stochastic\" or \"nearest\" (got \"down\")");
+    SECTION_FAILS("{\"a\": {\"options\": {\"scales\": \"tensor\"}}}", QS_ERR_FORMAT,
+                  "device_types[\"a\"].options.scales is not a plan option");
+    SECTION_FAILS("{\"a\": {\"options\": 1}}", QS_ERR_FORMAT, "device_types[\"a\"].options must be an object");
+    SECTION_FAILS("{\"a\": \"int8\"}", QS_ERR_FORMAT, "device_types[\"a\"] must be an object");
+    SECTION_FAILS("[\"a\"]", QS_ERR_FORMAT, "\"device_types\" must be an object mapping device-type labels");
+    SECTION_FAILS("{}", QS_ERR_FORMAT, "\"device_types\" is empty");
+    SECTION_FAILS("{\"a-label-of-more-than-sixty-three-characters-which-no-cluster-file-uses-at-all\": {}}",
+                  QS_ERR_FORMAT, "device-type label longer than 63 characters");
+    PARSE_FAILS("{" HDR2 "\"model\": \"cnn\", \"device_type\": \"x\", \"device_types\": {\"a\": {}}}", QS_ERR_FORMAT,
+                "\"device_type\"", "exclude each other");
+    /* a failed parse leaves nothing to free (the sections included) */
+    qs_plan p;
+    assert_int_not_equal(qs_plan_parse("{" HDR2 "\"model\": \"cnn\", \"device_types\": {\"a\": {\"precisions\": "
+                                       "{\"fc1\": \"int8\"}}, \"b\": {\"default\": \"x\"}}}", "t.json", &p), QS_OK);
+    assert_int_equal(p.n_types, 0);
+    assert_null(p.types);
+    qs_plan_free(&p);
+}
+
+/* two_types resolved for `type` and applied to a fresh cnn (returned; the caller frees). */
+static qs_model *apply_for_type(const char *type, qs_plan *p) {
+    ASSERT_OK(qs_plan_parse(two_types, "t.json", p));
+    ASSERT_OK(qs_plan_select_device_type(p, type));
+    assert_false(qs_plan_has_device_types(p));
+    assert_null(p->types);
+    assert_string_equal(p->device_type, type);
+    qs_model *m = build("cnn", 4);
+    ASSERT_OK(qs_plan_apply(p, m, NULL, false));
+    return m;
+}
+
+static void test_device_types_select(void **state) {
+    qs_plan p;
+    /* cpu-slow: its precisions override (conv1, fc2) and extend (conv2) the top-level ones; no
+     * default of its own, so fc1 keeps the top-level bf16; its rounding overrides */
+    qs_model *m = apply_for_type("cpu-slow", &p);
+    assert_int_equal(node(m, "conv1")->prec, QS_PREC_INT8);
+    assert_int_equal(node(m, "conv2")->prec, QS_PREC_INT8);
+    assert_int_equal(node(m, "fc1")->prec, QS_PREC_BF16);
+    assert_int_equal(node(m, "fc2")->prec, QS_PREC_INT8);
+    assert_true(m->grad_round_nearest);
+    assert_false(m->weight_per_channel);
+    assert_int_equal(p.n_layers, 3); /* fc2, conv1 (overridden), then conv2 (added) */
+    assert_string_equal(p.layers[2].name, "conv2");
+    assert_int_equal(p.grad_rounding, QS_GRAD_ROUND_NEAREST);
+    assert_int_equal(p.weight_scales, QS_WEIGHT_SCALES_UNSET);
+    ASSERT_OK(qs_plan_select_device_type(&p, "cpu-fast")); /* resolved: no-op */
+    assert_string_equal(p.device_type, "cpu-slow");
+    qs_plan_free(&p);
+    qs_model_free(m);
+    /* cpu-fast: its default replaces the top-level one, but the layers listed at the top level
+     * keep their precisions; the top-level rounding stays, its weight scales are added */
+    m = apply_for_type("cpu-fast", &p);
+    assert_int_equal(node(m, "conv1")->prec, QS_PREC_FP32);
+    assert_int_equal(node(m, "conv2")->prec, QS_PREC_FP16);
+    assert_int_equal(node(m, "fc1")->prec, QS_PREC_FP16);
+    assert_int_equal(node(m, "fc2")->prec, QS_PREC_FP32);
+    assert_false(m->grad_round_nearest);
+    assert_true(m->weight_per_channel);
+    assert_int_equal(p.default_prec, QS_PREC_FP16);
+    assert_int_equal(p.grad_rounding, QS_GRAD_ROUND_STOCHASTIC);
+    qs_plan_free(&p);
+    qs_model_free(m);
+}
+
+static void test_device_types_select_errors(void **state) {
+    qs_plan p;
+    ASSERT_OK(qs_plan_parse(two_types, "t.json", &p));
+    expect_error(qs_plan_select_device_type(&p, "cpu-slw"), QS_ERR_NOT_FOUND, "misspelt type",
+                 "plan t.json has no section for device type \"cpu-slw\"", "\"cpu-fast\", \"cpu-slow\"",
+                 "must name every type", (const char *)NULL);
+    expect_error(qs_plan_select_device_type(&p, NULL), QS_ERR_NOT_FOUND, "no type",
+                 "\"cpu-fast\", \"cpu-slow\"", "no device type", "cluster file", (const char *)NULL);
+    /* unchanged by the failures */
+    assert_int_equal(qs_plan_device_type_count(&p), 2);
+    assert_int_equal(p.n_layers, 2);
+    assert_int_equal(p.default_prec, QS_PREC_BF16);
+    assert_string_equal(p.device_type, "");
+    /* validate, apply and the run set-up refuse unresolved sections */
+    qs_model *m = build("cnn", 4);
+    expect_error(qs_plan_validate(&p, m, g_be, true), QS_ERR_INVALID_ARG, "validate unselected",
+                 "plan t.json has per-device-type sections (device_types \"cpu-fast\", \"cpu-slow\")",
+                 "select this rank's device type", "cluster file", (const char *)NULL);
+    expect_error(qs_plan_apply(&p, m, NULL, true), QS_ERR_INVALID_ARG, "apply unselected", "device type",
+                 (const char *)NULL);
+    assert_int_equal(node(m, "conv2")->prec, QS_PREC_FP32);
+    qs_precision_options o;
+    qs_precision_options_default(&o);
+    o.plan = &p;
+    o.allow_emulated = true;
+    expect_error(qs_precision_setup(m, g_be, &o), QS_ERR_INVALID_ARG, "setup unselected", "device_types",
+                 (const char *)NULL);
+    assert_int_equal(count_kind(m, QS_NODE_CAST), 0);
+    qs_model_free(m);
+    qs_plan_free(&p);
+}
+
+static void assert_layers_equal(const qs_plan_layer *a, int na, const qs_plan_layer *b, int nb) {
+    assert_int_equal(na, nb);
+    for (int i = 0; i < na; i++) {
+        assert_string_equal(a[i].name, b[i].name);
+        assert_int_equal(a[i].prec, b[i].prec);
+    }
+}
+
+static void assert_plans_equal(const qs_plan *a, const qs_plan *b) {
+    assert_string_equal(a->model, b->model);
+    assert_string_equal(a->config, b->config);
+    assert_string_equal(a->backend, b->backend);
+    assert_string_equal(a->device_type, b->device_type);
+    assert_int_equal(a->default_prec, b->default_prec);
+    assert_layers_equal(a->layers, a->n_layers, b->layers, b->n_layers);
+    assert_int_equal(a->grad_rounding, b->grad_rounding);
+    assert_int_equal(a->weight_scales, b->weight_scales);
+    assert_int_equal(a->n_types, b->n_types);
+    for (int i = 0; i < a->n_types; i++) {
+        const qs_plan_section *x = &a->types[i], *y = &b->types[i];
+        assert_string_equal(x->type, y->type);
+        assert_int_equal(x->has_default, y->has_default);
+        if (x->has_default) assert_int_equal(x->default_prec, y->default_prec);
+        assert_layers_equal(x->layers, x->n_layers, y->layers, y->n_layers);
+        assert_int_equal(x->grad_rounding, y->grad_rounding);
+        assert_int_equal(x->weight_scales, y->weight_scales);
+    }
+}
+
+/* parse → to_json → parse gives the same plan; the written version is `version`. */
+static void round_trip_text(const char *text, int version) {
+    qs_plan a, b;
+    ASSERT_OK(qs_plan_parse(text, "t.json", &a));
+    cJSON *o = qs_plan_to_json(&a);
+    assert_non_null(o);
+    assert_int_equal(cJSON_GetObjectItemCaseSensitive(o, "version")->valueint, version);
+    char *json = cJSON_Print(o);
+    cJSON_Delete(o);
+    assert_non_null(json);
+    ASSERT_OK(qs_plan_parse(json, "written", &b));
+    assert_plans_equal(&a, &b);
+    free(json);
+    qs_plan_free(&a);
+    qs_plan_free(&b);
+}
+
+static void test_device_types_round_trip(void **state) {
+    round_trip_text(two_types, 2);
+    round_trip_text("{" HDR2 "\"model\": \"cnn\", \"backend\": \"cpu\", \"device_types\": {\"x\": {}, \"y\": "
+                    "{\"default\": \"int8\"}}}", 2);
+    /* without sections: written as version 1, as before */
+    round_trip_text("{" HDR2 "\"model\": \"cnn\", \"precisions\": {\"conv1\": \"int8\"}}", 1);
+    round_trip_text("{" HDR "\"model\": \"cnn\", \"device_type\": \"xeon\", \"default\": \"bf16\", \"options\": "
+                    "{\"weight_scales\": \"channel\"}}", 1);
+    /* a resolved plan is written as the version-1 plan of its device type */
+    qs_plan p;
+    ASSERT_OK(qs_plan_parse(two_types, "t.json", &p));
+    ASSERT_OK(qs_plan_select_device_type(&p, "cpu-slow"));
+    cJSON *o = qs_plan_to_json(&p);
+    assert_non_null(o);
+    assert_int_equal(cJSON_GetObjectItemCaseSensitive(o, "version")->valueint, 1);
+    assert_null(cJSON_GetObjectItemCaseSensitive(o, "device_types"));
+    assert_string_equal(cJSON_GetObjectItemCaseSensitive(o, "device_type")->valuestring, "cpu-slow");
+    cJSON_Delete(o);
+    qs_plan_free(&p);
 }
 
 static void test_read_errors(void **state) {
@@ -322,12 +569,6 @@ static void test_round_trip(void **state) {
     qs_model_free(m);
 }
 
-static int count_kind(const qs_model *m, qs_node_kind k) {
-    int c = 0;
-    for (int i = 0; i < m->n_nodes; i++) c += m->nodes[i].kind == k;
-    return c;
-}
-
 static void test_precision_setup(void **state) {
     qs_precision_options o;
     qs_plan p;
@@ -371,6 +612,49 @@ static void test_precision_setup(void **state) {
     qs_model_free(m);
 }
 
+/* The example plan at path validates against its model (default options), for each of its
+ * device types if it has sections. */
+static void validate_example(const char *path, const char *name) {
+    qs_plan p;
+    ASSERT_OK(qs_plan_read(path, &p));
+    qs_model *m = build(p.model, 0);
+    int n_types = qs_plan_device_type_count(&p);
+    for (int i = 0; i < (n_types ? n_types : 1); i++) {
+        qs_plan q;
+        ASSERT_OK(qs_plan_read(path, &q));
+        ASSERT_OK(qs_plan_select_device_type(&q, n_types ? qs_plan_device_type_at(&p, i) : NULL));
+        ASSERT_OK(qs_plan_validate(&q, m, g_be, true));
+        printf("  %s%s%s: %d layers listed, default %s\n", name, n_types ? " for " : "", q.device_type, q.n_layers,
+               qs_precision_name(q.default_prec));
+        qs_plan_free(&q);
+    }
+    qs_model_free(m);
+    qs_plan_free(&p);
+}
+
+/* examples/plans/cnn-by-device-type.json: cpu-fast all fp32, cpu-slow int8 except fc2. */
+static void test_example_by_device_type(void **state) {
+    const char *src = getenv("QS_SOURCE_DIR");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/examples/plans/cnn-by-device-type.json", src ? src : ".");
+    const char *types[] = {"cpu-fast", "cpu-slow"};
+    const qs_precision want[2][4] = {{QS_PREC_FP32, QS_PREC_FP32, QS_PREC_FP32, QS_PREC_FP32},
+                                     {QS_PREC_INT8, QS_PREC_INT8, QS_PREC_INT8, QS_PREC_FP32}};
+    const char *layers[] = {"conv1", "conv2", "fc1", "fc2"};
+    for (int t = 0; t < 2; t++) {
+        qs_plan p;
+        ASSERT_OK(qs_plan_read(path, &p));
+        assert_int_equal(qs_plan_device_type_count(&p), 2);
+        assert_string_equal(qs_plan_device_type_at(&p, t), types[t]);
+        ASSERT_OK(qs_plan_select_device_type(&p, types[t]));
+        qs_model *m = build("cnn", 0);
+        ASSERT_OK(qs_plan_apply(&p, m, g_be, true));
+        for (int k = 0; k < 4; k++) assert_int_equal(node(m, layers[k])->prec, want[t][k]);
+        qs_model_free(m);
+        qs_plan_free(&p);
+    }
+}
+
 /* Every .json file in examples/plans parses and validates against its model (default options). */
 static void test_examples(void **state) {
     const char *src = getenv("QS_SOURCE_DIR");
@@ -385,13 +669,7 @@ static void test_examples(void **state) {
         if (len < 6 || strcmp(e->d_name + len - 5, ".json") != 0) continue;
         char path[2048];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        qs_plan p;
-        ASSERT_OK(qs_plan_read(path, &p));
-        qs_model *m = build(p.model, 0);
-        ASSERT_OK(qs_plan_validate(&p, m, g_be, true));
-        printf("  %s: %d layers listed, default %s\n", e->d_name, p.n_layers, qs_precision_name(p.default_prec));
-        qs_model_free(m);
-        qs_plan_free(&p);
+        validate_example(path, e->d_name);
         n++;
     }
     closedir(d);
@@ -402,12 +680,18 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_valid),
         cmocka_unit_test(test_parse_errors),
+        cmocka_unit_test(test_device_types_parse),
+        cmocka_unit_test(test_device_types_parse_errors),
+        cmocka_unit_test(test_device_types_select),
+        cmocka_unit_test(test_device_types_select_errors),
+        cmocka_unit_test(test_device_types_round_trip),
         cmocka_unit_test(test_read_errors),
         cmocka_unit_test(test_validate_model),
         cmocka_unit_test(test_validate_backend),
         cmocka_unit_test(test_apply),
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_precision_setup),
+        cmocka_unit_test(test_example_by_device_type),
         cmocka_unit_test(test_examples),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

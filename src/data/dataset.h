@@ -89,6 +89,10 @@ qs_status qs_loader_init(qs_loader *ld, const qs_dataset *ds, const qs_loader_op
 void qs_loader_free(qs_loader *ld);
 /* Local batch size of this rank (global_batch split as evenly as possible; ranks < remainder get one more). */
 int64_t qs_loader_local_batch(const qs_loader *ld);
+/* Take positions [offset, offset + local) of every global batch from now on instead of the
+ * even split (unequal per-rank batches, e.g. dynamic batching); the ranks' slices must
+ * partition the global batch, which the caller guarantees. */
+qs_status qs_loader_set_slice(qs_loader *ld, int64_t offset, int64_t local);
 /* Steps per epoch (global batches). */
 int64_t qs_loader_steps_per_epoch(const qs_loader *ld);
 /* Fill x (local_batch*h*w*c floats, NHWC, normalised) and y (local_batch). *valid = number of real

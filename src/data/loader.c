@@ -59,6 +59,15 @@ void qs_loader_free(qs_loader *ld) {
 
 int64_t qs_loader_local_batch(const qs_loader *ld) { return ld->local_batch; }
 
+qs_status qs_loader_set_slice(qs_loader *ld, int64_t offset, int64_t local) {
+    if (local < 1 || offset < 0 || offset + local > ld->opt.global_batch)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "loader slice [%lld, %lld) is not a non-empty part of the global batch of %lld",
+                       (long long)offset, (long long)(offset + local), (long long)ld->opt.global_batch);
+    ld->local_offset = offset;
+    ld->local_batch = local;
+    return QS_OK;
+}
+
 int64_t qs_loader_steps_per_epoch(const qs_loader *ld) { return ld->steps; }
 
 /* Make ld->perm the visiting order of `epoch`. */

@@ -57,6 +57,7 @@ static qs_status parse_worker(qs_cluster *c, const cJSON *w, int i, qs_cluster_w
     QS_TRY(only_keys(c, w, where, keys));
     memset(out, 0, sizeof *out);
     out->slowdown = 1;
+    snprintf(out->emulation_method, sizeof out->emulation_method, "auto");
     QS_TRY(get_str(c, w, "device", i, true, out->device, sizeof out->device));
     if (strcmp(out->device, "cpu") != 0)
         return QS_FAIL(QS_ERR_UNSUPPORTED, "cluster %s: workers[%d].device \"%s\": this build runs on \"cpu\" only",
@@ -86,9 +87,15 @@ static qs_status parse_worker(qs_cluster *c, const cJSON *w, int i, qs_cluster_w
     if (emu) {
         snprintf(where, sizeof where, "workers[%d].emulation", i);
         if (!cJSON_IsObject(emu)) return QS_FAIL(QS_ERR_FORMAT, "cluster %s: %s must be an object", c->origin, where);
-        static const char *const ekeys[] = {"slowdown", NULL};
+        static const char *const ekeys[] = {"slowdown", "method", NULL};
         QS_TRY(only_keys(c, emu, where, ekeys));
         QS_TRY(get_num(c, emu, "emulation.", "slowdown", i, 1, 100, &out->slowdown));
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(emu, "method");
+        if (m && !(cJSON_IsString(m) && (strcmp(m->valuestring, "auto") == 0 || strcmp(m->valuestring, "cgroup") == 0 ||
+                                         strcmp(m->valuestring, "duty-cycle") == 0)))
+            return QS_FAIL(QS_ERR_FORMAT, "cluster %s: workers[%d].emulation.method must be \"auto\", \"cgroup\" or "
+                           "\"duty-cycle\"", c->origin, i);
+        if (m) snprintf(out->emulation_method, sizeof out->emulation_method, "%s", m->valuestring);
     }
     return QS_OK;
 }

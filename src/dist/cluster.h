@@ -7,13 +7,14 @@
  *      {"device": "cpu", "type": "fast", "threads": 1},
  *      {"device": "cpu", "type": "slow", "threads": 1, "memory_mb": 2048,
  *       "precision": "int8" | "plan": "plans/slow.json",
- *       "emulation": {"slowdown": 1.6}}]}
+ *       "emulation": {"slowdown": 1.6, "method": "auto"}}]}
  * Rank i takes workers[i]; the job's world size must equal the number of workers. "type" is
  * the device-type label plans and reports use; "precision" (uniform) or "plan" (a plan file,
  * relative to the cluster file's directory) is that worker's own precision setup; "threads"
  * its compute threads; "memory_mb" a memory cap (checked against the model's measured
  * allocation); "emulation.slowdown" ≥ 1 makes the worker that much slower than it is (an
- * emulated weaker device, reported as emulation). */
+ * emulated weaker device, reported as emulation), by a cgroup CPU quota or a duty cycle
+ * ("emulation.method"; "auto": the quota where the cgroup file system is writable). */
 #ifndef QSYNC_DIST_CLUSTER_H
 #define QSYNC_DIST_CLUSTER_H
 
@@ -32,6 +33,7 @@ typedef struct qs_cluster_worker {
     char precision[8];   /* "" or a precision name */
     char plan[4096];     /* "" or a plan file path (resolved against the cluster file's directory) */
     double slowdown;     /* 1 = none */
+    char emulation_method[16]; /* "auto" (cgroup quota where writable, else duty cycle), "cgroup", "duty-cycle" */
 } qs_cluster_worker;
 
 typedef struct qs_cluster {

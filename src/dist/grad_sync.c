@@ -9,7 +9,13 @@
 static qs_status start_bucket(qs_grad_sync *gs, qs_grad_bucket *b) {
     QS_TRY(qs_comm_arrive(gs->comm, gs->m->step, 1 + (int)(b - gs->buckets))); /* named in timeouts */
     float *base = (float *)((char *)gs->m->grad_data + b->offset);
-    return qs_comm_iallreduce_sum_f32(gs->comm, base, (int64_t)(b->bytes / sizeof(float)), &b->req);
+    const int64_t count = (int64_t)(b->bytes / sizeof(float));
+    if (gs->weight != 1.0f) { /* unequal local batches: this rank's share of the global mean */
+        qs_model *m = gs->m;
+        QS_TRY(m->be->ops->scale(m->be, m->stream, count, base, gs->weight));
+        QS_TRY(m->be->ops->stream_sync(m->be, m->stream));
+    }
+    return qs_comm_iallreduce_sum_f32(gs->comm, base, count, &b->req);
 }
 
 /* Test every outstanding bucket once (progress). */
@@ -62,6 +68,7 @@ qs_status qs_grad_sync_init(qs_grad_sync *gs, qs_comm *comm, qs_model *m, size_t
     gs->m = m;
     gs->overlap = overlap;
     gs->timeout_s = timeout_s;
+    gs->weight = 1.0f;
     if (bucket_bytes == 0) return QS_FAIL(QS_ERR_INVALID_ARG, "gradient bucket size must be > 0");
     if (qs_comm_world(comm) == 1 || m->params.count == 0) return QS_OK;
     const qs_table *t = &m->params;
@@ -99,6 +106,10 @@ void qs_grad_sync_free(qs_grad_sync *gs) {
     free(gs->buckets);
     free(gs->entry_bucket);
     memset(gs, 0, sizeof *gs);
+}
+
+void qs_grad_sync_set_local_batch(qs_grad_sync *gs, int64_t local_batch, int64_t global_batch) {
+    gs->weight = (float)((double)local_batch * qs_comm_world(gs->comm) / (double)global_batch);
 }
 
 qs_status qs_grad_sync_check_replicas(qs_grad_sync *gs, int64_t step) {

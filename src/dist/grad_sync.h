@@ -9,7 +9,9 @@
  * sum all-reduce starts (non-blocking), and every later node's backward ends with a test of
  * the outstanding ones (Open MPI progresses only inside MPI calls). At the end of backward the
  * remaining ones are waited for (time accounted as comm_wait) and the sums are scaled by
- * 1/world — the gradient of the global-batch mean when ranks have equal local batches.
+ * 1/world — the gradient of the global-batch mean when ranks have equal local batches. With
+ * unequal ones (qs_grad_sync_set_local_batch) each rank first multiplies its buckets by
+ * world·b_r/B, so the result is Σ_r b_r·g_r / B, again the global-batch mean.
  * Without overlap every bucket starts at the end of backward. */
 #ifndef QSYNC_DIST_GRAD_SYNC_H
 #define QSYNC_DIST_GRAD_SYNC_H
@@ -35,6 +37,7 @@ typedef struct qs_grad_sync {
     qs_grad_bucket *buckets;
     int n_buckets;
     int *entry_bucket;     /* parameter entry → bucket */
+    float weight;          /* world·b_r/B: 1 with equal local batches (then no scaling) */
 } qs_grad_sync;
 
 /* Form the buckets of m's gradients and install the model's gradient hooks. bucket_bytes > 0.
@@ -42,6 +45,11 @@ typedef struct qs_grad_sync {
 qs_status qs_grad_sync_init(qs_grad_sync *gs, qs_comm *comm, qs_model *m, size_t bucket_bytes, bool overlap,
                             double timeout_s);
 void qs_grad_sync_free(qs_grad_sync *gs);
+
+/* This rank's local batch b_r out of the global batch B (the ranks' b_r sum to B): its
+ * gradients, the mean over its b_r samples, enter the sum weighted so that the result is the
+ * gradient of the global-batch mean. */
+void qs_grad_sync_set_local_batch(qs_grad_sync *gs, int64_t local_batch, int64_t global_batch);
 
 /* A fingerprint of the parameters (FNV-1a over their bytes) compared across ranks: fails with
  * QS_ERR_MISMATCH when any two replicas differ, naming the step. */

@@ -95,27 +95,42 @@ qs_status qs_model_finalize(qs_model *m) {
     return QS_OK;
 }
 
-void qs_model_free(qs_model *m) {
-    if (!m) return;
+/* Release what depends on the batch size: per-node outputs, gradients, saved tensors and
+ * plans, the workspace and the labels (backend memory); parameters and buffers stay. */
+static void qs_model_release_batch(qs_model *m) {
     for (int i = 0; i < m->n_nodes; i++) {
         qs_node *n = &m->nodes[i];
         const qs_layer_impl *impl = qs_layer_impl_for(n->kind);
-        if (m->be) {
-            if (impl->teardown) impl->teardown(m, n);
-            if (n->plan) m->be->ops->plan_destroy(m->be, n->plan);
-            if (n->alias_of < 0) {
-                m->be->ops->free(m->be, n->y);
-                if (!n->dy_alias) m->be->ops->free(m->be, n->dy);
-            }
-            for (int k = 0; k < QS_MAX_NODE_SAVED; k++) m->be->ops->free(m->be, n->saved[k]);
+        if (impl->teardown) impl->teardown(m, n);
+        if (n->plan) m->be->ops->plan_destroy(m->be, n->plan);
+        if (n->alias_of < 0) {
+            m->be->ops->free(m->be, n->y);
+            if (!n->dy_alias) m->be->ops->free(m->be, n->dy);
         }
+        for (int k = 0; k < QS_MAX_NODE_SAVED; k++) {
+            m->be->ops->free(m->be, n->saved[k]);
+            n->saved[k] = NULL;
+            n->saved_bytes[k] = 0;
+        }
+        n->plan = NULL;
+        n->y = n->dy = NULL;
+        n->dy_alias = false;
+        n->workspace = 0;
     }
+    m->be->ops->free(m->be, m->workspace);
+    m->be->ops->free(m->be, m->labels);
+    m->workspace = NULL;
+    m->labels = NULL;
+    m->workspace_bytes = 0;
+}
+
+void qs_model_free(qs_model *m) {
+    if (!m) return;
     if (m->be) {
+        qs_model_release_batch(m);
         m->be->ops->free(m->be, m->param_data);
         m->be->ops->free(m->be, m->grad_data);
         m->be->ops->free(m->be, m->buffer_data);
-        m->be->ops->free(m->be, m->workspace);
-        m->be->ops->free(m->be, m->labels);
     }
     qs_table_free(&m->params);
     qs_table_free(&m->buffers);
@@ -191,18 +206,9 @@ static qs_status qs_be_alloc(qs_model *m, size_t bytes, void **out) {
     return m->be->ops->alloc(m->be, bytes, out);
 }
 
-qs_status qs_model_setup(qs_model *m, qs_backend *be, int64_t batch, uint64_t seed) {
-    if (m->logits_node < 0) return QS_FAIL(QS_ERR_INVALID_ARG, "model %s: qs_model_finalize was not called", m->arch);
-    if (m->be) return QS_FAIL(QS_ERR_INVALID_ARG, "model %s: qs_model_setup called twice", m->arch);
-    if (batch < 1) return QS_FAIL(QS_ERR_INVALID_ARG, "batch size must be ≥ 1 (got %lld)", (long long)batch);
-    m->be = be;
-    m->stream = be->ops->default_stream(be);
+/* Allocate what depends on the batch size (see qs_model_release_batch) for `batch`. */
+static qs_status qs_model_setup_batch(qs_model *m, int64_t batch) {
     m->batch = batch;
-    m->seed = seed;
-    qs_model_mark_grads(m);
-    QS_TRY(qs_be_alloc(m, m->params.bytes, &m->param_data));
-    QS_TRY(qs_be_alloc(m, m->params.bytes, &m->grad_data));
-    QS_TRY(qs_be_alloc(m, m->buffers.bytes, &m->buffer_data));
     QS_TRY(qs_be_alloc(m, (size_t)batch * sizeof(int32_t), (void **)&m->labels));
     size_t ws = 0;
     for (int i = 0; i < m->n_nodes; i++) {
@@ -223,8 +229,31 @@ qs_status qs_model_setup(qs_model *m, qs_backend *be, int64_t batch, uint64_t se
         if (n->workspace > ws) ws = n->workspace;
     }
     m->workspace_bytes = ws;
-    QS_TRY(qs_be_alloc(m, ws, &m->workspace));
+    return qs_be_alloc(m, ws, &m->workspace);
+}
+
+qs_status qs_model_setup(qs_model *m, qs_backend *be, int64_t batch, uint64_t seed) {
+    if (m->logits_node < 0) return QS_FAIL(QS_ERR_INVALID_ARG, "model %s: qs_model_finalize was not called", m->arch);
+    if (m->be) return QS_FAIL(QS_ERR_INVALID_ARG, "model %s: qs_model_setup called twice", m->arch);
+    if (batch < 1) return QS_FAIL(QS_ERR_INVALID_ARG, "batch size must be ≥ 1 (got %lld)", (long long)batch);
+    m->be = be;
+    m->stream = be->ops->default_stream(be);
+    m->seed = seed;
+    qs_model_mark_grads(m);
+    QS_TRY(qs_be_alloc(m, m->params.bytes, &m->param_data));
+    QS_TRY(qs_be_alloc(m, m->params.bytes, &m->grad_data));
+    QS_TRY(qs_be_alloc(m, m->buffers.bytes, &m->buffer_data));
+    QS_TRY(qs_model_setup_batch(m, batch));
     return qs_model_init_params(m, seed);
+}
+
+qs_status qs_model_set_batch(qs_model *m, int64_t batch) {
+    if (!m->be) return QS_FAIL(QS_ERR_INVALID_ARG, "model %s: qs_model_set_batch before qs_model_setup", m->arch);
+    if (batch < 1) return QS_FAIL(QS_ERR_INVALID_ARG, "batch size must be ≥ 1 (got %lld)", (long long)batch);
+    if (batch == m->batch) return QS_OK;
+    QS_TRY(m->be->ops->stream_sync(m->be, m->stream));
+    qs_model_release_batch(m);
+    return qs_model_setup_batch(m, batch);
 }
 
 double qs_emulate_slowdown(qs_emulation *e, double op_ms) {
@@ -240,16 +269,27 @@ double qs_emulate_slowdown(qs_emulation *e, double op_ms) {
     return slept;
 }
 
+double qs_emulation_measured(const qs_emulation *e) {
+    if (e->cpu_threads > 0) return e->cpu_ms > 0 ? e->op_ms * e->cpu_threads / e->cpu_ms : 1;
+    return e->slowdown > 1 && e->op_ms > 0 ? (e->op_ms + e->slept_ms) / e->op_ms : 1;
+}
+
 /* Run one op and add its duration to node->time[cat]. */
 typedef qs_status (*qs_node_fn)(qs_model *, qs_node *);
 static qs_status qs_timed(qs_model *m, qs_node *n, qs_node_fn fn, qs_cost_cat cat) {
+    qs_emulation *e = &m->emulation;
     if (m->timing) QS_TRY(m->be->ops->stream_sync(m->be, m->stream));
-    double t0 = qs_now_ms();
+    double c0 = e->cpu_threads > 0 ? qs_process_cpu_ms() : 0, t0 = qs_now_ms();
     qs_status st = fn(m, n);
     if (st != QS_OK) return qs_error_wrap(st, "%s of node %s: ", qs_cost_cat_name(cat), n->name);
     if (m->timing) QS_TRY(m->be->ops->stream_sync(m->be, m->stream));
     double dt = qs_now_ms() - t0;
-    if (m->emulation.slowdown > 1) dt += qs_emulate_slowdown(&m->emulation, dt);
+    if (e->cpu_threads > 0) {
+        e->op_ms += dt;
+        e->cpu_ms += qs_process_cpu_ms() - c0;
+    } else if (e->slowdown > 1) {
+        dt += qs_emulate_slowdown(e, dt);
+    }
     n->time[cat].total_ms += dt;
     n->time[cat].last_ms = dt;
     n->time[cat].calls++;

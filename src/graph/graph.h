@@ -175,16 +175,23 @@ typedef struct qs_memory_report {
     size_t labels;             /* the batch's labels on the backend */
 } qs_memory_report;
 
-/* An emulated slower device (duty cycle): after every op the worker sleeps so that its ops
- * take `slowdown` times as long as they really do (sleeps of ≥ 1 ms; the remainder carries
- * over). op_ms and slept_ms give the slowdown actually applied, (op_ms + slept_ms) / op_ms. */
+/* An emulated slower device. Duty cycle (slowdown > 1): after every op the worker sleeps so
+ * that its ops take `slowdown` times as long as they really do (sleeps of ≥ 1 ms; the
+ * remainder carries over); slept_ms / op_ms give the slowdown applied. OS quota (cpu_threads >
+ * 0, a cgroup CPU quota applied by the caller, slowdown then ≤ 1): the ops' wall time and the
+ * process CPU time they used are recorded, and the slowdown applied is
+ * op_ms × cpu_threads / cpu_ms (exact for a rank with one compute thread). */
 typedef struct qs_emulation {
-    double slowdown;           /* ≤ 1: off */
+    double slowdown;           /* duty cycle; ≤ 1: off */
     double op_ms, slept_ms, debt_ms;
+    int cpu_threads;           /* > 0: an OS quota is in force over this many compute threads */
+    double cpu_ms;
 } qs_emulation;
 
 /* Account op_ms of real work and sleep off the accumulated debt; returns the time slept. */
 double qs_emulate_slowdown(qs_emulation *e, double op_ms);
+/* The slowdown actually applied so far (1 when none is emulated or nothing ran yet). */
+double qs_emulation_measured(const qs_emulation *e);
 
 typedef struct qs_model {
     char arch[32];             /* "cnn", "resnet18", ... */
@@ -254,6 +261,11 @@ int qs_model_fuse(qs_model *m);
 /* ---- runtime ---- */
 /* Allocate everything for `batch` on backend `be`, initialise parameters from `seed`. */
 qs_status qs_model_setup(qs_model *m, qs_backend *be, int64_t batch, uint64_t seed);
+/* Change the batch size of a set-up model: the per-batch memory (activations, gradients,
+ * saved tensors, plans, workspace, labels) is released and set up again for `batch`;
+ * parameters, gradients, buffers and the step count are kept. Call between steps; on
+ * failure the model must be freed. */
+qs_status qs_model_set_batch(qs_model *m, int64_t batch);
 /* Run forward on a host batch x (batch·in_h·in_w·in_c floats, NHWC) and labels; computes
  * the per-sample losses (in the loss node's y). training selects BN/dropout behaviour. */
 qs_status qs_model_forward(qs_model *m, const float *x_host, const int32_t *labels_host,

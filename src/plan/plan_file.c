@@ -47,11 +47,23 @@ static void qs_plan_all_precisions(char *buf, size_t cap) {
 
 /* ------------------------------------------------------------------ parsing */
 
+/* Room for a section's JSON path prefix: `device_types["<label>"].` */
+#define QS_PLAN_PREFIX_MAX (QS_PLAN_TYPE_MAX + 24)
+
+/* Free p's device-type sections (n_types = 0). */
+static void qs_plan_free_types(qs_plan *p) {
+    for (int i = 0; i < p->n_types; i++) free(p->types[i].layers);
+    free(p->types);
+    p->types = NULL;
+    p->n_types = 0;
+}
+
 void qs_plan_free(qs_plan *p) {
     if (!p) return;
     free(p->layers);
     p->layers = NULL;
     p->n_layers = 0;
+    qs_plan_free_types(p);
 }
 
 static void qs_plan_init(qs_plan *p, const char *origin) {
@@ -60,6 +72,13 @@ static void qs_plan_init(qs_plan *p, const char *origin) {
     p->default_prec = QS_PREC_FP32;
     p->grad_rounding = QS_GRAD_ROUND_UNSET;
     p->weight_scales = QS_WEIGHT_SCALES_UNSET;
+}
+
+/* The JSON path of `key` under prefix, for messages: `"key"` at the top level (prefix ""),
+ * `device_types["x"].key` in a section (prefix `device_types["x"].`). */
+static void qs_plan_key_path(const char *prefix, const char *key, char *buf, size_t cap) {
+    if (prefix[0]) snprintf(buf, cap, "%s%s", prefix, key);
+    else snprintf(buf, cap, "\"%s\"", key);
 }
 
 /* The string value of top-level key `key` into buf (cap bytes); wrong type or too long →
@@ -93,81 +112,169 @@ static bool qs_plan_key_repeated(const cJSON *parent, const cJSON *item) {
     return false;
 }
 
-static qs_status qs_plan_parse_precisions(qs_plan *p, const cJSON *obj) {
+/* The "precisions" object at JSON path prefix + "precisions" into *layers / *n_layers
+ * (allocated here; the caller frees them, on failure too). */
+static qs_status qs_plan_parse_precisions(const qs_plan *p, const cJSON *obj, const char *prefix,
+                                          qs_plan_layer **layers, int *n_layers) {
+    char where[QS_PLAN_PREFIX_MAX + 16];
+    qs_plan_key_path(prefix, "precisions", where, sizeof where);
     if (!cJSON_IsObject(obj))
-        return QS_FAIL(QS_ERR_FORMAT, "plan %s: \"precisions\" must be an object mapping layer names to precisions, "
-                       "e.g. {\"conv1\": \"int8\"}", p->origin);
+        return QS_FAIL(QS_ERR_FORMAT, "plan %s: %s must be an object mapping layer names to precisions, "
+                       "e.g. {\"conv1\": \"int8\"}", p->origin, where);
     int n = cJSON_GetArraySize(obj);
-    p->layers = calloc((size_t)n + 1, sizeof *p->layers);
-    if (!p->layers) return QS_FAIL(QS_ERR_OOM, "plan %s: out of memory for %d layers", p->origin, n);
+    *layers = calloc((size_t)n + 1, sizeof **layers);
+    if (!*layers) return QS_FAIL(QS_ERR_OOM, "plan %s: out of memory for %d layers", p->origin, n);
     const cJSON *item;
     cJSON_ArrayForEach(item, obj) {
-        char path[QS_NAME_MAX + 32];
-        snprintf(path, sizeof path, "precisions[\"%.*s\"]", QS_NAME_MAX, item->string ? item->string : "");
+        char path[QS_PLAN_PREFIX_MAX + QS_NAME_MAX + 32];
+        snprintf(path, sizeof path, "%sprecisions[\"%.*s\"]", prefix, QS_NAME_MAX, item->string ? item->string : "");
         if (!item->string || !item->string[0])
-            return QS_FAIL(QS_ERR_FORMAT, "plan %s: precisions has an empty layer name", p->origin);
+            return QS_FAIL(QS_ERR_FORMAT, "plan %s: %sprecisions has an empty layer name", p->origin, prefix);
         if (strlen(item->string) >= QS_NAME_MAX)
             return QS_FAIL(QS_ERR_FORMAT, "plan %s: %s: layer name longer than %d characters", p->origin, path,
                            QS_NAME_MAX - 1);
         if (qs_plan_key_repeated(obj, item))
             return QS_FAIL(QS_ERR_FORMAT, "plan %s: %s appears twice; give each layer one precision", p->origin, path);
-        qs_plan_layer *l = &p->layers[p->n_layers];
+        qs_plan_layer *l = &(*layers)[*n_layers];
         QS_TRY(qs_plan_get_precision(p, item, path, &l->prec));
         snprintf(l->name, sizeof l->name, "%s", item->string);
-        p->n_layers++;
+        (*n_layers)++;
     }
     return QS_OK;
 }
 
-static qs_status qs_plan_parse_options(qs_plan *p, const cJSON *obj) {
+/* The "options" object at JSON path prefix + "options" into *gr / *ws. */
+static qs_status qs_plan_parse_options(const qs_plan *p, const cJSON *obj, const char *prefix, qs_grad_rounding *gr,
+                                       qs_weight_scales *ws) {
+    char where[QS_PLAN_PREFIX_MAX + 16];
+    qs_plan_key_path(prefix, "options", where, sizeof where);
     if (!cJSON_IsObject(obj))
-        return QS_FAIL(QS_ERR_FORMAT, "plan %s: \"options\" must be an object, e.g. {\"grad_rounding\": "
-                       "\"stochastic\", \"weight_scales\": \"tensor\"}", p->origin);
+        return QS_FAIL(QS_ERR_FORMAT, "plan %s: %s must be an object, e.g. {\"grad_rounding\": "
+                       "\"stochastic\", \"weight_scales\": \"tensor\"}", p->origin, where);
     const cJSON *item;
     cJSON_ArrayForEach(item, obj) {
         const char *k = item->string ? item->string : "";
         if (qs_plan_key_repeated(obj, item))
-            return QS_FAIL(QS_ERR_FORMAT, "plan %s: options.%s appears twice", p->origin, k);
+            return QS_FAIL(QS_ERR_FORMAT, "plan %s: %soptions.%s appears twice", p->origin, prefix, k);
         const char *v = cJSON_IsString(item) ? item->valuestring : NULL;
         if (strcmp(k, "grad_rounding") == 0) {
-            if (!qs_grad_rounding_parse(v, &p->grad_rounding))
-                return QS_FAIL(QS_ERR_FORMAT, "plan %s: options.grad_rounding must be \"stochastic\" or \"nearest\"%s%s%s",
-                               p->origin, v ? " (got \"" : "", v ? v : "", v ? "\")" : "");
+            if (!qs_grad_rounding_parse(v, gr))
+                return QS_FAIL(QS_ERR_FORMAT, "plan %s: %soptions.grad_rounding must be \"stochastic\" or \"nearest\"%s%s%s",
+                               p->origin, prefix, v ? " (got \"" : "", v ? v : "", v ? "\")" : "");
         } else if (strcmp(k, "weight_scales") == 0) {
-            if (!qs_weight_scales_parse(v, &p->weight_scales))
-                return QS_FAIL(QS_ERR_FORMAT, "plan %s: options.weight_scales must be \"tensor\" or \"channel\"%s%s%s",
-                               p->origin, v ? " (got \"" : "", v ? v : "", v ? "\")" : "");
+            if (!qs_weight_scales_parse(v, ws))
+                return QS_FAIL(QS_ERR_FORMAT, "plan %s: %soptions.weight_scales must be \"tensor\" or \"channel\"%s%s%s",
+                               p->origin, prefix, v ? " (got \"" : "", v ? v : "", v ? "\")" : "");
         } else {
-            return QS_FAIL(QS_ERR_FORMAT, "plan %s: options.%s is not a plan option (options are grad_rounding "
-                           "and weight_scales)", p->origin, k);
+            return QS_FAIL(QS_ERR_FORMAT, "plan %s: %soptions.%s is not a plan option (options are grad_rounding "
+                           "and weight_scales)", p->origin, prefix, k);
         }
     }
     return QS_OK;
 }
 
-/* The top-level keys of a version-1 plan. */
-static const char *const qs_plan_keys[] = {"format", "version", "model", "config", "backend", "device_type",
-                                           "default", "precisions", "options", "comment", "predictions", NULL};
+/* The label of "device_types" entry `item` checked (non-empty, not too long, not repeated) and
+ * copied into s->type. */
+static qs_status qs_plan_section_label(const qs_plan *p, const cJSON *types, const cJSON *item, qs_plan_section *s) {
+    const char *t = item->string ? item->string : "";
+    if (!t[0])
+        return QS_FAIL(QS_ERR_FORMAT, "plan %s: device_types has an empty device-type label; use the \"type\" of "
+                       "a cluster file's worker", p->origin);
+    if (strlen(t) >= sizeof s->type)
+        return QS_FAIL(QS_ERR_FORMAT, "plan %s: device_types[\"%.*s...\"]: device-type label longer than %d "
+                       "characters", p->origin, 24, t, (int)sizeof s->type - 1);
+    if (qs_plan_key_repeated(types, item))
+        return QS_FAIL(QS_ERR_FORMAT, "plan %s: device_types[\"%s\"] appears twice; give each device type one "
+                       "section", p->origin, t);
+    snprintf(s->type, sizeof s->type, "%s", t);
+    return QS_OK;
+}
 
-static qs_status qs_plan_parse_root(qs_plan *p, const cJSON *root) {
-    if (!cJSON_IsObject(root))
-        return QS_FAIL(QS_ERR_FORMAT, "plan %s: the document must be a JSON object {\"format\": \"%s\", ...}",
-                       p->origin, QS_PLAN_FORMAT);
+/* The keys of a device-type section. */
+static const char *const qs_plan_section_keys[] = {"default", "precisions", "options", NULL};
+
+/* Section `item` of device type s->type is an object whose keys are known and given once. */
+static qs_status qs_plan_check_section_keys(const qs_plan *p, const cJSON *item, const qs_plan_section *s) {
+    if (!cJSON_IsObject(item))
+        return QS_FAIL(QS_ERR_FORMAT, "plan %s: device_types[\"%s\"] must be an object with optional \"default\", "
+                       "\"precisions\" and \"options\" (e.g. {\"default\": \"int8\"})", p->origin, s->type);
+    const cJSON *c;
+    cJSON_ArrayForEach(c, item) {
+        const char *k = c->string ? c->string : "";
+        bool known = false;
+        for (const char *const *q = qs_plan_section_keys; *q && !known; q++) known = strcmp(*q, k) == 0;
+        if (!known)
+            return QS_FAIL(QS_ERR_FORMAT, "plan %s: device_types[\"%s\"]: unknown key \"%s\" (a device-type section "
+                           "has default, precisions, options)", p->origin, s->type, k);
+        if (qs_plan_key_repeated(item, c))
+            return QS_FAIL(QS_ERR_FORMAT, "plan %s: device_types[\"%s\"].%s appears twice", p->origin, s->type, k);
+    }
+    return QS_OK;
+}
+
+/* "device_types" entry `item` (an object under `types`) into s. */
+static qs_status qs_plan_parse_section(const qs_plan *p, const cJSON *types, const cJSON *item, qs_plan_section *s) {
+    s->default_prec = QS_PREC_FP32;
+    s->grad_rounding = QS_GRAD_ROUND_UNSET;
+    s->weight_scales = QS_WEIGHT_SCALES_UNSET;
+    QS_TRY(qs_plan_section_label(p, types, item, s));
+    QS_TRY(qs_plan_check_section_keys(p, item, s));
+    const cJSON *c;
+    char prefix[QS_PLAN_PREFIX_MAX], path[QS_PLAN_PREFIX_MAX + 16];
+    snprintf(prefix, sizeof prefix, "device_types[\"%s\"].", s->type);
+    if ((c = cJSON_GetObjectItemCaseSensitive(item, "default"))) {
+        qs_plan_key_path(prefix, "default", path, sizeof path);
+        QS_TRY(qs_plan_get_precision(p, c, path, &s->default_prec));
+        s->has_default = true;
+    }
+    if ((c = cJSON_GetObjectItemCaseSensitive(item, "precisions")))
+        QS_TRY(qs_plan_parse_precisions(p, c, prefix, &s->layers, &s->n_layers));
+    if ((c = cJSON_GetObjectItemCaseSensitive(item, "options")))
+        QS_TRY(qs_plan_parse_options(p, c, prefix, &s->grad_rounding, &s->weight_scales));
+    return QS_OK;
+}
+
+/* The "device_types" object (version 2) into p->types. */
+static qs_status qs_plan_parse_types(qs_plan *p, const cJSON *obj) {
+    if (!cJSON_IsObject(obj))
+        return QS_FAIL(QS_ERR_FORMAT, "plan %s: \"device_types\" must be an object mapping device-type labels (a "
+                       "cluster file worker's \"type\") to sections, e.g. {\"cpu-slow\": {\"default\": \"int8\"}}",
+                       p->origin);
+    int n = cJSON_GetArraySize(obj);
+    if (n == 0)
+        return QS_FAIL(QS_ERR_FORMAT, "plan %s: \"device_types\" is empty: give a section per device type, or "
+                       "remove it", p->origin);
+    p->types = calloc((size_t)n, sizeof *p->types);
+    if (!p->types) return QS_FAIL(QS_ERR_OOM, "plan %s: out of memory for %d device types", p->origin, n);
+    const cJSON *item;
+    cJSON_ArrayForEach(item, obj) QS_TRY(qs_plan_parse_section(p, obj, item, &p->types[p->n_types++]));
+    return QS_OK;
+}
+
+/* The top-level keys of a plan ("device_types": version 2 only). */
+static const char *const qs_plan_keys[] = {"format", "version", "model", "config", "backend", "device_type",
+                                           "default", "precisions", "options", "device_types", "comment",
+                                           "predictions", NULL};
+
+/* Every top-level key of root known and given once. */
+static qs_status qs_plan_check_keys(const qs_plan *p, const cJSON *root) {
     const cJSON *item;
     cJSON_ArrayForEach(item, root) {
         const char *k = item->string ? item->string : "";
         bool known = false;
         for (const char *const *q = qs_plan_keys; *q && !known; q++) known = strcmp(*q, k) == 0;
-        if (strcmp(k, "device_types") == 0)
-            return QS_FAIL(QS_ERR_FORMAT, "plan %s: per-device-type sections (\"device_types\") are not supported by "
-                           "plan version %d; give one plan per device type", p->origin, QS_PLAN_VERSION);
         if (!known)
-            return QS_FAIL(QS_ERR_FORMAT, "plan %s: unknown key \"%s\" (a version-%d plan has format, version, model, "
-                           "config, backend, device_type, default, precisions, options, comment, predictions)",
-                           p->origin, k, QS_PLAN_VERSION);
+            return QS_FAIL(QS_ERR_FORMAT, "plan %s: unknown key \"%s\" (a plan has format, version, model, config, "
+                           "backend, device_type, default, precisions, options, comment, predictions, and from "
+                           "version 2 device_types)", p->origin, k);
         if (qs_plan_key_repeated(root, item))
             return QS_FAIL(QS_ERR_FORMAT, "plan %s: key \"%s\" appears twice", p->origin, k);
     }
+    return QS_OK;
+}
+
+/* "format" and "version" of root; the version into *version. */
+static qs_status qs_plan_check_header(const qs_plan *p, const cJSON *root, int *version) {
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
     if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, QS_PLAN_FORMAT) != 0)
         return QS_FAIL(QS_ERR_FORMAT, "plan %s: \"format\" must be \"%s\" (got %s%s%s): this is not a qsync plan file",
@@ -176,10 +283,38 @@ static qs_status qs_plan_parse_root(qs_plan *p, const cJSON *root) {
                        cJSON_IsString(fmt) ? "\"" : "");
     const cJSON *ver = cJSON_GetObjectItemCaseSensitive(root, "version");
     if (!cJSON_IsNumber(ver) || ver->valuedouble != floor(ver->valuedouble))
-        return QS_FAIL(QS_ERR_FORMAT, "plan %s: \"version\" must be the integer %d", p->origin, QS_PLAN_VERSION);
-    if (ver->valuedouble != QS_PLAN_VERSION)
-        return QS_FAIL(QS_ERR_FORMAT, "plan %s has version %g; this qsync reads plan version %d", p->origin,
-                       ver->valuedouble, QS_PLAN_VERSION);
+        return QS_FAIL(QS_ERR_FORMAT, "plan %s: \"version\" must be an integer, %d or %d", p->origin,
+                       QS_PLAN_VERSION_MIN, QS_PLAN_VERSION);
+    if (ver->valuedouble < QS_PLAN_VERSION_MIN || ver->valuedouble > QS_PLAN_VERSION)
+        return QS_FAIL(QS_ERR_FORMAT, "plan %s has version %g; this qsync reads plan version %d to %d", p->origin,
+                       ver->valuedouble, QS_PLAN_VERSION_MIN, QS_PLAN_VERSION);
+    *version = (int)ver->valuedouble;
+    return QS_OK;
+}
+
+/* "device_types" of a version-`version` root, if present, into p->types. */
+static qs_status qs_plan_root_types(qs_plan *p, const cJSON *root, int version) {
+    const cJSON *types = cJSON_GetObjectItemCaseSensitive(root, "device_types");
+    if (!types) return QS_OK;
+    if (version < 2)
+        return QS_FAIL(QS_ERR_FORMAT, "plan %s: per-device-type sections (\"device_types\") need plan version 2: set "
+                       "\"version\": 2 (or give one plan per device type)", p->origin);
+    if (cJSON_GetObjectItemCaseSensitive(root, "device_type"))
+        return QS_FAIL(QS_ERR_FORMAT, "plan %s: \"device_type\" (the one device type a plan was made for) and "
+                       "\"device_types\" (sections for several) exclude each other: remove \"device_type\"",
+                       p->origin);
+    return qs_plan_parse_types(p, types);
+}
+
+static qs_status qs_plan_parse_root(qs_plan *p, const cJSON *root) {
+    if (!cJSON_IsObject(root))
+        return QS_FAIL(QS_ERR_FORMAT, "plan %s: the document must be a JSON object {\"format\": \"%s\", ...}",
+                       p->origin, QS_PLAN_FORMAT);
+    int version = 0;
+    QS_TRY(qs_plan_check_keys(p, root));
+    QS_TRY(qs_plan_check_header(p, root, &version));
+    QS_TRY(qs_plan_root_types(p, root, version));
+    const cJSON *item;
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     if (!model)
         return QS_FAIL(QS_ERR_FORMAT, "plan %s: \"model\" is missing (the model the plan is for, e.g. \"cnn\")",
@@ -198,8 +333,10 @@ static qs_status qs_plan_parse_root(qs_plan *p, const cJSON *root) {
         return QS_FAIL(QS_ERR_FORMAT, "plan %s: \"predictions\" must be an object", p->origin);
     if ((item = cJSON_GetObjectItemCaseSensitive(root, "default")))
         QS_TRY(qs_plan_get_precision(p, item, "\"default\"", &p->default_prec));
-    if ((item = cJSON_GetObjectItemCaseSensitive(root, "precisions"))) QS_TRY(qs_plan_parse_precisions(p, item));
-    if ((item = cJSON_GetObjectItemCaseSensitive(root, "options"))) QS_TRY(qs_plan_parse_options(p, item));
+    if ((item = cJSON_GetObjectItemCaseSensitive(root, "precisions")))
+        QS_TRY(qs_plan_parse_precisions(p, item, "", &p->layers, &p->n_layers));
+    if ((item = cJSON_GetObjectItemCaseSensitive(root, "options")))
+        QS_TRY(qs_plan_parse_options(p, item, "", &p->grad_rounding, &p->weight_scales));
     return QS_OK;
 }
 
@@ -229,6 +366,90 @@ qs_status qs_plan_read(const char *path, qs_plan *out) {
         qs_plan_init(out, path);
     }
     return st;
+}
+
+/* ------------------------------------------------------------------ device-type sections */
+
+bool qs_plan_has_device_types(const qs_plan *p) { return p && p->n_types > 0; }
+
+int qs_plan_device_type_count(const qs_plan *p) { return p ? p->n_types : 0; }
+
+const char *qs_plan_device_type_at(const qs_plan *p, int i) {
+    return p && i >= 0 && i < p->n_types ? p->types[i].type : NULL;
+}
+
+/* The section of p for device type t, or NULL. */
+static const qs_plan_section *qs_plan_find_type(const qs_plan *p, const char *t) {
+    for (int i = 0; i < p->n_types; i++)
+        if (strcmp(p->types[i].type, t) == 0) return &p->types[i];
+    return NULL;
+}
+
+/* p's device types for messages: `"cpu-fast", "cpu-slow"`. */
+static void qs_plan_type_list(const qs_plan *p, char *buf, size_t cap) {
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < p->n_types && len < cap; i++)
+        len += (size_t)snprintf(buf + len, cap - len, "%s\"%s\"", i ? ", " : "", p->types[i].type);
+}
+
+/* Index of layer `name` in layers[0..n), or -1. */
+static int qs_plan_find_layer(const qs_plan_layer *layers, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(layers[i].name, name) == 0) return i;
+    return -1;
+}
+
+/* p's precisions with s's merged in (a layer in both takes s's; s's other layers appended, in
+ * order) into a new array *out of *n_out entries. */
+static qs_status qs_plan_merge_layers(const qs_plan *p, const qs_plan_section *s, qs_plan_layer **out, int *n_out) {
+    qs_plan_layer *m = calloc((size_t)p->n_layers + (size_t)s->n_layers + 1, sizeof *m);
+    if (!m) return QS_FAIL(QS_ERR_OOM, "plan %s: out of memory selecting device type %s", p->origin, s->type);
+    int n = 0;
+    for (int i = 0; i < p->n_layers; i++) {
+        int k = qs_plan_find_layer(s->layers, s->n_layers, p->layers[i].name);
+        m[n] = p->layers[i];
+        if (k >= 0) m[n].prec = s->layers[k].prec;
+        n++;
+    }
+    for (int i = 0; i < s->n_layers; i++)
+        if (qs_plan_find_layer(p->layers, p->n_layers, s->layers[i].name) < 0) m[n++] = s->layers[i];
+    *out = m;
+    *n_out = n;
+    return QS_OK;
+}
+
+/* The error for a device type p has no section for (type NULL: none given). */
+static qs_status qs_plan_type_missing(const qs_plan *p, const char *type) {
+    char list[1024];
+    qs_plan_type_list(p, list, sizeof list);
+    if (!type)
+        return QS_FAIL(QS_ERR_NOT_FOUND, "plan %s has per-device-type sections (device_types %s) but this run has no "
+                       "device type: run with a cluster file (--cluster) whose workers' types the plan names",
+                       p->origin, list);
+    return QS_FAIL(QS_ERR_NOT_FOUND, "plan %s has no section for device type \"%s\" (its device_types are %s): a plan "
+                   "that names device types must name every type it runs on; add device_types[\"%s\"] (an empty "
+                   "section {} keeps the top-level precisions) or correct the worker's \"type\"", p->origin, type,
+                   list, type);
+}
+
+qs_status qs_plan_select_device_type(qs_plan *p, const char *type) {
+    if (!p) return QS_FAIL(QS_ERR_INVALID_ARG, "qs_plan_select_device_type: a plan is required");
+    if (p->n_types == 0) return QS_OK;
+    const qs_plan_section *s = type ? qs_plan_find_type(p, type) : NULL;
+    if (!s) return qs_plan_type_missing(p, type);
+    qs_plan_layer *layers = NULL;
+    int n = 0;
+    QS_TRY(qs_plan_merge_layers(p, s, &layers, &n));
+    free(p->layers);
+    p->layers = layers;
+    p->n_layers = n;
+    if (s->has_default) p->default_prec = s->default_prec;
+    if (s->grad_rounding != QS_GRAD_ROUND_UNSET) p->grad_rounding = s->grad_rounding;
+    if (s->weight_scales != QS_WEIGHT_SCALES_UNSET) p->weight_scales = s->weight_scales;
+    snprintf(p->device_type, sizeof p->device_type, "%s", s->type);
+    qs_plan_free_types(p);
+    return QS_OK;
 }
 
 void qs_plan_uniform(const char *arch, qs_precision p, const char *origin, qs_plan *out) {
@@ -347,6 +568,13 @@ static qs_status qs_plan_check_backend(const qs_plan *p, const qs_model *m, qs_b
 
 qs_status qs_plan_validate(const qs_plan *p, const qs_model *m, qs_backend *be, bool allow_emulated) {
     if (!p || !m) return QS_FAIL(QS_ERR_INVALID_ARG, "qs_plan_validate: plan and model are required");
+    if (p->n_types > 0) {
+        char list[1024];
+        qs_plan_type_list(p, list, sizeof list);
+        return QS_FAIL(QS_ERR_INVALID_ARG, "plan %s has per-device-type sections (device_types %s): select this "
+                       "rank's device type first; run with a cluster file (--cluster) whose workers' types the plan "
+                       "names", p->origin, list);
+    }
     if (strcmp(p->model, m->arch) != 0)
         return QS_FAIL(QS_ERR_MISMATCH, "plan %s is for model %s, but this run's model is %s: write a plan for %s "
                        "(qsync models %s lists its layers)", p->origin, p->model, m->arch, m->arch, m->arch);
@@ -411,27 +639,53 @@ qs_status qs_plan_from_model(const qs_model *m, qs_plan *out) {
     return QS_OK;
 }
 
+/* Add "precisions": {name: precision, ...} to o. */
+static bool qs_plan_add_layers(cJSON *o, const qs_plan_layer *layers, int n) {
+    cJSON *prec = cJSON_AddObjectToObject(o, "precisions");
+    bool ok = prec != NULL;
+    for (int i = 0; ok && i < n; i++)
+        ok = cJSON_AddStringToObject(prec, layers[i].name, qs_precision_name(layers[i].prec)) != NULL;
+    return ok;
+}
+
+/* Add "options" to o when either option is set. */
+static bool qs_plan_add_options(cJSON *o, qs_grad_rounding gr, qs_weight_scales ws) {
+    if (gr == QS_GRAD_ROUND_UNSET && ws == QS_WEIGHT_SCALES_UNSET) return true;
+    cJSON *opt = cJSON_AddObjectToObject(o, "options");
+    bool ok = opt != NULL;
+    if (ok && gr != QS_GRAD_ROUND_UNSET) ok = cJSON_AddStringToObject(opt, "grad_rounding", qs_grad_rounding_name(gr)) != NULL;
+    if (ok && ws != QS_WEIGHT_SCALES_UNSET) ok = cJSON_AddStringToObject(opt, "weight_scales", qs_weight_scales_name(ws)) != NULL;
+    return ok;
+}
+
+/* Add "device_types" (p's sections) to o. */
+static bool qs_plan_add_types(cJSON *o, const qs_plan *p) {
+    cJSON *types = cJSON_AddObjectToObject(o, "device_types");
+    bool ok = types != NULL;
+    for (int i = 0; ok && i < p->n_types; i++) {
+        const qs_plan_section *s = &p->types[i];
+        cJSON *so = cJSON_AddObjectToObject(types, s->type);
+        ok = so != NULL;
+        if (ok && s->has_default) ok = cJSON_AddStringToObject(so, "default", qs_precision_name(s->default_prec)) != NULL;
+        if (ok && s->n_layers) ok = qs_plan_add_layers(so, s->layers, s->n_layers);
+        if (ok) ok = qs_plan_add_options(so, s->grad_rounding, s->weight_scales);
+    }
+    return ok;
+}
+
 cJSON *qs_plan_to_json(const qs_plan *p) {
     cJSON *o = cJSON_CreateObject();
     if (!o) return NULL;
-    bool ok = cJSON_AddStringToObject(o, "format", QS_PLAN_FORMAT) && cJSON_AddNumberToObject(o, "version", QS_PLAN_VERSION) &&
+    int version = p->n_types ? QS_PLAN_VERSION : QS_PLAN_VERSION_MIN;
+    bool ok = cJSON_AddStringToObject(o, "format", QS_PLAN_FORMAT) && cJSON_AddNumberToObject(o, "version", version) &&
               cJSON_AddStringToObject(o, "model", p->model);
     if (ok && p->config[0]) ok = cJSON_AddStringToObject(o, "config", p->config) != NULL;
     if (ok && p->backend[0]) ok = cJSON_AddStringToObject(o, "backend", p->backend) != NULL;
     if (ok && p->device_type[0]) ok = cJSON_AddStringToObject(o, "device_type", p->device_type) != NULL;
     if (ok) ok = cJSON_AddStringToObject(o, "default", qs_precision_name(p->default_prec)) != NULL;
-    cJSON *prec = ok ? cJSON_AddObjectToObject(o, "precisions") : NULL;
-    ok = prec != NULL;
-    for (int i = 0; ok && i < p->n_layers; i++)
-        ok = cJSON_AddStringToObject(prec, p->layers[i].name, qs_precision_name(p->layers[i].prec)) != NULL;
-    if (ok && (p->grad_rounding != QS_GRAD_ROUND_UNSET || p->weight_scales != QS_WEIGHT_SCALES_UNSET)) {
-        cJSON *opt = cJSON_AddObjectToObject(o, "options");
-        ok = opt != NULL;
-        if (ok && p->grad_rounding != QS_GRAD_ROUND_UNSET)
-            ok = cJSON_AddStringToObject(opt, "grad_rounding", qs_grad_rounding_name(p->grad_rounding)) != NULL;
-        if (ok && p->weight_scales != QS_WEIGHT_SCALES_UNSET)
-            ok = cJSON_AddStringToObject(opt, "weight_scales", qs_weight_scales_name(p->weight_scales)) != NULL;
-    }
+    if (ok) ok = qs_plan_add_layers(o, p->layers, p->n_layers);
+    if (ok) ok = qs_plan_add_options(o, p->grad_rounding, p->weight_scales);
+    if (ok && p->n_types) ok = qs_plan_add_types(o, p);
     if (!ok) {
         cJSON_Delete(o);
         return NULL;

@@ -3,24 +3,36 @@
  * against a built model and a backend, applying them to a model, writing a model's current
  * precisions back out, and the precision set-up shared by `qsync train` and `qsync eval`.
  *
- * The file format (JSON, "format": "qsync-plan", "version": 1) is specified in docs/PLANS.md:
- *   {"format": "qsync-plan", "version": 1, "model": "cnn",
+ * The file format (JSON, "format": "qsync-plan", "version": 1 or 2) is specified in
+ * docs/PLANS.md:
+ *   {"format": "qsync-plan", "version": 2, "model": "cnn",
  *    "config": "in_h=28 ...",            optional: the model's build config (checked if present)
  *    "backend": "cpu",                   optional: checked against the backend if present
- *    "device_type": "xeon-avx512",       optional label, recorded (per-device sections later)
+ *    "device_type": "xeon-avx512",       optional label, recorded (not with "device_types")
  *    "default": "fp32",                  optional, precision of the layers not listed
  *    "precisions": {"conv1": "int8", "fc1": "bf16"},
  *    "options": {"grad_rounding": "stochastic"|"nearest", "weight_scales": "tensor"|"channel"},
+ *    "device_types": {"cpu-slow": {"default": ..., "precisions": {...}, "options": {...}}},
+ *                                        version 2 only: per-device-type sections (below)
  *    "comment": "...", "predictions": {...}}   optional, not interpreted
+ * A version-2 plan without "device_types" is a version-1 plan.
+ *
+ * Per-device-type sections: each rank calls qs_plan_select_device_type with its device type
+ * (a cluster file worker's "type") before using the plan. A layer's precision is then the
+ * section's precisions[layer], else the top-level precisions[layer], else the section's
+ * default, else the top-level default; the section's options override the top-level ones.
+ * qs_plan_validate / qs_plan_apply refuse a plan whose sections were not resolved.
  *
  * Order of use (see graph/precision.h): build → qs_model_finalize → qs_model_fuse →
- * qs_plan_apply (or qs_precision_setup) → qs_model_insert_casts → qs_model_setup.
+ * [qs_plan_select_device_type] → qs_plan_apply (or qs_precision_setup) →
+ * qs_model_insert_casts → qs_model_setup.
  *
  * Errors (each message names the file, the JSON path of the offending key and what to do):
  *   QS_ERR_IO / QS_ERR_NOT_FOUND   the file cannot be read
  *   QS_ERR_FORMAT       malformed JSON (line:column), wrong "format" or "version", a key of the
  *                       wrong type, an unknown key, an unknown precision or option value, a
- *                       layer listed twice
+ *                       layer or device type listed twice, an empty device-type label,
+ *                       "device_types" in a version-1 plan
  *   QS_ERR_MISMATCH     the plan is for another model ("model", "config") or backend
  *   QS_ERR_NOT_FOUND    a layer the model does not have (a few valid names are listed)
  *   QS_ERR_INVALID_ARG  a layer whose precision cannot be chosen (e.g. a BatchNorm2d)
@@ -37,7 +49,9 @@
 #include "graph/graph.h"
 
 #define QS_PLAN_FORMAT "qsync-plan"
-#define QS_PLAN_VERSION 1
+#define QS_PLAN_VERSION 2     /* the newest version read (and written when a plan has sections) */
+#define QS_PLAN_VERSION_MIN 1 /* the oldest version read (and written when it has none) */
+#define QS_PLAN_TYPE_MAX 64   /* device-type labels: at most QS_PLAN_TYPE_MAX - 1 bytes */
 #define QS_PLAN_MAX_BYTES ((size_t)16 << 20)
 
 /* Gradient rounding and INT8 weight-scale granularity of low-precision GEMMs
@@ -56,17 +70,31 @@ typedef struct qs_plan_layer {
     qs_precision prec;
 } qs_plan_layer;
 
+/* One entry of "device_types": what differs for the ranks of one device type. */
+typedef struct qs_plan_section {
+    char type[QS_PLAN_TYPE_MAX]; /* device-type label (non-empty) */
+    qs_precision default_prec;   /* meaningful when has_default */
+    bool has_default;
+    qs_plan_layer *layers;       /* the section's "precisions", in file order */
+    int n_layers;
+    qs_grad_rounding grad_rounding; /* UNSET: the top-level option */
+    qs_weight_scales weight_scales;
+} qs_plan_section;
+
 typedef struct qs_plan {
     char origin[512];          /* where it came from, for messages: a path or "--precision int8" */
     char model[32];            /* arch the plan is for (required) */
     char config[256];          /* model build config; "" = any */
     char backend[16];          /* "cpu", "cuda"; "" = any */
-    char device_type[64];      /* free-form label; "" = none (recorded, not checked, in version 1) */
+    char device_type[QS_PLAN_TYPE_MAX]; /* label; "" = none. Recorded, not checked; set by
+                                          qs_plan_select_device_type */
     qs_precision default_prec; /* layers not listed */
     qs_plan_layer *layers;     /* listed layers, in file order */
     int n_layers;
     qs_grad_rounding grad_rounding;
     qs_weight_scales weight_scales;
+    qs_plan_section *types;    /* "device_types" sections, in file order (owned; qs_plan_free) */
+    int n_types;               /* 0: none, or already resolved by qs_plan_select_device_type */
     bool uniform;              /* made by qs_plan_uniform (messages speak of --precision) */
 } qs_plan;
 
@@ -77,12 +105,27 @@ qs_status qs_plan_parse(const char *text, const char *origin, qs_plan *out);
 qs_status qs_plan_read(const char *path, qs_plan *out);
 void qs_plan_free(qs_plan *p);
 
+/* Whether p still has per-device-type sections (not yet resolved by
+ * qs_plan_select_device_type). */
+bool qs_plan_has_device_types(const qs_plan *p);
+/* The number of device-type sections of p, and the label of section i (0 ≤ i < count; NULL
+ * out of range): e.g. to check that each names a worker type of a cluster. */
+int qs_plan_device_type_count(const qs_plan *p);
+const char *qs_plan_device_type_at(const qs_plan *p, int i);
+/* Resolve p in place for device type `type`: the section's default, precisions and options
+ * override the top-level ones (see above), the sections are dropped and p->device_type is set
+ * to `type`. A plan without sections is left as it is (QS_OK). QS_ERR_NOT_FOUND, listing the
+ * plan's types, when p has sections and `type` is NULL or not among them; p is unchanged on
+ * failure. */
+qs_status qs_plan_select_device_type(qs_plan *p, const char *type);
+
 /* A plan putting every selectable layer of model `arch` at p (origin e.g. "--precision int8"). */
 void qs_plan_uniform(const char *arch, qs_precision p, const char *origin, qs_plan *out);
 
 /* Check p against model m (its arch, config and layer names) and backend be (may be NULL to
  * skip the backend checks). Emulated precisions are refused unless allow_emulated. Only
- * precisions that some layer would actually get are checked against the backend. */
+ * precisions that some layer would actually get are checked against the backend. A plan with
+ * unresolved device-type sections is refused (QS_ERR_INVALID_ARG). */
 qs_status qs_plan_validate(const qs_plan *p, const qs_model *m, qs_backend *be, bool allow_emulated);
 
 /* Validate, then set node->prec of every selectable node (listed: the plan's precision;
@@ -94,7 +137,8 @@ qs_status qs_plan_apply(const qs_plan *p, qs_model *m, qs_backend *be, bool allo
 /* The plan of m's current state: every selectable node listed explicitly, default fp32,
  * the model's arch and config, and its options. *out must be freed with qs_plan_free. */
 qs_status qs_plan_from_model(const qs_model *m, qs_plan *out);
-/* The plan as a JSON document (caller frees with cJSON_Delete); NULL when out of memory. */
+/* The plan as a JSON document (caller frees with cJSON_Delete); NULL when out of memory.
+ * Version 2 with "device_types" when p has sections, else version 1. */
 cJSON *qs_plan_to_json(const qs_plan *p);
 /* Write p to path atomically (temp file, fsync, rename), pretty-printed. */
 qs_status qs_plan_save(const qs_plan *p, const char *path);

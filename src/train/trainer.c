@@ -10,6 +10,9 @@
 
 #include "core/timer.h"
 #include "data/dataset.h"
+#include "dist/batch_balance.h"
+#include "dist/batch_split.h"
+#include "dist/cpu_quota.h"
 #include "dist/grad_sync.h"
 #include "graph/precision.h"
 #include "optim/loss_scale.h"
@@ -29,6 +32,7 @@ void qs_train_config_defaults(qs_train_config *c) {
     c->batch = 128;
     c->bucket_bytes = (size_t)25 << 20;
     c->collective_timeout_s = 300;
+    c->rebalance_every = 20;
     c->optim.kind = QS_OPTIM_SGD;
     c->optim.lr = 0.1f;
     c->optim.momentum = 0.9f;
@@ -79,12 +83,23 @@ typedef struct qs_train_job {
     qs_grad_sync sync;          /* gradient averaging over the ranks */
     int rank, world;
     int64_t local_batch;
+    int64_t *split;             /* every rank's local batch (world entries) */
+    bool dynamic;               /* dynamic batching: split re-measured by `balance` */
+    qs_batch_balance balance;
+    int64_t rebalances;         /* splits changed by dynamic batching */
+    qs_cpu_quota quota;         /* the emulated slowdown's cgroup CPU quota, when used */
+    double *step_ms;            /* this run's step times, for the medians of the report */
+    int64_t n_step_ms, cap_step_ms;
     float *x;
     int32_t *y;
 } qs_train_job;
 
 static void qs_train_job_free(qs_train_job *j) {
+    qs_cpu_quota_release(&j->quota);
     qs_grad_sync_free(&j->sync);
+    qs_batch_balance_free(&j->balance);
+    free(j->split);
+    free(j->step_ms);
     qs_host_free(j->x);
     qs_host_free(j->y);
     qs_plan_free(&j->plan);
@@ -122,10 +137,31 @@ static qs_status qs_train_init_scaler(const qs_train_config *c, qs_train_job *j)
     return QS_OK;
 }
 
+/* A plan with per-device-type sections: every section must name a worker type of the
+ * cluster (a misspelt type would silently run at the top-level precisions), and this rank
+ * takes the section of its own type. */
+static qs_status qs_train_select_device_type(const qs_train_config *c, qs_train_job *j) {
+    if (!qs_plan_has_device_types(&j->plan)) return QS_OK;
+    if (!c->device_type)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "plan %s has per-device-type sections: run with --cluster, whose workers' "
+                       "types select them", c->plan);
+    int world = qs_comm_world(c->comm);
+    for (int t = 0; c->worker_types && t < qs_plan_device_type_count(&j->plan); t++) {
+        const char *type = qs_plan_device_type_at(&j->plan, t);
+        bool found = false;
+        for (int r = 0; r < world && !found; r++) found = strcmp(c->worker_types[r], type) == 0;
+        if (!found)
+            return QS_FAIL(QS_ERR_MISMATCH, "plan %s has a section for device type \"%s\", which no worker of the "
+                           "cluster is (check the spelling against the cluster file's \"type\" labels)", c->plan, type);
+    }
+    return qs_plan_select_device_type(&j->plan, c->device_type);
+}
+
 /* Precisions (uniform or plan, validated against the backend), casts, and on resume the
  * check that the checkpoint was trained with the same ones. Between fuse and setup. */
 static qs_status qs_train_precisions(const qs_train_config *c, qs_train_job *j) {
     if (c->plan) QS_TRY(qs_train_load_plan(c->plan, &j->plan));
+    if (c->plan) QS_TRY(qs_train_select_device_type(c, j));
     qs_precision_options po;
     qs_train_precision_options(c->precision, c->plan ? &j->plan : NULL, c->allow_emulated, c->grad_rounding,
                                c->weight_scales, &po);
@@ -145,6 +181,113 @@ static qs_status qs_train_precisions(const qs_train_config *c, qs_train_job *j) 
         QS_TRY(st);
     }
     return qs_train_init_scaler(c, j);
+}
+
+/* The split of the global batch the run starts with (cfg->batch_split): even (--batch must
+ * be divisible by the ranks), explicit, or even as the first measurement of dynamic batching. */
+static qs_status qs_train_initial_split(const qs_train_config *c, qs_train_job *j) {
+    j->split = calloc((size_t)j->world, sizeof *j->split);
+    if (!j->split) return QS_FAIL(QS_ERR_OOM, "out of memory for the batch split");
+    const char *bs = c->batch_split ? c->batch_split : "even";
+    j->dynamic = strcmp(bs, "dynamic") == 0;
+    if (c->batch < j->world)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "--batch %lld (the global batch) is smaller than the %d ranks",
+                       (long long)c->batch, j->world);
+    if (strcmp(bs, "even") == 0 && c->batch % j->world != 0)
+        return QS_FAIL(QS_ERR_INVALID_ARG,
+                       "--batch %lld (the global batch) must be divisible by the %d ranks, so that every rank "
+                       "takes an equal share (or give the shares with --batch-split, or use --batch-split dynamic)",
+                       (long long)c->batch, j->world);
+    if (j->dynamic || strcmp(bs, "even") == 0) qs_batch_split_even(j->world, c->batch, j->split);
+    else QS_TRY(qs_batch_split_parse(bs, j->world, c->batch, j->split));
+    if (j->dynamic)
+        QS_TRY(qs_batch_balance_init(&j->balance, j->world, j->rank, c->batch, (int)c->rebalance_every));
+    j->local_batch = j->split[j->rank];
+    return QS_OK;
+}
+
+/* The worker's emulated slowdown: a cgroup CPU quota on the whole process (method "cgroup", or
+ * "auto" where the cgroup file system is writable), else a duty cycle over its ops. */
+static qs_status qs_train_emulate(const qs_train_config *c, qs_train_job *j) {
+    if (!(c->slowdown > 1)) return QS_OK;
+    const char *method = c->emulation_method ? c->emulation_method : "auto";
+    if (strcmp(method, "duty-cycle") != 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        int threads = c->threads > 0 ? c->threads : cores > 0 ? (int)cores : 1;
+        qs_status st = qs_cpu_quota_apply(c->slowdown, threads, &j->quota);
+        if (st == QS_OK) {
+            j->m->emulation.cpu_threads = threads;
+            qs_log_info(c->log, "rank %d: emulated slowdown %.2fx by a cgroup CPU quota of %ld us per %ld us", j->rank,
+                        c->slowdown, j->quota.quota_us, j->quota.period_us);
+            return QS_OK;
+        }
+        if (strcmp(method, "cgroup") == 0 || st != QS_ERR_UNSUPPORTED)
+            return qs_error_wrap(st, "rank %d: emulation method cgroup: ", j->rank);
+        qs_log_info(c->log, "rank %d: no cgroup CPU quota (%s); emulating the slowdown by a duty cycle", j->rank,
+                    qs_last_error());
+    }
+    j->m->emulation.slowdown = c->slowdown;
+    return QS_OK;
+}
+
+/* The worker's memory cap (cluster file) against what the backend measures as allocated. */
+static qs_status qs_train_check_memory_cap(const qs_train_config *c, qs_train_job *j) {
+    if (c->memory_cap_mb <= 0) return QS_OK;
+    size_t used = 0;
+    j->be->ops->memory_stats(j->be, &used, NULL);
+    if (used > (size_t)c->memory_cap_mb << 20)
+        return QS_FAIL(QS_ERR_OOM,
+                       "rank %d (%s): the model needs %.1f MiB at batch %lld but the worker's memory cap is %lld MiB: "
+                       "lower the batch, quantize more layers, or raise memory_mb in the cluster file",
+                       j->rank, c->device_type ? c->device_type : "cpu", (double)used / 1048576.0,
+                       (long long)j->local_batch, (long long)c->memory_cap_mb);
+    return QS_OK;
+}
+
+/* Make `split` the ranks' local batches: this rank's model batch size, loader slice, gradient
+ * weight and host batch buffers (the memory cap is checked again). */
+static qs_status qs_train_apply_split(const qs_train_config *c, qs_train_job *j, const int64_t *split) {
+    if (split != j->split) memcpy(j->split, split, (size_t)j->world * sizeof *split);
+    j->local_batch = split[j->rank];
+    QS_TRY(qs_model_set_batch(j->m, j->local_batch));
+    QS_TRY(qs_train_check_memory_cap(c, j));
+    QS_TRY(qs_loader_set_slice(&j->loader, qs_batch_split_offset(split, j->rank), j->local_batch));
+    qs_grad_sync_set_local_batch(&j->sync, j->local_batch, c->batch);
+    qs_host_free(j->x);
+    qs_host_free(j->y);
+    j->x = qs_host_alloc((size_t)(j->local_batch * j->train.h * j->train.w * j->train.c) * sizeof(float));
+    j->y = qs_host_alloc((size_t)j->local_batch * sizeof(int32_t));
+    return j->x && j->y ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory for a batch of %lld", (long long)j->local_batch);
+}
+
+/* Dynamic batching, after every step: record this step's compute time (its time minus the
+ * wait for the gradient all-reduce); at the end of a window, re-split in proportion to the
+ * ranks' speeds when the shares change by more than 2%. */
+static qs_status qs_train_rebalance(const qs_train_config *c, qs_train_job *j, double step_ms, int64_t step) {
+    if (!j->dynamic) return QS_OK;
+    qs_batch_balance_record(&j->balance, step_ms - j->m->comm_wait_time.last_ms);
+    if (!qs_batch_balance_due(&j->balance)) return QS_OK;
+    int64_t *next = calloc((size_t)j->world, sizeof *next);
+    double *speed = calloc((size_t)j->world, sizeof *speed);
+    qs_status st = next && speed ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory re-splitting the batch");
+    if (st == QS_OK) st = qs_batch_balance_propose(&j->balance, c->comm, c->collective_timeout_s, j->split, next, speed);
+    if (st == QS_OK && qs_batch_split_changed(j->split, next, j->world, 0.02)) {
+        char from[256], to[256], sp[256];
+        size_t n = 0;
+        qs_batch_split_format(j->split, j->world, from, sizeof from);
+        qs_batch_split_format(next, j->world, to, sizeof to);
+        sp[0] = 0;
+        for (int r = 0; r < j->world && n < sizeof sp; r++)
+            n += (size_t)snprintf(sp + n, sizeof sp - n, "%s%.2f", r ? ", " : "", speed[r]);
+        qs_log_info(c->log, "dynamic batching after step %lld: speeds %s samples/ms, local batches %s -> %s",
+                    (long long)step, sp, from, to);
+        st = qs_train_apply_split(c, j, next);
+        qs_batch_balance_restart(&j->balance);
+        j->rebalances++;
+    }
+    free(next);
+    free(speed);
+    return st;
 }
 
 static qs_status qs_train_build(const qs_train_config *c, qs_train_job *j, qs_model_options *mo) {
@@ -169,25 +312,11 @@ static qs_status qs_train_build(const qs_train_config *c, qs_train_job *j, qs_mo
     QS_TRY(qs_train_precisions(c, j));
     j->rank = qs_comm_rank(c->comm);
     j->world = qs_comm_world(c->comm);
-    if (c->batch % j->world != 0)
-        return QS_FAIL(QS_ERR_INVALID_ARG,
-                       "--batch %lld (the global batch) must be divisible by the %d ranks, so that every rank "
-                       "takes an equal share and the averaged gradient is the global-batch mean",
-                       (long long)c->batch, j->world);
-    j->local_batch = c->batch / j->world;
+    QS_TRY(qs_train_initial_split(c, j));
     /* every rank initialises identical parameters from the seed; the replica check confirms it */
     QS_TRY(qs_model_setup(j->m, j->be, j->local_batch, c->seed));
-    j->m->emulation.slowdown = c->slowdown;
-    if (c->memory_cap_mb > 0) {
-        size_t used = 0;
-        j->be->ops->memory_stats(j->be, &used, NULL);
-        if (used > (size_t)c->memory_cap_mb << 20)
-            return QS_FAIL(QS_ERR_OOM,
-                           "rank %d (%s): the model needs %.1f MiB at batch %lld but the worker's memory cap is %lld MiB: "
-                           "lower the batch, quantize more layers, or raise memory_mb in the cluster file",
-                           j->rank, c->device_type ? c->device_type : "cpu", (double)used / 1048576.0,
-                           (long long)j->local_batch, (long long)c->memory_cap_mb);
-    }
+    QS_TRY(qs_train_emulate(c, j));
+    QS_TRY(qs_train_check_memory_cap(c, j));
     QS_TRY(qs_optimizer_init(&j->opt, j->be, &j->m->params, &c->optim));
     j->opt_ready = true;
     QS_TRY(qs_grad_sync_init(&j->sync, c->comm, j->m, c->bucket_bytes ? c->bucket_bytes : (size_t)25 << 20,
@@ -197,9 +326,7 @@ static qs_status qs_train_build(const qs_train_config *c, qs_train_job *j, qs_mo
                             .crop_pad = j->train.h >= 32 ? 4 : 2};
     QS_TRY(qs_loader_init(&j->loader, &j->train, &lo));
     j->loader_ready = true;
-    j->x = qs_host_alloc((size_t)(j->local_batch * j->train.h * j->train.w * j->train.c) * sizeof(float));
-    j->y = qs_host_alloc((size_t)j->local_batch * sizeof(int32_t));
-    return j->x && j->y ? QS_OK : QS_ERR_OOM;
+    return qs_train_apply_split(c, j, j->split);
 }
 
 static void qs_train_log_config(const qs_train_config *c, const qs_train_job *j, int64_t total, int64_t spe) {
@@ -425,31 +552,91 @@ static qs_status qs_train_after_step(const qs_train_config *c, qs_train_job *j, 
     return QS_OK;
 }
 
-/* Per-rank figures gathered on every rank (rank 0 reports them): device type, emulated
- * slowdown asked and actually applied ((op time + sleep) / op time), and mean step time. */
-static qs_status qs_train_worker_report(const qs_train_config *c, qs_train_job *j, double step_ms,
-                                        qs_train_result *res) {
+/* Keep this run's step times (for the medians of the worker report). */
+static qs_status qs_train_record_step(qs_train_job *j, double step_ms) {
+    if (j->n_step_ms == j->cap_step_ms) {
+        int64_t cap = j->cap_step_ms ? 2 * j->cap_step_ms : 256;
+        double *t = realloc(j->step_ms, (size_t)cap * sizeof *t);
+        if (!t) return QS_FAIL(QS_ERR_OOM, "out of memory recording step times");
+        j->step_ms = t;
+        j->cap_step_ms = cap;
+    }
+    j->step_ms[j->n_step_ms++] = step_ms;
+    return QS_OK;
+}
+
+static int qs_cmp_ms(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median of this run's step times after the first `skip` (all of them when there are fewer). */
+static double qs_train_median_step_ms(qs_train_job *j, int64_t skip) {
+    if (j->n_step_ms == 0) return 0;
+    if (j->n_step_ms <= skip) skip = 0;
+    int64_t n = j->n_step_ms - skip;
+    double *t = j->step_ms + skip;
+    qsort(t, (size_t)n, sizeof *t, qs_cmp_ms);
+    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+#define QS_REPORT_FIELDS (7 + QS_PREC_COUNT)
+/* Per-rank figures gathered on every rank (rank 0 reports them): emulated slowdown asked and
+ * actually applied ((op time + sleep) / op time), mean and median step time (the median after
+ * 5 warm-up steps), the local batch, the time waited for gradients, mean per step, and how
+ * many layers run at each precision. */
+static qs_status qs_train_worker_report(const qs_train_config *c, qs_train_job *j, qs_train_result *res) {
     if (j->world == 1 && !(c->slowdown > 1)) return QS_OK;
     const qs_emulation *e = &j->m->emulation;
-    double *v = calloc((size_t)j->world * 3, sizeof *v);
+    const int F = QS_REPORT_FIELDS;
+    double *v = calloc((size_t)j->world * F, sizeof *v), steps = j->n_step_ms > 0 ? (double)j->n_step_ms : 1;
     if (!v) return QS_FAIL(QS_ERR_OOM, "out of memory for the worker report");
-    v[3 * j->rank] = c->slowdown > 1 ? c->slowdown : 1;
-    v[3 * j->rank + 1] = e->op_ms > 0 ? (e->op_ms + e->slept_ms) / e->op_ms : 1;
-    v[3 * j->rank + 2] = step_ms;
-    qs_status st = j->world > 1 ? qs_comm_allreduce_sum_f64(c->comm, v, 3 * j->world, c->collective_timeout_s) : QS_OK;
+    double *mine = v + (size_t)F * j->rank, total = 0;
+    for (int64_t i = 0; i < j->n_step_ms; i++) total += j->step_ms[i];
+    mine[0] = c->slowdown > 1 ? c->slowdown : 1;
+    mine[1] = qs_emulation_measured(e);
+    mine[2] = total / steps;
+    mine[3] = qs_train_median_step_ms(j, 5);
+    mine[4] = (double)j->local_batch;
+    mine[5] = j->m->comm_wait_time.total_ms / steps;
+    int counts[QS_PREC_COUNT];
+    qs_model_precision_counts(j->m, counts);
+    for (int p = 0; p < QS_PREC_COUNT; p++) mine[6 + p] = counts[p];
+    mine[6 + QS_PREC_COUNT] = e->cpu_threads > 0 ? 2 : e->slowdown > 1 ? 1 : 0; /* emulation method */
+    qs_status st = j->world > 1 ? qs_comm_allreduce_sum_f64(c->comm, v, F * j->world, c->collective_timeout_s) : QS_OK;
     if (st == QS_OK) {
         res->workers = cJSON_CreateArray();
         for (int r = 0; r < j->world; r++) {
+            const double *x = v + (size_t)F * r;
+            const char *type = c->worker_types ? c->worker_types[r] : r == j->rank ? c->device_type : NULL;
             cJSON *w = cJSON_CreateObject();
             cJSON_AddNumberToObject(w, "rank", r);
-            if (r == j->rank && c->device_type) cJSON_AddStringToObject(w, "type", c->device_type);
-            cJSON_AddNumberToObject(w, "emulated_slowdown", v[3 * r]);
-            cJSON_AddNumberToObject(w, "emulated_slowdown_measured", v[3 * r + 1]);
-            cJSON_AddNumberToObject(w, "step_ms", v[3 * r + 2]);
+            if (type) cJSON_AddStringToObject(w, "type", type);
+            cJSON_AddNumberToObject(w, "emulated_slowdown", x[0]);
+            cJSON_AddNumberToObject(w, "emulated_slowdown_measured", x[1]);
+            const char *how = x[6 + QS_PREC_COUNT] == 2 ? "cgroup-quota" : x[6 + QS_PREC_COUNT] == 1 ? "duty-cycle" : "none";
+            cJSON_AddStringToObject(w, "emulation_method", how);
+            cJSON_AddNumberToObject(w, "step_ms", x[2]);
+            cJSON_AddNumberToObject(w, "median_step_ms", x[3]);
+            cJSON_AddNumberToObject(w, "local_batch", x[4]);
+            cJSON_AddNumberToObject(w, "comm_wait_ms", x[5]);
+            cJSON *pc = cJSON_AddObjectToObject(w, "precisions");
+            char line[160] = "";
+            size_t n = 0;
+            for (int p = 0; p < QS_PREC_COUNT; p++) {
+                if (x[6 + p] <= 0) continue;
+                cJSON_AddNumberToObject(pc, qs_precision_name((qs_precision)p), x[6 + p]);
+                if (n < sizeof line)
+                    n += (size_t)snprintf(line + n, sizeof line - n, "%s%s x%.0f", n ? ", " : "",
+                                          qs_precision_name((qs_precision)p), x[6 + p]);
+            }
             cJSON_AddItemToArray(res->workers, w);
-            if (v[3 * r] > 1)
-                qs_log_info(c->log, "rank %d: emulated slowdown %.2fx asked, %.3fx applied to its ops (duty cycle; "
-                            "emulation), mean step %.1f ms", r, v[3 * r], v[3 * r + 1], v[3 * r + 2]);
+            qs_log_info(c->log, "rank %d%s%s%s: %s; local batch %.0f, median step %.1f ms (mean %.1f), waited %.1f "
+                        "ms/step for gradients", r, type ? " (" : "", type ? type : "", type ? ")" : "", line, x[4],
+                        x[3], x[2], x[5]);
+            if (x[0] > 1)
+                qs_log_info(c->log, "rank %d: emulated slowdown %.2fx asked, %.3fx applied to its ops (%s; emulation)", r,
+                            x[0], x[1], how);
         }
     }
     free(v);
@@ -485,8 +672,12 @@ static qs_status qs_train_loop(const qs_train_config *c, qs_train_job *j, const 
         float lr = qs_lr_at(&sched, step);
         QS_TRY(qs_train_step(c, j, lr, &loss, &correct));
         step++;
-        train_ms += qs_now_ms() - t0;
-        w.loss += loss;
+        double step_ms = qs_now_ms() - t0;
+        train_ms += step_ms;
+        QS_TRY(qs_train_record_step(j, step_ms));
+        QS_TRY(qs_train_rebalance(c, j, step_ms, step));
+        /* the rank's mean loss, weighted so that the ranks' mean is the global-batch mean */
+        w.loss += loss * (double)j->local_batch * j->world / (double)c->batch;
         w.correct += correct;
         w.n++;
         qs_train_profile_end(c, j, step, first + QS_PROFILE_WARMUP_STEPS, res);
@@ -499,7 +690,7 @@ static qs_status qs_train_loop(const qs_train_config *c, qs_train_job *j, const 
     res->steps_this_run = step - first;
     res->wall_s = train_ms / 1e3;
     res->images_per_s = train_ms > 0 ? 1e3 * (double)((step - first) * c->batch) / train_ms : 0;
-    QS_TRY(qs_train_worker_report(c, j, train_ms / (double)(step - first > 0 ? step - first : 1), res));
+    QS_TRY(qs_train_worker_report(c, j, res));
     if (j->scaler.skipped > 0)
         qs_log_info(c->log, "loss scaling: %lld of %lld steps skipped for non-finite gradients; final scale %g",
                     (long long)j->scaler.skipped, (long long)step, (double)j->scaler.scale);
@@ -521,6 +712,8 @@ qs_status qs_train_run(const qs_train_config *c, qs_train_result *res) {
         snprintf(res->loss_scale_mode, sizeof res->loss_scale_mode, "%s", qs_loss_scale_mode_name(j.scaler.mode));
         res->loss_scale = j.scaler.scale;
         res->skipped_steps = j.scaler.skipped;
+        res->rebalances = j.rebalances;
+        if (j.split) qs_batch_split_format(j.split, j.world, res->batch_split, sizeof res->batch_split);
         cJSON *r = cJSON_CreateObject();
         cJSON_AddStringToObject(r, "type", "summary");
         cJSON_AddNumberToObject(r, "steps", (double)res->steps);
@@ -531,6 +724,11 @@ qs_status qs_train_run(const qs_train_config *c, qs_train_result *res) {
         cJSON *prec = qs_precision_report_json(j.m, j.be);
         if (prec) cJSON_AddItemToObject(r, "precision", prec);
         if (res->workers) cJSON_AddItemReferenceToObject(r, "workers", res->workers);
+        if (j.split && j.world > 1) {
+            cJSON_AddStringToObject(r, "batch_split_mode", j.dynamic ? "dynamic" : c->batch_split ? "given" : "even");
+            cJSON_AddStringToObject(r, "batch_split", res->batch_split);
+            cJSON_AddNumberToObject(r, "rebalances", (double)res->rebalances);
+        }
         cJSON_AddStringToObject(r, "loss_scale_mode", res->loss_scale_mode);
         cJSON_AddNumberToObject(r, "loss_scale", res->loss_scale);
         cJSON_AddNumberToObject(r, "skipped_steps", (double)res->skipped_steps);

@@ -66,11 +66,20 @@ typedef struct qs_train_config {
     double collective_timeout_s;
     int64_t check_replicas_every;
     /* This worker's entry of a cluster file (src/dist/cluster.h): its device-type label, an
-     * emulated slowdown (≥ 1; 1 = none) and a memory cap in MiB (0 = none), checked against
-     * the measured allocation after setup. */
+     * emulated slowdown (≥ 1; 1 = none) and how it is enforced, and a memory cap in MiB
+     * (0 = none), checked against the measured allocation after setup. */
     const char *device_type;
     double slowdown;
+    const char *emulation_method; /* "auto"/NULL (cgroup CPU quota where writable, else duty cycle), "cgroup", "duty-cycle" */
     int64_t memory_cap_mb;
+    const char *const *worker_types; /* every worker's label (world entries), for rank 0's report; may be NULL */
+    /* How the global batch is split over the ranks (dist/batch_split.h): NULL or "even" →
+     * equal shares (--batch must be divisible by the ranks); "dynamic" → in proportion to
+     * each rank's measured speed, re-measured every rebalance_every steps (dynamic batching);
+     * "b0,b1,..." → these local batches. Unequal shares weight each rank's gradients by its
+     * share, so the update is the global-batch mean in every case. */
+    const char *batch_split;
+    int64_t rebalance_every;
     qs_logger *log;
 } qs_train_config;
 
@@ -91,6 +100,8 @@ typedef struct qs_train_result {
     char loss_scale_mode[16];   /* "none", "static", "dynamic" */
     double loss_scale;          /* the final loss scale (1 for none) */
     int64_t skipped_steps;      /* optimizer steps skipped for non-finite gradients (in total) */
+    char batch_split[256];      /* the ranks' local batches at the end, "36,28" */
+    int64_t rebalances;         /* dynamic batching: times the split changed */
 } qs_train_result;
 
 /* Fill defaults: cnn on fashion-mnist, 1 epoch, batch 128, SGD lr 0.1 (50 warm-up steps) momentum 0.9 nesterov,
