@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "optim/loss_scale.h"
 #include "options.h"
+#include "stop_signals.h"
 #include "dist/cluster.h"
 #include "dist/comm.h"
 #include "train/trainer.h"
@@ -83,29 +84,9 @@ static int qs_train_check(qs_train_config *c, const char *optimizer, const char 
     return 0;
 }
 
-/* Set by SIGINT/SIGTERM: the trainer checkpoints and stops after the current step.
- * Process-wide by nature. SIGTERM is always graceful (launchers such as `timeout` or a
- * scheduler may deliver it twice: to the process and to its group); a second SIGINT (Ctrl-C
- * again) ends the process at once. */
-static volatile sig_atomic_t qs_train_interrupted;
-
-static void qs_train_on_signal(int sig) {
-    if (sig == SIGINT && qs_train_interrupted) {
-        signal(SIGINT, SIG_DFL);
-        raise(SIGINT);
-        return;
-    }
-    qs_train_interrupted = sig;
-}
-
-static void qs_train_catch_signals(void) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = qs_train_on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-}
+/* Set to the signal's number by SIGINT/SIGTERM: the trainer checkpoints and stops after the
+ * current step (cli/stop_signals.h). Process-wide by nature. */
+static atomic_int qs_train_interrupted;
 
 static void qs_train_print_json(const qs_train_result *r) {
     cJSON *o = cJSON_CreateObject();
@@ -215,6 +196,7 @@ int qs_cmd_train(int argc, char **argv) {
         return 2;
     }
     c.bucket_bytes = (size_t)(bucket_mb * 1048576.0);
+    qs_stop_signals_start(&qs_train_interrupted); /* before MPI's and OpenMP's threads exist */
     qs_comm *comm = NULL;
     if (qs_comm_init(&argc, &argv, &comm) != QS_OK) return qs_cmd_fail("train");
     c.comm = comm;
@@ -261,7 +243,6 @@ int qs_cmd_train(int argc, char **argv) {
     qs_logger_init(&lg, rank, world, quiet || rank != 0 ? QS_LOG_WARN : QS_LOG_INFO);
     c.log = &lg;
     c.progress = !no_progress && !quiet && rank == 0;
-    qs_train_catch_signals();
     c.interrupt = &qs_train_interrupted;
     qs_train_result r;
     qs_status run_st = qs_train_run(&c, &r);
@@ -283,7 +264,7 @@ int qs_cmd_train(int argc, char **argv) {
         cJSON_Delete(r.profile);
         cJSON_Delete(r.precision);
         cJSON_Delete(r.workers);
-        return r.interrupted ? 128 + (int)qs_train_interrupted : 0;
+        return r.interrupted ? 128 + r.interrupt_signal : 0;
     }
     if (json) qs_train_print_json(&r);
     else {
@@ -300,5 +281,5 @@ int qs_cmd_train(int argc, char **argv) {
     cJSON_Delete(r.precision);
     cJSON_Delete(r.workers);
     /* interrupted by a signal: exit as the shell convention for it (128 + signal number) */
-    return r.interrupted ? 128 + (int)qs_train_interrupted : 0;
+    return r.interrupted ? 128 + r.interrupt_signal : 0;
 }

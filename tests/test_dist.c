@@ -294,6 +294,12 @@ static void test_killed_rank(void **state) {
     run_fault("KILL", -1, NULL);
 }
 
+/* SIGTERM to rank 1 alone: every rank stops after the same step, with a checkpoint-ready
+ * message from rank 0 and the shell's 128 + 15, instead of rank 0 waiting for a peer that left. */
+static void test_signalled_rank(void **state) {
+    run_fault("TERM", 143, "[rank 0] warning: interrupted after step");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fp32_equivalence),
@@ -304,6 +310,7 @@ int main(void) {
         cmocka_unit_test(test_cluster),
         cmocka_unit_test(test_stalled_rank),
         cmocka_unit_test(test_killed_rank),
+        cmocka_unit_test(test_signalled_rank),
     };
     return cmocka_run_group_tests(tests, group_setup, qs_test_tmpdir_teardown);
 }

@@ -526,7 +526,13 @@ static qs_status qs_train_after_step(const qs_train_config *c, qs_train_job *j, 
                                      int64_t step, int64_t total, int64_t spe, bool tty, bool *stop,
                                      qs_train_result *res) {
     bool epoch_end = step % spe == 0 || step == total;
-    bool interrupted = c->interrupt && *c->interrupt;
+    int sig = c->interrupt ? atomic_load(c->interrupt) : 0;
+    if (j->world > 1) { /* every rank stops after the same step, when any of them was signalled */
+        uint64_t lo, hi;
+        QS_TRY(qs_comm_allreduce_minmax_u64(c->comm, (uint64_t)sig, &lo, &hi, c->collective_timeout_s));
+        sig = (int)hi;
+    }
+    bool interrupted = sig != 0;
     if (epoch_end || (c->check_replicas_every > 0 && step % c->check_replicas_every == 0))
         QS_TRY(qs_grad_sync_check_replicas(&j->sync, step));
     *stop = step == c->stop_at || interrupted;
@@ -542,6 +548,7 @@ static qs_status qs_train_after_step(const qs_train_config *c, qs_train_job *j, 
     if (step == c->stop_at) qs_log_info(c->log, "stopping at step %lld as asked (--stop-at)", (long long)step);
     if (interrupted) {
         res->interrupted = true;
+        res->interrupt_signal = sig;
         if (c->checkpoint_dir)
             qs_log_warn(c->log, "interrupted after step %lld; checkpoint written: continue with --resume %s",
                         (long long)step, c->checkpoint_dir);

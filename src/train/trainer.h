@@ -4,7 +4,7 @@
 #ifndef QSYNC_TRAIN_TRAINER_H
 #define QSYNC_TRAIN_TRAINER_H
 
-#include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <cjson/cJSON.h>
@@ -51,9 +51,9 @@ typedef struct qs_train_config {
     int64_t profile_steps;      /* time every op for N steps after 2 warm-up steps and report */
     int64_t stop_at;            /* stop after this step with a checkpoint, as if interrupted (0 = off) */
     int64_t checkpoint_every;   /* also checkpoint every N steps (0 = only at epoch ends) */
-    /* Set asynchronously (by a signal handler) to ask the loop to checkpoint and stop after the
-     * current step; NULL = never. */
-    volatile sig_atomic_t *interrupt;
+    /* Set asynchronously (non-zero, by the signal-waiting thread) to ask the loop to checkpoint
+     * and stop after the current step; NULL = never. */
+    const atomic_int *interrupt;
     bool progress;              /* live progress line on stderr */
     /* Data parallelism (src/dist): the process group (NULL = a single process). --batch is
      * the global batch, split evenly over the ranks; gradients are averaged in buckets of
@@ -92,6 +92,7 @@ typedef struct qs_train_result {
     double wall_s;              /* this process's wall time in the training loop */
     double images_per_s;        /* training throughput over this process's steps */
     bool interrupted;           /* stopped early by c->interrupt (a checkpoint was written if asked) */
+    int interrupt_signal;       /* the signal's number when interrupted (any rank's), else 0 */
     cJSON *profile;             /* per-op report when profile_steps > 0 (caller frees) */
     cJSON *precision;           /* qs_precision_report_json of the run's model (caller frees) */
     cJSON *workers;             /* per rank: type, emulated slowdown asked and measured, step time
