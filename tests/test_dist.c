@@ -25,6 +25,11 @@
 #include "run_cmd.h"
 #include "train/safetensors.h"
 
+/* A model with BatchNorm (per-rank running statistics) for the checkpoint test. */
+#define QS_VGG_ARGS                                                                                             \
+    "train --model vgg11 --width 4 --batch 64 --train-subset 1280 --eval-subset 64 --steps 20 --lr 0.01 "         \
+    "--schedule constant --warmup 0 --threads 1 --no-progress --quiet --check-replicas 1"
+
 #define QS_DIST_ARGS                                                                                            \
     "train --model cnn --width 8 --train-subset 2560 --eval-subset 256 --steps 20 --lr 0.01 --schedule constant "    \
     "--warmup 0 --threads 1 --no-progress --quiet --check-replicas 1"
@@ -203,19 +208,46 @@ static void test_refused(void **state) {
     run_ranks(2, QS_DIST_ARGS " --batch 64 --batch-split 40,24,0", 1, "more entries than the job's 2 ranks");
 }
 
-/* Checkpoints under mpirun: rank 0 writes them; a 2-rank run stopped at step 10 and resumed
- * ends bitwise where the uninterrupted one does; resuming with another rank count is refused. */
+/* Checkpoints under mpirun: rank 0 writes the weights and state, every rank its own file (its
+ * BatchNorm statistics, plan and the batch split), then rank 0 the completion marker. Here
+ * (vgg11, with BatchNorm) the ranks differ in plan (rank 1, cpu-slow, runs every layer in INT8)
+ * and in local batch (40 + 24). A run stopped at step 10 and resumed ends bitwise where the
+ * uninterrupted one does, for the weights and for each rank's own file; resuming with another
+ * rank count, another split, without the marker or with a marker of another step is refused. */
 static void test_checkpoint_resume(void **state) {
-    char a[1024];
-    snprintf(a, sizeof a, QS_DIST_ARGS " --batch 64 --checkpoint-dir %s/full", qs_test_tmp);
+    write_file("types.json", "{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": ["
+                             "{\"device\": \"cpu\", \"type\": \"cpu-fast\", \"threads\": 1},"
+                             "{\"device\": \"cpu\", \"type\": \"cpu-slow\", \"threads\": 1}]}");
+    write_file("vgg-types.json", "{\"format\": \"qsync-plan\", \"version\": 2, \"model\": \"vgg11\", \"backend\": "
+                                 "\"cpu\", \"default\": \"fp32\", \"device_types\": {\"cpu-fast\": {\"default\": "
+                                 "\"fp32\"}, \"cpu-slow\": {\"default\": \"int8\"}}}");
+    const char *tmp = qs_test_tmp;
+    char base[1024], a[2048];
+    snprintf(base, sizeof base, QS_VGG_ARGS " --batch-split 40,24 --allow-emulated --cluster %s/types.json --plan "
+             "%s/vgg-types.json", tmp, tmp);
+    snprintf(a, sizeof a, "%s --checkpoint-dir %s/full", base, tmp);
     run_ranks(2, a, 0, NULL);
-    snprintf(a, sizeof a, QS_DIST_ARGS " --batch 64 --checkpoint-dir %s/part --stop-at 10", qs_test_tmp);
+    snprintf(a, sizeof a, "%s --checkpoint-dir %s/part --stop-at 10", base, tmp);
     run_ranks(2, a, 0, NULL);
-    snprintf(a, sizeof a, QS_DIST_ARGS " --batch 64 --checkpoint-dir %s/part --resume %s/part", qs_test_tmp, qs_test_tmp);
-    run_ranks(0, a, 1, "trained by 2 rank(s), this run has 1");
-    run_ranks(2, a, 0, NULL);
-    snprintf(a, sizeof a, "cmp %s/full/model.safetensors %s/part/model.safetensors", qs_test_tmp, qs_test_tmp);
+    snprintf(a, sizeof a, "cp -r %s/part %s/copy && rm %s/copy/complete.json", tmp, tmp, tmp);
     assert_int_equal(qs_test_run_shell(a, NULL), 0);
+    snprintf(a, sizeof a, "%s --checkpoint-dir %s/part --resume %s/part", base, tmp, tmp);
+    run_ranks(2, a, 0, NULL);
+    const char *files[] = {"model.safetensors", "rank-0.safetensors", "rank-1.safetensors", "complete.json"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(a, sizeof a, "cmp %s/full/%s %s/part/%s", tmp, files[i], tmp, files[i]);
+        assert_int_equal(qs_test_run_shell(a, NULL), 0);
+    }
+    /* refused: without the marker, a marker of another step, another split, another rank count */
+    snprintf(a, sizeof a, "%s --resume %s/copy", base, tmp);
+    run_ranks(2, a, 1, "has no complete.json: it was being written when the job stopped");
+    write_file("copy/complete.json", "{\"format\": \"qsync-checkpoint\", \"version\": 1, \"step\": 7, \"world\": 2}");
+    run_ranks(2, a, 1, "marks step 7 of 2 rank(s) complete, but the checkpoint's files are from step 10");
+    snprintf(a, sizeof a, QS_VGG_ARGS " --allow-emulated --cluster %s/types.json --plan %s/vgg-types.json --resume "
+             "%s/full", tmp, tmp, tmp);
+    run_ranks(2, a, 1, "was trained with local batches 40,24, this run has 32,32");
+    snprintf(a, sizeof a, QS_VGG_ARGS " --resume %s/full", tmp);
+    run_ranks(0, a, 1, "trained by 2 rank(s), this run has 1");
 }
 
 /* Cluster files: each rank takes its entry (here rank 1 trains in INT8, emulated 1.5x slower);

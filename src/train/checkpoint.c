@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "core/atomic_file.h"
+#include "train/checkpoint_util.h"
 #include "train/safetensors.h"
 
 #define QS_MODEL_FILE "model.safetensors"
@@ -19,8 +20,7 @@ void qs_checkpoint_model_path(const char *path, char *buf, size_t cap) {
     else snprintf(buf, cap, "%s", path);
 }
 
-/* Host copy of a whole table buffer (params or buffers). */
-static void *qs_ckpt_download(qs_model *m, const void *dev, size_t bytes) {
+void *qs_ckpt_download(qs_model *m, const void *dev, size_t bytes) {
     void *h = qs_host_alloc(bytes ? bytes : 1);
     if (h && bytes && m->be->ops->copy_d2h(m->be, m->stream, h, dev, bytes) != QS_OK) {
         qs_host_free(h);
@@ -33,7 +33,7 @@ static void *qs_ckpt_download(qs_model *m, const void *dev, size_t bytes) {
     return h;
 }
 
-static void qs_ckpt_add_table(const qs_table *t, const void *host, qs_st_tensor *out, int *n) {
+void qs_ckpt_add_table(const qs_table *t, const void *host, qs_st_tensor *out, int *n) {
     for (int i = 0; i < t->count; i++) {
         const qs_table_entry *e = &t->entries[i];
         qs_st_tensor *s = &out[(*n)++];
@@ -46,8 +46,8 @@ static void qs_ckpt_add_table(const qs_table *t, const void *host, qs_st_tensor 
     }
 }
 
-/* BatchNorm's num_batches_tracked counts training forwards: every BN runs once per step. */
-static void qs_ckpt_set_batches_tracked(qs_model *m, void *host_buffers) {
+/* num_batches_tracked counts training forwards: every BatchNorm runs once per step. */
+void qs_ckpt_set_batches_tracked(qs_model *m, void *host_buffers) {
     for (int i = 0; i < m->buffers.count; i++) {
         const qs_table_entry *e = &m->buffers.entries[i];
         if (e->dtype == QS_I64) {
@@ -84,8 +84,7 @@ static qs_status qs_ckpt_save_model(const char *path, qs_model *m, const char *a
     return st;
 }
 
-/* Read a decimal int64 metadata field. */
-static qs_status qs_ckpt_meta_i64(const qs_st_file *f, const char *key, int64_t *out) {
+qs_status qs_ckpt_meta_i64(const qs_st_file *f, const char *key, int64_t *out) {
     const char *v = qs_safetensors_meta(f, key);
     char *end;
     if (!v) return QS_FAIL(QS_ERR_FORMAT, "%s: metadata field \"%s\" is missing", qs_safetensors_path(f), key);
@@ -96,8 +95,7 @@ static qs_status qs_ckpt_meta_i64(const qs_st_file *f, const char *key, int64_t 
     return QS_OK;
 }
 
-/* Check the "format" and "version" metadata. */
-static qs_status qs_ckpt_check_format(const qs_st_file *f, const char *format) {
+qs_status qs_ckpt_check_format(const qs_st_file *f, const char *format) {
     const char *fmt = qs_safetensors_meta(f, "format");
     if (!fmt || strcmp(fmt, format) != 0)
         return QS_FAIL(QS_ERR_FORMAT, "%s is not a qsync %s file (metadata format is %s)", qs_safetensors_path(f),
@@ -129,6 +127,20 @@ qs_status qs_checkpoint_read_arch(const char *path, char *arch, size_t cap, qs_m
     return st;
 }
 
+qs_status qs_ckpt_read_plan_meta(const qs_st_file *f, qs_plan *out) {
+    const char *file = qs_safetensors_path(f);
+    const char *a = qs_safetensors_meta(f, "arch"), *plan = qs_safetensors_meta(f, "plan");
+    if (!a) return QS_FAIL(QS_ERR_FORMAT, "%s: metadata lacks \"arch\"", file);
+    if (!plan) { /* written before plans: everything fp32, default options */
+        qs_plan_uniform(a, QS_PREC_FP32, file, out);
+        out->uniform = false;
+        return QS_OK;
+    }
+    char origin[4200];
+    snprintf(origin, sizeof origin, "%s (metadata \"plan\")", file);
+    return qs_plan_parse(plan, origin, out);
+}
+
 qs_status qs_checkpoint_read_plan(const char *path, qs_plan *out) {
     char file[4096];
     qs_checkpoint_model_path(path, file, sizeof file);
@@ -136,22 +148,12 @@ qs_status qs_checkpoint_read_plan(const char *path, qs_plan *out) {
     qs_st_file *f;
     QS_TRY(qs_safetensors_open(file, &f));
     qs_status st = qs_ckpt_check_format(f, "qsync.model");
-    const char *a = qs_safetensors_meta(f, "arch"), *plan = qs_safetensors_meta(f, "plan");
-    if (st == QS_OK && !a) st = QS_FAIL(QS_ERR_FORMAT, "%s: metadata lacks \"arch\"", file);
-    if (st == QS_OK && plan) {
-        char origin[4200];
-        snprintf(origin, sizeof origin, "%s (metadata \"plan\")", file);
-        st = qs_plan_parse(plan, origin, out);
-    } else if (st == QS_OK) { /* written before plans: everything fp32, default options */
-        qs_plan_uniform(a, QS_PREC_FP32, file, out);
-        out->uniform = false;
-    }
+    if (st == QS_OK) st = qs_ckpt_read_plan_meta(f, out);
     qs_safetensors_close(f);
     return st;
 }
 
-/* Copy every entry of table t from the file into dev (backend memory laid out by t). */
-static qs_status qs_ckpt_load_table(qs_model *m, const qs_st_file *f, const qs_table *t, void *dev) {
+qs_status qs_ckpt_load_table(qs_model *m, const qs_st_file *f, const qs_table *t, void *dev) {
     for (int i = 0; i < t->count; i++) {
         const qs_table_entry *e = &t->entries[i];
         qs_st_tensor s;

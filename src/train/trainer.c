@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/atomic_file.h"
 #include "core/timer.h"
 #include "data/dataset.h"
 #include "dist/batch_balance.h"
@@ -18,6 +19,7 @@
 #include "optim/loss_scale.h"
 #include "optim/schedule.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_rank.h"
 #include "train/evaluate.h"
 #include "train/metrics.h"
 #include "train/op_report.h"
@@ -170,7 +172,9 @@ static qs_status qs_train_precisions(const qs_train_config *c, qs_train_job *j) 
         qs_plan saved;
         char what[4200], msg[1024];
         snprintf(what, sizeof what, "--resume %s was trained with", c->resume);
-        qs_status st = qs_checkpoint_read_plan(c->resume, &saved);
+        /* under mpirun each rank compares with its own plan (device types differ) */
+        qs_status st = qs_checkpoint_rank_read_plan(c->resume, qs_comm_rank(c->comm), &saved);
+        if (st == QS_ERR_NOT_FOUND) st = qs_checkpoint_read_plan(c->resume, &saved);
         if (st == QS_OK) st = qs_plan_compare(&saved, j->m, what);
         qs_plan_free(&saved);
         if (st == QS_ERR_MISMATCH) {
@@ -395,19 +399,75 @@ static qs_status qs_train_eval(const qs_train_config *c, qs_train_job *j, int64_
     return qs_metrics_write(&j->metrics, r);
 }
 
+/* All ranks meet (a checkpoint's phases); they must all be after the same step. */
+static qs_status qs_train_meet(const qs_train_config *c, int64_t step) {
+    uint64_t lo, hi;
+    QS_TRY(qs_comm_allreduce_minmax_u64(c->comm, (uint64_t)step, &lo, &hi, c->collective_timeout_s));
+    if (lo != hi)
+        return QS_FAIL(QS_ERR_INTERNAL, "ranks met to checkpoint after different steps (%llu and %llu)",
+                       (unsigned long long)lo, (unsigned long long)hi);
+    return QS_OK;
+}
+
+/* Rank 0 writes the weights and the optimizer state (replicas are identical); under mpirun
+ * every rank also writes its own file, and rank 0 marks the checkpoint complete once all are
+ * durable (src/train/checkpoint_rank.h). */
 static qs_status qs_train_checkpoint(const qs_train_config *c, qs_train_job *j, const qs_model_options *mo,
                                      int64_t step) {
-    if (!c->checkpoint_dir || j->rank != 0) return QS_OK; /* replicas are identical: rank 0 writes */
-    qs_train_state ts = {.step = step, .seed = c->seed, .global_batch = c->batch, .world = j->world};
-    qs_loader_get_position(&j->loader, &ts.epoch, &ts.batch_in_epoch);
-    snprintf(ts.data, sizeof ts.data, "%s", c->data);
-    snprintf(ts.loss_scale_mode, sizeof ts.loss_scale_mode, "%s", qs_loss_scale_mode_name(j->scaler.mode));
-    ts.loss_scale = j->scaler.scale;
-    ts.loss_scale_good_steps = j->scaler.good_steps;
-    ts.skipped_steps = j->scaler.skipped;
-    QS_TRY(qs_checkpoint_save(c->checkpoint_dir, j->m, c->model, mo, &j->opt, &ts));
-    qs_log_info(c->log, "checkpoint written to %s (step %lld)", c->checkpoint_dir, (long long)step);
+    if (!c->checkpoint_dir) return QS_OK;
+    const char *dir = c->checkpoint_dir;
+    if (j->world > 1) {
+        if (j->rank == 0) {
+            QS_TRY(qs_dir_ensure_writable(dir));
+            QS_TRY(qs_checkpoint_marker_clear(dir));
+        }
+        QS_TRY(qs_train_meet(c, step));
+        char split[256];
+        qs_batch_split_format(j->split, j->world, split, sizeof split);
+        QS_TRY(qs_checkpoint_rank_save(dir, j->m, c->model, j->rank, j->world, step, split));
+    }
+    if (j->rank == 0) {
+        qs_train_state ts = {.step = step, .seed = c->seed, .global_batch = c->batch, .world = j->world};
+        qs_loader_get_position(&j->loader, &ts.epoch, &ts.batch_in_epoch);
+        snprintf(ts.data, sizeof ts.data, "%s", c->data);
+        snprintf(ts.loss_scale_mode, sizeof ts.loss_scale_mode, "%s", qs_loss_scale_mode_name(j->scaler.mode));
+        ts.loss_scale = j->scaler.scale;
+        ts.loss_scale_good_steps = j->scaler.good_steps;
+        ts.skipped_steps = j->scaler.skipped;
+        QS_TRY(qs_checkpoint_save(dir, j->m, c->model, mo, &j->opt, &ts));
+    }
+    if (j->world > 1) {
+        QS_TRY(qs_train_meet(c, step));
+        if (j->rank == 0) QS_TRY(qs_checkpoint_marker_write(dir, step, j->world));
+    }
+    qs_log_info(c->log, "checkpoint written to %s (step %lld)", dir, (long long)step);
     return QS_OK;
+}
+
+/* Under mpirun: the marker must name the state's step, and this rank takes back its own
+ * buffers and the batch split (dynamic batching continues from it; a given or even split must
+ * be the one the checkpoint was trained with). */
+static qs_status qs_train_resume_rank(const qs_train_config *c, qs_train_job *j, int64_t step) {
+    QS_TRY(qs_checkpoint_marker_check(c->resume, step, j->world));
+    qs_rank_state rs;
+    QS_TRY(qs_checkpoint_rank_load(c->resume, j->m, j->rank, j->world, &rs));
+    char path[4096];
+    qs_checkpoint_rank_path(c->resume, j->rank, path, sizeof path);
+    if (rs.step != step)
+        return QS_FAIL(QS_ERR_MISMATCH, "%s is from step %lld, the checkpoint from step %lld: it is incomplete", path,
+                       (long long)rs.step, (long long)step);
+    int64_t *saved = calloc((size_t)j->world, sizeof *saved);
+    if (!saved) return QS_FAIL(QS_ERR_OOM, "out of memory for the batch split");
+    qs_status st = qs_batch_split_parse(rs.batch_split, j->world, c->batch, saved);
+    if (st == QS_OK && j->dynamic) st = qs_train_apply_split(c, j, saved);
+    else if (st == QS_OK && memcmp(saved, j->split, (size_t)j->world * sizeof *saved) != 0) {
+        char have[256];
+        qs_batch_split_format(j->split, j->world, have, sizeof have);
+        st = QS_FAIL(QS_ERR_MISMATCH, "--resume %s was trained with local batches %s, this run has %s: resume with "
+                     "the same --batch-split", c->resume, rs.batch_split, have);
+    }
+    free(saved);
+    return st;
 }
 
 static qs_status qs_train_resume(const qs_train_config *c, qs_train_job *j, int64_t *step) {
@@ -438,6 +498,7 @@ static qs_status qs_train_resume(const qs_train_config *c, qs_train_job *j, int6
         j->scaler.good_steps = ts.loss_scale_good_steps;
     }
     j->scaler.skipped = ts.skipped_steps;
+    if (j->world > 1) QS_TRY(qs_train_resume_rank(c, j, ts.step));
     QS_TRY(qs_loader_set_position(&j->loader, ts.epoch, ts.batch_in_epoch));
     j->m->step = ts.step;
     *step = ts.step;
