@@ -34,16 +34,19 @@
     "train --model cnn --width 8 --train-subset 2560 --eval-subset 256 --steps 20 --lr 0.01 --schedule constant "    \
     "--warmup 0 --threads 1 --no-progress --quiet --check-replicas 1"
 
-/* Run `mpirun -np N [--oversubscribe] QS_BIN args` (N = 0: no launcher); returns the exit code
- * and fails the test unless it equals want (-2: any non-zero code), printing the output. */
-static int run_ranks(int n, const char *args, int want, const char *needle) {
-    char cmd[4096];
+/* The command line `mpirun -np N --oversubscribe QS_BIN args` (N = 0: no launcher). */
+static void ranks_command(int n, const char *args, char *cmd, size_t cap) {
     const char *bin = getenv("QS_BIN");
     assert_non_null(bin);
-    if (n > 0)
-        snprintf(cmd, sizeof cmd, "mpirun -np %d --oversubscribe %s %s", n, bin, args);
-    else
-        snprintf(cmd, sizeof cmd, "%s %s", bin, args);
+    if (n > 0) snprintf(cmd, cap, "mpirun -np %d --oversubscribe %s %s", n, bin, args);
+    else snprintf(cmd, cap, "%s %s", bin, args);
+}
+
+/* Run QS_BIN args on N ranks (see ranks_command); returns the exit code and fails the test
+ * unless it equals want (-2: any non-zero code), printing the output. */
+static int run_ranks(int n, const char *args, int want, const char *needle) {
+    char cmd[4096];
+    ranks_command(n, args, cmd, sizeof cmd);
     char *out = NULL;
     int rc = qs_test_run_shell(cmd, &out);
     bool ok = want == -2 ? rc != 0 : rc == want;
@@ -63,10 +66,11 @@ static void write_file(const char *name, const char *text) {
     fclose(f);
 }
 
-/* Run `mpirun -np N QS_BIN args`, which must succeed; its output into *out (caller frees). */
+/* Run QS_BIN args on N ranks (see ranks_command), which must succeed; its output into *out
+ * (caller frees). */
 static void run_ranks_output(int n, const char *args, char **out) {
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "mpirun -np %d --oversubscribe %s %s", n, getenv("QS_BIN"), args);
+    ranks_command(n, args, cmd, sizeof cmd);
     int rc = qs_test_run_shell(cmd, out);
     if (rc != 0) fail_msg("%s\n  exit %d, output:\n%s", cmd, rc, *out);
 }
@@ -298,6 +302,31 @@ static void test_cluster(void **state) {
     run_ranks(2, a, -2, "do not also give --precision/--plan");
 }
 
+/* The emulated slowdown is measured against a calibration window: the first steps run
+ * unslowed (here 2 warm-up + 5), then a duty cycle makes the rank 3x slower; the report gives
+ * the ratio of the median compute time per sample after to before, marked calibrated. Only
+ * its direction is asserted (timings are noise here); the figure is printed. */
+static void test_calibrated_emulation(void **state) {
+    write_file("calib.json", "{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": ["
+                             "{\"device\": \"cpu\", \"type\": \"slow\", \"threads\": 1,"
+                             " \"emulation\": {\"slowdown\": 3, \"method\": \"duty-cycle\", \"calibration_steps\": 5}}]}");
+    char a[1024], *out = NULL;
+    snprintf(a, sizeof a, "train --model cnn --width 8 --batch 64 --train-subset 2560 --eval-subset 64 --steps 30 "
+             "--threads 1 --no-progress --json --cluster %s/calib.json", qs_test_tmp);
+    run_ranks_output(0, a, &out);
+    const char *m = strstr(out, "\"emulated_slowdown_measured\":");
+    double measured = 0;
+    assert_true(m && sscanf(m, "\"emulated_slowdown_measured\": %lf", &measured) == 1);
+    printf("  slowdown 3 (duty cycle) measured %.3f against 5 calibration steps\n", measured);
+    assert_non_null(strstr(out, "\"emulated_slowdown_basis\":\t\"calibrated\""));
+    assert_true(measured > 1.0);
+    free(out);
+    write_file("calib-bad.json", "{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": [{\"device\": \"cpu\","
+                                 " \"type\": \"slow\", \"emulation\": {\"slowdown\": 3, \"calibration_steps\": 2.5}}]}");
+    snprintf(a, sizeof a, QS_DIST_ARGS " --batch 64 --cluster %s/calib-bad.json", qs_test_tmp);
+    run_ranks(0, a, 1, "workers[0].emulation.calibration_steps must be a whole number");
+}
+
 /* Faults, made for real from outside: 2 s into training, rank 1 is stopped (SIGSTOP) or killed
  * (SIGKILL) by a shell wrapped around it. A stall must end the job through the collective
  * timeout with a message naming rank 1; a kill is ended by mpirun. `timeout 120` only turns a
@@ -340,6 +369,7 @@ int main(void) {
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_checkpoint_resume),
         cmocka_unit_test(test_cluster),
+        cmocka_unit_test(test_calibrated_emulation),
         cmocka_unit_test(test_stalled_rank),
         cmocka_unit_test(test_killed_rank),
         cmocka_unit_test(test_signalled_rank),

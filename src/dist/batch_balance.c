@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/stats.h"
 #include "dist/batch_split.h"
 
 qs_status qs_batch_balance_init(qs_batch_balance *b, int world, int rank, int64_t global, int every) {
@@ -39,15 +40,9 @@ void qs_batch_balance_restart(qs_batch_balance *b) {
     b->skip = QS_BATCH_BALANCE_SKIP;
 }
 
-static int qs_cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 qs_status qs_batch_balance_propose(qs_batch_balance *b, qs_comm *comm, double timeout_s, const int64_t *cur,
                                    int64_t *next, double *speed) {
-    qsort(b->window, (size_t)b->n, sizeof *b->window, qs_cmp_double);
-    double median = b->n % 2 ? b->window[b->n / 2] : 0.5 * (b->window[b->n / 2 - 1] + b->window[b->n / 2]);
+    double median = qs_median_inplace(b->window, b->n);
     b->n = 0;
     double *v = calloc((size_t)b->world, sizeof *v);
     if (!v) return QS_FAIL(QS_ERR_OOM, "out of memory for the dynamic-batching speeds");

@@ -58,6 +58,7 @@ static qs_status parse_worker(qs_cluster *c, const cJSON *w, int i, qs_cluster_w
     memset(out, 0, sizeof *out);
     out->slowdown = 1;
     snprintf(out->emulation_method, sizeof out->emulation_method, "auto");
+    out->calibration_steps = QS_CLUSTER_DEFAULT_CALIBRATION_STEPS;
     QS_TRY(get_str(c, w, "device", i, true, out->device, sizeof out->device));
     if (strcmp(out->device, "cpu") != 0)
         return QS_FAIL(QS_ERR_UNSUPPORTED, "cluster %s: workers[%d].device \"%s\": this build runs on \"cpu\" only",
@@ -87,9 +88,15 @@ static qs_status parse_worker(qs_cluster *c, const cJSON *w, int i, qs_cluster_w
     if (emu) {
         snprintf(where, sizeof where, "workers[%d].emulation", i);
         if (!cJSON_IsObject(emu)) return QS_FAIL(QS_ERR_FORMAT, "cluster %s: %s must be an object", c->origin, where);
-        static const char *const ekeys[] = {"slowdown", "method", NULL};
+        static const char *const ekeys[] = {"slowdown", "method", "calibration_steps", NULL};
         QS_TRY(only_keys(c, emu, where, ekeys));
         QS_TRY(get_num(c, emu, "emulation.", "slowdown", i, 1, 100, &out->slowdown));
+        double calib = QS_CLUSTER_DEFAULT_CALIBRATION_STEPS;
+        QS_TRY(get_num(c, emu, "emulation.", "calibration_steps", i, 0, 1e6, &calib));
+        if (calib != (double)(int64_t)calib)
+            return QS_FAIL(QS_ERR_FORMAT, "cluster %s: workers[%d].emulation.calibration_steps must be a whole number",
+                           c->origin, i);
+        out->calibration_steps = (int64_t)calib;
         const cJSON *m = cJSON_GetObjectItemCaseSensitive(emu, "method");
         if (m && !(cJSON_IsString(m) && (strcmp(m->valuestring, "auto") == 0 || strcmp(m->valuestring, "cgroup") == 0 ||
                                          strcmp(m->valuestring, "duty-cycle") == 0)))

@@ -7,7 +7,7 @@
  *      {"device": "cpu", "type": "fast", "threads": 1},
  *      {"device": "cpu", "type": "slow", "threads": 1, "memory_mb": 2048,
  *       "precision": "int8" | "plan": "plans/slow.json",
- *       "emulation": {"slowdown": 1.6, "method": "auto"}}]}
+ *       "emulation": {"slowdown": 1.6, "method": "auto", "calibration_steps": 10}}]}
  * Rank i takes workers[i]; the job's world size must equal the number of workers. "type" is
  * the device-type label plans and reports use; "precision" (uniform) or "plan" (a plan file,
  * relative to the cluster file's directory) is that worker's own precision setup; "threads"
@@ -24,6 +24,7 @@
 #include "qsync/status.h"
 
 #define QS_CLUSTER_MAX_WORKERS 256
+#define QS_CLUSTER_DEFAULT_CALIBRATION_STEPS 10
 
 typedef struct qs_cluster_worker {
     char device[16];     /* "cpu" (this build) */
@@ -34,6 +35,7 @@ typedef struct qs_cluster_worker {
     char plan[4096];     /* "" or a plan file path (resolved against the cluster file's directory) */
     double slowdown;     /* 1 = none */
     char emulation_method[16]; /* "auto" (cgroup quota where writable, else duty cycle), "cgroup", "duty-cycle" */
+    int64_t calibration_steps; /* unslowed steps measured first (train/emulator.h); default 10, 0 = none */
 } qs_cluster_worker;
 
 typedef struct qs_cluster {

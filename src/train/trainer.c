@@ -9,17 +9,19 @@
 #include <unistd.h>
 
 #include "core/atomic_file.h"
+#include "core/stats.h"
 #include "core/timer.h"
 #include "data/dataset.h"
 #include "dist/batch_balance.h"
 #include "dist/batch_split.h"
-#include "dist/cpu_quota.h"
+#include "dist/cluster.h"
 #include "dist/grad_sync.h"
 #include "graph/precision.h"
 #include "optim/loss_scale.h"
 #include "optim/schedule.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_rank.h"
+#include "train/emulator.h"
 #include "train/evaluate.h"
 #include "train/metrics.h"
 #include "train/op_report.h"
@@ -50,6 +52,7 @@ void qs_train_config_defaults(qs_train_config *c) {
     c->precision = QS_PREC_FP32;
     c->grad_rounding = QS_GRAD_ROUND_UNSET;
     c->weight_scales = QS_WEIGHT_SCALES_UNSET;
+    c->emulation_calibration_steps = QS_CLUSTER_DEFAULT_CALIBRATION_STEPS;
 }
 
 qs_status qs_train_load_plan(const char *path, qs_plan *out) {
@@ -89,7 +92,7 @@ typedef struct qs_train_job {
     bool dynamic;               /* dynamic batching: split re-measured by `balance` */
     qs_batch_balance balance;
     int64_t rebalances;         /* splits changed by dynamic batching */
-    qs_cpu_quota quota;         /* the emulated slowdown's cgroup CPU quota, when used */
+    qs_emulator emu;            /* this worker's emulated slowdown (train/emulator.h) */
     double *step_ms;            /* this run's step times, for the medians of the report */
     int64_t n_step_ms, cap_step_ms;
     float *x;
@@ -97,7 +100,7 @@ typedef struct qs_train_job {
 } qs_train_job;
 
 static void qs_train_job_free(qs_train_job *j) {
-    qs_cpu_quota_release(&j->quota);
+    qs_emulator_free(&j->emu);
     qs_grad_sync_free(&j->sync);
     qs_batch_balance_free(&j->balance);
     free(j->split);
@@ -210,30 +213,6 @@ static qs_status qs_train_initial_split(const qs_train_config *c, qs_train_job *
     return QS_OK;
 }
 
-/* The worker's emulated slowdown: a cgroup CPU quota on the whole process (method "cgroup", or
- * "auto" where the cgroup file system is writable), else a duty cycle over its ops. */
-static qs_status qs_train_emulate(const qs_train_config *c, qs_train_job *j) {
-    if (!(c->slowdown > 1)) return QS_OK;
-    const char *method = c->emulation_method ? c->emulation_method : "auto";
-    if (strcmp(method, "duty-cycle") != 0) {
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        int threads = c->threads > 0 ? c->threads : cores > 0 ? (int)cores : 1;
-        qs_status st = qs_cpu_quota_apply(c->slowdown, threads, &j->quota);
-        if (st == QS_OK) {
-            j->m->emulation.cpu_threads = threads;
-            qs_log_info(c->log, "rank %d: emulated slowdown %.2fx by a cgroup CPU quota of %ld us per %ld us", j->rank,
-                        c->slowdown, j->quota.quota_us, j->quota.period_us);
-            return QS_OK;
-        }
-        if (strcmp(method, "cgroup") == 0 || st != QS_ERR_UNSUPPORTED)
-            return qs_error_wrap(st, "rank %d: emulation method cgroup: ", j->rank);
-        qs_log_info(c->log, "rank %d: no cgroup CPU quota (%s); emulating the slowdown by a duty cycle", j->rank,
-                    qs_last_error());
-    }
-    j->m->emulation.slowdown = c->slowdown;
-    return QS_OK;
-}
-
 /* The worker's memory cap (cluster file) against what the backend measures as allocated. */
 static qs_status qs_train_check_memory_cap(const qs_train_config *c, qs_train_job *j) {
     if (c->memory_cap_mb <= 0) return QS_OK;
@@ -319,7 +298,6 @@ static qs_status qs_train_build(const qs_train_config *c, qs_train_job *j, qs_mo
     QS_TRY(qs_train_initial_split(c, j));
     /* every rank initialises identical parameters from the seed; the replica check confirms it */
     QS_TRY(qs_model_setup(j->m, j->be, j->local_batch, c->seed));
-    QS_TRY(qs_train_emulate(c, j));
     QS_TRY(qs_train_check_memory_cap(c, j));
     QS_TRY(qs_optimizer_init(&j->opt, j->be, &j->m->params, &c->optim));
     j->opt_ready = true;
@@ -633,36 +611,28 @@ static qs_status qs_train_record_step(qs_train_job *j, double step_ms) {
     return QS_OK;
 }
 
-static int qs_cmp_ms(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Median of this run's step times after the first `skip` (all of them when there are fewer). */
 static double qs_train_median_step_ms(qs_train_job *j, int64_t skip) {
-    if (j->n_step_ms == 0) return 0;
     if (j->n_step_ms <= skip) skip = 0;
-    int64_t n = j->n_step_ms - skip;
-    double *t = j->step_ms + skip;
-    qsort(t, (size_t)n, sizeof *t, qs_cmp_ms);
-    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+    return qs_median_inplace(j->step_ms + skip, j->n_step_ms - skip);
 }
 
-#define QS_REPORT_FIELDS (7 + QS_PREC_COUNT)
+#define QS_REPORT_FIELDS (8 + QS_PREC_COUNT)
 /* Per-rank figures gathered on every rank (rank 0 reports them): emulated slowdown asked and
- * actually applied ((op time + sleep) / op time), mean and median step time (the median after
- * 5 warm-up steps), the local batch, the time waited for gradients, mean per step, and how
- * many layers run at each precision. */
+ * measured (train/emulator.h: against the calibration window, or the ops' own account), mean
+ * and median step time (the median after 5 warm-up steps), the local batch, the time waited
+ * for gradients, mean per step, how many layers run at each precision, the emulation method
+ * and whether the measurement is calibrated. */
 static qs_status qs_train_worker_report(const qs_train_config *c, qs_train_job *j, qs_train_result *res) {
     if (j->world == 1 && !(c->slowdown > 1)) return QS_OK;
-    const qs_emulation *e = &j->m->emulation;
     const int F = QS_REPORT_FIELDS;
     double *v = calloc((size_t)j->world * F, sizeof *v), steps = j->n_step_ms > 0 ? (double)j->n_step_ms : 1;
     if (!v) return QS_FAIL(QS_ERR_OOM, "out of memory for the worker report");
     double *mine = v + (size_t)F * j->rank, total = 0;
     for (int64_t i = 0; i < j->n_step_ms; i++) total += j->step_ms[i];
+    bool calibrated;
     mine[0] = c->slowdown > 1 ? c->slowdown : 1;
-    mine[1] = qs_emulation_measured(e);
+    mine[1] = qs_emulator_measured(&j->emu, j->m, &calibrated);
     mine[2] = total / steps;
     mine[3] = qs_train_median_step_ms(j, 5);
     mine[4] = (double)j->local_batch;
@@ -670,7 +640,8 @@ static qs_status qs_train_worker_report(const qs_train_config *c, qs_train_job *
     int counts[QS_PREC_COUNT];
     qs_model_precision_counts(j->m, counts);
     for (int p = 0; p < QS_PREC_COUNT; p++) mine[6 + p] = counts[p];
-    mine[6 + QS_PREC_COUNT] = e->cpu_threads > 0 ? 2 : e->slowdown > 1 ? 1 : 0; /* emulation method */
+    mine[6 + QS_PREC_COUNT] = strcmp(j->emu.how, "cgroup-quota") == 0 ? 2 : strcmp(j->emu.how, "duty-cycle") == 0;
+    mine[7 + QS_PREC_COUNT] = calibrated;
     qs_status st = j->world > 1 ? qs_comm_allreduce_sum_f64(c->comm, v, F * j->world, c->collective_timeout_s) : QS_OK;
     if (st == QS_OK) {
         res->workers = cJSON_CreateArray();
@@ -684,6 +655,9 @@ static qs_status qs_train_worker_report(const qs_train_config *c, qs_train_job *
             cJSON_AddNumberToObject(w, "emulated_slowdown_measured", x[1]);
             const char *how = x[6 + QS_PREC_COUNT] == 2 ? "cgroup-quota" : x[6 + QS_PREC_COUNT] == 1 ? "duty-cycle" : "none";
             cJSON_AddStringToObject(w, "emulation_method", how);
+            const char *basis = x[7 + QS_PREC_COUNT] > 0 ? "compute time per sample against the calibration window"
+                                                         : "the ops' own account";
+            if (x[0] > 1) cJSON_AddStringToObject(w, "emulated_slowdown_basis", x[7 + QS_PREC_COUNT] > 0 ? "calibrated" : "ops");
             cJSON_AddNumberToObject(w, "step_ms", x[2]);
             cJSON_AddNumberToObject(w, "median_step_ms", x[3]);
             cJSON_AddNumberToObject(w, "local_batch", x[4]);
@@ -703,8 +677,8 @@ static qs_status qs_train_worker_report(const qs_train_config *c, qs_train_job *
                         "ms/step for gradients", r, type ? " (" : "", type ? type : "", type ? ")" : "", line, x[4],
                         x[3], x[2], x[5]);
             if (x[0] > 1)
-                qs_log_info(c->log, "rank %d: emulated slowdown %.2fx asked, %.3fx applied to its ops (%s; emulation)", r,
-                            x[0], x[1], how);
+                qs_log_info(c->log, "rank %d: emulated slowdown %.2fx asked, %.3fx measured (%s; %s; emulation)", r, x[0],
+                            x[1], basis, how);
         }
     }
     free(v);
@@ -725,6 +699,10 @@ static qs_status qs_train_loop(const qs_train_config *c, qs_train_job *j, const 
     QS_TRY(qs_lr_schedule_check(&sched));
     int64_t step = 0;
     if (c->resume) QS_TRY(qs_train_resume(c, j, &step));
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    QS_TRY(qs_emulator_init(&j->emu, c->slowdown, c->emulation_method,
+                            c->threads > 0 ? c->threads : cores > 0 ? (int)cores : 1, j->rank,
+                            c->emulation_calibration_steps, total - step, j->m, c->log));
     /* rank 0 writes the metrics (its step records carry the global-batch loss) */
     QS_TRY(qs_metrics_open(&j->metrics, j->rank == 0 ? c->metrics_path : NULL, c->resume != NULL, j->rank));
     qs_train_log_config(c, j, total, spe);
@@ -743,6 +721,8 @@ static qs_status qs_train_loop(const qs_train_config *c, qs_train_job *j, const 
         double step_ms = qs_now_ms() - t0;
         train_ms += step_ms;
         QS_TRY(qs_train_record_step(j, step_ms));
+        QS_TRY(qs_emulator_record(&j->emu, step - first, step_ms - j->m->comm_wait_time.last_ms, j->local_batch, j->m,
+                                  c->log));
         QS_TRY(qs_train_rebalance(c, j, step_ms, step));
         /* the rank's mean loss, weighted so that the ranks' mean is the global-batch mean */
         w.loss += loss * (double)j->local_batch * j->world / (double)c->batch;

@@ -71,6 +71,7 @@ typedef struct qs_train_config {
     const char *device_type;
     double slowdown;
     const char *emulation_method; /* "auto"/NULL (cgroup CPU quota where writable, else duty cycle), "cgroup", "duty-cycle" */
+    int64_t emulation_calibration_steps; /* unslowed steps measured before the slowdown starts (train/emulator.h) */
     int64_t memory_cap_mb;
     const char *const *worker_types; /* every worker's label (world entries), for rank 0's report; may be NULL */
     /* How the global batch is split over the ranks (dist/batch_split.h): NULL or "even" →
