@@ -25,6 +25,7 @@
 #include "train/evaluate.h"
 #include "train/metrics.h"
 #include "train/op_report.h"
+#include "train/worker_report.h"
 
 #define QS_PROFILE_WARMUP_STEPS 2
 
@@ -617,72 +618,30 @@ static double qs_train_median_step_ms(qs_train_job *j, int64_t skip) {
     return qs_median_inplace(j->step_ms + skip, j->n_step_ms - skip);
 }
 
-#define QS_REPORT_FIELDS (8 + QS_PREC_COUNT)
-/* Per-rank figures gathered on every rank (rank 0 reports them): emulated slowdown asked and
- * measured (train/emulator.h: against the calibration window, or the ops' own account), mean
- * and median step time (the median after 5 warm-up steps), the local batch, the time waited
- * for gradients, mean per step, how many layers run at each precision, the emulation method
- * and whether the measurement is calibrated. */
+/* This rank's figures for the worker report (train/worker_report.h); gathered on every rank,
+ * reported by rank 0. The median step leaves out 5 warm-up steps and every rank's unslowed
+ * calibration window (train/emulator.h). */
 static qs_status qs_train_worker_report(const qs_train_config *c, qs_train_job *j, qs_train_result *res) {
     if (j->world == 1 && !(c->slowdown > 1)) return QS_OK;
-    const int F = QS_REPORT_FIELDS;
-    double *v = calloc((size_t)j->world * F, sizeof *v), steps = j->n_step_ms > 0 ? (double)j->n_step_ms : 1;
-    if (!v) return QS_FAIL(QS_ERR_OOM, "out of memory for the worker report");
-    double *mine = v + (size_t)F * j->rank, total = 0;
-    for (int64_t i = 0; i < j->n_step_ms; i++) total += j->step_ms[i];
-    bool calibrated;
-    mine[0] = c->slowdown > 1 ? c->slowdown : 1;
-    mine[1] = qs_emulator_measured(&j->emu, j->m, &calibrated);
-    mine[2] = total / steps;
-    mine[3] = qs_train_median_step_ms(j, 5);
-    mine[4] = (double)j->local_batch;
-    mine[5] = j->m->comm_wait_time.total_ms / steps;
-    int counts[QS_PREC_COUNT];
-    qs_model_precision_counts(j->m, counts);
-    for (int p = 0; p < QS_PREC_COUNT; p++) mine[6 + p] = counts[p];
-    mine[6 + QS_PREC_COUNT] = strcmp(j->emu.how, "cgroup-quota") == 0 ? 2 : strcmp(j->emu.how, "duty-cycle") == 0;
-    mine[7 + QS_PREC_COUNT] = calibrated;
-    qs_status st = j->world > 1 ? qs_comm_allreduce_sum_f64(c->comm, v, F * j->world, c->collective_timeout_s) : QS_OK;
-    if (st == QS_OK) {
-        res->workers = cJSON_CreateArray();
-        for (int r = 0; r < j->world; r++) {
-            const double *x = v + (size_t)F * r;
-            const char *type = c->worker_types ? c->worker_types[r] : r == j->rank ? c->device_type : NULL;
-            cJSON *w = cJSON_CreateObject();
-            cJSON_AddNumberToObject(w, "rank", r);
-            if (type) cJSON_AddStringToObject(w, "type", type);
-            cJSON_AddNumberToObject(w, "emulated_slowdown", x[0]);
-            cJSON_AddNumberToObject(w, "emulated_slowdown_measured", x[1]);
-            const char *how = x[6 + QS_PREC_COUNT] == 2 ? "cgroup-quota" : x[6 + QS_PREC_COUNT] == 1 ? "duty-cycle" : "none";
-            cJSON_AddStringToObject(w, "emulation_method", how);
-            const char *basis = x[7 + QS_PREC_COUNT] > 0 ? "compute time per sample against the calibration window"
-                                                         : "the ops' own account";
-            if (x[0] > 1) cJSON_AddStringToObject(w, "emulated_slowdown_basis", x[7 + QS_PREC_COUNT] > 0 ? "calibrated" : "ops");
-            cJSON_AddNumberToObject(w, "step_ms", x[2]);
-            cJSON_AddNumberToObject(w, "median_step_ms", x[3]);
-            cJSON_AddNumberToObject(w, "local_batch", x[4]);
-            cJSON_AddNumberToObject(w, "comm_wait_ms", x[5]);
-            cJSON *pc = cJSON_AddObjectToObject(w, "precisions");
-            char line[160] = "";
-            size_t n = 0;
-            for (int p = 0; p < QS_PREC_COUNT; p++) {
-                if (x[6 + p] <= 0) continue;
-                cJSON_AddNumberToObject(pc, qs_precision_name((qs_precision)p), x[6 + p]);
-                if (n < sizeof line)
-                    n += (size_t)snprintf(line + n, sizeof line - n, "%s%s x%.0f", n ? ", " : "",
-                                          qs_precision_name((qs_precision)p), x[6 + p]);
-            }
-            cJSON_AddItemToArray(res->workers, w);
-            qs_log_info(c->log, "rank %d%s%s%s: %s; local batch %.0f, median step %.1f ms (mean %.1f), waited %.1f "
-                        "ms/step for gradients", r, type ? " (" : "", type ? type : "", type ? ")" : "", line, x[4],
-                        x[3], x[2], x[5]);
-            if (x[0] > 1)
-                qs_log_info(c->log, "rank %d: emulated slowdown %.2fx asked, %.3fx measured (%s; %s; emulation)", r, x[0],
-                            x[1], basis, how);
-        }
+    uint64_t skip = 5, lo, hi;
+    if (j->emu.on_after > 0 && (uint64_t)(j->emu.on_after + QS_EMULATOR_WARMUP) > skip)
+        skip = (uint64_t)(j->emu.on_after + QS_EMULATOR_WARMUP);
+    if (j->world > 1) {
+        QS_TRY(qs_comm_allreduce_minmax_u64(c->comm, skip, &lo, &hi, c->collective_timeout_s));
+        skip = hi;
     }
-    free(v);
-    return st;
+    double steps = j->n_step_ms > 0 ? (double)j->n_step_ms : 1, total = 0;
+    for (int64_t i = 0; i < j->n_step_ms; i++) total += j->step_ms[i];
+    qs_worker_figures f = {.slowdown_asked = c->slowdown > 1 ? c->slowdown : 1,
+                           .emulation_method = j->emu.how,
+                           .mean_step_ms = total / steps,
+                           .median_step_ms = qs_train_median_step_ms(j, (int64_t)skip),
+                           .local_batch = (double)j->local_batch,
+                           .comm_wait_ms = j->m->comm_wait_time.total_ms / steps};
+    f.slowdown_measured = qs_emulator_measured(&j->emu, j->m, &f.calibrated);
+    qs_model_precision_counts(j->m, f.precision_counts);
+    return qs_worker_report_gather(c->comm, j->rank, j->world, c->collective_timeout_s, &f, c->worker_types,
+                                   c->device_type, c->log, &res->workers);
 }
 
 static qs_status qs_train_loop(const qs_train_config *c, qs_train_job *j, const qs_model_options *mo,

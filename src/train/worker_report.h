@@ -1,0 +1,35 @@
+/* src/train/worker_report.h — defines: the end-of-run report of every worker (rank), gathered
+ * from all ranks: its device type, emulated slowdown asked and measured (marked as emulation),
+ * step times, local batch, wait for gradients and precisions. */
+#ifndef QSYNC_TRAIN_WORKER_REPORT_H
+#define QSYNC_TRAIN_WORKER_REPORT_H
+
+#include <stdbool.h>
+#include <cjson/cJSON.h>
+#include "qsync/log.h"
+#include "qsync/status.h"
+#include "dist/comm.h"
+#include "qsync/dtype.h"
+
+/* One rank's own figures. */
+typedef struct qs_worker_figures {
+    double slowdown_asked;        /* 1 = not emulated */
+    double slowdown_measured;     /* train/emulator.h */
+    bool calibrated;              /* measured against the calibration window (else the ops' account) */
+    const char *emulation_method; /* "cgroup-quota", "duty-cycle", "none" */
+    double mean_step_ms, median_step_ms;
+    double local_batch;
+    double comm_wait_ms;          /* wait for the gradient all-reduce, mean per step */
+    int precision_counts[QS_PREC_COUNT]; /* layers at each precision */
+} qs_worker_figures;
+
+/* Collective over the `world` ranks of comm (NULL for one process): gather every rank's
+ * figures, return a JSON array with one object per rank (rank, type, emulated_slowdown,
+ * emulated_slowdown_measured, emulation_method, emulated_slowdown_basis when emulated,
+ * step_ms, median_step_ms, local_batch, comm_wait_ms, precisions) in *out (caller deletes),
+ * and log a line per rank (and one per emulated rank) at info level. types: every rank's
+ * device-type label (world entries) or NULL; own_type: this rank's, used when types is NULL. */
+qs_status qs_worker_report_gather(qs_comm *comm, int rank, int world, double timeout_s, const qs_worker_figures *mine,
+                                  const char *const *types, const char *own_type, const qs_logger *log, cJSON **out);
+
+#endif
