@@ -1,7 +1,7 @@
 /* tests/test_core.c — core pieces: Philox-4x32-10 against the Random123 known-answer
  * vectors, the sequential stream (uniform range, unbiased bounded draws, shuffles are
- * permutations, determinism), status messages, dtype/precision names, tensor helpers and the
- * parameter table's aligned offsets. */
+ * permutations, determinism), status messages, dtype/precision names, tensor helpers, the
+ * parameter table's aligned offsets and the logger's whole-line output. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,9 +9,12 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "graph/graph.h"
+#include "qsync/log.h"
 #include "qsync/rng.h"
 
 /* Known-answer vectors of Random123 (kat_vectors, philox4x32 with 10 rounds):
@@ -123,9 +126,39 @@ static void test_tensor_and_table(void **state) {
     qs_table_free(&tb);
 }
 
+/* Every line carries its rank prefix and kind, whatever its length (one write per line, so
+ * ranks sharing stderr cannot split each other's lines); info lines of rank ≠ 0 are dropped. */
+static void test_logger_lines(void **state) {
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    qs_logger lg;
+    qs_logger_init(&lg, 1, 2, QS_LOG_INFO);
+    lg.out = f;
+    char *long_msg = malloc(5001);
+    assert_non_null(long_msg);
+    memset(long_msg, 'x', 5000);
+    long_msg[5000] = '\0';
+    qs_log_info(&lg, "not shown");
+    qs_log_warn(&lg, "short %d", 7);
+    qs_log_warn(&lg, "%s", long_msg);
+    rewind(f);
+    char *got = malloc(6000);
+    assert_non_null(got);
+    assert_non_null(fgets(got, 6000, f));
+    assert_string_equal(got, "[rank 1] warning: short 7\n");
+    assert_non_null(fgets(got, 6000, f));
+    assert_int_equal(strncmp(got, "[rank 1] warning: xxx", 21), 0);
+    assert_int_equal(strlen(got), strlen("[rank 1] warning: ") + 5000 + 1);
+    assert_null(fgets(got, 6000, f));
+    fclose(f);
+    free(got);
+    free(long_msg);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_philox_known_answers),
+        cmocka_unit_test(test_logger_lines),
         cmocka_unit_test(test_rng_stream),
         cmocka_unit_test(test_status_and_names),
         cmocka_unit_test(test_tensor_and_table),

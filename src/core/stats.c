@@ -1,4 +1,4 @@
-/* src/core/stats.c — order statistics over timing samples. */
+/* src/core/stats.c — lists of timing samples and their order statistics. */
 #include "core/stats.h"
 
 #include <stdlib.h>
@@ -12,4 +12,22 @@ double qs_median_inplace(double *v, int64_t n) {
     if (n <= 0) return 0;
     qsort(v, (size_t)n, sizeof *v, qs_cmp_double_asc);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+qs_status qs_samples_push(qs_samples *s, double x, const char *what) {
+    if (s->n == s->cap) {
+        int64_t cap = s->cap ? 2 * s->cap : 256;
+        double *t = realloc(s->v, (size_t)cap * sizeof *t);
+        if (!t) return QS_FAIL(QS_ERR_OOM, "out of memory recording %s", what);
+        s->v = t;
+        s->cap = cap;
+    }
+    s->v[s->n++] = x;
+    return QS_OK;
+}
+
+void qs_samples_free(qs_samples *s) {
+    free(s->v);
+    s->v = NULL;
+    s->n = s->cap = 0;
 }

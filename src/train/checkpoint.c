@@ -127,30 +127,29 @@ qs_status qs_checkpoint_read_arch(const char *path, char *arch, size_t cap, qs_m
     return st;
 }
 
-qs_status qs_ckpt_read_plan_meta(const qs_st_file *f, qs_plan *out) {
-    const char *file = qs_safetensors_path(f);
+qs_status qs_ckpt_read_plan_file(const char *file, const char *format, qs_plan *out) {
+    qs_plan_uniform("", QS_PREC_FP32, file, out);
+    qs_st_file *f;
+    QS_TRY(qs_safetensors_open(file, &f));
+    qs_status st = qs_ckpt_check_format(f, format);
     const char *a = qs_safetensors_meta(f, "arch"), *plan = qs_safetensors_meta(f, "plan");
-    if (!a) return QS_FAIL(QS_ERR_FORMAT, "%s: metadata lacks \"arch\"", file);
-    if (!plan) { /* written before plans: everything fp32, default options */
+    if (st == QS_OK && !a) st = QS_FAIL(QS_ERR_FORMAT, "%s: metadata lacks \"arch\"", file);
+    if (st == QS_OK && plan) {
+        char origin[4200];
+        snprintf(origin, sizeof origin, "%s (metadata \"plan\")", file);
+        st = qs_plan_parse(plan, origin, out);
+    } else if (st == QS_OK) { /* written before plans: everything fp32, default options */
         qs_plan_uniform(a, QS_PREC_FP32, file, out);
         out->uniform = false;
-        return QS_OK;
     }
-    char origin[4200];
-    snprintf(origin, sizeof origin, "%s (metadata \"plan\")", file);
-    return qs_plan_parse(plan, origin, out);
+    qs_safetensors_close(f);
+    return st;
 }
 
 qs_status qs_checkpoint_read_plan(const char *path, qs_plan *out) {
     char file[4096];
     qs_checkpoint_model_path(path, file, sizeof file);
-    qs_plan_uniform("", QS_PREC_FP32, file, out);
-    qs_st_file *f;
-    QS_TRY(qs_safetensors_open(file, &f));
-    qs_status st = qs_ckpt_check_format(f, "qsync.model");
-    if (st == QS_OK) st = qs_ckpt_read_plan_meta(f, out);
-    qs_safetensors_close(f);
-    return st;
+    return qs_ckpt_read_plan_file(file, "qsync.model", out);
 }
 
 qs_status qs_ckpt_load_table(qs_model *m, const qs_st_file *f, const qs_table *t, void *dev) {

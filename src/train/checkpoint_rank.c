@@ -89,13 +89,7 @@ qs_status qs_checkpoint_rank_read_plan(const char *dir, int rank, qs_plan *out) 
     char path[4096];
     qs_checkpoint_rank_path(dir, rank, path, sizeof path);
     if (access(path, F_OK) != 0) return QS_ERR_NOT_FOUND;
-    qs_plan_uniform("", QS_PREC_FP32, path, out);
-    qs_st_file *f;
-    QS_TRY(qs_safetensors_open(path, &f));
-    qs_status st = qs_ckpt_check_format(f, "qsync.rank");
-    if (st == QS_OK) st = qs_ckpt_read_plan_meta(f, out);
-    qs_safetensors_close(f);
-    return st;
+    return qs_ckpt_read_plan_file(path, "qsync.rank", out);
 }
 
 qs_status qs_checkpoint_marker_clear(const char *dir) {

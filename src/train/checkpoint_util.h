@@ -24,8 +24,9 @@ qs_status qs_ckpt_load_table(qs_model *m, const qs_st_file *f, const qs_table *t
 qs_status qs_ckpt_meta_i64(const qs_st_file *f, const char *key, int64_t *out);
 /* Check the "format" metadata is `format` and "version" is QS_CHECKPOINT_VERSION. */
 qs_status qs_ckpt_check_format(const qs_st_file *f, const char *format);
-/* The plan in the "plan" metadata of an open file (its "arch" must be present); a file written
- * before plans existed yields the all-fp32 plan of its arch. */
-qs_status qs_ckpt_read_plan_meta(const qs_st_file *f, qs_plan *out);
+/* The plan in the "plan" metadata of `file`, a qsync safetensors file of metadata format
+ * `format` (its "arch" must be present); a file written before plans existed yields the
+ * all-fp32 plan of its arch. *out is always left freeable. */
+qs_status qs_ckpt_read_plan_file(const char *file, const char *format, qs_plan *out);
 
 #endif

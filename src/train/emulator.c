@@ -41,8 +41,6 @@ qs_status qs_emulator_init(qs_emulator *e, double slowdown, const char *method, 
     int64_t needed = 2 * QS_EMULATOR_WARMUP + calibration_steps + QS_EMULATOR_MIN_EMULATED;
     if (calibration_steps > 0 && steps >= needed) {
         e->on_after = QS_EMULATOR_WARMUP + calibration_steps;
-        e->before = calloc((size_t)calibration_steps, sizeof *e->before);
-        if (!e->before) return QS_FAIL(QS_ERR_OOM, "out of memory for the emulation's calibration");
         qs_log_info(log, "rank %d: emulated slowdown %.2fx from step %lld on (the %lld steps before it calibrate the "
                     "measurement)", rank, slowdown, (long long)e->on_after + 1, (long long)calibration_steps);
         return QS_OK;
@@ -55,26 +53,18 @@ qs_status qs_emulator_record(qs_emulator *e, int64_t step_in_run, double compute
     if (!(e->slowdown > 1) || e->on_after == 0 || local_batch < 1) return QS_OK;
     double per_sample = compute_ms / (double)local_batch;
     if (!e->on) {
-        if (step_in_run > QS_EMULATOR_WARMUP) e->before[e->n_before++] = per_sample;
+        if (step_in_run > QS_EMULATOR_WARMUP) QS_TRY(qs_samples_push(&e->before, per_sample, "the calibration steps"));
         return step_in_run == e->on_after ? qs_emulator_start(e, m, log) : QS_OK;
     }
     if (step_in_run <= e->on_after + QS_EMULATOR_WARMUP) return QS_OK;
-    if (e->n_after == e->cap_after) {
-        int64_t cap = e->cap_after ? 2 * e->cap_after : 256;
-        double *t = realloc(e->after, (size_t)cap * sizeof *t);
-        if (!t) return QS_FAIL(QS_ERR_OOM, "out of memory recording the emulated steps");
-        e->after = t;
-        e->cap_after = cap;
-    }
-    e->after[e->n_after++] = per_sample;
-    return QS_OK;
+    return qs_samples_push(&e->after, per_sample, "the emulated steps");
 }
 
 double qs_emulator_measured(qs_emulator *e, const qs_model *m, bool *calibrated) {
     if (calibrated) *calibrated = false;
     if (!(e->slowdown > 1)) return 1;
-    if (e->on_after > 0 && e->n_before > 0 && e->n_after >= 3) {
-        double base = qs_median_inplace(e->before, e->n_before), slow = qs_median_inplace(e->after, e->n_after);
+    if (e->on_after > 0 && e->before.n > 0 && e->after.n >= 3) {
+        double base = qs_median_inplace(e->before.v, e->before.n), slow = qs_median_inplace(e->after.v, e->after.n);
         if (base > 0) {
             if (calibrated) *calibrated = true;
             return slow / base;
@@ -85,7 +75,6 @@ double qs_emulator_measured(qs_emulator *e, const qs_model *m, bool *calibrated)
 
 void qs_emulator_free(qs_emulator *e) {
     qs_cpu_quota_release(&e->quota);
-    free(e->before);
-    free(e->after);
-    e->before = e->after = NULL;
+    qs_samples_free(&e->before);
+    qs_samples_free(&e->after);
 }

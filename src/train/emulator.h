@@ -22,6 +22,7 @@
 #include <stdint.h>
 #include "qsync/log.h"
 #include "qsync/status.h"
+#include "core/stats.h"
 #include "dist/cpu_quota.h"
 #include "graph/graph.h"
 
@@ -37,8 +38,7 @@ typedef struct qs_emulator {
     bool on;
     const char *how;          /* "cgroup-quota", "duty-cycle", or "none" while off */
     qs_cpu_quota quota;
-    double *before, *after;   /* per-sample compute ms: calibration window, emulated steps */
-    int64_t n_before, n_after, cap_after;
+    qs_samples before, after; /* per-sample compute ms: calibration window, emulated steps */
 } qs_emulator;
 
 /* Prepare the emulation of one rank for a run of `steps` steps. Switches it on at once (see

@@ -94,8 +94,7 @@ typedef struct qs_train_job {
     qs_batch_balance balance;
     int64_t rebalances;         /* splits changed by dynamic batching */
     qs_emulator emu;            /* this worker's emulated slowdown (train/emulator.h) */
-    double *step_ms;            /* this run's step times, for the medians of the report */
-    int64_t n_step_ms, cap_step_ms;
+    qs_samples step_ms;         /* this run's step times, for the medians of the report */
     float *x;
     int32_t *y;
 } qs_train_job;
@@ -105,7 +104,7 @@ static void qs_train_job_free(qs_train_job *j) {
     qs_grad_sync_free(&j->sync);
     qs_batch_balance_free(&j->balance);
     free(j->split);
-    free(j->step_ms);
+    qs_samples_free(&j->step_ms);
     qs_host_free(j->x);
     qs_host_free(j->y);
     qs_plan_free(&j->plan);
@@ -599,23 +598,10 @@ static qs_status qs_train_after_step(const qs_train_config *c, qs_train_job *j, 
     return QS_OK;
 }
 
-/* Keep this run's step times (for the medians of the worker report). */
-static qs_status qs_train_record_step(qs_train_job *j, double step_ms) {
-    if (j->n_step_ms == j->cap_step_ms) {
-        int64_t cap = j->cap_step_ms ? 2 * j->cap_step_ms : 256;
-        double *t = realloc(j->step_ms, (size_t)cap * sizeof *t);
-        if (!t) return QS_FAIL(QS_ERR_OOM, "out of memory recording step times");
-        j->step_ms = t;
-        j->cap_step_ms = cap;
-    }
-    j->step_ms[j->n_step_ms++] = step_ms;
-    return QS_OK;
-}
-
 /* Median of this run's step times after the first `skip` (all of them when there are fewer). */
 static double qs_train_median_step_ms(qs_train_job *j, int64_t skip) {
-    if (j->n_step_ms <= skip) skip = 0;
-    return qs_median_inplace(j->step_ms + skip, j->n_step_ms - skip);
+    if (j->step_ms.n <= skip) skip = 0;
+    return qs_median_inplace(j->step_ms.v + skip, j->step_ms.n - skip);
 }
 
 /* This rank's figures for the worker report (train/worker_report.h); gathered on every rank,
@@ -630,8 +616,8 @@ static qs_status qs_train_worker_report(const qs_train_config *c, qs_train_job *
         QS_TRY(qs_comm_allreduce_minmax_u64(c->comm, skip, &lo, &hi, c->collective_timeout_s));
         skip = hi;
     }
-    double steps = j->n_step_ms > 0 ? (double)j->n_step_ms : 1, total = 0;
-    for (int64_t i = 0; i < j->n_step_ms; i++) total += j->step_ms[i];
+    double steps = j->step_ms.n > 0 ? (double)j->step_ms.n : 1, total = 0;
+    for (int64_t i = 0; i < j->step_ms.n; i++) total += j->step_ms.v[i];
     qs_worker_figures f = {.slowdown_asked = c->slowdown > 1 ? c->slowdown : 1,
                            .emulation_method = j->emu.how,
                            .mean_step_ms = total / steps,
@@ -679,7 +665,7 @@ static qs_status qs_train_loop(const qs_train_config *c, qs_train_job *j, const 
         step++;
         double step_ms = qs_now_ms() - t0;
         train_ms += step_ms;
-        QS_TRY(qs_train_record_step(j, step_ms));
+        QS_TRY(qs_samples_push(&j->step_ms, step_ms, "step times"));
         QS_TRY(qs_emulator_record(&j->emu, step - first, step_ms - j->m->comm_wait_time.last_ms, j->local_batch, j->m,
                                   c->log));
         QS_TRY(qs_train_rebalance(c, j, step_ms, step));
