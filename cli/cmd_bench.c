@@ -37,17 +37,9 @@ qs_status qs_bench_run(const qs_bench_opts *o, int n, qs_bench_fn *fns, void **c
 }
 
 qs_status qs_bench_parse_precs(const char *list, qs_bench_opts *o) {
-    o->n_precs = 0;
-    char buf[128];
-    snprintf(buf, sizeof buf, "%s", list);
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        qs_precision p;
-        if (!qs_precision_parse(tok, &p))
-            return QS_FAIL(QS_ERR_INVALID_ARG, "--precisions: unknown precision '%s' (fp32, tf32, bf16, fp16, fp8, int8)", tok);
-        if (o->n_precs == QS_BENCH_MAX_PRECS) return QS_FAIL(QS_ERR_INVALID_ARG, "--precisions: too many entries");
-        o->precs[o->n_precs++] = p;
-    }
-    if (o->n_precs == 0) return QS_FAIL(QS_ERR_INVALID_ARG, "--precisions: empty list");
+    char err[160];
+    if (!qs_precision_list_parse(list, o->precs, QS_BENCH_MAX_PRECS, &o->n_precs, err, sizeof err))
+        return QS_FAIL(QS_ERR_INVALID_ARG, "--precisions: %s", err);
     return QS_OK;
 }
 

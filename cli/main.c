@@ -9,10 +9,11 @@ static void qs_main_help(FILE *f) {
     fputs("qsync — synchronous data-parallel training with per-operator precision\n\n"
           "usage: qsync <command> [options]   (qsync <command> --help for its options)\n\n"
           "commands:\n"
-          "  train    train a built-in model on a dataset (single process)\n"
+          "  train    train a built-in model on a dataset (data-parallel under mpirun)\n"
           "  eval     evaluate a checkpoint on a dataset's test split\n"
           "  models   list the built-in models, or print one's layers, shapes, parameters and FLOPs\n"
           "  bench    measure GEMM, layer, quantization and training-step throughput per precision\n"
+          "  profile  measure a model's per-op costs at every precision for the predictor\n"
           "  help     show this help\n",
           f);
 }
@@ -32,6 +33,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "eval") == 0) return qs_cmd_eval(argc, argv);
     if (strcmp(cmd, "models") == 0) return qs_cmd_models(argc, argv);
     if (strcmp(cmd, "bench") == 0) return qs_cmd_bench(argc, argv);
-    fprintf(stderr, "qsync: unknown command '%s' (commands: train, eval, models, bench, help)\n", cmd);
+    if (strcmp(cmd, "profile") == 0) return qs_cmd_profile(argc, argv);
+    fprintf(stderr, "qsync: unknown command '%s' (commands: train, eval, models, bench, profile, help)\n", cmd);
     return 2;
 }

@@ -106,18 +106,7 @@ static double max_rel_diff(const char *dir_a, const char *dir_b) {
 }
 
 static int group_setup(void **state) {
-    /* CI runs as root; Open MPI refuses that unless told */
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    /* sanitizer builds: Open MPI's own allocations held until exit are suppressed by name
-     * (tests/lsan-mpi.supp), which needs full stacks and its plugins kept loaded */
-    setenv("OMPI_MCA_mca_base_component_disable_dlclose", "1", 1);
-    const char *src = getenv("QS_SOURCE_DIR"), *asan = getenv("ASAN_OPTIONS");
-    char buf[1024];
-    snprintf(buf, sizeof buf, "suppressions=%s/tests/lsan-mpi.supp", src ? src : ".");
-    setenv("LSAN_OPTIONS", buf, 1);
-    snprintf(buf, sizeof buf, "%s%sfast_unwind_on_malloc=0", asan ? asan : "", asan && asan[0] ? ":" : "");
-    setenv("ASAN_OPTIONS", buf, 1);
+    qs_test_mpi_env();
     return qs_test_tmpdir_setup(state);
 }
 

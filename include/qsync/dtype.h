@@ -46,6 +46,10 @@ bool qs_dtype_from_safetensors_name(const char *s, qs_dtype *out);
 const char *qs_precision_name(qs_precision p); /* "fp32", "int8", ... */
 /* Parse "fp32", "tf32", "bf16", "fp16", "fp8", "int8"; returns false if unknown. */
 bool qs_precision_parse(const char *s, qs_precision *out);
+/* Parse a comma-separated list of distinct precisions ("fp32,bf16,int8") into out[0..*n),
+ * at most cap; returns false with a message in err (err_cap bytes) when a name is unknown,
+ * repeated, the list empty or longer than cap. */
+bool qs_precision_list_parse(const char *list, qs_precision *out, int cap, int *n, char *err, size_t err_cap);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,7 @@
 /* src/core/dtype.c — dtype and precision names and sizes. */
 #include "qsync/dtype.h"
 
+#include <stdio.h>
 #include <string.h>
 
 typedef struct {
@@ -54,4 +55,33 @@ bool qs_precision_parse(const char *s, qs_precision *out) {
         }
     }
     return false;
+}
+
+bool qs_precision_list_parse(const char *list, qs_precision *out, int cap, int *n, char *err, size_t err_cap) {
+    *n = 0;
+    const char *p = list ? list : "";
+    while (*p) {
+        size_t len = strcspn(p, ",");
+        char tok[16];
+        snprintf(tok, sizeof tok, "%.*s", (int)(len < sizeof tok - 1 ? len : sizeof tok - 1), p);
+        qs_precision q;
+        if (len >= sizeof tok || !qs_precision_parse(tok, &q)) {
+            snprintf(err, err_cap, "unknown precision '%.*s' (fp32, tf32, bf16, fp16, fp8, int8)", (int)len, p);
+            return false;
+        }
+        for (int i = 0; i < *n; i++)
+            if (out[i] == q) {
+                snprintf(err, err_cap, "precision '%s' is listed twice", tok);
+                return false;
+            }
+        if (*n == cap) {
+            snprintf(err, err_cap, "more than %d precisions", cap);
+            return false;
+        }
+        out[(*n)++] = q;
+        p += len;
+        if (*p == ',') p++;
+    }
+    if (*n == 0) snprintf(err, err_cap, "empty list of precisions");
+    return *n > 0;
 }

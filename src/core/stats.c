@@ -31,3 +31,24 @@ void qs_samples_free(qs_samples *s) {
     s->v = NULL;
     s->n = s->cap = 0;
 }
+
+void qs_linear_fit(const double *x, const double *y, int64_t n, double *alpha, double *beta) {
+    double sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (int64_t i = 0; i < n; i++) {
+        sx += x[i];
+        sy += y[i];
+        sxx += x[i] * x[i];
+        sxy += x[i] * y[i];
+    }
+    *alpha = 0;
+    *beta = 0;
+    if (n == 0) return;
+    double d = (double)n * sxx - sx * sx;
+    if (n >= 2 && d > 1e-12 * sxx * (double)n) {
+        *beta = ((double)n * sxy - sx * sy) / d;
+        *alpha = (sy - *beta * sx) / (double)n;
+        if (*alpha >= 0) return;
+    }
+    *alpha = 0;
+    *beta = sxx > 0 ? sxy / sxx : 0; /* through the origin */
+}

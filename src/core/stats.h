@@ -18,4 +18,9 @@ void qs_samples_free(qs_samples *s);
 /* Median of v[0..n) (the mean of the middle two for even n; 0 for n = 0). Sorts v in place. */
 double qs_median_inplace(double *v, int64_t n);
 
+/* Least-squares fit y ≈ alpha + beta·x over n points. With fewer than 2 distinct x, or when
+ * the intercept would come out negative (a cost below zero for small x), the line through the
+ * origin is fitted instead (alpha = 0). n = 0 gives 0, 0. */
+void qs_linear_fit(const double *x, const double *y, int64_t n, double *alpha, double *beta);
+
 #endif

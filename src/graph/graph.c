@@ -389,6 +389,14 @@ qs_status qs_model_logits(qs_model *m, float *host_out) {
     return m->be->ops->stream_sync(m->be, m->stream);
 }
 
+void qs_node_memory(const qs_model *m, const qs_node *n, size_t *out, size_t *grad, size_t *saved) {
+    *out = *grad = *saved = 0;
+    if (n->alias_of >= 0) return; /* its buffers are counted with the node it is fused into */
+    *out = m->be ? qs_node_out_bytes(n) : 0;
+    if (n->dy && !n->dy_alias) *grad = qs_node_grad_bytes(n);
+    for (int k = 0; k < QS_MAX_NODE_SAVED; k++) *saved += n->saved_bytes[k];
+}
+
 void qs_model_memory(const qs_model *m, qs_memory_report *r) {
     memset(r, 0, sizeof *r);
     r->params = m->params.bytes;
@@ -397,12 +405,11 @@ void qs_model_memory(const qs_model *m, qs_memory_report *r) {
     r->workspace = m->workspace_bytes;
     r->labels = m->be ? (size_t)m->batch * sizeof(int32_t) : 0;
     for (int i = 0; i < m->n_nodes; i++) {
-        const qs_node *n = &m->nodes[i];
-        if (n->alias_of >= 0) continue; /* its buffers are counted with the node it is fused into */
-        size_t b = m->be ? qs_node_out_bytes(n) : 0;
-        r->activations += b;
-        if (n->dy && !n->dy_alias) r->activation_grads += qs_node_grad_bytes(n);
-        for (int k = 0; k < QS_MAX_NODE_SAVED; k++) r->saved += n->saved_bytes[k];
+        size_t out, grad, saved;
+        qs_node_memory(m, &m->nodes[i], &out, &grad, &saved);
+        r->activations += out;
+        r->activation_grads += grad;
+        r->saved += saved;
     }
 }
 

@@ -291,6 +291,9 @@ void *qs_model_grad_ptr(qs_model *m, int param_index);
 void *qs_model_buffer_ptr(qs_model *m, int buffer_index);
 
 void qs_model_memory(const qs_model *m, qs_memory_report *r);
+/* One node's share of the report: its output, its output gradient (0 where it shares its
+ * input's) and the tensors it saves for backward, in bytes (all 0 for a fused-away node). */
+void qs_node_memory(const qs_model *m, const qs_node *n, size_t *out, size_t *grad, size_t *saved);
 /* Reset every op timer. */
 void qs_model_reset_times(qs_model *m);
 

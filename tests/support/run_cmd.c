@@ -80,3 +80,15 @@ int qs_test_tmpdir_teardown(void **state) {
     qs_test_tmp[0] = '\0';
     return rc;
 }
+
+void qs_test_mpi_env(void) {
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    setenv("OMPI_MCA_mca_base_component_disable_dlclose", "1", 1);
+    const char *src = getenv("QS_SOURCE_DIR"), *asan = getenv("ASAN_OPTIONS");
+    char buf[1024];
+    snprintf(buf, sizeof buf, "suppressions=%s/tests/lsan-mpi.supp", src ? src : ".");
+    setenv("LSAN_OPTIONS", buf, 1);
+    snprintf(buf, sizeof buf, "%s%sfast_unwind_on_malloc=0", asan ? asan : "", asan && asan[0] ? ":" : "");
+    setenv("ASAN_OPTIONS", buf, 1);
+}

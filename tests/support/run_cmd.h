@@ -19,6 +19,11 @@ int qs_test_remove_tree(const char *path);
 /* Number of directory entries of dir other than . and .., or -1 when it cannot be opened. */
 int qs_test_count_entries(const char *dir);
 
+/* Environment for running mpirun from a test: root allowed (CI runs as root), and in sanitizer
+ * builds Open MPI's allocations held until exit suppressed by name (tests/lsan-mpi.supp, which
+ * needs full stacks and its plugins kept loaded). Call once, before the first mpirun. */
+void qs_test_mpi_env(void);
+
 /* The scratch directory made by qs_test_tmpdir_setup, "" outside it. */
 extern char qs_test_tmp[128];
 /* cmocka setup (per test or per group): make a fresh qs_test_tmp and point *state at it.

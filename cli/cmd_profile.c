@@ -1,0 +1,174 @@
+/* cli/cmd_profile.c — `qsync profile`: measure a model's per-op costs at every precision on
+ * this device and write the profile (src/predict/profile.h, docs/PROFILE.md). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "commands.h"
+#include "core/atomic_file.h"
+#include "core/backend.h"
+#include "data/dataset.h"
+#include "dist/comm.h"
+#include "options.h"
+#include "predict/profile.h"
+#include "predict/profile_comm.h"
+#include "qsync/tensor.h"
+
+static const char *const qs_profile_summary =
+    "Measure a model's costs on this device for the predictor: per op and precision the forward,\n"
+    "backward-data and backward-weights times (medians of --reps steps after --warmup, from the\n"
+    "engine's per-op timers) and memory; quantizing casts fitted as alpha + beta*elements; the\n"
+    "optimizer step; device facts. Under mpirun rank 0 profiles the model, then every rank times the\n"
+    "gradient all-reduce between them (alpha + beta*bytes). Writes versioned JSON to --out (rank 0;\n"
+    "format: docs/PROFILE.md).";
+
+/* The precisions the backend runs natively (the default list). */
+static int qs_profile_native(qs_precision *out, int threads) {
+    qs_backend *be = NULL;
+    int n = 0;
+    if (qs_backend_cpu_create(threads, &be) != QS_OK) return 0;
+    for (int p = 0; p < QS_PREC_COUNT; p++)
+        if (be->ops->precision_support(be, (qs_precision)p) == QS_PREC_NATIVE) out[n++] = (qs_precision)p;
+    be->ops->destroy(be);
+    return n;
+}
+
+/* The first `batch` test samples of the dataset, normalised as the loader does, into x, y. */
+static qs_status qs_profile_batch(const qs_dataset *ds, int64_t batch, float **x, int32_t **y) {
+    if (ds->n < batch)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "--batch %lld is larger than the %lld test samples of %s", (long long)batch,
+                       (long long)ds->n, ds->name);
+    int64_t per = ds->h * ds->w * ds->c;
+    *x = qs_host_alloc((size_t)(batch * per) * sizeof(float));
+    *y = qs_host_alloc((size_t)batch * sizeof(int32_t));
+    if (!*x || !*y) return QS_FAIL(QS_ERR_OOM, "out of memory for a batch of %lld", (long long)batch);
+    for (int64_t i = 0; i < batch * per; i++) {
+        int64_t ch = i % ds->c;
+        (*x)[i] = ((float)ds->pixels[i] / 255.0f - ds->mean[ch]) / ds->std[ch];
+    }
+    memcpy(*y, ds->labels, (size_t)batch * sizeof(int32_t));
+    return QS_OK;
+}
+
+static void qs_profile_print(const cJSON *doc) {
+    const cJSON *runs = cJSON_GetObjectItem(doc, "runs");
+    printf("profile of %s, batch %.0f:\n", cJSON_GetObjectItem(doc, "model")->valuestring,
+           cJSON_GetObjectItem(doc, "batch")->valuedouble);
+    for (const cJSON *r = runs ? runs->child : NULL; r; r = r->next) {
+        double ops = 0;
+        const cJSON *op;
+        cJSON_ArrayForEach(op, cJSON_GetObjectItem(r, "ops"))
+            for (const cJSON *f = op->child; f; f = f->next)
+                if (cJSON_IsNumber(f) && strstr(f->string, "_ms")) ops += f->valuedouble;
+        printf("  %-5s %-8s step %8.2f ms (ops %.2f, optimizer %.2f), %.1f MiB allocated\n", r->string,
+               cJSON_GetObjectItem(r, "support")->valuestring, cJSON_GetObjectItem(r, "step_ms")->valuedouble, ops,
+               cJSON_GetObjectItem(r, "optimizer_ms")->valuedouble,
+               cJSON_GetObjectItem(cJSON_GetObjectItem(r, "memory_bytes"), "backend_in_use")->valuedouble / 1048576.0);
+    }
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(doc, "casts"))
+        printf("  cast %s -> %s: %.4f ms + %.3g ms/element (%d points)\n", cJSON_GetObjectItem(c, "from")->valuestring,
+               cJSON_GetObjectItem(c, "to")->valuestring, cJSON_GetObjectItem(c, "alpha_ms")->valuedouble,
+               cJSON_GetObjectItem(c, "beta_ms_per_element")->valuedouble,
+               cJSON_GetArraySize(cJSON_GetObjectItem(c, "points")));
+}
+
+int qs_cmd_profile(int argc, char **argv) {
+    const char *model = NULL, *data = "fashion-mnist", *data_dir = NULL, *precs = NULL, *out_path = NULL;
+    const char *optimizer = "sgd";
+    int64_t batch = 64, width = 0;
+    int threads = 0, warmup = 3, reps = 10;
+    bool allow_emulated = false, quiet = false;
+    qs_cli_opt opts[] = {
+        {"model", QS_CLI_STR, &model, "NAME", "built-in model (required; see `qsync models`)"},
+        {"width", QS_CLI_I64, &width, "N", "model width (0 = the architecture's default)"},
+        {"batch", QS_CLI_I64, &batch, "N", "the worker's local batch (default 64)"},
+        {"data", QS_CLI_STR, &data, "NAME", "dataset whose input shape and samples are used (default fashion-mnist)"},
+        {"data-dir", QS_CLI_STR, &data_dir, "DIR", "dataset directory"},
+        {"precisions", QS_CLI_STR, &precs, "LIST", "comma-separated (default: every precision this device runs natively)"},
+        {"allow-emulated", QS_CLI_FLAG, &allow_emulated, NULL, "also profile precisions the backend only emulates"},
+        {"optimizer", QS_CLI_STR, &optimizer, "NAME", "sgd (default, momentum 0.9) or adamw"},
+        {"threads", QS_CLI_INT, &threads, "N", "compute threads (default OpenMP's)"},
+        {"warmup", QS_CLI_INT, &warmup, "N", "untimed steps per precision (default 3)"},
+        {"reps", QS_CLI_INT, &reps, "N", "timed steps per precision (default 10; medians)"},
+        {"out", QS_CLI_STR, &out_path, "FILE", "where to write the profile (required)"},
+        {"quiet", QS_CLI_FLAG, &quiet, NULL, "no progress or summary"},
+    };
+    int rc = qs_cli_parse(argc, argv, 2, opts, (int)(sizeof opts / sizeof opts[0]), "profile", qs_profile_summary);
+    if (rc) return rc == 1 ? 0 : rc;
+    if (!model || !out_path) {
+        fprintf(stderr, "qsync profile: --model and --out are required\n");
+        return 2;
+    }
+    if (batch < 1 || warmup < 1 || reps < 3 || width < 0) {
+        fprintf(stderr, "qsync profile: --batch and --warmup must be >= 1, --reps >= 3, --width >= 0\n");
+        return 2;
+    }
+    qs_profile_options o = {.model = model, .data = data, .batch = batch, .threads = threads,
+                            .allow_emulated = allow_emulated, .warmup = warmup, .reps = reps};
+    qs_precision list[QS_PREC_COUNT];
+    char err[160];
+    if (precs) {
+        if (!qs_precision_list_parse(precs, list, QS_PREC_COUNT, &o.n_precs, err, sizeof err)) {
+            fprintf(stderr, "qsync profile: --precisions: %s\n", err);
+            return 2;
+        }
+    } else {
+        o.n_precs = qs_profile_native(list, threads);
+    }
+    o.precs = list;
+    if (qs_optim_kind_parse(optimizer, &o.optimizer) != QS_OK) return qs_cmd_fail("profile");
+    qs_comm *comm = NULL;
+    if (qs_comm_init(&argc, &argv, &comm) != QS_OK) return qs_cmd_fail("profile");
+    const int rank = qs_comm_rank(comm), world = qs_comm_world(comm);
+    qs_logger lg;
+    qs_logger_init(&lg, rank, world, quiet ? QS_LOG_WARN : QS_LOG_INFO);
+    o.log = &lg;
+    float *x = NULL;
+    int32_t *y = NULL;
+    cJSON *doc = NULL;
+    qs_status st = QS_OK;
+    if (rank == 0) { /* under mpirun the other ranks wait: profiles are not taken side by side */
+        qs_dataset ds;
+        st = qs_dataset_load(data, data_dir, false, &ds);
+        if (st == QS_OK) {
+            o.model_opt = qs_models_default_options(ds.h, ds.w, ds.c, ds.classes);
+            o.model_opt.width = width;
+            st = qs_profile_batch(&ds, batch, &x, &y);
+            qs_dataset_free(&ds);
+        }
+        o.x = x;
+        o.y = y;
+        if (st == QS_OK) st = qs_profile_model(&o, &doc);
+    }
+    if (world > 1) { /* then the all-reduce between the actual ranks */
+        uint64_t lo = 0, hi = 0;
+        if (qs_comm_allreduce_minmax_u64(comm, st == QS_OK, &lo, &hi, 0) != QS_OK || lo == 0) {
+            if (st == QS_OK) st = QS_FAIL(QS_ERR_INTERNAL, "rank 0 could not profile the model");
+        } else {
+            cJSON *ar = NULL;
+            st = qs_profile_allreduce(comm, reps, &ar);
+            if (st == QS_OK && doc) cJSON_AddItemToObject(doc, "allreduce", ar);
+            else cJSON_Delete(ar);
+        }
+    }
+    if (rank != 0) {
+        qs_comm_finalize(comm);
+        return st == QS_OK ? 0 : qs_cmd_fail("profile");
+    }
+    char *text = doc ? cJSON_Print(doc) : NULL;
+    if (st == QS_OK && !text) st = QS_FAIL(QS_ERR_OOM, "out of memory writing the profile");
+    if (st == QS_OK) st = qs_write_file_atomic(out_path, text, strlen(text));
+    if (st == QS_OK && !quiet) {
+        qs_profile_print(doc);
+        printf("written to %s\n", out_path);
+    }
+    free(text);
+    cJSON_Delete(doc);
+    qs_host_free(x);
+    qs_host_free(y);
+    qs_comm_finalize(comm);
+    return st == QS_OK ? 0 : qs_cmd_fail("profile");
+}

@@ -1,0 +1,290 @@
+/* src/predict/profile.c — per-op costs of a model at each precision, measured by the engine's
+ * own timers (see profile.h and docs/PROFILE.md). */
+#include "predict/profile.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/backend.h"
+#include "core/stats.h"
+#include "core/timer.h"
+#include "graph/graph.h"
+#include "optim/loss_scale.h"
+
+/* The categories recorded per op, in the order of their JSON names. */
+static const qs_cost_cat qs_prof_cats[] = {QS_CAT_FORWARD, QS_CAT_BACKWARD_DATA, QS_CAT_BACKWARD_WEIGHTS,
+                                           QS_CAT_CAST};
+static const char *const qs_prof_cat_keys[] = {"forward_ms", "backward_data_ms", "backward_weights_ms", "cast_ms"};
+#define QS_PROF_NCAT 4
+
+/* Every cast of every run: (from, to) dtypes, elements, median ms per step. */
+typedef struct qs_prof_cast {
+    qs_dtype from, to;
+    double elements, ms;
+} qs_prof_cast;
+
+typedef struct qs_prof_casts {
+    qs_prof_cast *v;
+    int n, cap;
+} qs_prof_casts;
+
+static qs_status qs_prof_casts_add(qs_prof_casts *c, qs_prof_cast x) {
+    if (c->n == c->cap) {
+        int cap = c->cap ? 2 * c->cap : 64;
+        qs_prof_cast *t = realloc(c->v, (size_t)cap * sizeof *t);
+        if (!t) return QS_FAIL(QS_ERR_OOM, "out of memory recording casts");
+        c->v = t;
+        c->cap = cap;
+    }
+    c->v[c->n++] = x;
+    return QS_OK;
+}
+
+/* One model set up at one uniform precision, with its optimizer. */
+typedef struct qs_prof_run {
+    qs_backend *be;
+    qs_model *m;
+    qs_optimizer opt;
+    bool opt_ready;
+    qs_loss_scaler scaler;
+} qs_prof_run;
+
+static void qs_prof_run_free(qs_prof_run *r) {
+    if (r->opt_ready) qs_optimizer_free(&r->opt, r->be);
+    qs_model_free(r->m);
+    if (r->be) r->be->ops->destroy(r->be);
+}
+
+static qs_status qs_prof_run_setup(const qs_profile_options *o, qs_precision p, qs_prof_run *r) {
+    memset(r, 0, sizeof *r);
+    QS_TRY(qs_backend_cpu_create(o->threads, &r->be));
+    QS_TRY(qs_models_build(o->model, &o->model_opt, &r->m));
+    qs_model_fuse(r->m);
+    qs_precision_options po;
+    qs_precision_options_default(&po);
+    po.uniform = p;
+    po.allow_emulated = o->allow_emulated;
+    QS_TRY(qs_precision_setup(r->m, r->be, &po));
+    QS_TRY(qs_model_setup(r->m, r->be, o->batch, 1));
+    qs_optim_config oc = qs_optim_config_default(o->optimizer, 0.01f);
+    if (o->optimizer == QS_OPTIM_SGD) oc.momentum = 0.9f;
+    QS_TRY(qs_optimizer_init(&r->opt, r->be, &r->m->params, &oc));
+    r->opt_ready = true;
+    qs_loss_scaler_init(&r->scaler, QS_LOSS_SCALE_NONE, 1.0f, 0);
+    r->m->timing = true;
+    return QS_OK;
+}
+
+/* One training step on the fixed batch; its wall time into *ms. */
+static qs_status qs_prof_step(const qs_profile_options *o, qs_prof_run *r, double *ms) {
+    double t0 = qs_now_ms();
+    QS_TRY(qs_model_forward(r->m, o->x, o->y, true));
+    QS_TRY(qs_loss_scaler_step(&r->scaler, r->m, &r->opt, 0.01f, NULL));
+    QS_TRY(r->be->ops->stream_sync(r->be, r->m->stream));
+    *ms = qs_now_ms() - t0;
+    return QS_OK;
+}
+
+/* The op entry of node n: identity, memory and the medians of its per-step times. */
+static cJSON *qs_prof_op_json(const qs_model *m, const qs_node *n, double *const samples[QS_PROF_NCAT], int reps) {
+    cJSON *op = cJSON_CreateObject();
+    cJSON_AddStringToObject(op, "name", n->name);
+    cJSON_AddStringToObject(op, "kind", qs_layer_impl_for(n->kind)->kind_name);
+    cJSON *ins = cJSON_AddArrayToObject(op, "inputs");
+    for (int k = 0; k < n->n_inputs; k++) cJSON_AddItemToArray(ins, cJSON_CreateString(m->nodes[n->inputs[k]].name));
+    if (n->alias_of >= 0) cJSON_AddStringToObject(op, "fused_into", m->nodes[n->alias_of].name);
+    cJSON_AddStringToObject(op, "precision", qs_precision_name(n->prec));
+    cJSON_AddStringToObject(op, "out_dtype", qs_dtype_name(n->out_dtype));
+    cJSON_AddNumberToObject(op, "out_elements", (double)qs_shape_numel(n->out_ndim, n->out_shape));
+    size_t out, grad, saved;
+    qs_node_memory(m, n, &out, &grad, &saved);
+    cJSON_AddNumberToObject(op, "out_bytes", (double)out);
+    cJSON_AddNumberToObject(op, "grad_bytes", (double)grad);
+    cJSON_AddNumberToObject(op, "saved_bytes", (double)saved);
+    cJSON_AddNumberToObject(op, "workspace_bytes", (double)n->workspace);
+    cJSON_AddNumberToObject(op, "param_count", (double)n->param_count);
+    for (int c = 0; c < QS_PROF_NCAT; c++)
+        cJSON_AddNumberToObject(op, qs_prof_cat_keys[c], qs_median_inplace(samples[c], reps));
+    return op;
+}
+
+/* Profile one precision: warm-up, timed steps, medians; appends its casts to *casts. */
+static qs_status qs_prof_precision(const qs_profile_options *o, qs_precision p, qs_prof_casts *casts, cJSON **out) {
+    qs_prof_run r;
+    qs_status st = qs_prof_run_setup(o, p, &r);
+    qs_model *m = r.m;
+    int nn = st == QS_OK ? m->n_nodes : 0, reps = o->reps;
+    double *buf = st == QS_OK ? calloc((size_t)nn * QS_PROF_NCAT * (size_t)(reps + 1) + 2 * (size_t)reps, sizeof *buf)
+                              : NULL;
+    if (st == QS_OK && !buf) st = QS_FAIL(QS_ERR_OOM, "out of memory for the profile of %s", o->model);
+    double *prev = buf, *step_ms = buf ? buf + (size_t)nn * QS_PROF_NCAT * (size_t)(reps + 1) : NULL;
+    double *opt_ms = step_ms ? step_ms + reps : NULL;
+#define QS_PROF_SAMPLE(i, c, k) (buf[(size_t)nn * QS_PROF_NCAT + (((size_t)(i) * QS_PROF_NCAT + (c)) * (size_t)reps) + (k)])
+    for (int s = 0; s < o->warmup + reps && st == QS_OK; s++) {
+        for (int i = 0; i < nn; i++)
+            for (int c = 0; c < QS_PROF_NCAT; c++) prev[i * QS_PROF_NCAT + c] = m->nodes[i].time[qs_prof_cats[c]].total_ms;
+        double opt_before = m->optimizer_time.total_ms, ms = 0;
+        st = qs_prof_step(o, &r, &ms);
+        int k = s - o->warmup;
+        if (st != QS_OK || k < 0) continue;
+        step_ms[k] = ms;
+        opt_ms[k] = m->optimizer_time.total_ms - opt_before;
+        for (int i = 0; i < nn; i++)
+            for (int c = 0; c < QS_PROF_NCAT; c++)
+                QS_PROF_SAMPLE(i, c, k) = m->nodes[i].time[qs_prof_cats[c]].total_ms - prev[i * QS_PROF_NCAT + c];
+    }
+    cJSON *run = NULL;
+    if (st == QS_OK) {
+        run = cJSON_CreateObject();
+        cJSON_AddStringToObject(run, "precision", qs_precision_name(p));
+        cJSON_AddStringToObject(run, "support", qs_prec_support_name(r.be->ops->precision_support(r.be, p)));
+        cJSON_AddNumberToObject(run, "step_ms", qs_median_inplace(step_ms, reps));
+        cJSON_AddNumberToObject(run, "optimizer_ms", qs_median_inplace(opt_ms, reps));
+        qs_memory_report mr;
+        qs_model_memory(m, &mr);
+        size_t in_use = 0, peak = 0;
+        r.be->ops->memory_stats(r.be, &in_use, &peak);
+        cJSON *mem = cJSON_AddObjectToObject(run, "memory_bytes");
+        cJSON_AddNumberToObject(mem, "params", (double)mr.params);
+        cJSON_AddNumberToObject(mem, "grads", (double)mr.grads);
+        cJSON_AddNumberToObject(mem, "optimizer", (double)((size_t)r.opt.n_state * r.m->params.bytes));
+        cJSON_AddNumberToObject(mem, "buffers", (double)mr.buffers);
+        cJSON_AddNumberToObject(mem, "activations", (double)mr.activations);
+        cJSON_AddNumberToObject(mem, "activation_grads", (double)mr.activation_grads);
+        cJSON_AddNumberToObject(mem, "saved", (double)mr.saved);
+        cJSON_AddNumberToObject(mem, "workspace", (double)mr.workspace);
+        cJSON_AddNumberToObject(mem, "labels", (double)mr.labels);
+        cJSON_AddNumberToObject(mem, "backend_in_use", (double)in_use);
+        cJSON_AddNumberToObject(mem, "backend_peak", (double)peak);
+        cJSON *ops = cJSON_AddArrayToObject(run, "ops");
+        for (int i = 1; i < nn && st == QS_OK; i++) { /* node 0 is the input */
+            double *samples[QS_PROF_NCAT];
+            for (int c = 0; c < QS_PROF_NCAT; c++) samples[c] = &QS_PROF_SAMPLE(i, c, 0);
+            const qs_node *n = &m->nodes[i];
+            cJSON *op = qs_prof_op_json(m, n, samples, reps);
+            cJSON_AddItemToArray(ops, op);
+            if (n->kind == QS_NODE_CAST) {
+                qs_prof_cast pc = {.from = m->nodes[n->inputs[0]].out_dtype, .to = n->out_dtype,
+                                   .elements = (double)qs_shape_numel(n->out_ndim, n->out_shape),
+                                   .ms = cJSON_GetObjectItem(op, "cast_ms")->valuedouble};
+                st = qs_prof_casts_add(casts, pc);
+            }
+        }
+    }
+#undef QS_PROF_SAMPLE
+    free(buf);
+    qs_prof_run_free(&r);
+    if (st != QS_OK) {
+        cJSON_Delete(run);
+        return qs_error_wrap(st, "profiling %s at %s: ", o->model, qs_precision_name(p));
+    }
+    *out = run;
+    return QS_OK;
+}
+
+/* One fitted line per (from, to) pair among the casts seen. */
+static cJSON *qs_prof_cast_fits(const qs_prof_casts *c) {
+    cJSON *arr = cJSON_CreateArray();
+    double *x = malloc((size_t)(c->n + 1) * sizeof *x), *y = malloc((size_t)(c->n + 1) * sizeof *y);
+    bool *done = calloc((size_t)c->n + 1, sizeof *done);
+    for (int i = 0; x && y && done && i < c->n; i++) {
+        if (done[i]) continue;
+        int k = 0;
+        for (int j = i; j < c->n; j++) {
+            if (c->v[j].from != c->v[i].from || c->v[j].to != c->v[i].to) continue;
+            done[j] = true;
+            x[k] = c->v[j].elements;
+            y[k++] = c->v[j].ms;
+        }
+        double alpha, beta;
+        qs_linear_fit(x, y, k, &alpha, &beta);
+        cJSON *f = cJSON_CreateObject();
+        cJSON_AddStringToObject(f, "from", qs_dtype_name(c->v[i].from));
+        cJSON_AddStringToObject(f, "to", qs_dtype_name(c->v[i].to));
+        cJSON_AddNumberToObject(f, "alpha_ms", alpha);
+        cJSON_AddNumberToObject(f, "beta_ms_per_element", beta);
+        cJSON *pts = cJSON_AddArrayToObject(f, "points");
+        for (int j = 0; j < k; j++) {
+            cJSON *pt = cJSON_CreateArray();
+            cJSON_AddItemToArray(pt, cJSON_CreateNumber(x[j]));
+            cJSON_AddItemToArray(pt, cJSON_CreateNumber(y[j]));
+            cJSON_AddItemToArray(pts, pt);
+        }
+        cJSON_AddItemToArray(arr, f);
+    }
+    free(x);
+    free(y);
+    free(done);
+    return arr;
+}
+
+/* What the profile was taken on. */
+static cJSON *qs_prof_device(const qs_profile_options *o) {
+    cJSON *d = cJSON_CreateObject();
+    cJSON_AddStringToObject(d, "backend", "cpu");
+    long cores = sysconf(_SC_NPROCESSORS_ONLN), pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    cJSON_AddNumberToObject(d, "cores", (double)cores);
+    cJSON_AddNumberToObject(d, "threads", o->threads > 0 ? o->threads : (double)cores);
+    cJSON_AddNumberToObject(d, "memory_bytes", pages > 0 && page > 0 ? (double)pages * (double)page : 0);
+    char line[512], cpu[256] = "unknown";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    while (f && fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (strncmp(line, "model name", 10) == 0 && colon) {
+            snprintf(cpu, sizeof cpu, "%s", colon + 2);
+            cpu[strcspn(cpu, "\n")] = '\0';
+            break;
+        }
+    }
+    if (f) fclose(f);
+    cJSON_AddStringToObject(d, "cpu", cpu);
+    return d;
+}
+
+qs_status qs_profile_model(const qs_profile_options *o, cJSON **out) {
+    *out = NULL;
+    if (o->batch < 1 || o->warmup < 1 || o->reps < 3 || o->n_precs < 1)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "profile: batch ≥ 1, warm-up ≥ 1, repetitions ≥ 3 and at least one "
+                       "precision are needed (got batch %lld, warm-up %d, repetitions %d)", (long long)o->batch,
+                       o->warmup, o->reps);
+    cJSON *doc = cJSON_CreateObject(), *runs = NULL;
+    cJSON_AddStringToObject(doc, "format", QS_PROFILE_FORMAT);
+    cJSON_AddNumberToObject(doc, "version", QS_PROFILE_VERSION);
+    cJSON_AddStringToObject(doc, "model", o->model);
+    cJSON_AddStringToObject(doc, "data", o->data ? o->data : "");
+    cJSON_AddNumberToObject(doc, "batch", (double)o->batch);
+    cJSON_AddStringToObject(doc, "optimizer", qs_optim_kind_name(o->optimizer));
+    cJSON_AddNumberToObject(doc, "warmup", o->warmup);
+    cJSON_AddNumberToObject(doc, "reps", o->reps);
+    cJSON_AddItemToObject(doc, "device", qs_prof_device(o));
+    runs = cJSON_AddObjectToObject(doc, "runs");
+    qs_prof_casts casts = {0};
+    qs_status st = QS_OK;
+    for (int i = 0; i < o->n_precs && st == QS_OK; i++) {
+        double t0 = qs_now_ms();
+        cJSON *run = NULL;
+        st = qs_prof_precision(o, o->precs[i], &casts, &run);
+        if (st != QS_OK) break;
+        if (i == 0) { /* the model's resolved options, from the first run's build */
+            qs_model *m = NULL;
+            st = qs_models_build(o->model, &o->model_opt, &m);
+            if (st == QS_OK) cJSON_AddStringToObject(doc, "config", m->config);
+            qs_model_free(m);
+        }
+        cJSON_AddItemToObject(runs, qs_precision_name(o->precs[i]), run);
+        if (o->log)
+            qs_log_info(o->log, "profiled %s at %s: step %.2f ms (median of %d), %.1f s", o->model,
+                        qs_precision_name(o->precs[i]), cJSON_GetObjectItem(run, "step_ms")->valuedouble, o->reps,
+                        (qs_now_ms() - t0) / 1e3);
+    }
+    if (st == QS_OK) cJSON_AddItemToObject(doc, "casts", qs_prof_cast_fits(&casts));
+    free(casts.v);
+    if (st != QS_OK) {
+        cJSON_Delete(doc);
+        return st;
+    }
+    *out = doc;
+    return QS_OK;
+}

@@ -1,0 +1,46 @@
+/* src/predict/profile.h — defines: profiling a model on this device, the measured costs the
+ * replayer predicts from (format: docs/PROFILE.md).
+ *
+ * For every precision asked, the model is built with every selectable layer at that precision
+ * (fused and cast exactly as in training), set up on a fresh backend at the batch size, and
+ * trained for `warmup` + `reps` steps on one fixed batch with the engine's per-op timers on
+ * (each op timed alone). Per op and step the time of each category (forward, backward-data,
+ * backward-weights, cast) is recorded, and the medians over the `reps` steps are reported,
+ * with the op's memory (output, gradient, saved-for-backward and workspace bytes at that
+ * precision). Quantizing casts are fitted as α + β·elements per (from, to) dtype pair over
+ * every cast of every run. The optimizer step (SGD or AdamW over all parameters) and the whole
+ * step are reported as medians too, and the backend's own count of the bytes it allocated. */
+#ifndef QSYNC_PREDICT_PROFILE_H
+#define QSYNC_PREDICT_PROFILE_H
+
+#include <stdint.h>
+#include <cjson/cJSON.h>
+#include "qsync/log.h"
+#include "qsync/status.h"
+#include "models/models.h"
+#include "optim/optim.h"
+#include "plan/plan_file.h"
+
+#define QS_PROFILE_FORMAT "qsync-profile"
+#define QS_PROFILE_VERSION 1
+
+typedef struct qs_profile_options {
+    const char *model;            /* built-in model name */
+    qs_model_options model_opt;   /* input shape, classes, width */
+    const char *data;             /* the data the input shape comes from (recorded) */
+    int64_t batch;                /* the local batch of the worker the profile is for */
+    int threads;                  /* compute threads (0 = OpenMP's default) */
+    const qs_precision *precs;    /* precisions to profile (each must be supported, see below) */
+    int n_precs;
+    bool allow_emulated;          /* also profile precisions the backend only emulates */
+    int warmup, reps;             /* steps before timing (≥ 1), timed steps (≥ 3) */
+    qs_optim_kind optimizer;
+    const float *x;               /* one batch: batch × in_h·in_w·in_c floats (NHWC) */
+    const int32_t *y;             /* batch labels */
+    const qs_logger *log;         /* progress, one line per precision (may be NULL) */
+} qs_profile_options;
+
+/* Profile o->model and return the profile document in *out (caller deletes). */
+qs_status qs_profile_model(const qs_profile_options *o, cJSON **out);
+
+#endif

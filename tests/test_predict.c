@@ -1,0 +1,202 @@
+/* tests/test_predict.c — the predictor's measurements: the line fits, the profile of a model
+ * (every op of every run, memory that adds up to what the backend allocated, casts fitted),
+ * precision lists, and `qsync profile` on bad input and under mpirun. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/stats.h"
+#include "graph/graph.h"
+#include "predict/profile.h"
+#include "run_cmd.h"
+
+static void test_linear_fit(void **state) {
+    double x[4] = {1, 2, 3, 4}, y[4], a, b;
+    for (int i = 0; i < 4; i++) y[i] = 0.5 + 0.25 * x[i];
+    qs_linear_fit(x, y, 4, &a, &b);
+    assert_true(fabs(a - 0.5) < 1e-12 && fabs(b - 0.25) < 1e-12);
+    /* a negative intercept is replaced by the line through the origin */
+    for (int i = 0; i < 4; i++) y[i] = -1.0 + 2.0 * x[i];
+    qs_linear_fit(x, y, 4, &a, &b);
+    assert_true(a == 0 && fabs(b - (1 * 1 + 3 * 2 + 5 * 3 + 7 * 4) / 30.0) < 1e-12);
+    /* one point, or all at the same x: through the origin */
+    qs_linear_fit(x, y, 1, &a, &b);
+    assert_true(a == 0 && fabs(b - 1.0) < 1e-12);
+    double same[3] = {2, 2, 2}, ys[3] = {1, 2, 3};
+    qs_linear_fit(same, ys, 3, &a, &b);
+    assert_true(a == 0 && fabs(b - 1.0) < 1e-12);
+    qs_linear_fit(x, y, 0, &a, &b);
+    assert_true(a == 0 && b == 0);
+}
+
+static void test_precision_list(void **state) {
+    qs_precision p[QS_PREC_COUNT];
+    int n = 0;
+    char err[160];
+    assert_true(qs_precision_list_parse("fp32,int8,bf16", p, QS_PREC_COUNT, &n, err, sizeof err));
+    assert_int_equal(n, 3);
+    assert_int_equal(p[0], QS_PREC_FP32);
+    assert_int_equal(p[1], QS_PREC_INT8);
+    assert_int_equal(p[2], QS_PREC_BF16);
+    assert_false(qs_precision_list_parse("fp32,int4", p, QS_PREC_COUNT, &n, err, sizeof err));
+    assert_non_null(strstr(err, "unknown precision 'int4'"));
+    assert_false(qs_precision_list_parse("int8,int8", p, QS_PREC_COUNT, &n, err, sizeof err));
+    assert_non_null(strstr(err, "listed twice"));
+    assert_false(qs_precision_list_parse("", p, QS_PREC_COUNT, &n, err, sizeof err));
+    assert_false(qs_precision_list_parse("fp32,int8", p, 1, &n, err, sizeof err));
+}
+
+static double num(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    assert_true(cJSON_IsNumber(v));
+    return v->valuedouble;
+}
+
+/* cnn at fp32 and int8 on a synthetic batch: every run lists every op of the model built at
+ * that precision (its casts included), Conv2d/Linear at the run's precision with a forward
+ * time; the per-op memory adds up to the run's categories, which add up to exactly what the
+ * backend allocated; a cast fit for f32 → s8 over the 4 casts. */
+static void test_profile_cnn(void **state) {
+    const int64_t B = 8;
+    float *x = calloc((size_t)B * 28 * 28, sizeof *x);
+    int32_t y[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    assert_non_null(x);
+    for (int64_t i = 0; i < B * 28 * 28; i++) x[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
+    qs_precision precs[2] = {QS_PREC_FP32, QS_PREC_INT8};
+    qs_profile_options o = {.model = "cnn", .data = "synthetic", .batch = B, .threads = 1, .precs = precs,
+                            .n_precs = 2, .allow_emulated = true, .warmup = 1, .reps = 3,
+                            .optimizer = QS_OPTIM_SGD, .x = x, .y = y};
+    o.model_opt = qs_models_default_options(28, 28, 1, 10);
+    o.model_opt.width = 4;
+    cJSON *doc = NULL;
+    assert_int_equal(qs_profile_model(&o, &doc), QS_OK);
+    assert_string_equal(cJSON_GetObjectItem(doc, "format")->valuestring, QS_PROFILE_FORMAT);
+    assert_int_equal((int)num(doc, "version"), QS_PROFILE_VERSION);
+    assert_int_equal((int)num(doc, "batch"), (int)B);
+    assert_non_null(strstr(cJSON_GetObjectItem(doc, "config")->valuestring, "width=4"));
+    const char *prec_names[2] = {"fp32", "int8"};
+    int want_ops[2] = {11, 15}; /* 11 ops after the input; int8 adds a cast in front of each of 4 layers */
+    for (int r = 0; r < 2; r++) {
+        const cJSON *run = cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "runs"), prec_names[r]);
+        assert_non_null(run);
+        const cJSON *ops = cJSON_GetObjectItem(run, "ops"), *op;
+        assert_int_equal(cJSON_GetArraySize(ops), want_ops[r]);
+        double out = B * 28 * 28 * sizeof(float), grad = 0, saved = 0;
+        int gemms = 0;
+        cJSON_ArrayForEach(op, ops) {
+            const char *kind = cJSON_GetObjectItem(op, "kind")->valuestring;
+            if (strcmp(kind, "Conv2d") == 0 || strcmp(kind, "Linear") == 0) {
+                gemms++;
+                assert_string_equal(cJSON_GetObjectItem(op, "precision")->valuestring, prec_names[r]);
+                assert_true(num(op, "forward_ms") > 0);
+                assert_true(num(op, "backward_weights_ms") > 0);
+            }
+            if (strcmp(kind, "Cast") == 0) {
+                assert_string_equal(cJSON_GetObjectItem(op, "out_dtype")->valuestring, "s8");
+                assert_true(num(op, "cast_ms") > 0);
+            }
+            out += num(op, "out_bytes");
+            grad += num(op, "grad_bytes");
+            saved += num(op, "saved_bytes");
+        }
+        assert_int_equal(gemms, 4);
+        const cJSON *mem = cJSON_GetObjectItem(run, "memory_bytes");
+        assert_true(out == num(mem, "activations"));
+        assert_true(grad == num(mem, "activation_grads"));
+        assert_true(saved == num(mem, "saved"));
+        double total = 0;
+        const char *cats[] = {"params", "grads", "optimizer", "buffers", "activations", "activation_grads", "saved",
+                              "workspace", "labels"};
+        for (int k = 0; k < 9; k++) total += num(mem, cats[k]);
+        assert_true(total == num(mem, "backend_in_use"));
+        assert_true(num(run, "step_ms") > 0 && num(run, "optimizer_ms") > 0);
+    }
+    const cJSON *casts = cJSON_GetObjectItem(doc, "casts");
+    assert_int_equal(cJSON_GetArraySize(casts), 1);
+    const cJSON *c = cJSON_GetArrayItem(casts, 0);
+    assert_string_equal(cJSON_GetObjectItem(c, "from")->valuestring, "f32");
+    assert_string_equal(cJSON_GetObjectItem(c, "to")->valuestring, "s8");
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(c, "points")), 4);
+    assert_true(num(c, "alpha_ms") >= 0 && num(c, "beta_ms_per_element") >= 0);
+    cJSON_Delete(doc);
+    /* refused: too few repetitions, an unknown model, an emulated precision not allowed */
+    o.reps = 2;
+    assert_int_equal(qs_profile_model(&o, &doc), QS_ERR_INVALID_ARG);
+    o.reps = 3;
+    o.model = "resnet9";
+    assert_int_not_equal(qs_profile_model(&o, &doc), QS_OK);
+    o.model = "cnn";
+    qs_precision fp8 = QS_PREC_FP8;
+    o.precs = &fp8;
+    o.n_precs = 1;
+    o.allow_emulated = false;
+    assert_int_not_equal(qs_profile_model(&o, &doc), QS_OK);
+    assert_non_null(strstr(qs_last_error(), "fp8"));
+    assert_null(doc);
+    free(x);
+}
+
+static void expect_cli(int want, const char *needle, const char *args) {
+    char *out = NULL;
+    int rc = qs_test_run_qsync(args, &out);
+    if (rc != want || (needle && !strstr(out, needle)))
+        fail_msg("qsync %s\n  exit %d (want %d), output:\n%s\n  (wanted: %s)", args, rc, want, out, needle ? needle : "-");
+    free(out);
+}
+
+/* The command: a profile file written (and nothing on failure); usage errors; under mpirun
+ * with 2 ranks the all-reduce fit between them is added. */
+static void test_profile_cli(void **state) {
+    char a[1024], path[512];
+    snprintf(path, sizeof path, "%s/cnn.json", qs_test_tmp);
+    snprintf(a, sizeof a, "profile --model cnn --width 4 --batch 8 --data synthetic --precisions fp32,bf16 "
+             "--reps 3 --warmup 1 --threads 1 --out %s", path);
+    expect_cli(0, "written to", a);
+    cJSON *doc = NULL;
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char *text = calloc(1 << 20, 1);
+    assert_non_null(text);
+    assert_true(fread(text, 1, (1 << 20) - 1, f) > 0);
+    fclose(f);
+    doc = cJSON_Parse(text);
+    free(text);
+    assert_non_null(doc);
+    assert_non_null(cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "runs"), "bf16"));
+    assert_null(cJSON_GetObjectItem(doc, "allreduce"));
+    cJSON_Delete(doc);
+    expect_cli(2, "--model and --out are required", "profile --model cnn");
+    expect_cli(2, "--reps >= 3", "profile --model cnn --reps 1 --out x.json");
+    expect_cli(2, "listed twice", "profile --model cnn --precisions int8,int8 --out x.json");
+    snprintf(a, sizeof a, "profile --model cnn --batch 100000 --data synthetic --out %s/big.json", qs_test_tmp);
+    expect_cli(1, "is larger than the 2000 test samples", a);
+    snprintf(a, sizeof a, "profile --model cnn --width 4 --batch 8 --data synthetic --reps 3 --out %s/no/such/dir.json",
+             qs_test_tmp);
+    expect_cli(1, "no/such/dir.json", a);
+    qs_test_mpi_env();
+    snprintf(a, sizeof a, "mpirun -np 2 --oversubscribe %s "
+             "profile --model cnn --width 4 --batch 8 --data synthetic --precisions fp32 --reps 3 --warmup 1 "
+             "--threads 1 --quiet --out %s/ar.json && grep -c beta_ms_per_byte %s/ar.json",
+             getenv("QS_BIN"), qs_test_tmp, qs_test_tmp);
+    char *out = NULL;
+    int rc = qs_test_run_shell(a, &out);
+    if (rc != 0 || !strstr(out, "1")) fail_msg("%s\n  exit %d, output:\n%s", a, rc, out);
+    free(out);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_linear_fit),
+        cmocka_unit_test(test_precision_list),
+        cmocka_unit_test(test_profile_cnn),
+        QS_TMPDIR_TEST(test_profile_cli),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
