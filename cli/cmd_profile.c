@@ -11,6 +11,8 @@
 #include "core/backend.h"
 #include "data/dataset.h"
 #include "dist/comm.h"
+#include "core/stats.h"
+#include "core/timer.h"
 #include "options.h"
 #include "predict/profile.h"
 #include "predict/profile_comm.h"
@@ -33,6 +35,31 @@ static int qs_profile_native(qs_precision *out, int threads) {
         if (be->ops->precision_support(be, (qs_precision)p) == QS_PREC_NATIVE) out[n++] = (qs_precision)p;
     be->ops->destroy(be);
     return n;
+}
+
+/* The training loader's median time for one batch (shuffled, no augmentation) over reps calls
+ * after warm-up ones. */
+static qs_status qs_profile_loader_ms(const qs_dataset *ds, int64_t batch, int warmup, int reps, double *ms) {
+    qs_loader ld;
+    qs_loader_options lo = {.global_batch = batch, .rank = 0, .world = 1, .seed = 1, .shuffle = true,
+                            .drop_last = true, .augment = false, .crop_pad = 2};
+    QS_TRY(qs_loader_init(&ld, ds, &lo));
+    int64_t per = ds->h * ds->w * ds->c, valid;
+    float *x = qs_host_alloc((size_t)(batch * per) * sizeof(float));
+    int32_t *y = qs_host_alloc((size_t)batch * sizeof(int32_t));
+    double *t = calloc((size_t)reps, sizeof *t);
+    qs_status st = x && y && t ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory timing the loader");
+    for (int k = -warmup; k < reps && st == QS_OK; k++) {
+        double t0 = qs_now_ms();
+        st = qs_loader_next(&ld, x, y, &valid, NULL);
+        if (k >= 0) t[k] = qs_now_ms() - t0;
+    }
+    if (st == QS_OK) *ms = qs_median_inplace(t, reps);
+    free(t);
+    qs_host_free(x);
+    qs_host_free(y);
+    qs_loader_free(&ld);
+    return st;
 }
 
 /* The first `batch` test samples of the dataset, normalised as the loader does, into x, y. */
@@ -106,7 +133,7 @@ int qs_cmd_profile(int argc, char **argv) {
         fprintf(stderr, "qsync profile: --batch and --warmup must be >= 1, --reps >= 3, --width >= 0\n");
         return 2;
     }
-    qs_profile_options o = {.model = model, .data = data, .batch = batch, .threads = threads,
+    qs_profile_options o = {.model = model, .data = data, .batch = batch, .threads = threads, .data_ms = -1,
                             .allow_emulated = allow_emulated, .warmup = warmup, .reps = reps};
     qs_precision list[QS_PREC_COUNT];
     char err[160];
@@ -137,6 +164,7 @@ int qs_cmd_profile(int argc, char **argv) {
             o.model_opt = qs_models_default_options(ds.h, ds.w, ds.c, ds.classes);
             o.model_opt.width = width;
             st = qs_profile_batch(&ds, batch, &x, &y);
+            if (st == QS_OK) st = qs_profile_loader_ms(&ds, batch, warmup, reps, &o.data_ms);
             qs_dataset_free(&ds);
         }
         o.x = x;

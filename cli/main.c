@@ -14,6 +14,7 @@ static void qs_main_help(FILE *f) {
           "  models   list the built-in models, or print one's layers, shapes, parameters and FLOPs\n"
           "  bench    measure GEMM, layer, quantization and training-step throughput per precision\n"
           "  profile  measure a model's per-op costs at every precision for the predictor\n"
+          "  simulate predict a cluster's iteration time and memory for a precision plan from profiles\n"
           "  help     show this help\n",
           f);
 }
@@ -34,6 +35,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "models") == 0) return qs_cmd_models(argc, argv);
     if (strcmp(cmd, "bench") == 0) return qs_cmd_bench(argc, argv);
     if (strcmp(cmd, "profile") == 0) return qs_cmd_profile(argc, argv);
-    fprintf(stderr, "qsync: unknown command '%s' (commands: train, eval, models, bench, profile, help)\n", cmd);
+    if (strcmp(cmd, "simulate") == 0) return qs_cmd_simulate(argc, argv);
+    fprintf(stderr, "qsync: unknown command '%s' (commands: train, eval, models, bench, profile, simulate, help)\n", cmd);
     return 2;
 }

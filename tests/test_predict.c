@@ -14,7 +14,11 @@
 
 #include "core/stats.h"
 #include "graph/graph.h"
+#include "graph/precision.h"
 #include "predict/profile.h"
+#include "predict/simulate.h"
+#include "core/backend.h"
+#include "optim/optim.h"
 #include "run_cmd.h"
 
 static void test_linear_fit(void **state) {
@@ -143,6 +147,111 @@ static void test_profile_cnn(void **state) {
     free(x);
 }
 
+/* A cnn (width 4, batch 8) profile at fp32 and int8, for the replayer's tests. */
+static cJSON *small_profile(void) {
+    static float x[8 * 28 * 28];
+    static int32_t y[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    for (int i = 0; i < 8 * 28 * 28; i++) x[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
+    qs_precision precs[2] = {QS_PREC_FP32, QS_PREC_INT8};
+    qs_profile_options o = {.model = "cnn", .data = "synthetic", .batch = 8, .threads = 1, .precs = precs, .n_precs = 2,
+                            .allow_emulated = true, .warmup = 1, .reps = 3, .optimizer = QS_OPTIM_SGD, .x = x, .y = y,
+                            .data_ms = 0.5};
+    o.model_opt = qs_models_default_options(28, 28, 1, 10);
+    o.model_opt.width = 4;
+    cJSON *doc = NULL;
+    assert_int_equal(qs_profile_model(&o, &doc), QS_OK);
+    return doc;
+}
+
+/* cnn width 4 with conv2 and fc1 in INT8 (the others FP32), casts inserted; set up at batch 8
+ * when be is not NULL (with an SGD optimizer's momentum counted in *optimizer_bytes). */
+static qs_model *mixed_cnn(qs_backend *be, size_t *optimizer_bytes) {
+    qs_model_options mo = qs_models_default_options(28, 28, 1, 10);
+    mo.width = 4;
+    qs_model *m = NULL;
+    assert_int_equal(qs_models_build("cnn", &mo, &m), QS_OK);
+    qs_model_fuse(m);
+    for (int i = 0; i < m->n_nodes; i++)
+        if (strcmp(m->nodes[i].name, "conv2") == 0 || strcmp(m->nodes[i].name, "fc1") == 0) m->nodes[i].prec = QS_PREC_INT8;
+    assert_int_equal(qs_model_insert_casts(m, NULL), QS_OK);
+    if (be) {
+        assert_int_equal(qs_model_setup(m, be, 8, 1), QS_OK);
+        *optimizer_bytes = m->params.bytes; /* SGD momentum: one buffer like the parameters */
+    }
+    return m;
+}
+
+/* One worker: the iteration is the sum of its parts; a mixed plan's memory is predicted to the
+ * byte of what the engine allocates for it (from the uniform runs), and its time lies between
+ * the uniform plans'. */
+static void test_simulate_one_worker(void **state) {
+    cJSON *prof = small_profile();
+    qs_backend *be = NULL;
+    assert_int_equal(qs_backend_cpu_create(1, &be), QS_OK);
+    size_t opt_bytes = 0;
+    qs_model *real = mixed_cnn(be, &opt_bytes), *m = mixed_cnn(NULL, NULL);
+    qs_sim_worker w = {.profile = prof, .profile_path = "small", .m = m, .batch = 8};
+    qs_sim_options so = {.bucket_bytes = 25 << 20, .overlap = true};
+    cJSON *trace = cJSON_CreateArray(), *out = NULL;
+    assert_int_equal(qs_simulate(&w, 1, &so, trace, &out), QS_OK);
+    const cJSON *w0 = cJSON_GetArrayItem(cJSON_GetObjectItem(out, "workers"), 0);
+    double parts = num(w0, "data_ms") + num(w0, "forward_ms") + num(w0, "backward_ms") + num(w0, "optimizer_ms");
+    assert_true(fabs(num(out, "iteration_ms") - parts) < 1e-9);
+    assert_true(num(w0, "data_ms") == 0.5);
+    qs_memory_report mr;
+    qs_model_memory(real, &mr);
+    size_t in_use = 0;
+    be->ops->memory_stats(be, &in_use, NULL);
+    assert_true(num(w0, "memory_bytes") == (double)(in_use + opt_bytes));
+    assert_true(cJSON_GetArraySize(trace) > 10);
+    cJSON_Delete(out);
+    cJSON_Delete(trace);
+    /* a profile at another batch, a precision it has no run of */
+    w.batch = 16;
+    assert_int_equal(qs_simulate(&w, 1, &so, NULL, &out), QS_ERR_MISMATCH);
+    assert_non_null(strstr(qs_last_error(), "taken at batch 8"));
+    w.batch = 8;
+    for (int i = 0; i < m->n_nodes; i++)
+        if (strcmp(m->nodes[i].name, "fc2") == 0) m->nodes[i].prec = QS_PREC_BF16;
+    assert_int_equal(qs_simulate(&w, 1, &so, NULL, &out), QS_ERR_MISMATCH);
+    assert_non_null(strstr(qs_last_error(), "no run at bf16"));
+    qs_model_free(m);
+    qs_model_free(real);
+    be->ops->destroy(be);
+    cJSON_Delete(prof);
+}
+
+/* Two workers, the second emulated 2x slower: without an all-reduce measurement for 2 ranks
+ * the replay is refused; with one, the gradients' buckets are exchanged after the slow worker's
+ * backward, so the fast one waits and both finish with it. */
+static void test_simulate_two_workers(void **state) {
+    cJSON *prof = small_profile();
+    qs_model *m0 = mixed_cnn(NULL, NULL), *m1 = mixed_cnn(NULL, NULL);
+    qs_sim_worker w[2] = {{.profile = prof, .profile_path = "small", .m = m0, .batch = 8},
+                          {.profile = prof, .profile_path = "small", .m = m1, .batch = 8, .slowdown = 2}};
+    qs_sim_options so = {.bucket_bytes = 1 << 10, .overlap = true};
+    cJSON *out = NULL;
+    assert_int_equal(qs_simulate(w, 2, &so, NULL, &out), QS_ERR_MISMATCH);
+    assert_non_null(strstr(qs_last_error(), "all-reduce measured between 2 ranks"));
+    cJSON *ar = cJSON_Parse("{\"ranks\": 2, \"alpha_ms\": 0.01, \"beta_ms_per_byte\": 1e-6, "
+                            "\"points\": [[1024, 0.02], [1048576, 1.0]]}");
+    cJSON_AddItemToObject(prof, "allreduce", ar);
+    assert_int_equal(qs_simulate(w, 2, &so, NULL, &out), QS_OK);
+    const cJSON *comm = cJSON_GetObjectItem(out, "comm");
+    assert_string_equal(cJSON_GetObjectItem(comm, "model")->valuestring, "serial");
+    assert_true(num(comm, "buckets") > 1 && num(comm, "allreduce_ms") > 0);
+    const cJSON *ws = cJSON_GetObjectItem(out, "workers"), *a = cJSON_GetArrayItem(ws, 0), *b = cJSON_GetArrayItem(ws, 1);
+    assert_true(fabs(num(b, "backward_ms") - 2 * num(a, "backward_ms")) < 1e-9 * num(b, "backward_ms") + 1e-12);
+    assert_true(num(a, "comm_wait_ms") > num(b, "comm_wait_ms"));
+    assert_int_equal((int)num(out, "slowest"), 1);
+    assert_true(num(out, "iteration_ms") >= num(b, "data_ms") + num(b, "forward_ms") + num(b, "backward_ms") +
+                                            num(comm, "allreduce_ms"));
+    cJSON_Delete(out);
+    qs_model_free(m0);
+    qs_model_free(m1);
+    cJSON_Delete(prof);
+}
+
 static void expect_cli(int want, const char *needle, const char *args) {
     char *out = NULL;
     int rc = qs_test_run_qsync(args, &out);
@@ -172,6 +281,22 @@ static void test_profile_cli(void **state) {
     assert_non_null(cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "runs"), "bf16"));
     assert_null(cJSON_GetObjectItem(doc, "allreduce"));
     cJSON_Delete(doc);
+    /* the replayer from that file: a trace; a worker type without a profile; a plan of
+     * another model; a profile of a precision the plan does not use refused by name */
+    snprintf(a, sizeof a, "simulate --profile %s --precision bf16 --trace %s/t.json", path, qs_test_tmp);
+    expect_cli(0, "predicted iteration", a);
+    snprintf(a, sizeof a, "grep -c traceEvents %s/t.json", qs_test_tmp);
+    assert_int_equal(qs_test_run_shell(a, NULL), 0);
+    snprintf(a, sizeof a, "simulate --profile %s --precision int8", path);
+    expect_cli(1, "has no run at int8", a);
+    snprintf(a, sizeof a, "printf '{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": [{\"device\": \"cpu\", "
+             "\"type\": \"a\"}, {\"device\": \"cpu\", \"type\": \"b\"}]}' > %s/c.json", qs_test_tmp);
+    assert_int_equal(qs_test_run_shell(a, NULL), 0);
+    snprintf(a, sizeof a, "simulate --profile a=%s --cluster %s/c.json", path, qs_test_tmp);
+    expect_cli(1, "no profile for worker 1 of type \"b\"", a);
+    snprintf(a, sizeof a, "simulate --profile %s --plan %s/examples/plans/mlp-int8.json", path, getenv("QS_SOURCE_DIR"));
+    expect_cli(1, "mlp", a);
+    expect_cli(2, "--profile is required", "simulate --precision int8");
     expect_cli(2, "--model and --out are required", "profile --model cnn");
     expect_cli(2, "--reps >= 3", "profile --model cnn --reps 1 --out x.json");
     expect_cli(2, "listed twice", "profile --model cnn --precisions int8,int8 --out x.json");
@@ -196,6 +321,8 @@ int main(void) {
         cmocka_unit_test(test_linear_fit),
         cmocka_unit_test(test_precision_list),
         cmocka_unit_test(test_profile_cnn),
+        cmocka_unit_test(test_simulate_one_worker),
+        cmocka_unit_test(test_simulate_two_workers),
         QS_TMPDIR_TEST(test_profile_cli),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -61,6 +61,21 @@ static qs_status on_grads_done(void *ctx) {
     return m->be->ops->scale(m->be, m->stream, (int64_t)(m->params.bytes / sizeof(float)), m->grad_data, inv);
 }
 
+int qs_grad_buckets_form(const qs_table *t, size_t bucket_bytes, qs_grad_bucket *buckets, int *entry_bucket) {
+    int n = 0, last = t->count - 1;
+    for (int e = t->count - 1; e >= 0; e--) { /* from the last entry down */
+        size_t lo = t->entries[e].offset, hi = last == t->count - 1 ? t->bytes : t->entries[last + 1].offset;
+        if (hi - lo >= bucket_bytes || e == 0) {
+            buckets[n] = (qs_grad_bucket){.offset = lo, .bytes = hi - lo, .first_entry = e, .last_entry = last,
+                                          .pending = last - e + 1, .req = -1};
+            for (int k = e; k <= last; k++) entry_bucket[k] = n;
+            n++;
+            last = e - 1;
+        }
+    }
+    return n;
+}
+
 qs_status qs_grad_sync_init(qs_grad_sync *gs, qs_comm *comm, qs_model *m, size_t bucket_bytes, bool overlap,
                             double timeout_s) {
     memset(gs, 0, sizeof *gs);
@@ -78,19 +93,7 @@ qs_status qs_grad_sync_init(qs_grad_sync *gs, qs_comm *comm, qs_model *m, size_t
         qs_grad_sync_free(gs);
         return QS_FAIL(QS_ERR_OOM, "out of memory for gradient buckets");
     }
-    /* from the last entry down: a bucket closes once it holds >= bucket_bytes */
-    int last = t->count - 1;
-    for (int e = t->count - 1; e >= 0; e--) {
-        size_t lo = t->entries[e].offset, hi = last == t->count - 1 ? t->bytes : t->entries[last + 1].offset;
-        if (hi - lo >= bucket_bytes || e == 0) {
-            qs_grad_bucket *b = &gs->buckets[gs->n_buckets];
-            *b = (qs_grad_bucket){.offset = lo, .bytes = hi - lo, .first_entry = e, .last_entry = last,
-                                  .pending = last - e + 1, .req = -1};
-            for (int k = e; k <= last; k++) gs->entry_bucket[k] = gs->n_buckets;
-            gs->n_buckets++;
-            last = e - 1;
-        }
-    }
+    gs->n_buckets = qs_grad_buckets_form(t, bucket_bytes, gs->buckets, gs->entry_bucket);
     m->grads_ready = on_grads_ready;
     m->grads_done = on_grads_done;
     m->grads_ctx = gs;

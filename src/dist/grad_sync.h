@@ -40,6 +40,11 @@ typedef struct qs_grad_sync {
     float weight;          /* world·b_r/B: 1 with equal local batches (then no scaling) */
 } qs_grad_sync;
 
+/* The buckets of a parameter table's gradients (see above) into buckets[] and, per entry, its
+ * bucket into entry_bucket[] (both t->count long); returns how many. The runtime and the
+ * replayer (src/predict) form them with this one function. */
+int qs_grad_buckets_form(const qs_table *t, size_t bucket_bytes, qs_grad_bucket *buckets, int *entry_bucket);
+
 /* Form the buckets of m's gradients and install the model's gradient hooks. bucket_bytes > 0.
  * With a group of one nothing is installed (gradients are already the mean). */
 qs_status qs_grad_sync_init(qs_grad_sync *gs, qs_comm *comm, qs_model *m, size_t bucket_bytes, bool overlap,

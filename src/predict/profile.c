@@ -258,6 +258,7 @@ qs_status qs_profile_model(const qs_profile_options *o, cJSON **out) {
     cJSON_AddStringToObject(doc, "optimizer", qs_optim_kind_name(o->optimizer));
     cJSON_AddNumberToObject(doc, "warmup", o->warmup);
     cJSON_AddNumberToObject(doc, "reps", o->reps);
+    if (o->data_ms >= 0) cJSON_AddNumberToObject(doc, "data_ms", o->data_ms);
     cJSON_AddItemToObject(doc, "device", qs_prof_device(o));
     runs = cJSON_AddObjectToObject(doc, "runs");
     qs_prof_casts casts = {0};

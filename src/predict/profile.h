@@ -37,6 +37,7 @@ typedef struct qs_profile_options {
     qs_optim_kind optimizer;
     const float *x;               /* one batch: batch × in_h·in_w·in_c floats (NHWC) */
     const int32_t *y;             /* batch labels */
+    double data_ms;               /* the loader's time per batch, measured by the caller (< 0: unknown) */
     const qs_logger *log;         /* progress, one line per precision (may be NULL) */
 } qs_profile_options;
 

@@ -605,10 +605,9 @@ static double qs_train_median_step_ms(qs_train_job *j, int64_t skip) {
 }
 
 /* This rank's figures for the worker report (train/worker_report.h); gathered on every rank,
- * reported by rank 0. The median step leaves out 5 warm-up steps and every rank's unslowed
+ * reported by rank 0 (logged only for several ranks or an emulated one; always in the JSON). The median step leaves out 5 warm-up steps and every rank's unslowed
  * calibration window (train/emulator.h). */
 static qs_status qs_train_worker_report(const qs_train_config *c, qs_train_job *j, qs_train_result *res) {
-    if (j->world == 1 && !(c->slowdown > 1)) return QS_OK;
     uint64_t skip = 5, lo, hi;
     if (j->emu.on_after > 0 && (uint64_t)(j->emu.on_after + QS_EMULATOR_WARMUP) > skip)
         skip = (uint64_t)(j->emu.on_after + QS_EMULATOR_WARMUP);
@@ -625,9 +624,12 @@ static qs_status qs_train_worker_report(const qs_train_config *c, qs_train_job *
                            .local_batch = (double)j->local_batch,
                            .comm_wait_ms = j->m->comm_wait_time.total_ms / steps};
     f.slowdown_measured = qs_emulator_measured(&j->emu, j->m, &f.calibrated);
+    size_t in_use = 0;
+    j->be->ops->memory_stats(j->be, &in_use, NULL);
+    f.memory_bytes = (double)in_use;
     qs_model_precision_counts(j->m, f.precision_counts);
     return qs_worker_report_gather(c->comm, j->rank, j->world, c->collective_timeout_s, &f, c->worker_types,
-                                   c->device_type, c->log, &res->workers);
+                                   c->device_type, c->log, j->world > 1 || c->slowdown > 1, &res->workers);
 }
 
 static qs_status qs_train_loop(const qs_train_config *c, qs_train_job *j, const qs_model_options *mo,

@@ -15,6 +15,7 @@ enum {
     QS_WR_WAIT_MS,
     QS_WR_METHOD,     /* 0 none, 1 duty cycle, 2 cgroup quota */
     QS_WR_CALIBRATED,
+    QS_WR_MEMORY,
     QS_WR_PREC,       /* QS_PREC_COUNT counts follow */
     QS_WR_FIELDS = QS_WR_PREC + QS_PREC_COUNT
 };
@@ -32,11 +33,12 @@ static void qs_wr_pack(const qs_worker_figures *f, double *x) {
     for (int k = 1; k < 3; k++)
         if (f->emulation_method && strcmp(f->emulation_method, qs_wr_methods[k]) == 0) x[QS_WR_METHOD] = k;
     x[QS_WR_CALIBRATED] = f->calibrated;
+    x[QS_WR_MEMORY] = f->memory_bytes;
     for (int p = 0; p < QS_PREC_COUNT; p++) x[QS_WR_PREC + p] = f->precision_counts[p];
 }
 
 /* One rank's JSON object and log lines from its gathered row. */
-static cJSON *qs_wr_rank(int r, const double *x, const char *type, const qs_logger *log) {
+static cJSON *qs_wr_rank(int r, const double *x, const char *type, const qs_logger *log, bool log_lines) {
     cJSON *w = cJSON_CreateObject();
     cJSON_AddNumberToObject(w, "rank", r);
     if (type) cJSON_AddStringToObject(w, "type", type);
@@ -50,6 +52,7 @@ static cJSON *qs_wr_rank(int r, const double *x, const char *type, const qs_logg
     cJSON_AddNumberToObject(w, "median_step_ms", x[QS_WR_MEDIAN_MS]);
     cJSON_AddNumberToObject(w, "local_batch", x[QS_WR_BATCH]);
     cJSON_AddNumberToObject(w, "comm_wait_ms", x[QS_WR_WAIT_MS]);
+    cJSON_AddNumberToObject(w, "memory_bytes", x[QS_WR_MEMORY]);
     cJSON *pc = cJSON_AddObjectToObject(w, "precisions");
     char line[160] = "";
     size_t n = 0;
@@ -61,6 +64,7 @@ static cJSON *qs_wr_rank(int r, const double *x, const char *type, const qs_logg
             n += (size_t)snprintf(line + n, sizeof line - n, "%s%s x%.0f", n ? ", " : "",
                                   qs_precision_name((qs_precision)p), k);
     }
+    if (!log_lines) return w;
     qs_log_info(log, "rank %d%s%s%s: %s; local batch %.0f, median step %.1f ms (mean %.1f), waited %.1f ms/step for "
                 "gradients", r, type ? " (" : "", type ? type : "", type ? ")" : "", line, x[QS_WR_BATCH],
                 x[QS_WR_MEDIAN_MS], x[QS_WR_MEAN_MS], x[QS_WR_WAIT_MS]);
@@ -72,7 +76,8 @@ static cJSON *qs_wr_rank(int r, const double *x, const char *type, const qs_logg
 }
 
 qs_status qs_worker_report_gather(qs_comm *comm, int rank, int world, double timeout_s, const qs_worker_figures *mine,
-                                  const char *const *types, const char *own_type, const qs_logger *log, cJSON **out) {
+                                  const char *const *types, const char *own_type, const qs_logger *log, bool log_lines,
+                                  cJSON **out) {
     *out = NULL;
     double *v = calloc((size_t)world * QS_WR_FIELDS, sizeof *v);
     if (!v) return QS_FAIL(QS_ERR_OOM, "out of memory for the worker report");
@@ -82,7 +87,7 @@ qs_status qs_worker_report_gather(qs_comm *comm, int rank, int world, double tim
         *out = cJSON_CreateArray();
         for (int r = 0; r < world; r++) {
             const char *type = types ? types[r] : r == rank ? own_type : NULL;
-            cJSON_AddItemToArray(*out, qs_wr_rank(r, v + (size_t)QS_WR_FIELDS * r, type, log));
+            cJSON_AddItemToArray(*out, qs_wr_rank(r, v + (size_t)QS_WR_FIELDS * r, type, log, log_lines));
         }
     }
     free(v);

@@ -20,16 +20,18 @@ typedef struct qs_worker_figures {
     double mean_step_ms, median_step_ms;
     double local_batch;
     double comm_wait_ms;          /* wait for the gradient all-reduce, mean per step */
+    double memory_bytes;          /* what the backend has allocated for training */
     int precision_counts[QS_PREC_COUNT]; /* layers at each precision */
 } qs_worker_figures;
 
 /* Collective over the `world` ranks of comm (NULL for one process): gather every rank's
  * figures, return a JSON array with one object per rank (rank, type, emulated_slowdown,
  * emulated_slowdown_measured, emulation_method, emulated_slowdown_basis when emulated,
- * step_ms, median_step_ms, local_batch, comm_wait_ms, precisions) in *out (caller deletes),
- * and log a line per rank (and one per emulated rank) at info level. types: every rank's
+ * step_ms, median_step_ms, local_batch, comm_wait_ms, precisions, * memory_bytes) and, when `log_lines`, log a line per rank (and one per emulated rank) at info
+ * level. types: every rank's
  * device-type label (world entries) or NULL; own_type: this rank's, used when types is NULL. */
 qs_status qs_worker_report_gather(qs_comm *comm, int rank, int world, double timeout_s, const qs_worker_figures *mine,
-                                  const char *const *types, const char *own_type, const qs_logger *log, cJSON **out);
+                                  const char *const *types, const char *own_type, const qs_logger *log, bool log_lines,
+                                  cJSON **out);
 
 #endif

@@ -1,0 +1,329 @@
+/* src/predict/simulate.c — the replayer (see simulate.h). */
+#include "predict/simulate.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist/grad_sync.h"
+#include "graph/precision.h"
+
+/* ---- reading a profile ---- */
+
+static double qs_sim_num(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : 0;
+}
+
+/* The op named `name` in run `run`, or NULL. */
+static const cJSON *qs_sim_find_op(const cJSON *run, const char *name) {
+    const cJSON *op;
+    cJSON_ArrayForEach(op, cJSON_GetObjectItemCaseSensitive(run, "ops")) {
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(op, "name");
+        if (cJSON_IsString(nm) && strcmp(nm->valuestring, name) == 0) return op;
+    }
+    return NULL;
+}
+
+/* The profile must be of this model, with these options, at this batch. */
+static qs_status qs_sim_check_profile(const qs_sim_worker *w, int rank) {
+    const cJSON *p = w->profile, *fmt = cJSON_GetObjectItemCaseSensitive(p, "format");
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(p, "model"), *config = cJSON_GetObjectItemCaseSensitive(p, "config");
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "qsync-profile") != 0 || qs_sim_num(p, "version") != 1 ||
+        !cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(p, "runs")))
+        return QS_FAIL(QS_ERR_FORMAT, "%s is not a qsync profile of version 1 (docs/PROFILE.md)", w->profile_path);
+    if (!cJSON_IsString(model) || !cJSON_IsString(config) || strcmp(model->valuestring, w->m->arch) != 0 ||
+        strcmp(config->valuestring, w->m->config) != 0)
+        return QS_FAIL(QS_ERR_MISMATCH, "%s profiles %s \"%s\", but worker %d trains %s \"%s\": profile the same model "
+                       "and options", w->profile_path, cJSON_IsString(model) ? model->valuestring : "?",
+                       cJSON_IsString(config) ? config->valuestring : "?", rank, w->m->arch, w->m->config);
+    if ((int64_t)qs_sim_num(p, "batch") != w->batch)
+        return QS_FAIL(QS_ERR_MISMATCH, "%s was taken at batch %lld, but worker %d trains a local batch of %lld: "
+                       "profile at that batch", w->profile_path, (long long)qs_sim_num(p, "batch"), rank,
+                       (long long)w->batch);
+    return QS_OK;
+}
+
+/* The run an op at precision p is costed from: p's own for Conv2d/Linear, else fp32's (or
+ * the first run when there is no fp32 one). */
+static qs_status qs_sim_run_for(const qs_sim_worker *w, const qs_node *n, const cJSON **run) {
+    const cJSON *runs = cJSON_GetObjectItemCaseSensitive(w->profile, "runs");
+    if (qs_node_precision_selectable(n->kind)) {
+        *run = cJSON_GetObjectItemCaseSensitive(runs, qs_precision_name(n->prec));
+        if (!*run)
+            return QS_FAIL(QS_ERR_MISMATCH, "%s has no run at %s, which %s uses: profile with --precisions including it",
+                           w->profile_path, qs_precision_name(n->prec), n->name);
+        return QS_OK;
+    }
+    *run = cJSON_GetObjectItemCaseSensitive(runs, "fp32");
+    if (!*run) *run = runs->child;
+    return QS_OK;
+}
+
+/* One node's cost: times per category (ms) and memory (bytes). */
+typedef struct qs_sim_cost {
+    double fwd, bwd_data, bwd_weights, cast;
+    double out, grad, saved, workspace;
+} qs_sim_cost;
+
+static void qs_sim_cost_from_op(const cJSON *op, qs_sim_cost *c) {
+    c->fwd = qs_sim_num(op, "forward_ms");
+    c->bwd_data = qs_sim_num(op, "backward_data_ms");
+    c->bwd_weights = qs_sim_num(op, "backward_weights_ms");
+    c->cast = qs_sim_num(op, "cast_ms");
+    c->out = qs_sim_num(op, "out_bytes");
+    c->grad = qs_sim_num(op, "grad_bytes");
+    c->saved = qs_sim_num(op, "saved_bytes");
+    c->workspace = qs_sim_num(op, "workspace_bytes");
+}
+
+/* A cast measured in no run: its dtype pair's fitted line, its output at its dtype and an FP32
+ * gradient unless it shares its input's (straight-through, sole consumer). */
+static qs_status qs_sim_cast_cost(const qs_sim_worker *w, const qs_node *n, qs_sim_cost *c) {
+    const char *from = qs_dtype_name(w->m->nodes[n->inputs[0]].out_dtype), *to = qs_dtype_name(n->out_dtype);
+    double elems = (double)qs_shape_numel(n->out_ndim, n->out_shape) * (double)w->batch;
+    const cJSON *f;
+    cJSON_ArrayForEach(f, cJSON_GetObjectItemCaseSensitive(w->profile, "casts")) {
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(f, "from"), *b = cJSON_GetObjectItemCaseSensitive(f, "to");
+        if (!cJSON_IsString(a) || !cJSON_IsString(b) || strcmp(a->valuestring, from) || strcmp(b->valuestring, to)) continue;
+        memset(c, 0, sizeof *c);
+        c->cast = qs_sim_num(f, "alpha_ms") + qs_sim_num(f, "beta_ms_per_element") * elems;
+        c->out = elems * (double)qs_dtype_size(n->out_dtype);
+        c->grad = w->m->nodes[n->inputs[0]].n_consumers == 1 ? 0 : elems * 4.0;
+        return QS_OK;
+    }
+    return QS_FAIL(QS_ERR_MISMATCH, "%s has no cast from %s to %s (needed by %s): profile the precision that uses it",
+                   w->profile_path, from, to, n->name);
+}
+
+static qs_status qs_sim_node_cost(const qs_sim_worker *w, const qs_node *n, qs_sim_cost *c) {
+    memset(c, 0, sizeof *c);
+    if (n->kind == QS_NODE_CAST) { /* measured where the same cast ran, else fitted */
+        const cJSON *run;
+        cJSON_ArrayForEach(run, cJSON_GetObjectItemCaseSensitive(w->profile, "runs")) {
+            const cJSON *op = qs_sim_find_op(run, n->name);
+            if (op) {
+                qs_sim_cost_from_op(op, c);
+                return QS_OK;
+            }
+        }
+        return qs_sim_cast_cost(w, n, c);
+    }
+    const cJSON *run;
+    QS_TRY(qs_sim_run_for(w, n, &run));
+    const cJSON *op = qs_sim_find_op(run, n->name);
+    if (!op)
+        return QS_FAIL(QS_ERR_MISMATCH, "%s has no op %s: it was not taken of this model", w->profile_path, n->name);
+    qs_sim_cost_from_op(op, c);
+    return QS_OK;
+}
+
+/* The all-reduce of `bytes` between the ranks: linear between measured sizes, the fitted line
+ * beyond them. */
+static double qs_sim_allreduce_ms(const cJSON *ar, double bytes) {
+    const cJSON *pts = cJSON_GetObjectItemCaseSensitive(ar, "points");
+    int n = cJSON_GetArraySize(pts);
+    for (int i = 0; i + 1 < n; i++) {
+        const cJSON *a = cJSON_GetArrayItem(pts, i), *b = cJSON_GetArrayItem(pts, i + 1);
+        double x0 = cJSON_GetArrayItem(a, 0)->valuedouble, y0 = cJSON_GetArrayItem(a, 1)->valuedouble;
+        double x1 = cJSON_GetArrayItem(b, 0)->valuedouble, y1 = cJSON_GetArrayItem(b, 1)->valuedouble;
+        if (bytes >= x0 && bytes <= x1 && x1 > x0) return y0 + (y1 - y0) * (bytes - x0) / (x1 - x0);
+    }
+    return qs_sim_num(ar, "alpha_ms") + qs_sim_num(ar, "beta_ms_per_byte") * bytes;
+}
+
+/* ---- one worker's timeline ---- */
+
+typedef struct qs_sim_timeline {
+    double data, forward, backward, optimizer; /* durations */
+    double bwd_end;                            /* from the iteration's start */
+    double *bucket_ready;                      /* per bucket, from the iteration's start */
+    double memory;
+} qs_sim_timeline;
+
+static void qs_sim_event(cJSON *trace, const char *name, const char *cat, int pid, int tid, double t0_ms, double ms) {
+    if (!trace || ms <= 0) return;
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "name", name);
+    cJSON_AddStringToObject(e, "cat", cat);
+    cJSON_AddStringToObject(e, "ph", "X");
+    cJSON_AddNumberToObject(e, "ts", t0_ms * 1e3);
+    cJSON_AddNumberToObject(e, "dur", ms * 1e3);
+    cJSON_AddNumberToObject(e, "pid", pid);
+    cJSON_AddNumberToObject(e, "tid", tid);
+    cJSON_AddItemToArray(trace, e);
+}
+
+static qs_status qs_sim_worker_timeline(const qs_sim_worker *w, int rank, const qs_grad_bucket *buckets, int nb,
+                                        const int *entry_bucket, cJSON *trace, qs_sim_timeline *tl) {
+    const qs_model *m = w->m;
+    const cJSON *runs = cJSON_GetObjectItemCaseSensitive(w->profile, "runs");
+    const cJSON *base = cJSON_GetObjectItemCaseSensitive(runs, "fp32");
+    if (!base) base = runs->child;
+    const cJSON *mem = cJSON_GetObjectItemCaseSensitive(base, "memory_bytes");
+    double op_scale = w->slowdown > 1 ? w->slowdown : 1, step_scale = w->slow_whole_step ? op_scale : 1;
+    qs_sim_cost *cost = calloc((size_t)m->n_nodes, sizeof *cost);
+    if (!cost) return QS_FAIL(QS_ERR_OOM, "out of memory replaying %s", m->arch);
+    qs_status st = QS_OK;
+    for (int pass = 0; pass < 2; pass++) /* casts last: a missing run is the clearer message */
+        for (int i = 1; i < m->n_nodes && st == QS_OK; i++)
+            if (m->nodes[i].alias_of < 0 && (m->nodes[i].kind == QS_NODE_CAST) == (pass == 1))
+                st = qs_sim_node_cost(w, &m->nodes[i], &cost[i]);
+    if (st != QS_OK) {
+        free(cost);
+        return st;
+    }
+    /* memory: what every run shares (parameters, gradients, optimizer, buffers, labels, the
+     * input batch) plus each node's own at its precision */
+    double shared_out = 0;
+    const cJSON *op;
+    cJSON_ArrayForEach(op, cJSON_GetObjectItemCaseSensitive(base, "ops")) shared_out += qs_sim_num(op, "out_bytes");
+    double input = qs_sim_num(mem, "activations") - shared_out, workspace = 0;
+    tl->memory = qs_sim_num(mem, "params") + qs_sim_num(mem, "grads") + qs_sim_num(mem, "optimizer") +
+                 qs_sim_num(mem, "buffers") + qs_sim_num(mem, "labels") + input;
+    for (int i = 1; i < m->n_nodes; i++) {
+        tl->memory += cost[i].out + cost[i].grad + cost[i].saved;
+        workspace = fmax(workspace, cost[i].workspace);
+    }
+    tl->memory += workspace;
+    /* time */
+    double t = 0;
+    tl->data = qs_sim_num(w->profile, "data_ms") * step_scale;
+    qs_sim_event(trace, "data", "data", rank, 0, t, tl->data);
+    t += tl->data;
+    double f0 = t;
+    for (int i = 1; i < m->n_nodes; i++) {
+        double d = (cost[i].fwd + cost[i].cast) * op_scale;
+        qs_sim_event(trace, m->nodes[i].name, m->nodes[i].kind == QS_NODE_CAST ? "cast" : "forward", rank, 0, t, d);
+        t += d;
+    }
+    tl->forward = t - f0;
+    double b0 = t;
+    for (int i = m->n_nodes - 1; i >= 1; i--) {
+        const qs_node *n = &m->nodes[i];
+        double d = (cost[i].bwd_weights + cost[i].bwd_data) * op_scale;
+        qs_sim_event(trace, n->name, "backward", rank, 0, t, d);
+        t += d;
+        for (int k = 0; k < n->n_params && nb > 0; k++) {
+            int b = entry_bucket[n->param[k]];
+            tl->bucket_ready[b] = fmax(tl->bucket_ready[b], t);
+        }
+    }
+    tl->backward = t - b0;
+    tl->bwd_end = t;
+    tl->optimizer = qs_sim_num(base, "optimizer_ms") * step_scale;
+    (void)buckets;
+    free(cost);
+    return QS_OK;
+}
+
+/* ---- the cluster ---- */
+
+static bool qs_sim_serial_comm(const cJSON *profile) {
+    const cJSON *dev = cJSON_GetObjectItemCaseSensitive(profile, "device");
+    const cJSON *be = cJSON_GetObjectItemCaseSensitive(dev, "backend");
+    return !cJSON_IsString(be) || strcmp(be->valuestring, "cpu") == 0;
+}
+
+/* The all-reduce measurement for n ranks from any worker's profile, or NULL. */
+static const cJSON *qs_sim_find_allreduce(const qs_sim_worker *w, int n) {
+    for (int r = 0; r < n; r++) {
+        const cJSON *ar = cJSON_GetObjectItemCaseSensitive(w[r].profile, "allreduce");
+        if (ar && (int)qs_sim_num(ar, "ranks") == n) return ar;
+    }
+    return NULL;
+}
+
+qs_status qs_simulate(const qs_sim_worker *w, int n, const qs_sim_options *o, cJSON *trace, cJSON **out) {
+    *out = NULL;
+    if (n < 1) return QS_FAIL(QS_ERR_INVALID_ARG, "simulate: no workers");
+    for (int r = 0; r < n; r++) QS_TRY(qs_sim_check_profile(&w[r], r));
+    const cJSON *ar = NULL;
+    if (n > 1 && !(ar = qs_sim_find_allreduce(w, n)))
+        return QS_FAIL(QS_ERR_MISMATCH, "no profile holds an all-reduce measured between %d ranks: take one with "
+                       "`mpirun -np %d qsync profile ...`", n, n);
+    const qs_table *t = &w[0].m->params;
+    qs_grad_bucket *buckets = calloc((size_t)t->count + 1, sizeof *buckets);
+    int *entry_bucket = calloc((size_t)t->count + 1, sizeof *entry_bucket);
+    qs_sim_timeline *tl = calloc((size_t)n, sizeof *tl);
+    double *ready = NULL;
+    qs_status st = buckets && entry_bucket && tl ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory replaying");
+    int nb = st == QS_OK && n > 1 ? qs_grad_buckets_form(t, o->bucket_bytes, buckets, entry_bucket) : 0;
+    if (st == QS_OK) {
+        ready = calloc((size_t)n * (size_t)(nb + 1), sizeof *ready);
+        if (!ready) st = QS_FAIL(QS_ERR_OOM, "out of memory replaying");
+    }
+    for (int r = 0; r < n && st == QS_OK; r++) {
+        tl[r].bucket_ready = ready + (size_t)r * (size_t)(nb + 1);
+        st = qs_sim_worker_timeline(&w[r], r, buckets, nb, entry_bucket, trace, &tl[r]);
+    }
+    if (st != QS_OK) {
+        free(buckets);
+        free(entry_bucket);
+        free(ready);
+        free(tl);
+        return st;
+    }
+    /* the gradients' all-reduce: when every worker's are done (C), then each worker steps */
+    double latest_bwd = 0, comm_total = 0, done = 0;
+    for (int r = 0; r < n; r++) latest_bwd = fmax(latest_bwd, tl[r].bwd_end);
+    bool serial = n > 1 && qs_sim_serial_comm(w[0].profile);
+    if (n == 1) done = latest_bwd;
+    else if (serial || !o->overlap) {
+        done = latest_bwd;
+        for (int b = 0; b < nb; b++) {
+            double d = qs_sim_allreduce_ms(ar, (double)buckets[b].bytes);
+            for (int r = 0; r < n; r++) qs_sim_event(trace, "all-reduce", "comm", r, 1, done, d);
+            done += d;
+            comm_total += d;
+        }
+    } else {
+        for (int b = 0; b < nb; b++) {
+            double start = done, d = qs_sim_allreduce_ms(ar, (double)buckets[b].bytes);
+            for (int r = 0; r < n; r++) start = fmax(start, tl[r].bucket_ready[b]);
+            for (int r = 0; r < n; r++) qs_sim_event(trace, "all-reduce", "comm", r, 1, start, d);
+            done = start + d;
+            comm_total += d;
+        }
+        done = fmax(done, latest_bwd);
+    }
+    cJSON *doc = cJSON_CreateObject(), *workers = cJSON_CreateArray();
+    cJSON_AddStringToObject(doc, "format", QS_SIM_FORMAT);
+    cJSON_AddNumberToObject(doc, "version", QS_SIM_VERSION);
+    double iteration = 0;
+    int slowest = 0;
+    for (int r = 0; r < n; r++) {
+        double finish = done + tl[r].optimizer;
+        qs_sim_event(trace, "optimizer", "optimizer", r, 0, done, tl[r].optimizer);
+        if (finish > iteration || (finish == iteration && tl[r].bwd_end > tl[slowest].bwd_end)) {
+            iteration = finish;
+            slowest = r;
+        }
+        cJSON *x = cJSON_CreateObject();
+        cJSON_AddNumberToObject(x, "rank", r);
+        if (w[r].type) cJSON_AddStringToObject(x, "type", w[r].type);
+        cJSON_AddNumberToObject(x, "slowdown", w[r].slowdown > 1 ? w[r].slowdown : 1);
+        cJSON_AddNumberToObject(x, "data_ms", tl[r].data);
+        cJSON_AddNumberToObject(x, "forward_ms", tl[r].forward);
+        cJSON_AddNumberToObject(x, "backward_ms", tl[r].backward);
+        cJSON_AddNumberToObject(x, "comm_wait_ms", done - tl[r].bwd_end);
+        cJSON_AddNumberToObject(x, "optimizer_ms", tl[r].optimizer);
+        cJSON_AddNumberToObject(x, "iteration_ms", finish);
+        cJSON_AddNumberToObject(x, "memory_bytes", tl[r].memory);
+        cJSON_AddItemToArray(workers, x);
+    }
+    cJSON_AddNumberToObject(doc, "iteration_ms", iteration);
+    cJSON_AddNumberToObject(doc, "slowest", slowest); /* on a tie, the one whose backward ended last */
+    cJSON *comm = cJSON_AddObjectToObject(doc, "comm");
+    cJSON_AddStringToObject(comm, "model", n == 1 ? "none" : serial ? "serial" : "concurrent");
+    cJSON_AddNumberToObject(comm, "buckets", nb);
+    cJSON_AddNumberToObject(comm, "allreduce_ms", comm_total);
+    cJSON_AddItemToObject(doc, "workers", workers);
+    free(buckets);
+    free(entry_bucket);
+    free(ready);
+    free(tl);
+    *out = doc;
+    return QS_OK;
+}

@@ -1,0 +1,62 @@
+/* src/predict/simulate.h — defines: the replayer: one training iteration of every worker of a
+ * cluster, predicted from profiles (docs/PROFILE.md) for any precision plan.
+ *
+ * Per worker, the iteration is its model's ops in execution order, each costed from the
+ * worker's profile at that op's precision: Conv2d/Linear from the run at their precision, the
+ * ops without a precision of their own from the fp32 run, each quantizing cast from the run in
+ * which the same cast (same input, same dtype) was measured, else from the fitted line of its
+ * dtype pair — so a cast costs something exactly where neighbouring precisions differ. Then
+ * data loading, forward in order, backward in reverse (a gradient bucket, formed exactly as the
+ * runtime forms it, is ready when its last gradient is), the gradient all-reduce, the optimizer.
+ *
+ * Communication (several workers): a bucket's all-reduce costs the profile's measured time at
+ * its size (linear between measured sizes, the fitted line beyond) and cannot start before
+ * every worker has its gradients. On the CPU the transfers are done by the compute cores
+ * themselves inside the polls between backward ops (Open MPI progresses only in MPI calls), so
+ * they add to the slowest worker's backward instead of running beside it ("serial" model,
+ * measured in docs/BENCHMARKS.md); on other devices buckets run on their own stream, one after
+ * another, each starting when ready ("concurrent").
+ *
+ * Emulated workers: a duty cycle multiplies the ops' times by the slowdown; a CPU quota the
+ * whole step's. Memory: every node's output, output gradient, saved tensors and the largest
+ * workspace at its precision, plus parameters, gradients, optimizer state, buffers and labels —
+ * the categories the backend's allocation is made of. */
+#ifndef QSYNC_PREDICT_SIMULATE_H
+#define QSYNC_PREDICT_SIMULATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <cjson/cJSON.h>
+#include "qsync/status.h"
+#include "graph/graph.h"
+
+#define QS_SIM_FORMAT "qsync-simulation"
+#define QS_SIM_VERSION 1
+
+typedef struct qs_sim_worker {
+    const char *type;         /* device-type label (reports) */
+    double slowdown;          /* emulated, ≥ 1 */
+    bool slow_whole_step;     /* the slowdown covers the whole step (CPU quota), not only the ops */
+    const cJSON *profile;     /* its device type's profile (borrowed) */
+    const char *profile_path; /* for messages */
+    const qs_model *m;        /* built with this worker's precisions and casts (setup not needed) */
+    int64_t batch;            /* its local batch: the profile must have been taken at it */
+} qs_sim_worker;
+
+typedef struct qs_sim_options {
+    size_t bucket_bytes;      /* as --bucket-mb of training */
+    bool overlap;             /* buckets start during backward (else after it) */
+} qs_sim_options;
+
+/* Replay one iteration of the n workers. Returns the prediction as a JSON document (format
+ * QS_SIM_FORMAT) in *out (caller deletes): "iteration_ms" (the synchronized iteration, the
+ * latest worker's finish), "slowest", "comm" {"model", "buckets", "allreduce_ms"}, and per
+ * worker "rank", "type", "slowdown", "data_ms", "forward_ms", "backward_ms", "comm_wait_ms"
+ * (waiting for the gradients after its own backward), "optimizer_ms", "iteration_ms" (its own
+ * finish) and "memory_bytes" (predicted peak). When trace is not NULL, Chrome-trace events
+ * (one process per worker, a compute and a communication thread) are appended to it.
+ * Errors: a profile of another model, options or batch, a precision without a run in the
+ * profile, several workers without an all-reduce measurement for that many ranks. */
+qs_status qs_simulate(const qs_sim_worker *w, int n, const qs_sim_options *o, cJSON *trace, cJSON **out);
+
+#endif
