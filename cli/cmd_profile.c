@@ -22,9 +22,9 @@ static const char *const qs_profile_summary =
     "Measure a model's costs on this device for the predictor: per op and precision the forward,\n"
     "backward-data and backward-weights times (medians of --reps steps after --warmup, from the\n"
     "engine's per-op timers) and memory; quantizing casts fitted as alpha + beta*elements; the\n"
-    "optimizer step; device facts. Under mpirun rank 0 profiles the model, then every rank times the\n"
-    "gradient all-reduce between them (alpha + beta*bytes). Writes versioned JSON to --out (rank 0;\n"
-    "format: docs/PROFILE.md).";
+    "optimizer step; device facts. Under mpirun every rank profiles the model at once (as they train,\n"
+    "sharing the machine), then times the gradient all-reduce between them (alpha + beta*bytes);\n"
+    "rank 0 writes its profile to --out (versioned JSON, format: docs/PROFILE.md).";
 
 /* The precisions the backend runs natively (the default list). */
 static int qs_profile_native(qs_precision *out, int threads) {
@@ -157,7 +157,7 @@ int qs_cmd_profile(int argc, char **argv) {
     int32_t *y = NULL;
     cJSON *doc = NULL;
     qs_status st = QS_OK;
-    if (rank == 0) { /* under mpirun the other ranks wait: profiles are not taken side by side */
+    { /* under mpirun every rank profiles at once, as they train: they share the memory system */
         qs_dataset ds;
         st = qs_dataset_load(data, data_dir, false, &ds);
         if (st == QS_OK) {
@@ -170,19 +170,23 @@ int qs_cmd_profile(int argc, char **argv) {
         o.x = x;
         o.y = y;
         if (st == QS_OK) st = qs_profile_model(&o, &doc);
+        if (st == QS_OK && world > 1) cJSON_AddNumberToObject(doc, "co_running_ranks", world);
     }
     if (world > 1) { /* then the all-reduce between the actual ranks */
         uint64_t lo = 0, hi = 0;
         if (qs_comm_allreduce_minmax_u64(comm, st == QS_OK, &lo, &hi, 0) != QS_OK || lo == 0) {
-            if (st == QS_OK) st = QS_FAIL(QS_ERR_INTERNAL, "rank 0 could not profile the model");
+            if (st == QS_OK) st = QS_FAIL(QS_ERR_INTERNAL, "another rank could not profile the model");
         } else {
             cJSON *ar = NULL;
             st = qs_profile_allreduce(comm, reps, &ar);
-            if (st == QS_OK && doc) cJSON_AddItemToObject(doc, "allreduce", ar);
+            if (st == QS_OK && doc && rank == 0) cJSON_AddItemToObject(doc, "allreduce", ar);
             else cJSON_Delete(ar);
         }
     }
     if (rank != 0) {
+        cJSON_Delete(doc);
+        qs_host_free(x);
+        qs_host_free(y);
         qs_comm_finalize(comm);
         return st == QS_OK ? 0 : qs_cmd_fail("profile");
     }

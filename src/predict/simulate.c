@@ -271,9 +271,14 @@ qs_status qs_simulate(const qs_sim_worker *w, int n, const qs_sim_options *o, cJ
     bool serial = n > 1 && qs_sim_serial_comm(w[0].profile);
     if (n == 1) done = latest_bwd;
     else if (serial || !o->overlap) {
+        /* serial: the transfers are made by the workers' own cores, so a CPU quota on one of
+         * them slows them as much as its compute */
+        double comm_scale = 1;
+        for (int r = 0; serial && r < n; r++)
+            if (w[r].slow_whole_step && w[r].slowdown > comm_scale) comm_scale = w[r].slowdown;
         done = latest_bwd;
         for (int b = 0; b < nb; b++) {
-            double d = qs_sim_allreduce_ms(ar, (double)buckets[b].bytes);
+            double d = qs_sim_allreduce_ms(ar, (double)buckets[b].bytes) * comm_scale;
             for (int r = 0; r < n; r++) qs_sim_event(trace, "all-reduce", "comm", r, 1, done, d);
             done += d;
             comm_total += d;

@@ -18,7 +18,7 @@
  * another, each starting when ready ("concurrent").
  *
  * Emulated workers: a duty cycle multiplies the ops' times by the slowdown; a CPU quota the
- * whole step's. Memory: every node's output, output gradient, saved tensors and the largest
+ * whole step's, and under the serial model also the transfers it takes part in. Memory: every node's output, output gradient, saved tensors and the largest
  * workspace at its precision, plus parameters, gradients, optimizer state, buffers and labels —
  * the categories the backend's allocation is made of. */
 #ifndef QSYNC_PREDICT_SIMULATE_H
