@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Predicted against measured iteration time and memory (the replayer, docs/PROFILE.md).
 
-Two profiles of MODEL at the local batch: one process alone (for the 1-rank plans) and 2 ranks
-profiling at once under `mpirun -np 2` (for the 2-rank ones: the ranks share the machine as in
-training, and the profile holds the all-reduce between them); then for every plan: `qsync simulate` and ROUNDS training runs
+Profiles of MODEL at the local batch: one process alone (for the 1-rank plans) and, for every
+2-rank configuration, 2 ranks profiling at once under `mpirun -np 2 qsync profile --cluster C`
+(each under its worker's emulation, sharing the machine as in training; the profiles hold the
+all-reduce between them); then for every plan: `qsync simulate` and ROUNDS training runs
 (`qsync train --json`; the measured iteration is rank 0's median step after warm-up), with
 1 rank and, for the 2-rank set, an emulated slow worker where the configuration says so.
 Plans: uniform fp32/bf16/int8, seeded random per-layer mixes, QSync-like ones (the large
@@ -72,11 +73,10 @@ def main():
     a = ap.parse_args()
     qsync = os.path.join(a.build, "qsync")
     tmp = tempfile.mkdtemp(prefix="qsync-validate-")
-    prof1, prof2 = os.path.join(tmp, "profile1.json"), os.path.join(tmp, "profile2.json")
+    prof1 = os.path.join(tmp, "profile1.json")
     common = ["--model", a.model, "--width", str(a.width)]
     pargs = ["profile", *common, "--batch", str(a.batch), "--threads", "1", "--reps", "20", "--quiet"]
     run([qsync, *pargs, "--out", prof1])
-    run(["mpirun", "-np", "2", "--oversubscribe", qsync, *pargs, "--out", prof2])
     names = layers(qsync, a.model, a.width)
     rng = random.Random(1)
     plans = []  # (label, plan path or None, precision, cluster spec or None)
@@ -102,7 +102,7 @@ def main():
     out = open(a.out, "w")
     rows = []
     for label, plan, prec, cl in plans:
-        sim = [qsync, "simulate", "--profile", prof2 if cl else prof1, "--json"]
+        sim = [qsync, "simulate", "--profile", prof1, "--json"]
         train = ["train", *common, "--steps", str(a.steps), "--threads", "1", "--no-progress", "--quiet", "--json",
                  "--eval-subset", "64"]
         extra = []
@@ -114,6 +114,10 @@ def main():
             cpath = os.path.join(tmp, "cluster.json")
             cluster(cpath, cl[0], cl[1])
             extra += ["--cluster", cpath]
+            # profiled as the job runs: 2 ranks at once, each under its worker's emulation
+            pat = os.path.join(tmp, "profile-%t.json")
+            run(["mpirun", "-np", "2", "--oversubscribe", qsync, *pargs, "--cluster", cpath, "--out", pat])
+            sim[3] = ",".join("%s=%s" % (t, pat.replace("%t", t)) for t in ("cpu-fast", "cpu-slow"))
             launcher = ["mpirun", "-np", "2", "--oversubscribe", qsync]
             batch = 2 * a.batch
         else:

@@ -10,7 +10,9 @@
 #include "core/atomic_file.h"
 #include "core/backend.h"
 #include "data/dataset.h"
+#include "dist/cluster.h"
 #include "dist/comm.h"
+#include "dist/cpu_quota.h"
 #include "core/stats.h"
 #include "core/timer.h"
 #include "options.h"
@@ -102,9 +104,40 @@ static void qs_profile_print(const cJSON *doc) {
                cJSON_GetArraySize(cJSON_GetObjectItem(c, "points")));
 }
 
+/* The worker this rank profiles for: --type's first worker, else this rank's entry (the world
+ * must match); NULL without --cluster. */
+static qs_status qs_profile_worker(const qs_cluster *c, const char *type, int rank, int world,
+                                   const qs_cluster_worker **out) {
+    *out = NULL;
+    if (!type) return qs_cluster_worker_for(c, rank, world, out);
+    for (int i = 0; i < c->n_workers && !*out; i++)
+        if (strcmp(c->workers[i].type, type) == 0) *out = &c->workers[i];
+    return *out ? QS_OK : QS_FAIL(QS_ERR_NOT_FOUND, "%s has no worker of type \"%s\"", c->origin, type);
+}
+
+/* Apply the worker's emulated slowdown for the profile: a CPU quota on this process (method
+ * cgroup, or auto where writable; released by the caller), else a duty cycle over the ops. */
+static qs_status qs_profile_emulate(const qs_cluster_worker *w, int threads, qs_cpu_quota *q, qs_profile_options *o) {
+    if (!(w->slowdown > 1)) return QS_OK;
+    o->emulated_slowdown = w->slowdown;
+    o->emulation_method = "duty-cycle";
+    if (strcmp(w->emulation_method, "duty-cycle") == 0) return QS_OK;
+    qs_status st = qs_cpu_quota_apply(w->slowdown, threads > 0 ? threads : 1, q);
+    if (st == QS_OK) o->emulation_method = "cgroup-quota";
+    else if (strcmp(w->emulation_method, "cgroup") == 0 || st != QS_ERR_UNSUPPORTED) return st;
+    return QS_OK;
+}
+
+/* --out with %t replaced by the device type. */
+static void qs_profile_out_path(const char *pattern, const char *type, char *buf, size_t cap) {
+    const char *t = strstr(pattern, "%t");
+    if (!t) snprintf(buf, cap, "%s", pattern);
+    else snprintf(buf, cap, "%.*s%s%s", (int)(t - pattern), pattern, type ? type : "default", t + 2);
+}
+
 int qs_cmd_profile(int argc, char **argv) {
     const char *model = NULL, *data = "fashion-mnist", *data_dir = NULL, *precs = NULL, *out_path = NULL;
-    const char *optimizer = "sgd";
+    const char *optimizer = "sgd", *cluster_path = NULL, *type = NULL;
     int64_t batch = 64, width = 0;
     int threads = 0, warmup = 3, reps = 10;
     bool allow_emulated = false, quiet = false;
@@ -120,7 +153,9 @@ int qs_cmd_profile(int argc, char **argv) {
         {"threads", QS_CLI_INT, &threads, "N", "compute threads (default OpenMP's)"},
         {"warmup", QS_CLI_INT, &warmup, "N", "untimed steps per precision (default 3)"},
         {"reps", QS_CLI_INT, &reps, "N", "timed steps per precision (default 10; medians)"},
-        {"out", QS_CLI_STR, &out_path, "FILE", "where to write the profile (required)"},
+        {"cluster", QS_CLI_STR, &cluster_path, "FILE", "profile as a worker of this cluster (its threads and emulation)"},
+        {"type", QS_CLI_STR, &type, "LABEL", "with --cluster: the first worker of this type (default: each rank its own)"},
+        {"out", QS_CLI_STR, &out_path, "FILE", "where to write the profile (required; %t = the worker's type)"},
         {"quiet", QS_CLI_FLAG, &quiet, NULL, "no progress or summary"},
     };
     int rc = qs_cli_parse(argc, argv, 2, opts, (int)(sizeof opts / sizeof opts[0]), "profile", qs_profile_summary);
@@ -156,8 +191,30 @@ int qs_cmd_profile(int argc, char **argv) {
     float *x = NULL;
     int32_t *y = NULL;
     cJSON *doc = NULL;
+    qs_cluster cluster;
+    memset(&cluster, 0, sizeof cluster);
+    qs_cpu_quota quota;
+    memset(&quota, 0, sizeof quota);
+    const qs_cluster_worker *worker = NULL;
+    bool writer = rank == 0; /* without a cluster rank 0 writes; with one, the first rank of each type */
     qs_status st = QS_OK;
-    { /* under mpirun every rank profiles at once, as they train: they share the memory system */
+    if (cluster_path) {
+        st = qs_cluster_read(cluster_path, &cluster);
+        if (st == QS_OK) st = qs_profile_worker(&cluster, type, rank, world, &worker);
+        if (st == QS_OK) {
+            o.device_type = worker->type;
+            if (worker->threads > 0 && threads == 0) o.threads = worker->threads;
+            writer = type ? rank == 0 : true;
+            for (int r = 0; !type && r < rank; r++) writer &= strcmp(cluster.workers[r].type, worker->type) != 0;
+            bool several = false;
+            for (int r = 0; !type && r < world; r++) several |= strcmp(cluster.workers[r].type, worker->type) != 0;
+            if (several && !strstr(out_path, "%t"))
+                st = QS_FAIL(QS_ERR_INVALID_ARG, "%s has several device types: put %%t in --out (replaced by each type)",
+                             cluster_path);
+        }
+        if (st == QS_OK) st = qs_profile_emulate(worker, o.threads, &quota, &o);
+    }
+    if (st == QS_OK) { /* under mpirun every rank profiles at once, as they train: they share the memory system */
         qs_dataset ds;
         st = qs_dataset_load(data, data_dir, false, &ds);
         if (st == QS_OK) {
@@ -179,11 +236,15 @@ int qs_cmd_profile(int argc, char **argv) {
         } else {
             cJSON *ar = NULL;
             st = qs_profile_allreduce(comm, reps, &ar);
-            if (st == QS_OK && doc && rank == 0) cJSON_AddItemToObject(doc, "allreduce", ar);
+            if (st == QS_OK && doc && writer) cJSON_AddItemToObject(doc, "allreduce", ar);
             else cJSON_Delete(ar);
         }
     }
-    if (rank != 0) {
+    qs_cpu_quota_release(&quota);
+    char path[4096];
+    qs_profile_out_path(out_path, o.device_type, path, sizeof path);
+    qs_cluster_free(&cluster); /* o.device_type points into it */
+    if (!writer) {
         cJSON_Delete(doc);
         qs_host_free(x);
         qs_host_free(y);
@@ -192,10 +253,10 @@ int qs_cmd_profile(int argc, char **argv) {
     }
     char *text = doc ? cJSON_Print(doc) : NULL;
     if (st == QS_OK && !text) st = QS_FAIL(QS_ERR_OOM, "out of memory writing the profile");
-    if (st == QS_OK) st = qs_write_file_atomic(out_path, text, strlen(text));
+    if (st == QS_OK) st = qs_write_file_atomic(path, text, strlen(text));
     if (st == QS_OK && !quiet) {
         qs_profile_print(doc);
-        printf("written to %s\n", out_path);
+        printf("written to %s\n", path);
     }
     free(text);
     cJSON_Delete(doc);

@@ -23,7 +23,8 @@
 static const char *const qs_simulate_summary =
     "Predict one training iteration of every worker from profiles (`qsync profile`): per worker the\n"
     "data, forward, backward, gradient wait, optimizer and memory, and the synchronized iteration\n"
-    "time. --profile takes FILE (for every worker) or TYPE=FILE,... (per device type of --cluster).\n"
+    "time. --profile takes FILE (for every worker) or TYPE=FILE,... (per device type of --cluster);\n"
+    "a profile taken under a worker's emulation (profile --cluster) already holds its slowdown.\n"
     "Precisions as in training: --precision, --plan (sections per device type) or the cluster's.";
 
 typedef struct qs_sim_profiles {
@@ -120,10 +121,11 @@ static void qs_sim_print(const cJSON *doc) {
            cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "comm"), "buckets")->valueint);
     cJSON_ArrayForEach(w, cJSON_GetObjectItem(doc, "workers")) {
         const cJSON *type = cJSON_GetObjectItem(w, "type");
-        printf("  rank %d%s%s%s: data %.2f, forward %.2f, backward %.2f, gradient wait %.2f, optimizer %.2f ms -> %.2f ms; "
-               "memory %.1f MiB%s\n",
+        printf("  rank %d%s%s%s: data %.2f, outside ops %.2f, forward %.2f, backward %.2f, gradient wait %.2f, optimizer "
+               "%.2f ms -> %.2f ms; memory %.1f MiB%s\n",
                cJSON_GetObjectItem(w, "rank")->valueint, type ? " (" : "", type ? type->valuestring : "", type ? ")" : "",
-               cJSON_GetObjectItem(w, "data_ms")->valuedouble, cJSON_GetObjectItem(w, "forward_ms")->valuedouble,
+               cJSON_GetObjectItem(w, "data_ms")->valuedouble, cJSON_GetObjectItem(w, "untimed_ms")->valuedouble,
+               cJSON_GetObjectItem(w, "forward_ms")->valuedouble,
                cJSON_GetObjectItem(w, "backward_ms")->valuedouble, cJSON_GetObjectItem(w, "comm_wait_ms")->valuedouble,
                cJSON_GetObjectItem(w, "optimizer_ms")->valuedouble, cJSON_GetObjectItem(w, "iteration_ms")->valuedouble,
                cJSON_GetObjectItem(w, "memory_bytes")->valuedouble / 1048576.0,
@@ -187,8 +189,14 @@ int qs_cmd_simulate(int argc, char **argv) {
         st = qs_sim_build(prof.doc[k], prof.path[k], be, cw, precision, plan_path, allow_emulated, &m);
         w[r] = (qs_sim_worker){.type = cw ? cw->type : NULL, .profile = prof.doc[k], .profile_path = prof.path[k], .m = m,
                                .batch = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(prof.doc[k], "batch"))};
-        if (cw && cw->slowdown > 1) {
-            w[r].slowdown = cw->slowdown;
+        /* a profile taken under the worker's emulation already holds its slowdown */
+        const cJSON *pe = cJSON_GetObjectItem(prof.doc[k], "emulation");
+        double ps = pe ? cJSON_GetNumberValue(cJSON_GetObjectItem(pe, "slowdown")) : 1, ws = cw ? cw->slowdown : 1;
+        if (st == QS_OK && pe && !(ps == ws))
+            st = QS_FAIL(QS_ERR_MISMATCH, "%s was taken under an emulated slowdown of %g, but worker %d has %g: "
+                         "profile with --cluster for this cluster", prof.path[k], ps, r, ws);
+        if (st == QS_OK && !pe && ws > 1) {
+            w[r].slowdown = ws;
             w[r].slow_whole_step = strcmp(cw->emulation_method, "cgroup") == 0 ||
                                    (strcmp(cw->emulation_method, "auto") == 0 && qs_cpu_quota_available(NULL, 0));
         }

@@ -195,7 +195,8 @@ static void test_simulate_one_worker(void **state) {
     cJSON *trace = cJSON_CreateArray(), *out = NULL;
     assert_int_equal(qs_simulate(&w, 1, &so, trace, &out), QS_OK);
     const cJSON *w0 = cJSON_GetArrayItem(cJSON_GetObjectItem(out, "workers"), 0);
-    double parts = num(w0, "data_ms") + num(w0, "forward_ms") + num(w0, "backward_ms") + num(w0, "optimizer_ms");
+    double parts = num(w0, "data_ms") + num(w0, "untimed_ms") + num(w0, "forward_ms") + num(w0, "backward_ms") +
+                   num(w0, "optimizer_ms");
     assert_true(fabs(num(out, "iteration_ms") - parts) < 1e-9);
     assert_true(num(w0, "data_ms") == 0.5);
     qs_memory_report mr;
@@ -297,6 +298,21 @@ static void test_profile_cli(void **state) {
     snprintf(a, sizeof a, "simulate --profile %s --plan %s/examples/plans/mlp-int8.json", path, getenv("QS_SOURCE_DIR"));
     expect_cli(1, "mlp", a);
     expect_cli(2, "--profile is required", "simulate --precision int8");
+    /* a profile taken as a cluster's slowed worker records its emulation; the replay takes it
+     * as that worker's and refuses it for one without */
+    snprintf(a, sizeof a, "printf '{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": [{\"device\": \"cpu\", "
+             "\"type\": \"a\"}, {\"device\": \"cpu\", \"type\": \"b\", \"emulation\": {\"slowdown\": 2, \"method\": "
+             "\"duty-cycle\"}}]}' > %s/slow.json", qs_test_tmp);
+    assert_int_equal(qs_test_run_shell(a, NULL), 0);
+    snprintf(a, sizeof a, "profile --model cnn --width 4 --batch 8 --data synthetic --precisions fp32 --reps 3 --warmup 1 "
+             "--threads 1 --cluster %s/slow.json --type b --out %s/p-%%t.json", qs_test_tmp, qs_test_tmp);
+    expect_cli(0, "p-b.json", a);
+    snprintf(a, sizeof a, "grep -A2 '\"emulation\"' %s/p-b.json | grep -c duty-cycle", qs_test_tmp);
+    assert_int_equal(qs_test_run_shell(a, NULL), 0);
+    snprintf(a, sizeof a, "simulate --profile a=%s,b=%s/p-b.json --cluster %s/slow.json", path, qs_test_tmp, qs_test_tmp);
+    expect_cli(1, "no profile holds an all-reduce measured between 2 ranks", a); /* single-process profiles */
+    snprintf(a, sizeof a, "simulate --profile %s/p-b.json --cluster %s/slow.json", qs_test_tmp, qs_test_tmp);
+    expect_cli(1, "taken under an emulated slowdown of 2, but worker 0 has 1", a);
     expect_cli(2, "--model and --out are required", "profile --model cnn");
     expect_cli(2, "--reps >= 3", "profile --model cnn --reps 1 --out x.json");
     expect_cli(2, "listed twice", "profile --model cnn --precisions int8,int8 --out x.json");

@@ -74,6 +74,8 @@ static qs_status qs_prof_run_setup(const qs_profile_options *o, qs_precision p, 
     r->opt_ready = true;
     qs_loss_scaler_init(&r->scaler, QS_LOSS_SCALE_NONE, 1.0f, 0);
     r->m->timing = true;
+    if (o->emulated_slowdown > 1 && o->emulation_method && strcmp(o->emulation_method, "duty-cycle") == 0)
+        r->m->emulation.slowdown = o->emulated_slowdown;
     return QS_OK;
 }
 
@@ -259,7 +261,14 @@ qs_status qs_profile_model(const qs_profile_options *o, cJSON **out) {
     cJSON_AddNumberToObject(doc, "warmup", o->warmup);
     cJSON_AddNumberToObject(doc, "reps", o->reps);
     if (o->data_ms >= 0) cJSON_AddNumberToObject(doc, "data_ms", o->data_ms);
-    cJSON_AddItemToObject(doc, "device", qs_prof_device(o));
+    cJSON *dev = qs_prof_device(o);
+    if (o->device_type) cJSON_AddStringToObject(dev, "type", o->device_type);
+    cJSON_AddItemToObject(doc, "device", dev);
+    if (o->emulated_slowdown > 1) {
+        cJSON *e = cJSON_AddObjectToObject(doc, "emulation");
+        cJSON_AddNumberToObject(e, "slowdown", o->emulated_slowdown);
+        cJSON_AddStringToObject(e, "method", o->emulation_method ? o->emulation_method : "none");
+    }
     runs = cJSON_AddObjectToObject(doc, "runs");
     qs_prof_casts casts = {0};
     qs_status st = QS_OK;

@@ -38,6 +38,10 @@ typedef struct qs_profile_options {
     const float *x;               /* one batch: batch × in_h·in_w·in_c floats (NHWC) */
     const int32_t *y;             /* batch labels */
     double data_ms;               /* the loader's time per batch, measured by the caller (< 0: unknown) */
+    const char *device_type;      /* the cluster's label of the device profiled (NULL: none) */
+    double emulated_slowdown;     /* > 1: the profile is taken under this emulated slowdown ... */
+    const char *emulation_method; /* ... applied by the caller as a CPU quota ("cgroup-quota"), or
+                                   * by the profile as a duty cycle over the ops ("duty-cycle") */
     const qs_logger *log;         /* progress, one line per precision (may be NULL) */
 } qs_profile_options;
 

@@ -56,7 +56,14 @@ static qs_status qs_sim_run_for(const qs_sim_worker *w, const qs_node *n, const 
                            w->profile_path, qs_precision_name(n->prec), n->name);
         return QS_OK;
     }
-    *run = cJSON_GetObjectItemCaseSensitive(runs, "fp32");
+    /* an op without a precision of its own runs beside its producer: cost it from the run of
+     * the nearest Conv2d/Linear upstream (its cache and memory state), else from fp32's */
+    const qs_node *up = n;
+    while (up->n_inputs > 0 && !qs_node_precision_selectable(up->kind)) up = &w->m->nodes[up->inputs[0]];
+    *run = NULL;
+    if (qs_node_precision_selectable(up->kind))
+        *run = cJSON_GetObjectItemCaseSensitive(runs, qs_precision_name(up->prec));
+    if (!*run) *run = cJSON_GetObjectItemCaseSensitive(runs, "fp32");
     if (!*run) *run = runs->child;
     return QS_OK;
 }
@@ -90,25 +97,37 @@ static qs_status qs_sim_cast_cost(const qs_sim_worker *w, const qs_node *n, qs_s
         memset(c, 0, sizeof *c);
         c->cast = qs_sim_num(f, "alpha_ms") + qs_sim_num(f, "beta_ms_per_element") * elems;
         c->out = elems * (double)qs_dtype_size(n->out_dtype);
-        c->grad = w->m->nodes[n->inputs[0]].n_consumers == 1 ? 0 : elems * 4.0;
+        c->saved = sizeof(float); /* its scale */
         return QS_OK;
     }
     return QS_FAIL(QS_ERR_MISMATCH, "%s has no cast from %s to %s (needed by %s): profile the precision that uses it",
                    w->profile_path, from, to, n->name);
 }
 
-static qs_status qs_sim_node_cost(const qs_sim_worker *w, const qs_node *n, qs_sim_cost *c) {
+/* The gradient buffer of a straight-through cast in this graph (graph.c's rule): none when
+ * nothing upstream needs gradients, the input's own when the cast is its only consumer, else
+ * an FP32 one. It depends on the neighbours, so it is not taken from a profiled run. */
+static double qs_sim_cast_grad(const qs_sim_worker *w, const qs_node *n, const bool *needs_grad) {
+    const qs_node *in = &w->m->nodes[n->inputs[0]];
+    if (!needs_grad[n - w->m->nodes] || in->n_consumers == 1) return 0;
+    return (double)qs_shape_numel(n->out_ndim, n->out_shape) * (double)w->batch * sizeof(float);
+}
+
+static qs_status qs_sim_node_cost(const qs_sim_worker *w, const qs_node *n, const bool *needs_grad, qs_sim_cost *c) {
     memset(c, 0, sizeof *c);
     if (n->kind == QS_NODE_CAST) { /* measured where the same cast ran, else fitted */
         const cJSON *run;
+        bool found = false;
         cJSON_ArrayForEach(run, cJSON_GetObjectItemCaseSensitive(w->profile, "runs")) {
             const cJSON *op = qs_sim_find_op(run, n->name);
-            if (op) {
+            if (op && !found) {
                 qs_sim_cost_from_op(op, c);
-                return QS_OK;
+                found = true;
             }
         }
-        return qs_sim_cast_cost(w, n, c);
+        if (!found) QS_TRY(qs_sim_cast_cost(w, n, c));
+        c->grad = qs_sim_cast_grad(w, n, needs_grad);
+        return QS_OK;
     }
     const cJSON *run;
     QS_TRY(qs_sim_run_for(w, n, &run));
@@ -133,10 +152,43 @@ static double qs_sim_allreduce_ms(const cJSON *ar, double bytes) {
     return qs_sim_num(ar, "alpha_ms") + qs_sim_num(ar, "beta_ms_per_byte") * bytes;
 }
 
+/* Time a run spent outside its per-op timers and optimizer (input copies, bookkeeping between
+ * ops), and how many Conv2d/Linear it had. */
+static double qs_sim_run_untimed(const cJSON *run, int *n_selectable) {
+    double ops = 0;
+    int n = 0;
+    const cJSON *op;
+    cJSON_ArrayForEach(op, cJSON_GetObjectItemCaseSensitive(run, "ops")) {
+        ops += qs_sim_num(op, "forward_ms") + qs_sim_num(op, "backward_data_ms") + qs_sim_num(op, "backward_weights_ms") +
+               qs_sim_num(op, "cast_ms");
+        const cJSON *kind = cJSON_GetObjectItemCaseSensitive(op, "kind");
+        n += cJSON_IsString(kind) && (strcmp(kind->valuestring, "Conv2d") == 0 || strcmp(kind->valuestring, "Linear") == 0);
+    }
+    *n_selectable = n;
+    double gap = qs_sim_num(run, "step_ms") - ops - qs_sim_num(run, "optimizer_ms");
+    return gap > 0 ? gap : 0;
+}
+
+/* The untimed time of this worker's plan: the base run's, plus for every Conv2d/Linear its
+ * share of what its precision's run had beyond the base. */
+static double qs_sim_untimed(const qs_sim_worker *w, const cJSON *base) {
+    int nb = 0, k;
+    double gap_base = qs_sim_run_untimed(base, &nb), extra = 0;
+    const cJSON *runs = cJSON_GetObjectItemCaseSensitive(w->profile, "runs");
+    for (int i = 1; i < w->m->n_nodes; i++) {
+        const qs_node *n = &w->m->nodes[i];
+        if (!qs_node_precision_selectable(n->kind)) continue;
+        const cJSON *run = cJSON_GetObjectItemCaseSensitive(runs, qs_precision_name(n->prec));
+        double g = run ? qs_sim_run_untimed(run, &k) : gap_base;
+        if (run && k > 0) extra += (g - gap_base) / k;
+    }
+    return gap_base + extra;
+}
+
 /* ---- one worker's timeline ---- */
 
 typedef struct qs_sim_timeline {
-    double data, forward, backward, optimizer; /* durations */
+    double data, untimed, forward, backward, optimizer; /* durations */
     double bwd_end;                            /* from the iteration's start */
     double *bucket_ready;                      /* per bucket, from the iteration's start */
     double memory;
@@ -164,12 +216,18 @@ static qs_status qs_sim_worker_timeline(const qs_sim_worker *w, int rank, const 
     const cJSON *mem = cJSON_GetObjectItemCaseSensitive(base, "memory_bytes");
     double op_scale = w->slowdown > 1 ? w->slowdown : 1, step_scale = w->slow_whole_step ? op_scale : 1;
     qs_sim_cost *cost = calloc((size_t)m->n_nodes, sizeof *cost);
-    if (!cost) return QS_FAIL(QS_ERR_OOM, "out of memory replaying %s", m->arch);
-    qs_status st = QS_OK;
+    bool *needs_grad = calloc((size_t)m->n_nodes, sizeof *needs_grad);
+    qs_status st = cost && needs_grad ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory replaying %s", m->arch);
+    for (int i = 1; i < m->n_nodes && st == QS_OK; i++) { /* as graph.c marks them */
+        const qs_node *n = &m->nodes[i];
+        needs_grad[i] = n->n_params > 0;
+        for (int k = 0; k < n->n_inputs; k++) needs_grad[i] |= needs_grad[n->inputs[k]];
+    }
     for (int pass = 0; pass < 2; pass++) /* casts last: a missing run is the clearer message */
         for (int i = 1; i < m->n_nodes && st == QS_OK; i++)
             if (m->nodes[i].alias_of < 0 && (m->nodes[i].kind == QS_NODE_CAST) == (pass == 1))
-                st = qs_sim_node_cost(w, &m->nodes[i], &cost[i]);
+                st = qs_sim_node_cost(w, &m->nodes[i], needs_grad, &cost[i]);
+    free(needs_grad);
     if (st != QS_OK) {
         free(cost);
         return st;
@@ -192,6 +250,9 @@ static qs_status qs_sim_worker_timeline(const qs_sim_worker *w, int rank, const 
     tl->data = qs_sim_num(w->profile, "data_ms") * step_scale;
     qs_sim_event(trace, "data", "data", rank, 0, t, tl->data);
     t += tl->data;
+    tl->untimed = qs_sim_untimed(w, base) * step_scale;
+    qs_sim_event(trace, "outside the ops", "other", rank, 0, t, tl->untimed);
+    t += tl->untimed;
     double f0 = t;
     for (int i = 1; i < m->n_nodes; i++) {
         double d = (cost[i].fwd + cost[i].cast) * op_scale;
@@ -310,6 +371,7 @@ qs_status qs_simulate(const qs_sim_worker *w, int n, const qs_sim_options *o, cJ
         if (w[r].type) cJSON_AddStringToObject(x, "type", w[r].type);
         cJSON_AddNumberToObject(x, "slowdown", w[r].slowdown > 1 ? w[r].slowdown : 1);
         cJSON_AddNumberToObject(x, "data_ms", tl[r].data);
+        cJSON_AddNumberToObject(x, "untimed_ms", tl[r].untimed);
         cJSON_AddNumberToObject(x, "forward_ms", tl[r].forward);
         cJSON_AddNumberToObject(x, "backward_ms", tl[r].backward);
         cJSON_AddNumberToObject(x, "comm_wait_ms", done - tl[r].bwd_end);

@@ -51,7 +51,8 @@ typedef struct qs_sim_options {
 /* Replay one iteration of the n workers. Returns the prediction as a JSON document (format
  * QS_SIM_FORMAT) in *out (caller deletes): "iteration_ms" (the synchronized iteration, the
  * latest worker's finish), "slowest", "comm" {"model", "buckets", "allreduce_ms"}, and per
- * worker "rank", "type", "slowdown", "data_ms", "forward_ms", "backward_ms", "comm_wait_ms"
+ * worker "rank", "type", "slowdown", "data_ms", "untimed_ms" (what the profile's runs spent
+ * outside the per-op timers: input copies, bookkeeping), "forward_ms", "backward_ms", "comm_wait_ms"
  * (waiting for the gradients after its own backward), "optimizer_ms", "iteration_ms" (its own
  * finish) and "memory_bytes" (predicted peak). When trace is not NULL, Chrome-trace events
  * (one process per worker, a compute and a communication thread) are appended to it.
