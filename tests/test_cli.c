@@ -159,16 +159,6 @@ static void test_eval_and_wrong_model(void **state) {
     expect_runf(1, "cut.safetensors", "eval --checkpoint %s/cut.safetensors", tmp);
 }
 
-/* Write text into qs_test_tmp/name. */
-static void write_tmp(const char *name, const char *text) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", qs_test_tmp, name);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
-}
-
 #define PLAN_HDR "{\"format\": \"qsync-plan\", \"version\": 1, "
 /* A small MLP run (Linear layers only). */
 #define QS_TINY_MLP "--model mlp --width 32 --batch 32 --train-subset 96 --eval-subset 64 --threads 1 --no-progress"
@@ -177,7 +167,7 @@ static void write_tmp(const char *name, const char *text) {
  * emulates (exit 1, saying what to do). */
 static void test_precision_options(void **state) {
     const char *tmp = qs_test_tmp;
-    write_tmp("ok.json", PLAN_HDR "\"model\": \"cnn\"}");
+    qs_test_write_tmp("ok.json", PLAN_HDR "\"model\": \"cnn\"}");
     expect_runf(2, "--plan and --precision int8 are mutually exclusive",
                 "train " QS_TINY " --steps 1 --precision int8 --plan %s/ok.json", tmp);
     expect_runf(2, "mutually exclusive", "eval --checkpoint %s/none --precision bf16 --plan %s/ok.json", tmp, tmp);
@@ -199,15 +189,15 @@ static void test_precision_options(void **state) {
 /* Bad plan files: each a non-zero exit naming the file, the key and what to do. */
 static void test_bad_plans(void **state) {
     const char *tmp = qs_test_tmp;
-    write_tmp("malformed.json", PLAN_HDR "\n\"model\": \"cnn\",\n\"precisions\": {\"conv1\": int8}}");
-    write_tmp("format.json", "{\"format\": \"qsync.model\", \"version\": 1, \"model\": \"cnn\"}");
-    write_tmp("version.json", "{\"format\": \"qsync-plan\", \"version\": 3, \"model\": \"cnn\"}");
-    write_tmp("layer.json", PLAN_HDR "\"model\": \"cnn\", \"precisions\": {\"conv9\": \"int8\"}}");
-    write_tmp("pool.json", PLAN_HDR "\"model\": \"cnn\", \"precisions\": {\"pool1\": \"int8\"}}");
-    write_tmp("prec.json", PLAN_HDR "\"model\": \"cnn\", \"precisions\": {\"conv1\": \"int3\"}}");
-    write_tmp("other.json", PLAN_HDR "\"model\": \"resnet18\", \"precisions\": {\"conv1\": \"int8\"}}");
-    write_tmp("emu.json", PLAN_HDR "\"model\": \"cnn\", \"precisions\": {\"fc1\": \"fp16\"}}");
-    write_tmp("tf32.json", PLAN_HDR "\"model\": \"cnn\", \"default\": \"tf32\"}");
+    qs_test_write_tmp("malformed.json", PLAN_HDR "\n\"model\": \"cnn\",\n\"precisions\": {\"conv1\": int8}}");
+    qs_test_write_tmp("format.json", "{\"format\": \"qsync.model\", \"version\": 1, \"model\": \"cnn\"}");
+    qs_test_write_tmp("version.json", "{\"format\": \"qsync-plan\", \"version\": 3, \"model\": \"cnn\"}");
+    qs_test_write_tmp("layer.json", PLAN_HDR "\"model\": \"cnn\", \"precisions\": {\"conv9\": \"int8\"}}");
+    qs_test_write_tmp("pool.json", PLAN_HDR "\"model\": \"cnn\", \"precisions\": {\"pool1\": \"int8\"}}");
+    qs_test_write_tmp("prec.json", PLAN_HDR "\"model\": \"cnn\", \"precisions\": {\"conv1\": \"int3\"}}");
+    qs_test_write_tmp("other.json", PLAN_HDR "\"model\": \"resnet18\", \"precisions\": {\"conv1\": \"int8\"}}");
+    qs_test_write_tmp("emu.json", PLAN_HDR "\"model\": \"cnn\", \"precisions\": {\"fc1\": \"fp16\"}}");
+    qs_test_write_tmp("tf32.json", PLAN_HDR "\"model\": \"cnn\", \"default\": \"tf32\"}");
     const char *t = "train " QS_TINY " --steps 1 --plan";
     expect_runf(1, "malformed.json: malformed JSON at line 3", "%s %s/malformed.json", t, tmp);
     expect_runf(1, "\"format\" must be \"qsync-plan\"", "%s %s/format.json", t, tmp);

@@ -56,16 +56,6 @@ static int run_ranks(int n, const char *args, int want, const char *needle) {
     return rc;
 }
 
-/* Write text to qs_test_tmp/name. */
-static void write_file(const char *name, const char *text) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", qs_test_tmp, name);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
-}
-
 /* Run QS_BIN args on N ranks (see ranks_command), which must succeed; its output into *out
  * (caller frees). */
 static void run_ranks_output(int n, const char *args, char **out) {
@@ -148,7 +138,7 @@ static void test_unequal_batches(void **state) {
     snprintf(a, sizeof a, QS_DIST_ARGS " --batch 64 --batch-split 40,24 --checkpoint-dir %s", d2);
     run_ranks(2, a, 0, NULL);
     double given = max_rel_diff(d1, d2);
-    write_file("slow3.json", "{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": ["
+    qs_test_write_tmp("slow3.json", "{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": ["
                              "{\"device\": \"cpu\", \"type\": \"fast\", \"threads\": 1},"
                              "{\"device\": \"cpu\", \"type\": \"slow\", \"threads\": 1,"
                              " \"emulation\": {\"slowdown\": 3}}]}");
@@ -208,10 +198,10 @@ static void test_refused(void **state) {
  * uninterrupted one does, for the weights and for each rank's own file; resuming with another
  * rank count, another split, without the marker or with a marker of another step is refused. */
 static void test_checkpoint_resume(void **state) {
-    write_file("types.json", "{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": ["
+    qs_test_write_tmp("types.json", "{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": ["
                              "{\"device\": \"cpu\", \"type\": \"cpu-fast\", \"threads\": 1},"
                              "{\"device\": \"cpu\", \"type\": \"cpu-slow\", \"threads\": 1}]}");
-    write_file("vgg-types.json", "{\"format\": \"qsync-plan\", \"version\": 2, \"model\": \"vgg11\", \"backend\": "
+    qs_test_write_tmp("vgg-types.json", "{\"format\": \"qsync-plan\", \"version\": 2, \"model\": \"vgg11\", \"backend\": "
                                  "\"cpu\", \"default\": \"fp32\", \"device_types\": {\"cpu-fast\": {\"default\": "
                                  "\"fp32\"}, \"cpu-slow\": {\"default\": \"int8\"}}}");
     const char *tmp = qs_test_tmp;
@@ -234,7 +224,7 @@ static void test_checkpoint_resume(void **state) {
     /* refused: without the marker, a marker of another step, another split, another rank count */
     snprintf(a, sizeof a, "%s --resume %s/copy", base, tmp);
     run_ranks(2, a, 1, "has no complete.json: it was being written when the job stopped");
-    write_file("copy/complete.json", "{\"format\": \"qsync-checkpoint\", \"version\": 1, \"step\": 7, \"world\": 2}");
+    qs_test_write_tmp("copy/complete.json", "{\"format\": \"qsync-checkpoint\", \"version\": 1, \"step\": 7, \"world\": 2}");
     run_ranks(2, a, 1, "marks step 7 of 2 rank(s) complete, but the checkpoint's files are from step 10");
     snprintf(a, sizeof a, QS_VGG_ARGS " --allow-emulated --cluster %s/types.json --plan %s/vgg-types.json --resume "
              "%s/full", tmp, tmp, tmp);
@@ -247,14 +237,14 @@ static void test_checkpoint_resume(void **state) {
  * replicas stay identical (checked every step) and the run reports the slowdown applied.
  * Bad files and a rank count that does not match are refused before training. */
 static void test_cluster(void **state) {
-    write_file("c2.json", "{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": ["
+    qs_test_write_tmp("c2.json", "{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": ["
                           "{\"device\": \"cpu\", \"type\": \"fast\", \"threads\": 1},"
                           "{\"device\": \"cpu\", \"type\": \"slow\", \"threads\": 1, \"precision\": \"int8\","
                           " \"emulation\": {\"slowdown\": 1.5}}]}");
-    write_file("bad.json", "{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": ["
+    qs_test_write_tmp("bad.json", "{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": ["
                            "{\"device\": \"cpu\", \"type\": \"a\", \"slowdwn\": 2}]}");
-    write_file("v2.json", "{\"format\": \"qsync-cluster\", \"version\": 2, \"workers\": []}");
-    write_file("broken.json", "{\"format\": \"qsync-cluster\",\n \"version\": 1 \"workers\": []}");
+    qs_test_write_tmp("v2.json", "{\"format\": \"qsync-cluster\", \"version\": 2, \"workers\": []}");
+    qs_test_write_tmp("broken.json", "{\"format\": \"qsync-cluster\",\n \"version\": 1 \"workers\": []}");
     char a[1024];
     snprintf(a, sizeof a, QS_DIST_ARGS " --batch 64 --allow-emulated --json --cluster %s/c2.json", qs_test_tmp);
     run_ranks(2, a, 0, "\"emulated_slowdown\":\t1.5");
@@ -281,7 +271,7 @@ static void test_cluster(void **state) {
     const char *int8_r0 = strstr(r0, "\"int8\"");
     assert_true(int8_r0 > r1); /* none in rank 0's entry, which ends where rank 1's begins */
     free(out);
-    write_file("typo.json", "{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": ["
+    qs_test_write_tmp("typo.json", "{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": ["
                             "{\"device\": \"cpu\", \"type\": \"cpu-fast\", \"threads\": 1},"
                             "{\"device\": \"cpu\", \"type\": \"cpu-slwo\", \"threads\": 1}]}");
     snprintf(a, sizeof a, QS_DIST_ARGS " --batch 64 --plan %s/examples/plans/cnn-by-device-type.json --cluster "
@@ -296,7 +286,7 @@ static void test_cluster(void **state) {
  * the ratio of the median compute time per sample after to before, marked calibrated. Only
  * its direction is asserted (timings are noise here); the figure is printed. */
 static void test_calibrated_emulation(void **state) {
-    write_file("calib.json", "{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": ["
+    qs_test_write_tmp("calib.json", "{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": ["
                              "{\"device\": \"cpu\", \"type\": \"slow\", \"threads\": 1,"
                              " \"emulation\": {\"slowdown\": 3, \"method\": \"duty-cycle\", \"calibration_steps\": 5}}]}");
     char a[1024], *out = NULL;
@@ -310,7 +300,7 @@ static void test_calibrated_emulation(void **state) {
     assert_non_null(strstr(out, "\"emulated_slowdown_basis\":\t\"calibrated\""));
     assert_true(measured > 1.0);
     free(out);
-    write_file("calib-bad.json", "{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": [{\"device\": \"cpu\","
+    qs_test_write_tmp("calib-bad.json", "{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": [{\"device\": \"cpu\","
                                  " \"type\": \"slow\", \"emulation\": {\"slowdown\": 3, \"calibration_steps\": 2.5}}]}");
     snprintf(a, sizeof a, QS_DIST_ARGS " --batch 64 --cluster %s/calib-bad.json", qs_test_tmp);
     run_ranks(0, a, 1, "workers[0].emulation.calibration_steps must be a whole number");

@@ -92,3 +92,13 @@ void qs_test_mpi_env(void) {
     snprintf(buf, sizeof buf, "%s%sfast_unwind_on_malloc=0", asan ? asan : "", asan && asan[0] ? ":" : "");
     setenv("ASAN_OPTIONS", buf, 1);
 }
+
+void qs_test_write_tmp(const char *name, const char *text) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", qs_test_tmp, name);
+    FILE *f = fopen(path, "w");
+    if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
+        fprintf(stderr, "cannot write %s\n", path);
+        abort();
+    }
+}

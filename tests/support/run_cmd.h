@@ -24,6 +24,9 @@ int qs_test_count_entries(const char *dir);
  * needs full stacks and its plugins kept loaded). Call once, before the first mpirun. */
 void qs_test_mpi_env(void);
 
+/* Write text into qs_test_tmp/name (a failure to write ends the test program with a message). */
+void qs_test_write_tmp(const char *name, const char *text);
+
 /* The scratch directory made by qs_test_tmpdir_setup, "" outside it. */
 extern char qs_test_tmp[128];
 /* cmocka setup (per test or per group): make a fresh qs_test_tmp and point *state at it.
