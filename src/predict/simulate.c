@@ -207,8 +207,8 @@ static void qs_sim_event(cJSON *trace, const char *name, const char *cat, int pi
     cJSON_AddItemToArray(trace, e);
 }
 
-static qs_status qs_sim_worker_timeline(const qs_sim_worker *w, int rank, const qs_grad_bucket *buckets, int nb,
-                                        const int *entry_bucket, cJSON *trace, qs_sim_timeline *tl) {
+static qs_status qs_sim_worker_timeline(const qs_sim_worker *w, int rank, int nb, const int *entry_bucket, cJSON *trace,
+                                        qs_sim_timeline *tl) {
     const qs_model *m = w->m;
     const cJSON *runs = cJSON_GetObjectItemCaseSensitive(w->profile, "runs");
     const cJSON *base = cJSON_GetObjectItemCaseSensitive(runs, "fp32");
@@ -274,7 +274,6 @@ static qs_status qs_sim_worker_timeline(const qs_sim_worker *w, int rank, const 
     tl->backward = t - b0;
     tl->bwd_end = t;
     tl->optimizer = qs_sim_num(base, "optimizer_ms") * step_scale;
-    (void)buckets;
     free(cost);
     return QS_OK;
 }
@@ -317,7 +316,7 @@ qs_status qs_simulate(const qs_sim_worker *w, int n, const qs_sim_options *o, cJ
     }
     for (int r = 0; r < n && st == QS_OK; r++) {
         tl[r].bucket_ready = ready + (size_t)r * (size_t)(nb + 1);
-        st = qs_sim_worker_timeline(&w[r], r, buckets, nb, entry_bucket, trace, &tl[r]);
+        st = qs_sim_worker_timeline(&w[r], r, nb, entry_bucket, trace, &tl[r]);
     }
     if (st != QS_OK) {
         free(buckets);
