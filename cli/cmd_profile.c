@@ -140,6 +140,7 @@ int qs_cmd_profile(int argc, char **argv) {
     const char *optimizer = "sgd", *cluster_path = NULL, *type = NULL;
     int64_t batch = 64, width = 0;
     int threads = 0, warmup = 3, reps = 10;
+    double bucket_mb = 25;
     bool allow_emulated = false, quiet = false;
     qs_cli_opt opts[] = {
         {"model", QS_CLI_STR, &model, "NAME", "built-in model (required; see `qsync models`)"},
@@ -153,6 +154,7 @@ int qs_cmd_profile(int argc, char **argv) {
         {"threads", QS_CLI_INT, &threads, "N", "compute threads (default OpenMP's)"},
         {"warmup", QS_CLI_INT, &warmup, "N", "untimed steps per precision (default 3)"},
         {"reps", QS_CLI_INT, &reps, "N", "timed steps per precision (default 10; medians)"},
+        {"bucket-mb", QS_CLI_DOUBLE, &bucket_mb, "MB", "under mpirun: gradient bucket size, as in training (default 25)"},
         {"cluster", QS_CLI_STR, &cluster_path, "FILE", "profile as a worker of this cluster (its threads and emulation)"},
         {"type", QS_CLI_STR, &type, "LABEL", "with --cluster: the first worker of this type (default: each rank its own)"},
         {"out", QS_CLI_STR, &out_path, "FILE", "where to write the profile (required; %t = the worker's type)"},
@@ -164,8 +166,8 @@ int qs_cmd_profile(int argc, char **argv) {
         fprintf(stderr, "qsync profile: --model and --out are required\n");
         return 2;
     }
-    if (batch < 1 || warmup < 1 || reps < 3 || width < 0) {
-        fprintf(stderr, "qsync profile: --batch and --warmup must be >= 1, --reps >= 3, --width >= 0\n");
+    if (batch < 1 || warmup < 1 || reps < 3 || width < 0 || !(bucket_mb > 0)) {
+        fprintf(stderr, "qsync profile: --batch and --warmup must be >= 1, --reps >= 3, --width >= 0, --bucket-mb > 0\n");
         return 2;
     }
     qs_profile_options o = {.model = model, .data = data, .batch = batch, .threads = threads, .data_ms = -1,
@@ -185,6 +187,8 @@ int qs_cmd_profile(int argc, char **argv) {
     qs_comm *comm = NULL;
     if (qs_comm_init(&argc, &argv, &comm) != QS_OK) return qs_cmd_fail("profile");
     const int rank = qs_comm_rank(comm), world = qs_comm_world(comm);
+    if (world > 1) o.comm = comm;
+    o.bucket_bytes = (size_t)(bucket_mb * 1048576.0);
     qs_logger lg;
     qs_logger_init(&lg, rank, world, quiet ? QS_LOG_WARN : QS_LOG_INFO);
     o.log = &lg;
@@ -235,7 +239,7 @@ int qs_cmd_profile(int argc, char **argv) {
             if (st == QS_OK) st = QS_FAIL(QS_ERR_INTERNAL, "another rank could not profile the model");
         } else {
             cJSON *ar = NULL;
-            st = qs_profile_allreduce(comm, reps, &ar);
+            st = qs_profile_allreduce(comm, reps, qs_profile_grad_bytes(doc), &ar);
             if (st == QS_OK && doc && writer) cJSON_AddItemToObject(doc, "allreduce", ar);
             else cJSON_Delete(ar);
         }

@@ -16,6 +16,7 @@
 #include "graph/graph.h"
 #include "graph/precision.h"
 #include "predict/profile.h"
+#include "dist/grad_sync.h"
 #include "predict/simulate.h"
 #include "core/backend.h"
 #include "optim/optim.h"
@@ -253,6 +254,50 @@ static void test_simulate_two_workers(void **state) {
     cJSON_Delete(prof);
 }
 
+/* Two identical workers: a gradient sync measured in place for these buckets replaces the
+ * size curve (in the mode asked, averaging included), and the synchronized step grows by the
+ * jitter: each worker's steps 10, 10, 14 ms (residuals 0, 0, +4) make max(e0, e1) = 4 with
+ * probability 5/9, so its median is 4 and its mean 20/9. */
+static void test_simulate_measured_sync_and_jitter(void **state) {
+    cJSON *prof = small_profile();
+    cJSON *run = cJSON_GetObjectItem(cJSON_GetObjectItem(prof, "runs"), "fp32");
+    assert_true(cJSON_ReplaceItemInObject(run, "step_samples_ms", cJSON_Parse("[10, 14, 10]")));
+    qs_model *m0 = mixed_cnn(NULL, NULL), *m1 = mixed_cnn(NULL, NULL);
+    qs_grad_bucket b[64];
+    int eb[64];
+    assert_true(m0->params.count <= 64);
+    int nb = qs_grad_buckets_form(&m0->params, 1 << 10, b, eb);
+    char js[256];
+    snprintf(js, sizeof js, "{\"ranks\": 2, \"bucket_bytes\": 1024, \"buckets\": %d, \"overlap_ms\": 3, "
+             "\"no_overlap_ms\": 5}", nb);
+    cJSON_AddItemToObject(run, "grad_sync", cJSON_Parse(js));
+    cJSON_AddItemToObject(prof, "allreduce", cJSON_Parse("{\"ranks\": 2, \"alpha_ms\": 0.01, \"beta_ms_per_byte\": "
+                                                         "1e-6, \"points\": [[1024, 0.02], [1048576, 1.0]]}"));
+    qs_sim_worker w[2] = {{.profile = prof, .profile_path = "small", .m = m0, .batch = 8},
+                          {.profile = prof, .profile_path = "small", .m = m1, .batch = 8}};
+    const double want_ms[3] = {3, 5, -1}; /* overlap, no overlap, other buckets (size curve) */
+    for (int k = 0; k < 3; k++) {
+        qs_sim_options so = {.bucket_bytes = k == 2 ? 2048 : 1024, .overlap = k != 1};
+        cJSON *out = NULL;
+        assert_int_equal(qs_simulate(w, 2, &so, NULL, &out), QS_OK);
+        const cJSON *comm = cJSON_GetObjectItem(out, "comm"), *a = cJSON_GetArrayItem(cJSON_GetObjectItem(out, "workers"), 0);
+        assert_string_equal(cJSON_GetObjectItem(comm, "source")->valuestring, k == 2 ? "size curve" : "measured sync");
+        if (want_ms[k] > 0) {
+            assert_true(num(comm, "allreduce_ms") == want_ms[k]);
+            assert_true(num(a, "grad_average_ms") == 0); /* inside the measured sync */
+        } else {
+            assert_true(num(a, "grad_average_ms") > 0);
+        }
+        assert_true(num(out, "jitter_ms") == 4);
+        assert_true(fabs(num(out, "iteration_mean_ms") - num(out, "iteration_ms") + 4 - 20.0 / 9) < 0.05);
+        assert_true(fabs(num(out, "iteration_ms") - num(a, "iteration_ms") - 4) < 1e-9);
+        cJSON_Delete(out);
+    }
+    qs_model_free(m0);
+    qs_model_free(m1);
+    cJSON_Delete(prof);
+}
+
 static void expect_cli(int want, const char *needle, const char *args) {
     char *out = NULL;
     int rc = qs_test_run_qsync(args, &out);
@@ -324,8 +369,8 @@ static void test_profile_cli(void **state) {
     qs_test_mpi_env();
     snprintf(a, sizeof a, "mpirun -np 2 --oversubscribe %s "
              "profile --model cnn --width 4 --batch 8 --data synthetic --precisions fp32 --reps 3 --warmup 1 "
-             "--threads 1 --quiet --out %s/ar.json && grep -c beta_ms_per_byte %s/ar.json",
-             getenv("QS_BIN"), qs_test_tmp, qs_test_tmp);
+             "--threads 1 --quiet --out %s/ar.json && grep -c beta_ms_per_byte %s/ar.json && grep -c overlap_ms %s/ar.json",
+             getenv("QS_BIN"), qs_test_tmp, qs_test_tmp, qs_test_tmp);
     char *out = NULL;
     int rc = qs_test_run_shell(a, &out);
     if (rc != 0 || !strstr(out, "1")) fail_msg("%s\n  exit %d, output:\n%s", a, rc, out);
@@ -339,6 +384,7 @@ int main(void) {
         cmocka_unit_test(test_profile_cnn),
         cmocka_unit_test(test_simulate_one_worker),
         cmocka_unit_test(test_simulate_two_workers),
+        cmocka_unit_test(test_simulate_measured_sync_and_jitter),
         QS_TMPDIR_TEST(test_profile_cli),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -12,6 +12,7 @@
 #include "core/timer.h"
 #include "graph/graph.h"
 #include "optim/loss_scale.h"
+#include "predict/profile_comm.h"
 
 /* The categories recorded per op, in the order of their JSON names. */
 static const qs_cost_cat qs_prof_cats[] = {QS_CAT_FORWARD, QS_CAT_BACKWARD_DATA, QS_CAT_BACKWARD_WEIGHTS,
@@ -89,6 +90,17 @@ static qs_status qs_prof_step(const qs_profile_options *o, qs_prof_run *r, doubl
     return QS_OK;
 }
 
+typedef struct qs_prof_step_ctx {
+    const qs_profile_options *o;
+    qs_prof_run *r;
+} qs_prof_step_ctx;
+
+static qs_status qs_prof_step_cb(void *ctx) {
+    qs_prof_step_ctx *c = ctx;
+    double ms;
+    return qs_prof_step(c->o, c->r, &ms);
+}
+
 /* The op entry of node n: identity, memory and the medians of its per-step times. */
 static cJSON *qs_prof_op_json(const qs_model *m, const qs_node *n, double *const samples[QS_PROF_NCAT], int reps) {
     cJSON *op = cJSON_CreateObject();
@@ -118,11 +130,11 @@ static qs_status qs_prof_precision(const qs_profile_options *o, qs_precision p, 
     qs_status st = qs_prof_run_setup(o, p, &r);
     qs_model *m = r.m;
     int nn = st == QS_OK ? m->n_nodes : 0, reps = o->reps;
-    double *buf = st == QS_OK ? calloc((size_t)nn * QS_PROF_NCAT * (size_t)(reps + 1) + 2 * (size_t)reps, sizeof *buf)
+    double *buf = st == QS_OK ? calloc((size_t)nn * QS_PROF_NCAT * (size_t)(reps + 1) + 3 * (size_t)reps, sizeof *buf)
                               : NULL;
     if (st == QS_OK && !buf) st = QS_FAIL(QS_ERR_OOM, "out of memory for the profile of %s", o->model);
     double *prev = buf, *step_ms = buf ? buf + (size_t)nn * QS_PROF_NCAT * (size_t)(reps + 1) : NULL;
-    double *opt_ms = step_ms ? step_ms + reps : NULL;
+    double *opt_ms = step_ms ? step_ms + reps : NULL, *avg_ms = step_ms ? step_ms + 2 * reps : NULL;
 #define QS_PROF_SAMPLE(i, c, k) (buf[(size_t)nn * QS_PROF_NCAT + (((size_t)(i) * QS_PROF_NCAT + (c)) * (size_t)reps) + (k)])
     for (int s = 0; s < o->warmup + reps && st == QS_OK; s++) {
         for (int i = 0; i < nn; i++)
@@ -137,13 +149,30 @@ static qs_status qs_prof_precision(const qs_profile_options *o, qs_precision p, 
             for (int c = 0; c < QS_PROF_NCAT; c++)
                 QS_PROF_SAMPLE(i, c, k) = m->nodes[i].time[qs_prof_cats[c]].total_ms - prev[i * QS_PROF_NCAT + c];
     }
+    /* with several ranks, training ends the gradient sync with one scale of every gradient by
+     * 1/world (grad_sync.c): its cost, the same at any world size */
+    for (int k = 0; k < reps && st == QS_OK; k++) {
+        double t0 = qs_now_ms();
+        st = r.be->ops->scale(r.be, m->stream, (int64_t)(m->params.bytes / sizeof(float)), m->grad_data, 0.5f);
+        if (st == QS_OK) st = r.be->ops->stream_sync(r.be, m->stream);
+        avg_ms[k] = qs_now_ms() - t0;
+    }
+    cJSON *sync = NULL;
+    if (st == QS_OK && o->comm && qs_comm_world(o->comm) > 1) {
+        qs_prof_step_ctx sc = {o, &r};
+        st = qs_profile_model_sync(o->comm, m, o->bucket_bytes, reps, qs_prof_step_cb, &sc, &sync);
+    }
     cJSON *run = NULL;
     if (st == QS_OK) {
         run = cJSON_CreateObject();
         cJSON_AddStringToObject(run, "precision", qs_precision_name(p));
         cJSON_AddStringToObject(run, "support", qs_prec_support_name(r.be->ops->precision_support(r.be, p)));
+        cJSON *steps = cJSON_AddArrayToObject(run, "step_samples_ms"); /* in order, for the jitter */
+        for (int k = 0; k < reps; k++) cJSON_AddItemToArray(steps, cJSON_CreateNumber(step_ms[k]));
         cJSON_AddNumberToObject(run, "step_ms", qs_median_inplace(step_ms, reps));
         cJSON_AddNumberToObject(run, "optimizer_ms", qs_median_inplace(opt_ms, reps));
+        cJSON_AddNumberToObject(run, "grad_average_ms", qs_median_inplace(avg_ms, reps));
+        if (sync) cJSON_AddItemToObject(run, "grad_sync", sync);
         qs_memory_report mr;
         qs_model_memory(m, &mr);
         size_t in_use = 0, peak = 0;
@@ -297,4 +326,11 @@ qs_status qs_profile_model(const qs_profile_options *o, cJSON **out) {
     }
     *out = doc;
     return QS_OK;
+}
+
+double qs_profile_grad_bytes(const cJSON *doc) {
+    const cJSON *runs = cJSON_GetObjectItemCaseSensitive(doc, "runs");
+    const cJSON *mem = cJSON_GetObjectItemCaseSensitive(runs ? runs->child : NULL, "memory_bytes");
+    const cJSON *g = cJSON_GetObjectItemCaseSensitive(mem, "grads");
+    return cJSON_IsNumber(g) ? g->valuedouble : 0;
 }

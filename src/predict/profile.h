@@ -15,6 +15,7 @@
 
 #include <stdint.h>
 #include <cjson/cJSON.h>
+#include "dist/comm.h"
 #include "qsync/log.h"
 #include "qsync/status.h"
 #include "models/models.h"
@@ -43,9 +44,15 @@ typedef struct qs_profile_options {
     const char *emulation_method; /* ... applied by the caller as a CPU quota ("cgroup-quota"), or
                                    * by the profile as a duty cycle over the ops ("duty-cycle") */
     const qs_logger *log;         /* progress, one line per precision (may be NULL) */
+    qs_comm *comm;                /* under mpirun (world ≥ 2): each run also times the all-reduce of
+                                   * the model's own gradient buckets after its backward ... */
+    size_t bucket_bytes;          /* ... formed at this bucket size, as training forms them */
 } qs_profile_options;
 
 /* Profile o->model and return the profile document in *out (caller deletes). */
 qs_status qs_profile_model(const qs_profile_options *o, cJSON **out);
+
+/* The model's gradient bytes (its first run's memory_bytes.grads) in a profile, or 0. */
+double qs_profile_grad_bytes(const cJSON *doc);
 
 #endif

@@ -1,29 +1,43 @@
 /* src/predict/profile_comm.c — all-reduce cost between the job's ranks (profile_comm.h). */
 #include "predict/profile_comm.h"
 
+#include <math.h>
 #include <stdlib.h>
+
+#include "dist/grad_sync.h"
 
 #include "core/stats.h"
 #include "core/timer.h"
 #include "qsync/tensor.h"
 
-#define QS_PROF_AR_SIZES 6
+#define QS_PROF_AR_MAX_SIZES 24
 #define QS_PROF_AR_TIMEOUT_S 300.0
 
-qs_status qs_profile_allreduce(qs_comm *comm, int reps, cJSON **out) {
+/* The sizes to time: 64 KiB, ×4 up to 16 MiB, 25 MiB, then doubling until max_bytes is covered. */
+static int qs_prof_ar_sizes(double max_bytes, double *sizes) {
+    int n = 0;
+    for (double b = 64 << 10; b <= 16 << 20; b *= 4) sizes[n++] = b;
+    sizes[n++] = 25 << 20;
+    for (double b = 32 << 20; sizes[n - 1] < max_bytes && n < QS_PROF_AR_MAX_SIZES; b *= 2) sizes[n++] = b;
+    return n;
+}
+
+qs_status qs_profile_allreduce(qs_comm *comm, int reps, double max_bytes, cJSON **out) {
     *out = NULL;
     const int world = qs_comm_world(comm), rank = qs_comm_rank(comm);
     if (world < 2) return QS_FAIL(QS_ERR_INVALID_ARG, "the all-reduce profile needs several ranks (run under mpirun)");
     if (reps < 3) return QS_FAIL(QS_ERR_INVALID_ARG, "the all-reduce profile needs at least 3 repetitions");
-    static const double sizes[QS_PROF_AR_SIZES] = {64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 25 << 20};
-    const int64_t max_floats = (int64_t)sizes[QS_PROF_AR_SIZES - 1] / (int64_t)sizeof(float);
+    double sizes[QS_PROF_AR_MAX_SIZES];
+    const int n_sizes = qs_prof_ar_sizes(max_bytes, sizes);
+    const int64_t max_floats = (int64_t)sizes[n_sizes - 1] / (int64_t)sizeof(float);
     float *buf = qs_host_alloc((size_t)max_floats * sizeof(float));
-    double *t = calloc((size_t)reps, sizeof *t), *slowest = calloc((size_t)world * QS_PROF_AR_SIZES, sizeof *slowest);
+    double *t = calloc((size_t)reps, sizeof *t), *slowest = calloc((size_t)world * n_sizes, sizeof *slowest);
     qs_status st = buf && t && slowest ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory for the all-reduce profile");
-    for (int64_t i = 0; st == QS_OK && i < max_floats; i++) buf[i] = 1e-3f;
-    for (int s = 0; s < QS_PROF_AR_SIZES && st == QS_OK; s++) {
+    for (int s = 0; s < n_sizes && st == QS_OK; s++) {
         int64_t n = (int64_t)sizes[s] / (int64_t)sizeof(float);
         for (int k = -1; k < reps && st == QS_OK; k++) { /* k = -1: warm-up */
+            /* written just before, as backward writes the gradients a bucket holds */
+            for (int64_t i = 0; i < n; i++) buf[i] = 1e-3f * (float)(k + 2);
             uint64_t lo, hi;
             st = qs_comm_allreduce_minmax_u64(comm, (uint64_t)k + 1, &lo, &hi, QS_PROF_AR_TIMEOUT_S);
             int req = -1;
@@ -32,24 +46,24 @@ qs_status qs_profile_allreduce(qs_comm *comm, int reps, cJSON **out) {
             if (st == QS_OK) st = qs_comm_wait(comm, req, QS_PROF_AR_TIMEOUT_S);
             if (k >= 0) t[k] = qs_now_ms() - t0;
         }
-        if (st == QS_OK) slowest[(size_t)rank * QS_PROF_AR_SIZES + s] = qs_median_inplace(t, reps);
+        if (st == QS_OK) slowest[(size_t)rank * n_sizes + s] = qs_median_inplace(t, reps);
     }
-    if (st == QS_OK) st = qs_comm_allreduce_sum_f64(comm, slowest, world * QS_PROF_AR_SIZES, QS_PROF_AR_TIMEOUT_S);
+    if (st == QS_OK) st = qs_comm_allreduce_sum_f64(comm, slowest, world * n_sizes, QS_PROF_AR_TIMEOUT_S);
     if (st == QS_OK) {
-        double ms[QS_PROF_AR_SIZES], alpha, beta;
-        for (int s = 0; s < QS_PROF_AR_SIZES; s++) {
+        double ms[QS_PROF_AR_MAX_SIZES], alpha, beta;
+        for (int s = 0; s < n_sizes; s++) {
             ms[s] = 0;
             for (int r = 0; r < world; r++)
-                if (slowest[(size_t)r * QS_PROF_AR_SIZES + s] > ms[s]) ms[s] = slowest[(size_t)r * QS_PROF_AR_SIZES + s];
+                if (slowest[(size_t)r * n_sizes + s] > ms[s]) ms[s] = slowest[(size_t)r * n_sizes + s];
         }
-        qs_linear_fit(sizes, ms, QS_PROF_AR_SIZES, &alpha, &beta);
+        qs_linear_fit(sizes, ms, n_sizes, &alpha, &beta);
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "ranks", world);
         cJSON_AddNumberToObject(o, "reps", reps);
         cJSON_AddNumberToObject(o, "alpha_ms", alpha);
         cJSON_AddNumberToObject(o, "beta_ms_per_byte", beta);
         cJSON *pts = cJSON_AddArrayToObject(o, "points");
-        for (int s = 0; s < QS_PROF_AR_SIZES; s++) {
+        for (int s = 0; s < n_sizes; s++) {
             cJSON *pt = cJSON_CreateArray();
             cJSON_AddItemToArray(pt, cJSON_CreateNumber(sizes[s]));
             cJSON_AddItemToArray(pt, cJSON_CreateNumber(ms[s]));
@@ -61,4 +75,89 @@ qs_status qs_profile_allreduce(qs_comm *comm, int reps, cJSON **out) {
     free(t);
     free(slowest);
     return st;
+}
+
+/* ---- the model's own gradient sync, as training runs it ---- */
+
+typedef struct qs_prof_sync {
+    qs_status (*ready)(void *, int); /* the runtime's hooks, wrapped */
+    qs_status (*done)(void *);
+    void *ctx;
+    double in_hooks; /* this step's time inside them */
+    double *ms;      /* per repetition */
+    int rep;
+} qs_prof_sync;
+
+static qs_status qs_prof_sync_ready(void *ctx, int node) {
+    qs_prof_sync *ps = ctx;
+    double t0 = qs_now_ms();
+    qs_status st = ps->ready(ps->ctx, node);
+    ps->in_hooks += qs_now_ms() - t0;
+    return st;
+}
+
+static qs_status qs_prof_sync_done(void *ctx) {
+    qs_prof_sync *ps = ctx;
+    double t0 = qs_now_ms();
+    qs_status st = ps->done(ps->ctx);
+    ps->in_hooks += qs_now_ms() - t0;
+    if (ps->rep >= 0) ps->ms[ps->rep] = ps->in_hooks;
+    ps->in_hooks = 0;
+    return st;
+}
+
+/* reps + 1 steps (the first a warm-up) under the runtime's gradient sync; *ms = the median
+ * time per step inside its hooks on this rank. */
+static qs_status qs_prof_sync_mode(qs_comm *comm, qs_model *m, size_t bucket_bytes, bool overlap, int reps,
+                                   qs_status (*step)(void *), void *step_ctx, double *samples, double *ms) {
+    qs_grad_sync gs;
+    QS_TRY(qs_grad_sync_init(&gs, comm, m, bucket_bytes, overlap, QS_PROF_AR_TIMEOUT_S));
+    qs_prof_sync ps = {.ready = m->grads_ready, .done = m->grads_done, .ctx = m->grads_ctx, .ms = samples};
+    m->grads_ready = qs_prof_sync_ready;
+    m->grads_done = qs_prof_sync_done;
+    m->grads_ctx = &ps;
+    qs_status st = QS_OK;
+    for (ps.rep = -1; ps.rep < reps && st == QS_OK; ps.rep++) st = step(step_ctx);
+    m->grads_ready = ps.ready; /* back to the runtime's, which qs_grad_sync_free removes */
+    m->grads_done = ps.done;
+    m->grads_ctx = ps.ctx;
+    qs_grad_sync_free(&gs);
+    if (st == QS_OK) *ms = qs_median_inplace(samples, reps);
+    return st;
+}
+
+qs_status qs_profile_model_sync(qs_comm *comm, qs_model *m, size_t bucket_bytes, int reps,
+                                qs_status (*step)(void *ctx), void *step_ctx, cJSON **out) {
+    *out = NULL;
+    const int world = qs_comm_world(comm);
+    if (world < 2 || m->params.count == 0 || bucket_bytes == 0 || reps < 1)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "the gradient-sync profile needs several ranks, parameters, a bucket size "
+                       "and repetitions");
+    double *samples = calloc((size_t)reps, sizeof *samples), ms[2] = {0, 0};
+    qs_status st = samples ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory for the gradient-sync profile");
+    for (int mode = 0; mode < 2 && st == QS_OK; mode++) /* 0: overlapped with backward, 1: after it */
+        st = qs_prof_sync_mode(comm, m, bucket_bytes, mode == 0, reps, step, step_ctx, samples, &ms[mode]);
+    free(samples);
+    /* the rank that reaches the sync last waits for no one: the least time is the sync's own */
+    uint64_t lo[2], hi[2];
+    for (int mode = 0; mode < 2 && st == QS_OK; mode++)
+        st = qs_comm_allreduce_minmax_u64(comm, (uint64_t)(ms[mode] * 1e6), &lo[mode], &hi[mode], QS_PROF_AR_TIMEOUT_S);
+    if (st != QS_OK) return st;
+    qs_grad_bucket *b = calloc((size_t)m->params.count, sizeof *b);
+    int *eb = calloc((size_t)m->params.count, sizeof *eb);
+    if (!b || !eb) {
+        free(b);
+        free(eb);
+        return QS_FAIL(QS_ERR_OOM, "out of memory for the gradient-sync profile");
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "ranks", world);
+    cJSON_AddNumberToObject(o, "bucket_bytes", (double)bucket_bytes);
+    cJSON_AddNumberToObject(o, "buckets", qs_grad_buckets_form(&m->params, bucket_bytes, b, eb));
+    cJSON_AddNumberToObject(o, "overlap_ms", (double)lo[0] / 1e6);
+    cJSON_AddNumberToObject(o, "no_overlap_ms", (double)lo[1] / 1e6);
+    free(b);
+    free(eb);
+    *out = o;
+    return QS_OK;
 }

@@ -6,13 +6,25 @@
 #include <cjson/cJSON.h>
 #include "qsync/status.h"
 #include "dist/comm.h"
+#include "graph/graph.h"
 
 /* Collective over every rank of comm (world ≥ 2): time one bucket's all-reduce as training
- * runs it (in-place FP32 sum, started non-blocking, waited for by polling) for bucket sizes
- * from 64 KiB to 25 MiB, `reps` times each after one warm-up, the ranks aligned before every
- * repetition. A size's time is the slowest rank's median. Fitted as alpha + beta·bytes; every
- * rank gets the same JSON object {"ranks", "reps", "alpha_ms", "beta_ms_per_byte",
- * "points": [[bytes, ms], ...]} in *out (caller deletes). */
-qs_status qs_profile_allreduce(qs_comm *comm, int reps, cJSON **out);
+ * runs it (in-place FP32 sum of a buffer written just before, started non-blocking, waited
+ * for) for bucket sizes from 64 KiB to 25 MiB and on, doubling, until max_bytes (the model's
+ * gradient bytes, its largest possible bucket) is covered; `reps` times each after one
+ * warm-up, the ranks aligned before every repetition. A size's time is the slowest rank's
+ * median. Fitted as alpha + beta·bytes; every rank gets the same JSON object {"ranks", "reps",
+ * "alpha_ms", "beta_ms_per_byte", "points": [[bytes, ms], ...]} in *out (caller deletes). */
+qs_status qs_profile_allreduce(qs_comm *comm, int reps, double max_bytes, cJSON **out);
+
+/* Collective: the time m's gradient sync costs a rank, measured in place as training runs it
+ * (src/dist/grad_sync.c: buckets of bucket_bytes, overlapped with backward or all started
+ * after it, then the average): runs `step` (a forward and backward of m, then its optimizer)
+ * reps + 1 times per mode (the first a warm-up) with the runtime's hooks installed and timed;
+ * a rank's figure is its median time per step inside them, and the result the least over the
+ * ranks (the rank that arrives last waits for no one). m's hooks are left as found. *out
+ * (caller deletes): {"ranks", "bucket_bytes", "buckets", "overlap_ms", "no_overlap_ms"}. */
+qs_status qs_profile_model_sync(qs_comm *comm, qs_model *m, size_t bucket_bytes, int reps,
+                                qs_status (*step)(void *ctx), void *step_ctx, cJSON **out);
 
 #endif

@@ -7,7 +7,9 @@
 #include <string.h>
 
 #include "dist/grad_sync.h"
+#include "core/stats.h"
 #include "graph/precision.h"
+#include "qsync/rng.h"
 
 /* ---- reading a profile ---- */
 
@@ -188,7 +190,7 @@ static double qs_sim_untimed(const qs_sim_worker *w, const cJSON *base) {
 /* ---- one worker's timeline ---- */
 
 typedef struct qs_sim_timeline {
-    double data, untimed, forward, backward, optimizer; /* durations */
+    double data, untimed, forward, backward, optimizer, grad_average; /* durations */
     double bwd_end;                            /* from the iteration's start */
     double *bucket_ready;                      /* per bucket, from the iteration's start */
     double memory;
@@ -274,6 +276,7 @@ static qs_status qs_sim_worker_timeline(const qs_sim_worker *w, int rank, int nb
     tl->backward = t - b0;
     tl->bwd_end = t;
     tl->optimizer = qs_sim_num(base, "optimizer_ms") * step_scale;
+    tl->grad_average = qs_sim_num(base, "grad_average_ms") * step_scale;
     free(cost);
     return QS_OK;
 }
@@ -293,6 +296,77 @@ static const cJSON *qs_sim_find_allreduce(const qs_sim_worker *w, int n) {
         if (ar && (int)qs_sim_num(ar, "ranks") == n) return ar;
     }
     return NULL;
+}
+
+/* The model's own gradient sync measured in place between n ranks with these buckets
+ * ("grad_sync" of a profile run, docs/PROFILE.md), in the mode asked: from the first worker's
+ * fp32 run (else its first run) that holds one; < 0 when none does. */
+static double qs_sim_measured_sync(const qs_sim_worker *w, int n, size_t bucket_bytes, int nb, bool overlap) {
+    for (int r = 0; r < n; r++) {
+        const cJSON *runs = cJSON_GetObjectItemCaseSensitive(w[r].profile, "runs");
+        const cJSON *run = cJSON_GetObjectItemCaseSensitive(runs, "fp32");
+        if (!run) run = runs->child;
+        const cJSON *gs = cJSON_GetObjectItemCaseSensitive(run, "grad_sync");
+        const cJSON *ms = cJSON_GetObjectItemCaseSensitive(gs, overlap ? "overlap_ms" : "no_overlap_ms");
+        if (gs && cJSON_IsNumber(ms) && (int)qs_sim_num(gs, "ranks") == n && (int)qs_sim_num(gs, "buckets") == nb &&
+            qs_sim_num(gs, "bucket_bytes") == (double)bucket_bytes)
+            return ms->valuedouble;
+    }
+    return -1;
+}
+
+#define QS_SIM_JITTER_DRAWS 65536
+
+/* Step-to-step jitter: each worker's measured steps ("step_samples_ms" of its fp32 run, else
+ * its first) less their median, scaled by an emulated slowdown the profile does not hold, are
+ * drawn independently per worker; the synchronized step waits for the latest backward, so it
+ * grows by max_r(bwd_end_r + e_r) - max_r(bwd_end_r). *median and *mean: that growth's median
+ * and mean over a fixed-seed set of draws; both 0 for one worker or without samples. */
+static qs_status qs_sim_jitter(const qs_sim_worker *w, const qs_sim_timeline *tl, int n, double *median,
+                               double *mean) {
+    *median = *mean = 0;
+    if (n < 2) return QS_OK;
+    const cJSON **samples = calloc((size_t)n, sizeof *samples);
+    double *centre = calloc((size_t)n, sizeof *centre), *scale = calloc((size_t)n, sizeof *scale);
+    double *growth = calloc(QS_SIM_JITTER_DRAWS, sizeof *growth), latest = 0;
+    qs_status st = samples && centre && scale && growth ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory replaying");
+    bool all = st == QS_OK;
+    for (int r = 0; r < n && all; r++) {
+        const cJSON *runs = cJSON_GetObjectItemCaseSensitive(w[r].profile, "runs");
+        const cJSON *run = cJSON_GetObjectItemCaseSensitive(runs, "fp32");
+        if (!run) run = runs->child;
+        samples[r] = cJSON_GetObjectItemCaseSensitive(run, "step_samples_ms");
+        int k = cJSON_GetArraySize(samples[r]);
+        double *v = k > 0 ? calloc((size_t)k, sizeof *v) : NULL;
+        all = v != NULL;
+        for (int i = 0; i < k && all; i++) v[i] = cJSON_GetNumberValue(cJSON_GetArrayItem(samples[r], i));
+        if (all) centre[r] = qs_median_inplace(v, k);
+        free(v);
+        scale[r] = w[r].slowdown > 1 ? w[r].slowdown : 1;
+        latest = fmax(latest, tl[r].bwd_end);
+    }
+    if (all) {
+        qs_rng rng;
+        qs_rng_init(&rng, qs_rng_key(1, "simulate-jitter", 0), 0);
+        double sum = 0;
+        for (int d = 0; d < QS_SIM_JITTER_DRAWS; d++) {
+            double mx = -INFINITY;
+            for (int r = 0; r < n; r++) {
+                int k = cJSON_GetArraySize(samples[r]);
+                double e = cJSON_GetNumberValue(cJSON_GetArrayItem(samples[r], (int)qs_rng_below(&rng, (uint64_t)k)));
+                mx = fmax(mx, tl[r].bwd_end + (e - centre[r]) * scale[r]);
+            }
+            growth[d] = mx - latest;
+            sum += growth[d];
+        }
+        *mean = sum / QS_SIM_JITTER_DRAWS;
+        *median = qs_median_inplace(growth, QS_SIM_JITTER_DRAWS);
+    }
+    free(samples);
+    free(centre);
+    free(scale);
+    free(growth);
+    return st;
 }
 
 qs_status qs_simulate(const qs_sim_worker *w, int n, const qs_sim_options *o, cJSON *trace, cJSON **out) {
@@ -326,7 +400,7 @@ qs_status qs_simulate(const qs_sim_worker *w, int n, const qs_sim_options *o, cJ
         return st;
     }
     /* the gradients' all-reduce: when every worker's are done (C), then each worker steps */
-    double latest_bwd = 0, comm_total = 0, done = 0;
+    double latest_bwd = 0, comm_total = 0, done = 0, measured_sync = -1;
     for (int r = 0; r < n; r++) latest_bwd = fmax(latest_bwd, tl[r].bwd_end);
     bool serial = n > 1 && qs_sim_serial_comm(w[0].profile);
     if (n == 1) done = latest_bwd;
@@ -337,7 +411,14 @@ qs_status qs_simulate(const qs_sim_worker *w, int n, const qs_sim_options *o, cJ
         for (int r = 0; serial && r < n; r++)
             if (w[r].slow_whole_step && w[r].slowdown > comm_scale) comm_scale = w[r].slowdown;
         done = latest_bwd;
-        for (int b = 0; b < nb; b++) {
+        measured_sync = qs_sim_measured_sync(w, n, o->bucket_bytes, nb, o->overlap);
+        if (measured_sync >= 0) { /* the whole sync, averaging included, as measured in place */
+            double d = measured_sync * comm_scale;
+            for (int r = 0; r < n; r++) qs_sim_event(trace, "gradient sync", "comm", r, 1, done, d);
+            done += d;
+            comm_total += d;
+        }
+        for (int b = 0; b < nb && measured_sync < 0; b++) {
             double d = qs_sim_allreduce_ms(ar, (double)buckets[b].bytes) * comm_scale;
             for (int r = 0; r < n; r++) qs_sim_event(trace, "all-reduce", "comm", r, 1, done, d);
             done += d;
@@ -359,8 +440,9 @@ qs_status qs_simulate(const qs_sim_worker *w, int n, const qs_sim_options *o, cJ
     double iteration = 0;
     int slowest = 0;
     for (int r = 0; r < n; r++) {
-        double finish = done + tl[r].optimizer;
-        qs_sim_event(trace, "optimizer", "optimizer", r, 0, done, tl[r].optimizer);
+        double average = n > 1 && measured_sync < 0 ? tl[r].grad_average : 0, finish = done + average + tl[r].optimizer;
+        qs_sim_event(trace, "average gradients", "comm", r, 0, done, average);
+        qs_sim_event(trace, "optimizer", "optimizer", r, 0, done + average, tl[r].optimizer);
         if (finish > iteration || (finish == iteration && tl[r].bwd_end > tl[slowest].bwd_end)) {
             iteration = finish;
             slowest = r;
@@ -374,15 +456,30 @@ qs_status qs_simulate(const qs_sim_worker *w, int n, const qs_sim_options *o, cJ
         cJSON_AddNumberToObject(x, "forward_ms", tl[r].forward);
         cJSON_AddNumberToObject(x, "backward_ms", tl[r].backward);
         cJSON_AddNumberToObject(x, "comm_wait_ms", done - tl[r].bwd_end);
+        cJSON_AddNumberToObject(x, "grad_average_ms", average);
         cJSON_AddNumberToObject(x, "optimizer_ms", tl[r].optimizer);
         cJSON_AddNumberToObject(x, "iteration_ms", finish);
         cJSON_AddNumberToObject(x, "memory_bytes", tl[r].memory);
         cJSON_AddItemToArray(workers, x);
     }
-    cJSON_AddNumberToObject(doc, "iteration_ms", iteration);
+    double jitter = 0, jitter_mean = 0;
+    qs_status js = qs_sim_jitter(w, tl, n, &jitter, &jitter_mean);
+    if (js != QS_OK) {
+        cJSON_Delete(doc);
+        cJSON_Delete(workers);
+        free(buckets);
+        free(entry_bucket);
+        free(ready);
+        free(tl);
+        return js;
+    }
+    cJSON_AddNumberToObject(doc, "iteration_ms", iteration + jitter);
+    cJSON_AddNumberToObject(doc, "iteration_mean_ms", iteration + jitter_mean);
+    cJSON_AddNumberToObject(doc, "jitter_ms", jitter);
     cJSON_AddNumberToObject(doc, "slowest", slowest); /* on a tie, the one whose backward ended last */
     cJSON *comm = cJSON_AddObjectToObject(doc, "comm");
     cJSON_AddStringToObject(comm, "model", n == 1 ? "none" : serial ? "serial" : "concurrent");
+    cJSON_AddStringToObject(comm, "source", n == 1 ? "none" : measured_sync >= 0 ? "measured sync" : "size curve");
     cJSON_AddNumberToObject(comm, "buckets", nb);
     cJSON_AddNumberToObject(comm, "allreduce_ms", comm_total);
     cJSON_AddItemToObject(doc, "workers", workers);
