@@ -140,7 +140,11 @@ static qs_status qs_prof_precision(const qs_profile_options *o, qs_precision p, 
         for (int i = 0; i < nn; i++)
             for (int c = 0; c < QS_PROF_NCAT; c++) prev[i * QS_PROF_NCAT + c] = m->nodes[i].time[qs_prof_cats[c]].total_ms;
         double opt_before = m->optimizer_time.total_ms, ms = 0;
-        st = qs_prof_step(o, &r, &ms);
+        if (o->comm && qs_comm_world(o->comm) > 1) { /* in lockstep, as training's ranks run */
+            uint64_t lo, hi;
+            st = qs_comm_allreduce_minmax_u64(o->comm, (uint64_t)s, &lo, &hi, 300.0);
+        }
+        if (st == QS_OK) st = qs_prof_step(o, &r, &ms);
         int k = s - o->warmup;
         if (st != QS_OK || k < 0) continue;
         step_ms[k] = ms;

@@ -107,9 +107,11 @@ static qs_status qs_prof_sync_done(void *ctx) {
 }
 
 /* reps + 1 steps (the first a warm-up) under the runtime's gradient sync; *ms = the median
- * time per step inside its hooks on this rank. */
+ * over the steps of the least time any rank spent inside its hooks in that step (the rank that
+ * arrived last waited for no one). all: world·reps scratch. */
 static qs_status qs_prof_sync_mode(qs_comm *comm, qs_model *m, size_t bucket_bytes, bool overlap, int reps,
-                                   qs_status (*step)(void *), void *step_ctx, double *samples, double *ms) {
+                                   qs_status (*step)(void *), void *step_ctx, double *samples, double *all,
+                                   double *ms) {
     qs_grad_sync gs;
     QS_TRY(qs_grad_sync_init(&gs, comm, m, bucket_bytes, overlap, QS_PROF_AR_TIMEOUT_S));
     qs_prof_sync ps = {.ready = m->grads_ready, .done = m->grads_done, .ctx = m->grads_ctx, .ms = samples};
@@ -122,6 +124,14 @@ static qs_status qs_prof_sync_mode(qs_comm *comm, qs_model *m, size_t bucket_byt
     m->grads_done = ps.done;
     m->grads_ctx = ps.ctx;
     qs_grad_sync_free(&gs);
+    const int world = qs_comm_world(comm), rank = qs_comm_rank(comm);
+    for (int k = 0; k < world * reps; k++) all[k] = 0;
+    for (int k = 0; k < reps; k++) all[(size_t)rank * (size_t)reps + (size_t)k] = samples[k];
+    if (st == QS_OK) st = qs_comm_allreduce_sum_f64(comm, all, world * reps, QS_PROF_AR_TIMEOUT_S);
+    for (int k = 0; k < reps && st == QS_OK; k++) {
+        samples[k] = all[k];
+        for (int r = 1; r < world; r++) samples[k] = fmin(samples[k], all[(size_t)r * (size_t)reps + (size_t)k]);
+    }
     if (st == QS_OK) *ms = qs_median_inplace(samples, reps);
     return st;
 }
@@ -134,14 +144,12 @@ qs_status qs_profile_model_sync(qs_comm *comm, qs_model *m, size_t bucket_bytes,
         return QS_FAIL(QS_ERR_INVALID_ARG, "the gradient-sync profile needs several ranks, parameters, a bucket size "
                        "and repetitions");
     double *samples = calloc((size_t)reps, sizeof *samples), ms[2] = {0, 0};
-    qs_status st = samples ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory for the gradient-sync profile");
+    double *all = calloc((size_t)world * (size_t)reps, sizeof *all);
+    qs_status st = samples && all ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory for the gradient-sync profile");
     for (int mode = 0; mode < 2 && st == QS_OK; mode++) /* 0: overlapped with backward, 1: after it */
-        st = qs_prof_sync_mode(comm, m, bucket_bytes, mode == 0, reps, step, step_ctx, samples, &ms[mode]);
+        st = qs_prof_sync_mode(comm, m, bucket_bytes, mode == 0, reps, step, step_ctx, samples, all, &ms[mode]);
     free(samples);
-    /* the rank that reaches the sync last waits for no one: the least time is the sync's own */
-    uint64_t lo[2], hi[2];
-    for (int mode = 0; mode < 2 && st == QS_OK; mode++)
-        st = qs_comm_allreduce_minmax_u64(comm, (uint64_t)(ms[mode] * 1e6), &lo[mode], &hi[mode], QS_PROF_AR_TIMEOUT_S);
+    free(all);
     if (st != QS_OK) return st;
     qs_grad_bucket *b = calloc((size_t)m->params.count, sizeof *b);
     int *eb = calloc((size_t)m->params.count, sizeof *eb);
@@ -154,8 +162,8 @@ qs_status qs_profile_model_sync(qs_comm *comm, qs_model *m, size_t bucket_bytes,
     cJSON_AddNumberToObject(o, "ranks", world);
     cJSON_AddNumberToObject(o, "bucket_bytes", (double)bucket_bytes);
     cJSON_AddNumberToObject(o, "buckets", qs_grad_buckets_form(&m->params, bucket_bytes, b, eb));
-    cJSON_AddNumberToObject(o, "overlap_ms", (double)lo[0] / 1e6);
-    cJSON_AddNumberToObject(o, "no_overlap_ms", (double)lo[1] / 1e6);
+    cJSON_AddNumberToObject(o, "overlap_ms", ms[0]);
+    cJSON_AddNumberToObject(o, "no_overlap_ms", ms[1]);
     free(b);
     free(eb);
     *out = o;

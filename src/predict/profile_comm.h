@@ -21,8 +21,8 @@ qs_status qs_profile_allreduce(qs_comm *comm, int reps, double max_bytes, cJSON 
  * (src/dist/grad_sync.c: buckets of bucket_bytes, overlapped with backward or all started
  * after it, then the average): runs `step` (a forward and backward of m, then its optimizer)
  * reps + 1 times per mode (the first a warm-up) with the runtime's hooks installed and timed;
- * a rank's figure is its median time per step inside them, and the result the least over the
- * ranks (the rank that arrives last waits for no one). m's hooks are left as found. *out
+ * a step's figure is the least time any rank spent inside them (the rank that arrived last
+ * waited for no one), the result the median over the steps. m's hooks are left as found. *out
  * (caller deletes): {"ranks", "bucket_bytes", "buckets", "overlap_ms", "no_overlap_ms"}. */
 qs_status qs_profile_model_sync(qs_comm *comm, qs_model *m, size_t bucket_bytes, int reps,
                                 qs_status (*step)(void *ctx), void *step_ctx, cJSON **out);

@@ -9,9 +9,11 @@
  * data loading, forward in order, backward in reverse (a gradient bucket, formed exactly as the
  * runtime forms it, is ready when its last gradient is), the gradient all-reduce, the optimizer.
  *
- * Communication (several workers): a bucket's all-reduce costs the profile's measured time at
- * its size (linear between measured sizes, the fitted line beyond) and cannot start before
- * every worker has its gradients. On the CPU the transfers are done by the compute cores
+ * Communication (several workers): the gradient sync measured in place by the profile for
+ * this many ranks and these buckets ("grad_sync" of the fp32 run) when there is one; else a
+ * bucket's all-reduce costs the profile's measured time at its size (linear between measured
+ * sizes, the fitted line beyond), plus the final averaging. No bucket can start before every
+ * worker has its gradients. On the CPU the transfers are done by the compute cores
  * themselves inside the polls between backward ops (Open MPI progresses only in MPI calls), so
  * they add to the slowest worker's backward instead of running beside it ("serial" model,
  * measured in docs/BENCHMARKS.md); on other devices buckets run on their own stream, one after
@@ -50,10 +52,12 @@ typedef struct qs_sim_options {
 
 /* Replay one iteration of the n workers. Returns the prediction as a JSON document (format
  * QS_SIM_FORMAT) in *out (caller deletes): "iteration_ms" (the synchronized iteration, the
- * latest worker's finish), "slowest", "comm" {"model", "buckets", "allreduce_ms"}, and per
+ * latest worker's finish, grown by the median of the step jitter's maximum over workers),
+ * "iteration_mean_ms" (grown by its mean instead), "jitter_ms", "slowest", "comm" {"model",
+ * "source" ("measured sync" or "size curve"), "buckets", "allreduce_ms"}, and per
  * worker "rank", "type", "slowdown", "data_ms", "untimed_ms" (what the profile's runs spent
  * outside the per-op timers: input copies, bookkeeping), "forward_ms", "backward_ms", "comm_wait_ms"
- * (waiting for the gradients after its own backward), "optimizer_ms", "iteration_ms" (its own
+ * (waiting for the gradients after its own backward), "grad_average_ms", "optimizer_ms", "iteration_ms" (its own
  * finish) and "memory_bytes" (predicted peak). When trace is not NULL, Chrome-trace events
  * (one process per worker, a compute and a communication thread) are appended to it.
  * Errors: a profile of another model, options or batch, a precision without a run in the
