@@ -18,13 +18,14 @@ The measured 2-rank iteration is the larger of the ranks' median steps.
 
 usage: bench/predict_validate.py [--build build] [--model cnn] [--width 0] [--batch 64]
        [--rounds 3] [--random 6] [--steps 60] [--capped 1gbit] [--capped-steps 20]
-       [--out predict.jsonl]
+       [--only REGEX] [--out predict.jsonl]
 Needs an otherwise idle machine with >= 2 cores.
 """
 import argparse
 import json
 import os
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -75,6 +76,7 @@ def main():
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--capped", help="also over a link capped at this tc rate (e.g. 1gbit; needs root)")
     ap.add_argument("--capped-steps", type=int, default=20)
+    ap.add_argument("--only", help="run only the plans whose label matches this regular expression (re-measuring)")
     ap.add_argument("--out", default="predict.jsonl")
     a = ap.parse_args()
     qsync = os.path.join(a.build, "qsync")
@@ -126,6 +128,8 @@ def main():
                   ("capped %s, random mix 1" % a.capped, 2, mixes[0], None, 1, "capped", [])]
         subprocess.run([link, "down"], env=ENV, capture_output=True)
         run([link, "up", a.capped])
+    if a.only:
+        plans = [p for p in plans if re.search(a.only, p[0])]
     profiles = {}  # (link, slowdown) -> the %t pattern of the profiles taken as that cluster runs
     out = open(a.out, "w")
     rows = []

@@ -114,11 +114,13 @@ static qs_status qs_sim_write(const char *path, const cJSON *doc) {
 
 static void qs_sim_print(const cJSON *doc) {
     const cJSON *w;
-    printf("predicted iteration: %.2f ms (slowest: rank %d; communication: %s, %.2f ms in %d buckets)\n",
-           cJSON_GetObjectItem(doc, "iteration_ms")->valuedouble, cJSON_GetObjectItem(doc, "slowest")->valueint,
-           cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "comm"), "model")->valuestring,
-           cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "comm"), "allreduce_ms")->valuedouble,
-           cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "comm"), "buckets")->valueint);
+    const cJSON *comm = cJSON_GetObjectItem(doc, "comm");
+    printf("predicted iteration: %.2f ms, mean %.2f ms (slowest: rank %d; jitter %+.2f ms; communication: %s from "
+           "the %s, %.2f ms in %d buckets)\n",
+           cJSON_GetObjectItem(doc, "iteration_ms")->valuedouble, cJSON_GetObjectItem(doc, "iteration_mean_ms")->valuedouble,
+           cJSON_GetObjectItem(doc, "slowest")->valueint, cJSON_GetObjectItem(doc, "jitter_ms")->valuedouble,
+           cJSON_GetObjectItem(comm, "model")->valuestring, cJSON_GetObjectItem(comm, "source")->valuestring,
+           cJSON_GetObjectItem(comm, "allreduce_ms")->valuedouble, cJSON_GetObjectItem(comm, "buckets")->valueint);
     cJSON_ArrayForEach(w, cJSON_GetObjectItem(doc, "workers")) {
         const cJSON *type = cJSON_GetObjectItem(w, "type");
         printf("  rank %d%s%s%s: data %.2f, outside ops %.2f, forward %.2f, backward %.2f, gradient wait %.2f, optimizer "

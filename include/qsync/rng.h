@@ -7,6 +7,12 @@
 
 #include <stdint.h>
 
+#ifdef __CUDACC__
+#define QS_RNG_HD __host__ __device__
+#else
+#define QS_RNG_HD
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -14,7 +20,7 @@ extern "C" {
 /* One Philox-4x32-10 block: 4 uint32 outputs for a 64-bit key and a 128-bit counter.
  * Inline so that element-wise kernels (dropout, stochastic rounding) can vectorise it.
  * Constants from Salmon et al., SC'11, "Parallel random numbers: as easy as 1, 2, 3". */
-static inline void qs_philox4x32(uint64_t key, uint64_t ctr_hi, uint64_t ctr_lo, uint32_t out[4]) {
+static inline QS_RNG_HD void qs_philox4x32(uint64_t key, uint64_t ctr_hi, uint64_t ctr_lo, uint32_t out[4]) {
     uint32_t c0 = (uint32_t)ctr_lo, c1 = (uint32_t)(ctr_lo >> 32);
     uint32_t c2 = (uint32_t)ctr_hi, c3 = (uint32_t)(ctr_hi >> 32);
     uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);

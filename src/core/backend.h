@@ -28,6 +28,10 @@
 #include "qsync/dtype.h"
 #include "core/numfmt.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct qs_backend qs_backend;
 typedef struct qs_stream qs_stream;
 
@@ -251,4 +255,11 @@ struct qs_backend {
 /* Create the CPU backend (oneDNN). num_threads 0 keeps the OpenMP default. */
 qs_status qs_backend_cpu_create(int num_threads, qs_backend **out);
 
+/* Create the CUDA backend on device `device` (src/cuda). Fails with QS_ERR_UNSUPPORTED in a
+ * build without CUDA, QS_ERR_BACKEND when there is no such device or the driver refuses. */
+qs_status qs_backend_cuda_create(int device, qs_backend **out);
+
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -7,9 +7,11 @@
  *
  * Conventions (all conversions):
  *  - Done on bit patterns: independent of the FPU rounding mode except where noted
- *    (nearbyintf, used by FP8 RNE, assumes the default round-to-nearest-even mode), and of
- *    hardware conversion instructions, so the AVX-512 build, a non-AVX-512 build and the GPU
- *    reference all produce the same bits.
+ *    (qs_nf_rint, used by FP8 and INT8 RNE, is nearbyintf on the host and assumes the default
+ *    round-to-nearest-even mode), and of hardware conversion instructions, so the AVX-512
+ *    build, a non-AVX-512 build and the CUDA kernels (the same functions, QS_HD) all produce
+ *    the same bits. Device code must be compiled without flush-to-zero (no -ftz=true or
+ *    --use_fast_math): subnormal FP32 values reach these functions.
  *  - RNE = IEEE round to nearest, ties to even. Widening (BF16/FP16 → FP32) is exact.
  *  - SR = unbiased stochastic rounding: a value strictly between two neighbours lo < x < hi
  *    of the target lattice becomes hi with probability (x − lo)/(hi − lo), else lo, so
@@ -42,6 +44,11 @@
 
 #include "qsync/dtype.h"
 #include "qsync/status.h"
+#include "core/hd.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 /* Stochastic-rounding stream. Element i of a call uses the random word of global index
  * offset + i under (key, counter). Suggested use: key = qs_rng_key(seed, "sr", layer·K + role)
@@ -57,37 +64,56 @@ typedef struct qs_sr {
 
 /* ------------------------------------------------------------------ element conversions */
 
-static inline uint32_t qs_nf_f32_bits(float f) {
+/* Bit casts (the device pass of nvcc uses its intrinsics; same bits). */
+static inline QS_HD uint32_t qs_nf_f32_bits(float f) {
+#ifdef __CUDA_ARCH__
+    return __float_as_uint(f);
+#else
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return u;
+#endif
 }
-static inline float qs_nf_bits_f32(uint32_t u) {
+static inline QS_HD float qs_nf_bits_f32(uint32_t u) {
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
+#endif
+}
+/* Round to the nearest integer, ties to even (the result stays a float). The host uses
+ * nearbyint, which assumes the default rounding mode; device code has no rounding-mode state
+ * and rintf is round-to-nearest-even there. */
+static inline QS_HD float qs_nf_rint(float w) {
+#ifdef __CUDA_ARCH__
+    return rintf(w);
+#else
+    return __builtin_nearbyintf(w);
+#endif
 }
 /* sel(c, a, b) = c ? a : b for c in {0, 1}, without a branch. */
-static inline uint32_t qs_nf_sel(uint32_t c, uint32_t a, uint32_t b) { return b ^ ((a ^ b) & (0u - c)); }
+static inline QS_HD uint32_t qs_nf_sel(uint32_t c, uint32_t a, uint32_t b) { return b ^ ((a ^ b) & (0u - c)); }
 
 /* f32 bits → bf16 bits, RNE. */
-static inline uint16_t qs_nf_f32_to_bf16_rne(uint32_t u) {
+static inline QS_HD uint16_t qs_nf_f32_to_bf16_rne(uint32_t u) {
     uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
     uint32_t qnan = (u >> 16) | 0x0040u;
     return (uint16_t)qs_nf_sel((u & 0x7FFFFFFFu) > 0x7F800000u, qnan, rounded);
 }
 
 /* f32 bits → bf16 bits, SR with random word r (its top 16 bits are used). */
-static inline uint16_t qs_nf_f32_to_bf16_sr(uint32_t u, uint32_t r) {
+static inline QS_HD uint16_t qs_nf_f32_to_bf16_sr(uint32_t u, uint32_t r) {
     uint32_t rounded = (u + (r >> 16)) >> 16; /* adds to the magnitude: carries into the exponent */
     uint32_t qnan = (u >> 16) | 0x0040u;
     return (uint16_t)qs_nf_sel((u & 0x7FFFFFFFu) > 0x7F800000u, qnan, rounded);
 }
 
-static inline uint32_t qs_nf_bf16_to_f32(uint16_t h) { return (uint32_t)h << 16; }
+static inline QS_HD uint32_t qs_nf_bf16_to_f32(uint16_t h) { return (uint32_t)h << 16; }
 
 /* f32 bits → f16 bits (in the low half), RNE. */
-static inline uint32_t qs_nf_f32_to_f16_rne(uint32_t u) {
+static inline QS_HD uint32_t qs_nf_f32_to_f16_rne(uint32_t u) {
     uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7FFFFFFFu;
     uint32_t qnan = 0x7E00u | ((a >> 13) & 0x3FFu);
     uint32_t v = a - 0x38000000u;                              /* rebias exponent 127 → 15 */
@@ -108,7 +134,7 @@ static inline uint32_t qs_nf_f32_to_f16_rne(uint32_t u) {
 /* Stochastic step of a non-negative float w < 2^24 to an integer: floor(w) + 1 with probability
  * ≈ frac(w) (31-bit comparison, bias < 2^-31). Exact float arithmetic only; the truncating
  * conversion is floor for w >= 0 (and vectorises, unlike floorf without -fno-trapping-math). */
-static inline int32_t qs_nf_sr_int(float w, uint32_t r) {
+static inline QS_HD int32_t qs_nf_sr_int(float w, uint32_t r) {
     int32_t fl = (int32_t)w;
     float frac = w - (float)fl; /* exact */
     int32_t thr = (int32_t)(frac * 0x1p31f);
@@ -116,7 +142,7 @@ static inline int32_t qs_nf_sr_int(float w, uint32_t r) {
 }
 
 /* f32 bits → f16 bits (in the low half), SR with random word r. */
-static inline uint32_t qs_nf_f32_to_f16_sr(uint32_t u, uint32_t r) {
+static inline QS_HD uint32_t qs_nf_f32_to_f16_sr(uint32_t u, uint32_t r) {
     uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7FFFFFFFu;
     uint32_t qnan = 0x7E00u | ((a >> 13) & 0x3FFu);
     uint32_t v = a - 0x38000000u;
@@ -132,7 +158,7 @@ static inline uint32_t qs_nf_f32_to_f16_sr(uint32_t u, uint32_t r) {
 }
 
 /* f16 bits → f32 bits (exact). */
-static inline uint32_t qs_nf_f16_to_f32(uint16_t h) {
+static inline QS_HD uint32_t qs_nf_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
     uint32_t special = 0x7F800000u | (m << 13);
     uint32_t normal = ((e + 112u) << 23) | (m << 13);
@@ -158,22 +184,22 @@ static inline uint32_t qs_nf_f16_to_f32(uint16_t h) {
  * lattice step 2^k (k = max(e, emin) − M), rounded to an integer n (≤ 2^(M+1)), and the code
  * is ((max(e, emin) − emin) << M) + n — which also covers the subnormals and the carry into
  * the next binade. Inline with constant format arguments it vectorises. */
-static inline uint8_t qs_nf_f32_to_fp8(uint32_t u, uint32_t r, int sr, int M, int emin, uint32_t maxbits,
+static inline QS_HD uint8_t qs_nf_f32_to_fp8(uint32_t u, uint32_t r, int sr, int M, int emin, uint32_t maxbits,
                                        uint32_t nanmag) {
     uint32_t sign = (u >> 24) & 0x80u, a = u & 0x7FFFFFFFu;
-    uint32_t isnan = a > 0x7F800000u;
+    uint32_t nan_in = a > 0x7F800000u; /* not "isnan": C++ math headers declare that name */
     a = qs_nf_sel(a > maxbits, maxbits, a); /* saturate (NaN selected below) */
     int32_t e = (int32_t)(a >> 23) - 127;
     int32_t ex = e < emin ? emin : e;
     int32_t k = ex - M;
     float w = qs_nf_bits_f32(a) * qs_nf_bits_f32((uint32_t)(127 - k) << 23); /* a / 2^k, exact */
-    int32_t n = sr ? qs_nf_sr_int(w, r) : (int32_t)__builtin_nearbyintf(w);
+    int32_t n = sr ? qs_nf_sr_int(w, r) : (int32_t)qs_nf_rint(w);
     uint32_t code = ((uint32_t)(ex - emin) << M) + (uint32_t)n;
-    return (uint8_t)(sign | qs_nf_sel(isnan, nanmag, code));
+    return (uint8_t)(sign | qs_nf_sel(nan_in, nanmag, code));
 }
 
 /* FP8 code → f32 value (exact); fmt is QS_F8E4M3 or QS_F8E5M2 (anything else: E5M2). */
-static inline float qs_nf_fp8_to_f32(uint8_t c, qs_dtype fmt) {
+static inline QS_HD float qs_nf_fp8_to_f32(uint8_t c, qs_dtype fmt) {
     int M = fmt == QS_F8E4M3 ? 3 : 2, bias = fmt == QS_F8E4M3 ? 7 : 15;
     uint32_t E = (uint32_t)(c & 0x7Fu) >> M, m = c & ((1u << M) - 1u), emax = (1u << (7 - M)) - 1u;
     uint32_t mag;
@@ -214,4 +240,7 @@ qs_status qs_fp8_scale_from_amax(qs_dtype fmt, float amax, float *scale);
 /* Largest finite value of an FP8 format (448 or 57344); 0 for other dtypes. */
 float qs_fp8_max(qs_dtype fmt);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -29,6 +29,11 @@
 
 #include "core/numfmt.h"
 #include "qsync/status.h"
+#include "core/hd.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 #define QS_INT8_QMAX 127
 #define QS_INT8_MIN_SCALE 0x1p-126f
@@ -37,19 +42,19 @@
  * pattern of |x·inv| (selects, no float comparisons that GCC would turn into branches and
  * then refuse to vectorise): magnitudes above 127 (±Inf too) become 127, NaN becomes 0; the
  * sign is applied after rounding the magnitude. */
-static inline float qs_q8_clamped_mag(float v, int32_t *neg) {
+static inline QS_HD float qs_q8_clamped_mag(float v, int32_t *neg) {
     uint32_t u = qs_nf_f32_bits(v), a = u & 0x7FFFFFFFu;
     *neg = -(int32_t)(u >> 31);                         /* 0 or -1 */
     a = qs_nf_sel(a > 0x42FE0000u, 0x42FE0000u, a);     /* 127.0f */
     a = qs_nf_sel((u & 0x7FFFFFFFu) > 0x7F800000u, 0u, a); /* NaN → 0 */
     return qs_nf_bits_f32(a);
 }
-static inline int8_t qs_q8_rne(float x, float inv) {
+static inline QS_HD int8_t qs_q8_rne(float x, float inv) {
     int32_t neg;
-    int32_t n = (int32_t)__builtin_nearbyintf(qs_q8_clamped_mag(x * inv, &neg));
+    int32_t n = (int32_t)qs_nf_rint(qs_q8_clamped_mag(x * inv, &neg));
     return (int8_t)((n ^ neg) - neg);
 }
-static inline int8_t qs_q8_sr(float x, float inv, uint32_t r) {
+static inline QS_HD int8_t qs_q8_sr(float x, float inv, uint32_t r) {
     int32_t neg;
     int32_t n = qs_nf_sr_int(qs_q8_clamped_mag(x * inv, &neg), r);
     return (int8_t)((n ^ neg) - neg);
@@ -79,4 +84,7 @@ qs_status qs_int8_dequantize(int64_t n, const int8_t *q, float scale, float *y);
 /* y[r·cols + c] = q[r·cols + c]·scales[r]. */
 qs_status qs_int8_dequantize_rows(int64_t rows, int64_t cols, const int8_t *q, const float *scales, float *y);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

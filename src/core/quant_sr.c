@@ -22,18 +22,13 @@ bool qs_sr_vector_available(void) {
 
 void qs_sr_set_vector(bool on) { g_use_vector = on ? 1 : 0; }
 
-uint32_t qs_sr_word(uint64_t key, uint64_t counter, uint64_t j) {
-    uint32_t out[4];
-    uint64_t g = j >> 6, p = j & 63u;
-    qs_philox4x32(key, counter, (g << 4) | (p & 15u), out);
-    return out[p >> 4];
-}
+uint32_t qs_sr_word(uint64_t key, uint64_t counter, uint64_t j) { return qs_sr_word_inline(key, counter, j); }
 
 /* The 64 words of group g into r[0..64), scalar. */
 static void group_scalar(uint64_t key, uint64_t counter, uint64_t g, uint32_t *r) {
     for (uint32_t l = 0; l < 16; l++) {
         uint32_t out[4];
-        qs_philox4x32(key, counter, (g << 4) | l, out);
+        qs_sr_block(key, counter, g, l, out);
         for (int w = 0; w < 4; w++) r[16 * w + l] = out[w];
     }
 }

@@ -14,7 +14,26 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/hd.h"
 #include "core/numfmt.h"
+#include "qsync/rng.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The one definition of the mapping above (host and device, QS_HD): the Philox block of
+ * group g, lane l (0..15) holds in out[w] the word of global index 64·g + 16·w + l. A kernel
+ * that computes one block per thread gets four elements' words from one Philox call. */
+static inline QS_HD void qs_sr_block(uint64_t key, uint64_t counter, uint64_t g, uint32_t l, uint32_t out[4]) {
+    qs_philox4x32(key, counter, (g << 4) | (uint64_t)l, out);
+}
+/* The random word of one global index j (qs_sr_word is this, out of line). */
+static inline QS_HD uint32_t qs_sr_word_inline(uint64_t key, uint64_t counter, uint64_t j) {
+    uint32_t out[4];
+    qs_sr_block(key, counter, j >> 6, (uint32_t)(j & 15u), out);
+    return out[(j >> 4) & 3u];
+}
 
 /* r[i] = random word of global index sr->offset + i0 + i, for 0 <= i < len (len >= 0). Uses
  * the AVX-512 generator when compiled in and enabled, else the scalar one (same bits). */
@@ -31,4 +50,7 @@ bool qs_sr_vector_available(void);
  * identical either way. */
 void qs_sr_set_vector(bool on);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# scripts/gpu-suite.sh — bundle the CUDA build for the GPU machine (run HERE) and run the GPU
+# test suite from that bundle (run THERE, from the repository root).
+#
+#   scripts/gpu-suite.sh bundle [build-dir] [out-dir]  # defaults: build/  gpu-bundle/
+#   scripts/gpu-suite.sh run [bundle-dir]              # default: gpu-bundle/
+#
+# The GPU machine (Ubuntu 24.04 + CUDA 13, no package registry) lacks the Debian libraries
+# qsync links (cJSON, oneDNN, GLPK, cmocka, ...). `bundle` copies the binaries — qsync,
+# tests/test_cuda_ops and the CUDA benchmarks (bench/cuda/*) that were built — to
+# <out>/bin and the shared libraries they need, minus the ones that machine has itself, to
+# <out>/lib. `run` puts <bundle>/lib on LD_LIBRARY_PATH (the machine's own CUDA, cuBLASLt,
+# cuDNN, NCCL and Open MPI are found as usual), lists the GPUs and runs test_cuda_ops with
+# QS_REQUIRE_GPU=1 (a missing GPU fails instead of skipping). With $OUT set (the device tool
+# sets it) the per-case results go to $OUT/gpu-tests.json, the log to $OUT/gpu-tests.log and
+# the exit status to $OUT/gpu-tests-status.json. Exits non-zero when the suite fails.
+#
+# Typical use (gpu-bundle/ is git-ignored, so name it in the device call's `carry`):
+#   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j
+#   scripts/gpu-suite.sh bundle
+#   device: command "scripts/gpu-suite.sh run", carry ["gpu-bundle"]
+set -euo pipefail
+
+# Libraries every Ubuntu 24.04 + CUDA 13 GPU image provides itself; they, and everything only
+# they need, are never copied (glob patterns on the soname):
+SYSTEM_LIBS=(
+    # the C runtime, the dynamic loader and the compiler runtimes (newer there than here)
+    'linux-vdso.so.*' 'ld-linux-x86-64.so.*' 'libc.so.*' 'libm.so.*' 'libpthread.so.*' 'libdl.so.*' 'librt.so.*'
+    'libresolv.so.*' 'libstdc++.so.*' 'libgcc_s.so.*'
+    'libgomp.so.*'   # GCC's OpenMP runtime: installed with the image's gcc (the recipe seen working did not carry it)
+    'libz.so.*'      # zlib1g is part of every Ubuntu base image
+    # the machine's CUDA stack: it must match its driver, so ours never travels
+    'libcuda.so.*' 'libcudart.so.*' 'libcublas.so.*' 'libcublasLt.so.*' 'libcudnn*.so.*' 'libnccl.so.*'
+    'libnvrtc*.so.*' 'libnvJitLink.so.*' 'libcufft*.so.*' 'libcurand.so.*' 'libcusparse*.so.*' 'libnvidia-*.so.*'
+    # its Open MPI (4.1.6, same ABI as Debian's 4.1) and that MPI's own dependencies
+    'libmpi.so.*' 'libmpi_*.so.*' 'libopen-rte.so.*' 'libopen-pal.so.*' 'libpmix.so.*' 'libhwloc.so.*'
+    'libevent*.so.*'
+)
+
+die() {
+    echo "gpu-suite: $*" >&2
+    exit 1
+}
+
+# Whether a soname is one of SYSTEM_LIBS.
+is_system_lib() {
+    local name=$1 pat
+    for pat in "${SYSTEM_LIBS[@]}"; do
+        # shellcheck disable=SC2053 # glob match on purpose
+        [[ $name == $pat ]] && return 0
+    done
+    return 1
+}
+
+# The DT_NEEDED sonames of an ELF file, one per line.
+needed_of() {
+    readelf -d "$1" 2>/dev/null | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'
+}
+
+# Whether an executable was built with the CUDA backend (links a CUDA library or holds kernels).
+has_cuda() {
+    needed_of "$1" | grep -Eq '^lib(cudart|cublasLt|cublas|cudnn|nccl)\.so' && return 0
+    grep -aq '__cudaRegisterFatBinary' "$1"
+}
+
+# bundle [build-dir] [out-dir]: copy the binaries and the non-system library closure.
+bundle() {
+    local build=${1:-build} out=${2:-gpu-bundle}
+    command -v readelf >/dev/null || die "readelf (binutils) is needed to read library dependencies"
+    command -v ldd >/dev/null || die "ldd is needed to resolve library paths"
+    [[ -d $build ]] || die "no build directory '$build' (build first: cmake -S . -B $build && cmake --build $build -j)"
+
+    local bins=() b
+    [[ -x $build/qsync ]] || die "$build/qsync is missing: build the CLI first"
+    [[ -x $build/tests/test_cuda_ops ]] || die "$build/tests/test_cuda_ops is missing: build the tests first"
+    bins+=("$build/qsync" "$build/tests/test_cuda_ops")
+    has_cuda "$build/tests/test_cuda_ops" ||
+        die "$build was configured without the CUDA backend (no nvcc/cuDNN at configure time, or QS_CUDA=OFF): on the GPU the suite could only fail"
+    # the CUDA benchmarks: one per bench/cuda source, where it was built
+    local src
+    for src in bench/cuda/*.cu bench/cuda/*.c; do
+        [[ -e $src ]] || continue
+        b=$build/$(basename "${src%.*}")
+        [[ -x $b ]] && bins+=("$b")
+    done
+
+    rm -rf "$out"
+    mkdir -p "$out/bin" "$out/lib"
+    # strip while copying (the copies only; CUDA fat binaries are not debug info and stay)
+    for b in "${bins[@]}"; do
+        cp "$b" "$out/bin/"
+        if command -v strip >/dev/null; then strip --strip-debug "$out/bin/$(basename "$b")" 2>/dev/null || true; fi
+    done
+
+    # Walk DT_NEEDED from every binary; resolve each soname with ldd's map of that binary;
+    # copy it unless it is a system library, and then walk its own dependencies.
+    declare -A path_of=() seen=()
+    local line name path queue=() skipped=()
+    for b in "${bins[@]}"; do
+        while IFS= read -r line; do
+            if [[ $line =~ ^[[:space:]]*([^[:space:]]+)[[:space:]]=\>[[:space:]](/[^[:space:]]+) ]]; then
+                path_of[${BASH_REMATCH[1]}]=${BASH_REMATCH[2]}
+            elif [[ $line =~ ^[[:space:]]*([^[:space:]]+)[[:space:]]=\>[[:space:]]not[[:space:]]found ]]; then
+                is_system_lib "${BASH_REMATCH[1]}" || die "$b needs ${BASH_REMATCH[1]}, which ldd cannot find here"
+            fi
+        done < <(ldd "$b")
+        while IFS= read -r name; do queue+=("$name"); done < <(needed_of "$b")
+    done
+    while ((${#queue[@]})); do
+        name=${queue[0]}
+        queue=("${queue[@]:1}")
+        [[ -n ${seen[$name]:-} ]] && continue
+        seen[$name]=1
+        if is_system_lib "$name"; then
+            skipped+=("$name")
+            continue
+        fi
+        path=${path_of[$name]:-}
+        [[ -n $path && -e $path ]] || die "cannot resolve $name (needed by the bundled binaries)"
+        cp -L "$path" "$out/lib/$name"
+        while IFS= read -r line; do queue+=("$line"); done < <(needed_of "$path")
+    done
+
+    {
+        echo "qsync GPU bundle"
+        echo "built from: $(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (uncommitted changes)')"
+        echo "build dir:  $build"
+        echo "date:       $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+        echo "binaries:   $(cd "$out/bin" && printf '%s ' *)"
+        echo "libraries:  $(cd "$out/lib" && printf '%s ' *)"
+        echo "left to the GPU machine: $(printf '%s\n' "${skipped[@]}" | sort -u | tr '\n' ' ')"
+    } >"$out/MANIFEST"
+    cat "$out/MANIFEST"
+    echo "bundle size: $(du -sh "$out" | cut -f1) in $out (the device tool carries at most 64 MiB)"
+}
+
+# run [bundle-dir]: run the GPU test suite from a bundle; exit status is the suite's.
+run() {
+    local dir=${1:-gpu-bundle}
+    [[ -x $dir/bin/test_cuda_ops ]] || die "no $dir/bin/test_cuda_ops: make the bundle here first (scripts/gpu-suite.sh bundle) and carry it"
+    local lib
+    lib=$(cd "$dir/lib" && pwd)
+    export LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    [[ -f $dir/MANIFEST ]] && sed -n '2,4p' "$dir/MANIFEST"
+    echo "--- nvidia-smi -L"
+    nvidia-smi -L || echo "(nvidia-smi failed or is missing)"
+    local missing
+    missing=$(ldd "$dir/bin/test_cuda_ops" | grep 'not found' || true)
+    [[ -z $missing ]] || die "libraries missing on this machine (add them to the bundle or drop them from SYSTEM_LIBS):
+$missing"
+
+    local out=${OUT:-} log=/dev/null rc
+    if [[ -n $out ]]; then
+        mkdir -p "$out"
+        export QS_GPU_TESTS_JSON=$out/gpu-tests.json
+        log=$out/gpu-tests.log
+    fi
+    export QS_REQUIRE_GPU=1
+    echo "--- test_cuda_ops"
+    set +e
+    "$dir/bin/test_cuda_ops" 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    set -e
+    if [[ -n $out ]]; then
+        printf '{"suite": "test_cuda_ops", "exit_code": %d, "passed": %s, "date": "%s"}\n' "$rc" \
+            "$([[ $rc == 0 ]] && echo true || echo false)" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$out/gpu-tests-status.json"
+    fi
+    echo "--- test_cuda_ops exit code $rc"
+    return "$rc"
+}
+
+cd "$(dirname "$0")/.."
+case ${1:-} in
+bundle) shift; bundle "$@" ;;
+run) shift; run "$@" ;;
+*)
+    sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
+    exit 2
+    ;;
+esac

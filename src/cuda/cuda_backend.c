@@ -1,0 +1,329 @@
+/* src/cuda/cuda_backend.c — the CUDA backend handle: construction on a device, counted device
+ * memory, the (non-blocking) stream, copies, stream_sync with the report of errors that
+ * kernels record in the device flag word, precision support, plan dispatch and the
+ * qs_backend_ops table. Host code only (C11); the kernels live in the .cu files. */
+#include "cuda/cuda_backend.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Live allocations of alloc(): pointer → size as requested, so free() can subtract the
+ * bytes from in_use. Allocations happen at set-up (parameters, activations, saved tensors),
+ * a few hundred to a few thousand per model, so a flat array searched from the newest entry
+ * is enough. */
+struct qs_cuda_alloc_entry {
+    void *p;
+    size_t bytes;
+};
+struct qs_cuda_alloc {
+    struct qs_cuda_alloc_entry *e;
+    size_t count, cap;
+};
+
+/* Temporaries of single ops (reduction partials) come from the device's stream-ordered pool
+ * (cudaMallocAsync); the pool keeps up to this many bytes reserved across stream syncs
+ * instead of returning them to the driver at every sync. */
+#define QS_CUDA_POOL_KEEP ((uint64_t)64 << 20)
+
+static cudaStream_t cuda_stream_of(qs_cuda_backend *cb, qs_stream *s) { return s ? s->s : cb->stream.s; }
+
+/* After a kernel launch: a launch error (bad configuration, no kernel image for this GPU, or
+ * an earlier asynchronous fault) as QS_ERR_BACKEND naming the op. */
+qs_status qs_cuda_check_launch(const char *what) {
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) return QS_OK;
+    return QS_FAIL(QS_ERR_BACKEND, "%s: CUDA kernel launch failed: %s (%s)", what, cudaGetErrorName(e),
+                   cudaGetErrorString(e));
+}
+
+/* Wait for the stream, free every allocation still live, release the cuBLASLt / cuDNN
+ * handles (cuda_linear.c, cuda_conv.c), the flag word, the stream and the handle. Errors
+ * are ignored: nothing can be done about them while tearing down. */
+void qs_cuda_destroy(qs_backend *be) {
+    if (!be) return;
+    qs_cuda_backend *cb = qs_cuda_be(be);
+    (void)cudaSetDevice(cb->device);
+    if (cb->stream.s) (void)cudaStreamSynchronize(cb->stream.s);
+    qs_cuda_linear_release(be);
+    qs_cuda_conv_release(be);
+    if (cb->allocs) {
+        for (size_t i = 0; i < cb->allocs->count; i++) (void)cudaFree(cb->allocs->e[i].p);
+        free(cb->allocs->e);
+        free(cb->allocs);
+    }
+    if (cb->flags) (void)cudaFree(cb->flags);
+    if (cb->stream.s) (void)cudaStreamDestroy(cb->stream.s);
+    (void)cudaGetLastError(); /* leave no stale error for the next CUDA user of this thread */
+    free(cb);
+}
+
+/* Zeroed device memory of `bytes` (cudaMalloc: 256-byte aligned; 0 bytes still gives a
+ * distinct pointer). Zeroed on the backend's stream, which is then synchronised, so the
+ * memory reads as zero from any stream or copy once alloc returns. Counted as requested. */
+qs_status qs_cuda_alloc(qs_backend *be, size_t bytes, void **out) {
+    if (!out) return QS_FAIL(QS_ERR_INVALID_ARG, "cuda alloc: out is NULL");
+    *out = NULL;
+    qs_cuda_backend *cb = qs_cuda_be(be);
+    struct qs_cuda_alloc *t = cb->allocs;
+    if (t->count == t->cap) {
+        size_t cap = t->cap ? 2 * t->cap : 256;
+        struct qs_cuda_alloc_entry *e = realloc(t->e, cap * sizeof *e);
+        if (!e)
+            return QS_FAIL(QS_ERR_OOM, "cuda alloc: out of host memory for the table of %zu device allocations",
+                           t->count + 1);
+        t->e = e;
+        t->cap = cap;
+    }
+    void *p = NULL;
+    cudaError_t err = cudaMalloc(&p, bytes ? bytes : 1);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError(); /* an out-of-memory error is not sticky: clear it for later checks */
+        return QS_FAIL(err == cudaErrorMemoryAllocation ? QS_ERR_OOM : QS_ERR_BACKEND,
+                       "cuda alloc: cudaMalloc of %zu bytes on cuda:%d failed: %s (%s); %zu bytes are allocated "
+                       "through qsync (peak %zu)",
+                       bytes, cb->device, cudaGetErrorName(err), cudaGetErrorString(err), cb->in_use, cb->peak);
+    }
+    err = bytes ? cudaMemsetAsync(p, 0, bytes, cb->stream.s) : cudaSuccess;
+    if (err == cudaSuccess) err = cudaStreamSynchronize(cb->stream.s);
+    if (err != cudaSuccess) {
+        (void)cudaFree(p);
+        return QS_FAIL(QS_ERR_BACKEND, "cuda alloc: zeroing %zu new bytes on cuda:%d failed: %s (%s)", bytes,
+                       cb->device, cudaGetErrorName(err), cudaGetErrorString(err));
+    }
+    t->e[t->count].p = p;
+    t->e[t->count].bytes = bytes;
+    t->count++;
+    cb->in_use += bytes;
+    if (cb->in_use > cb->peak) cb->peak = cb->in_use;
+    *out = p;
+    return QS_OK;
+}
+
+/* Free a pointer from alloc() (NULL: nothing). A pointer that alloc() did not return is left
+ * alone (freeing it would corrupt the accounting or memory qsync does not own). cudaFree
+ * waits for the device, so work still queued on the memory completes first. */
+void qs_cuda_free(qs_backend *be, void *p) {
+    if (!p) return;
+    qs_cuda_backend *cb = qs_cuda_be(be);
+    struct qs_cuda_alloc *t = cb->allocs;
+    for (size_t i = t->count; i-- > 0;) {
+        if (t->e[i].p != p) continue;
+        cb->in_use -= t->e[i].bytes;
+        t->e[i] = t->e[t->count - 1];
+        t->count--;
+        (void)cudaFree(p);
+        return;
+    }
+}
+
+void qs_cuda_memory_stats(qs_backend *be, size_t *in_use, size_t *peak) {
+    if (in_use) *in_use = qs_cuda_be(be)->in_use;
+    if (peak) *peak = qs_cuda_be(be)->peak;
+}
+
+/* p[0..bytes) = 0, queued on the stream. */
+qs_status qs_cuda_memset_zero(qs_backend *be, qs_stream *s, void *p, size_t bytes) {
+    if (!bytes) return QS_OK;
+    if (!p) return QS_FAIL(QS_ERR_INVALID_ARG, "memset_zero: NULL pointer for %zu bytes", bytes);
+    QS_CUDA_TRY(cudaMemsetAsync(p, 0, bytes, cuda_stream_of(qs_cuda_be(be), s)));
+    return QS_OK;
+}
+
+/* Copies queued on the stream (regions must not overlap; dst == src is a no-op). The caller
+ * synchronises before reading a copy_d2h destination or reusing a pinned copy_h2d source
+ * (from pageable host memory, CUDA stages the source before returning, and a copy to
+ * pageable memory returns once complete). */
+static qs_status cuda_copy(qs_backend *be, qs_stream *s, void *dst, const void *src, size_t bytes,
+                           enum cudaMemcpyKind kind, const char *what) {
+    if (!bytes || dst == src) return QS_OK;
+    if (!dst || !src) return QS_FAIL(QS_ERR_INVALID_ARG, "%s: NULL pointer for %zu bytes", what, bytes);
+    cudaError_t err = cudaMemcpyAsync(dst, src, bytes, kind, cuda_stream_of(qs_cuda_be(be), s));
+    if (err != cudaSuccess)
+        return QS_FAIL(QS_ERR_BACKEND, "%s of %zu bytes on cuda:%d: cudaMemcpyAsync failed: %s (%s)", what, bytes,
+                       qs_cuda_be(be)->device, cudaGetErrorName(err), cudaGetErrorString(err));
+    return QS_OK;
+}
+qs_status qs_cuda_copy_h2d(qs_backend *be, qs_stream *s, void *dst, const void *src, size_t bytes) {
+    return cuda_copy(be, s, dst, src, bytes, cudaMemcpyHostToDevice, "copy_h2d");
+}
+qs_status qs_cuda_copy_d2h(qs_backend *be, qs_stream *s, void *dst, const void *src, size_t bytes) {
+    return cuda_copy(be, s, dst, src, bytes, cudaMemcpyDeviceToHost, "copy_d2h");
+}
+qs_status qs_cuda_copy_d2d(qs_backend *be, qs_stream *s, void *dst, const void *src, size_t bytes) {
+    return cuda_copy(be, s, dst, src, bytes, cudaMemcpyDeviceToDevice, "copy_d2d");
+}
+
+/* Wait for everything queued on the stream, then report what kernels recorded in the flag
+ * word since the last sync (and clear it): a non-finite input to an INT8/FP8 quantize fails
+ * here as QS_ERR_INVALID_ARG with "non-finite", as the CPU's quantize does at once. */
+qs_status qs_cuda_stream_sync(qs_backend *be, qs_stream *s) {
+    qs_cuda_backend *cb = qs_cuda_be(be);
+    cudaStream_t st = cuda_stream_of(cb, s);
+    unsigned int flags = 0;
+    QS_CUDA_TRY(cudaMemcpyAsync(&flags, cb->flags, sizeof flags, cudaMemcpyDeviceToHost, st));
+    QS_CUDA_TRY(cudaStreamSynchronize(st));
+    if (flags & QS_CUDA_FLAG_NONFINITE_QUANTIZE) {
+        /* stream-ordered: every kernel queued after this sees the cleared word */
+        QS_CUDA_TRY(cudaMemsetAsync(cb->flags, 0, sizeof *cb->flags, st));
+        return QS_FAIL(QS_ERR_INVALID_ARG,
+                       "quantize to s8/fp8 on cuda:%d: non-finite amax (the tensor holds NaN or Inf; found by the "
+                       "quantize kernel, reported at the next stream_sync)",
+                       cb->device);
+    }
+    return QS_OK;
+}
+
+qs_stream *qs_cuda_default_stream(qs_backend *be) { return &qs_cuda_be(be)->stream; }
+
+/* INT8 GEMMs: not run yet. Change this one line (to QS_PREC_NATIVE) once cuda_linear.c and
+ * cuda_conv.c execute S8 operands. */
+#define QS_CUDA_INT8_SUPPORT QS_PREC_UNSUPPORTED
+
+/* FP32 and FP16 run natively everywhere; TF32 and BF16 need Ampere (8.0), FP8 Ada/Hopper
+ * (8.9). Nothing is emulated on the GPU. */
+qs_prec_support qs_cuda_precision_support(qs_backend *be, qs_precision p) {
+    const struct cudaDeviceProp *pr = &qs_cuda_be(be)->props;
+    const int cc = pr->major * 10 + pr->minor;
+    switch (p) {
+    case QS_PREC_FP32: return QS_PREC_NATIVE;
+    case QS_PREC_FP16: return QS_PREC_NATIVE;
+    case QS_PREC_TF32:
+    case QS_PREC_BF16: return cc >= 80 ? QS_PREC_NATIVE : QS_PREC_UNSUPPORTED;
+    case QS_PREC_FP8: return cc >= 89 ? QS_PREC_NATIVE : QS_PREC_UNSUPPORTED;
+    case QS_PREC_INT8: return QS_CUDA_INT8_SUPPORT;
+    case QS_PREC_COUNT: break;
+    }
+    return QS_PREC_UNSUPPORTED;
+}
+
+/* Every plan starts with its qs_cuda_plan_kind tag; the owning module frees it. An unknown
+ * tag (not a plan of this backend) is left alone. */
+void qs_cuda_plan_destroy(qs_backend *be, void *plan) {
+    if (!plan) return;
+    qs_cuda_plan_kind kind;
+    memcpy(&kind, plan, sizeof kind);
+    switch (kind) {
+    case QS_CUDA_PLAN_LINEAR: qs_cuda_linear_plan_destroy(be, plan); break;
+    case QS_CUDA_PLAN_CONV: qs_cuda_conv_plan_destroy(be, plan); break;
+    case QS_CUDA_PLAN_POOL: qs_cuda_pool_plan_destroy(be, plan); break;
+    }
+}
+
+static const qs_backend_ops qs_cuda_ops = {
+    .name = "cuda",
+    .destroy = qs_cuda_destroy,
+    .alloc = qs_cuda_alloc,
+    .free = qs_cuda_free,
+    .memory_stats = qs_cuda_memory_stats,
+    .memset_zero = qs_cuda_memset_zero,
+    .copy_h2d = qs_cuda_copy_h2d,
+    .copy_d2h = qs_cuda_copy_d2h,
+    .copy_d2d = qs_cuda_copy_d2d,
+    .stream_sync = qs_cuda_stream_sync,
+    .default_stream = qs_cuda_default_stream,
+    .precision_support = qs_cuda_precision_support,
+    .linear_plan = qs_cuda_linear_plan,
+    .linear_forward = qs_cuda_linear_forward,
+    .linear_backward_data = qs_cuda_linear_backward_data,
+    .linear_backward_weights = qs_cuda_linear_backward_weights,
+    .conv_plan = qs_cuda_conv_plan,
+    .conv_forward = qs_cuda_conv_forward,
+    .conv_backward_data = qs_cuda_conv_backward_data,
+    .conv_backward_weights = qs_cuda_conv_backward_weights,
+    .pool_plan = qs_cuda_pool_plan,
+    .pool_forward = qs_cuda_pool_forward,
+    .pool_backward = qs_cuda_pool_backward,
+    .plan_destroy = qs_cuda_plan_destroy,
+    .batchnorm_forward_train = qs_cuda_batchnorm_forward_train,
+    .batchnorm_forward_eval = qs_cuda_batchnorm_forward_eval,
+    .batchnorm_backward = qs_cuda_batchnorm_backward,
+    .relu_forward = qs_cuda_relu_forward,
+    .relu_backward = qs_cuda_relu_backward,
+    .add_forward = qs_cuda_add_forward,
+    .accumulate = qs_cuda_accumulate,
+    .dropout_forward = qs_cuda_dropout_forward,
+    .dropout_backward = qs_cuda_dropout_backward,
+    .softmax_xent_forward = qs_cuda_softmax_xent_forward,
+    .softmax_xent_backward = qs_cuda_softmax_xent_backward,
+    .nhwc_to_nchw = qs_cuda_nhwc_to_nchw,
+    .nchw_to_nhwc = qs_cuda_nchw_to_nhwc,
+    .cast = qs_cuda_cast,
+    .quantize = qs_cuda_quantize,
+    .dequantize = qs_cuda_dequantize,
+    .column_sums = qs_cuda_column_sums,
+    .sgd_step = qs_cuda_sgd_step,
+    .adamw_step = qs_cuda_adamw_step,
+    .sum_squares = qs_cuda_sum_squares,
+    .scale = qs_cuda_scale,
+};
+
+/* On failure inside qs_backend_cuda_create: record the message, then tear down. */
+#define QS_CUDA_CREATE_TRY(call)                                                                       \
+    do {                                                                                               \
+        cudaError_t qs_cc_err_ = (call);                                                               \
+        if (qs_cc_err_ != cudaSuccess) {                                                               \
+            st = QS_FAIL(QS_ERR_BACKEND, "qs_backend_cuda_create(cuda:%d): %s failed: %s (%s)", device, #call, \
+                         cudaGetErrorName(qs_cc_err_), cudaGetErrorString(qs_cc_err_));                \
+            goto fail;                                                                                 \
+        }                                                                                              \
+    } while (0)
+
+/* Select `device` for this host thread (every later call of the backend must come from a
+ * thread with this device current: one device per process), read its properties, create the
+ * non-blocking stream and the zeroed flag word. The cuBLASLt and cuDNN handles (lt, dnn) are
+ * created on first use by cuda_linear.c / cuda_conv.c. */
+qs_status qs_backend_cuda_create(int device, qs_backend **out) {
+    if (!out) return QS_FAIL(QS_ERR_INVALID_ARG, "qs_backend_cuda_create: out is NULL");
+    *out = NULL;
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        return QS_FAIL(QS_ERR_BACKEND,
+                       "cuda:%d asked, but CUDA finds no usable device: cudaGetDeviceCount failed: %s (%s); check the "
+                       "NVIDIA driver and CUDA_VISIBLE_DEVICES",
+                       device, cudaGetErrorName(err), cudaGetErrorString(err));
+    }
+    if (device < 0 || device >= count)
+        return QS_FAIL(QS_ERR_BACKEND, "cuda:%d: no such device (this process sees %d CUDA device%s, numbered from 0)",
+                       device, count, count == 1 ? "" : "s");
+
+    qs_status st = QS_OK;
+    qs_cuda_backend *cb = calloc(1, sizeof *cb);
+    if (!cb) return QS_FAIL(QS_ERR_OOM, "qs_backend_cuda_create: out of host memory for the backend handle");
+    cb->allocs = calloc(1, sizeof *cb->allocs);
+    if (!cb->allocs) {
+        free(cb);
+        return QS_FAIL(QS_ERR_OOM, "qs_backend_cuda_create: out of host memory for the allocation table");
+    }
+    cb->base.ops = &qs_cuda_ops;
+    cb->base.num_threads = 0;
+    cb->device = device;
+    cb->lt = NULL;
+    cb->dnn = NULL;
+    QS_CUDA_CREATE_TRY(cudaSetDevice(device));
+    QS_CUDA_CREATE_TRY(cudaGetDeviceProperties(&cb->props, device));
+    QS_CUDA_CREATE_TRY(cudaStreamCreateWithFlags(&cb->stream.s, cudaStreamNonBlocking));
+    QS_CUDA_CREATE_TRY(cudaMalloc((void **)&cb->flags, sizeof *cb->flags));
+    QS_CUDA_CREATE_TRY(cudaMemsetAsync(cb->flags, 0, sizeof *cb->flags, cb->stream.s));
+    QS_CUDA_CREATE_TRY(cudaStreamSynchronize(cb->stream.s));
+    {   /* keep the op temporaries' pool warm across syncs (best effort: pools are an optimisation) */
+        cudaMemPool_t pool;
+        if (cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess) {
+            uint64_t keep = QS_CUDA_POOL_KEEP;
+            (void)cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+        }
+        (void)cudaGetLastError();
+    }
+    *out = &cb->base;
+    return QS_OK;
+
+fail:
+    if (cb->flags) (void)cudaFree(cb->flags);
+    if (cb->stream.s) (void)cudaStreamDestroy(cb->stream.s);
+    (void)cudaGetLastError();
+    free(cb->allocs);
+    free(cb);
+    return st;
+}

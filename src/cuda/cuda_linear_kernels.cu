@@ -1,0 +1,199 @@
+/* src/cuda/cuda_linear_kernels.cu — defines: the small kernels around the Linear layer's
+ * cuBLASLt products (declared, with their contracts, in cuda_linear_kernels.h):
+ *   transpose_u8   FP8 operand transposes (cuBLASLt's FP8 GEMMs take only the TN layout)
+ *   bias_add       y += b for the FP8 forward (its FP32-output epilogue wants a BF16 bias)
+ *   column sums    db of an FP32 dY, two passes over row blocks, double accumulation in a
+ *                  fixed order (deterministic: no atomics)
+ * All kernels use grid-stride loops, so any shape fits the grid limits. */
+#include "cuda/cuda_linear_kernels.h"
+
+#include "cuda/cuda_backend.h"
+
+#define QS_LIN_TT 32 /* transpose tile edge (bytes); block 32 × 8 */
+#define QS_LIN_TY 8
+
+/* One 32×32 tile at a time through shared memory: coalesced 32-byte row reads of src and
+ * 32-byte row writes of dst. Tiles cover (rows_padded, cols); source rows ≥ rows read as 0. */
+__global__ void __launch_bounds__(QS_LIN_TT *QS_LIN_TY)
+    qs_lin_transpose_u8(const uint8_t *__restrict__ src, int64_t rows, int64_t cols, uint8_t *__restrict__ dst,
+                        int64_t rows_p, int64_t tiles_c, int64_t ntiles) {
+    __shared__ uint8_t tile[QS_LIN_TT][QS_LIN_TT + 1];
+    const int tx = (int)threadIdx.x, ty = (int)threadIdx.y;
+    for (int64_t t = blockIdx.x; t < ntiles; t += gridDim.x) {
+        const int64_t r0 = (t / tiles_c) * QS_LIN_TT, c0 = (t % tiles_c) * QS_LIN_TT;
+        for (int i = ty; i < QS_LIN_TT; i += QS_LIN_TY) {
+            const int64_t r = r0 + i, c = c0 + tx;
+            tile[i][tx] = (r < rows && c < cols) ? src[r * cols + c] : (uint8_t)0;
+        }
+        __syncthreads();
+        for (int i = ty; i < QS_LIN_TT; i += QS_LIN_TY) {
+            const int64_t c = c0 + i, r = r0 + tx; /* dst row c, column r */
+            if (c < cols && r < rows_p) dst[c * rows_p + r] = tile[tx][i];
+        }
+        __syncthreads();
+    }
+}
+
+/* The same with 4-byte words, for cols % 4 == 0, rows_p % 4 == 0 and 4-aligned pointers (every
+ * FP8 GEMM shape: K, N multiples of 16, rows_padded = N or Mp): a 64×64 tile, block 16 × 16;
+ * a half-warp reads one 64-byte source row segment, and writes one 64-byte destination
+ * segment packed from four tile rows. */
+#define QS_LIN_TW 64
+__global__ void __launch_bounds__(256)
+    qs_lin_transpose_u8x4(const uint8_t *__restrict__ src, int64_t rows, int64_t cols, uint8_t *__restrict__ dst,
+                          int64_t rows_p, int64_t tiles_c, int64_t ntiles) {
+    __shared__ __align__(16) uint8_t tile[QS_LIN_TW][QS_LIN_TW + 4];
+    const int tx = (int)threadIdx.x, ty = (int)threadIdx.y; /* tx: 4-byte group, ty: row lane */
+    for (int64_t t = blockIdx.x; t < ntiles; t += gridDim.x) {
+        const int64_t r0 = (t / tiles_c) * QS_LIN_TW, c0 = (t % tiles_c) * QS_LIN_TW;
+        for (int i = ty; i < QS_LIN_TW; i += 16) {
+            const int64_t r = r0 + i, c = c0 + 4 * tx;
+            uint32_t v = (r < rows && c < cols) ? *(const uint32_t *)(src + r * cols + c) : 0u;
+            *(uint32_t *)&tile[i][4 * tx] = v;
+        }
+        __syncthreads();
+        for (int i = ty; i < QS_LIN_TW; i += 16) {
+            const int64_t c = c0 + i, r = r0 + 4 * tx; /* dst row c, columns r..r+3 */
+            if (c < cols && r < rows_p) {
+                const uint32_t v = (uint32_t)tile[4 * tx][i] | (uint32_t)tile[4 * tx + 1][i] << 8 |
+                                   (uint32_t)tile[4 * tx + 2][i] << 16 | (uint32_t)tile[4 * tx + 3][i] << 24;
+                *(uint32_t *)(dst + c * rows_p + r) = v;
+            }
+        }
+        __syncthreads();
+    }
+}
+
+/* y (M, N) += b: threads over columns (b read once per thread), each block a run of rows. */
+__global__ void qs_lin_bias_add(int64_t M, int64_t N, int64_t rows_per_block, const float *__restrict__ b,
+                                float *__restrict__ y) {
+    for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < N; c += (int64_t)gridDim.x * blockDim.x) {
+        const float bc = b[c];
+        for (int64_t r0 = (int64_t)blockIdx.y * rows_per_block; r0 < M; r0 += (int64_t)gridDim.y * rows_per_block) {
+            const int64_t r1 = r0 + rows_per_block < M ? r0 + rows_per_block : M;
+            for (int64_t r = r0; r < r1; r++) y[r * N + c] += bc;
+        }
+    }
+}
+
+/* The same four columns a thread (float4), for N % 4 == 0 and 16-aligned y and b. */
+__global__ void qs_lin_bias_add4(int64_t M, int64_t N4, int64_t rows_per_block, const float4 *__restrict__ b,
+                                 float4 *__restrict__ y) {
+    for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < N4; c += (int64_t)gridDim.x * blockDim.x) {
+        const float4 bc = b[c];
+        for (int64_t r0 = (int64_t)blockIdx.y * rows_per_block; r0 < M; r0 += (int64_t)gridDim.y * rows_per_block) {
+            const int64_t r1 = r0 + rows_per_block < M ? r0 + rows_per_block : M;
+            for (int64_t r = r0; r < r1; r++) {
+                float4 v = y[r * N4 + c];
+                v.x += bc.x;
+                v.y += bc.y;
+                v.z += bc.z;
+                v.w += bc.w;
+                y[r * N4 + c] = v;
+            }
+        }
+    }
+}
+
+/* Pass 1: block (32 columns × 8 row lanes) sums its columns over row block blockIdx.y
+ * (rows_per_chunk rows): each lane strides by 8 rows, then lane sums are added in lane order.
+ * With one row block the result goes straight to sums, else to partial[blockIdx.y · N + c]. */
+__global__ void __launch_bounds__(256)
+    qs_lin_colsum_partial(const float *__restrict__ x, int64_t M, int64_t N, int64_t rows_per_chunk,
+                          double *__restrict__ partial, float *__restrict__ sums) {
+    __shared__ double red[8][32];
+    const int tx = (int)threadIdx.x, ty = (int)threadIdx.y;
+    const int64_t r_begin = (int64_t)blockIdx.y * rows_per_chunk;
+    const int64_t r_end = r_begin + rows_per_chunk < M ? r_begin + rows_per_chunk : M;
+    const int64_t col_blocks = (N + 31) / 32;
+    for (int64_t cb = blockIdx.x; cb < col_blocks; cb += gridDim.x) {
+        const int64_t c = cb * 32 + tx;
+        double acc = 0.0;
+        if (c < N)
+            for (int64_t r = r_begin + ty; r < r_end; r += 8) acc += (double)x[r * N + c];
+        red[ty][tx] = acc;
+        __syncthreads();
+        if (ty == 0 && c < N) {
+            double s = 0.0;
+            for (int i = 0; i < 8; i++) s += red[i][tx];
+            if (sums)
+                sums[c] = (float)s;
+            else
+                partial[(int64_t)blockIdx.y * N + c] = s;
+        }
+        __syncthreads();
+    }
+}
+
+/* Pass 2: sums[c] = Σ_chunk partial[chunk · N + c], chunks in order. */
+__global__ void qs_lin_colsum_final(const double *__restrict__ partial, int64_t N, int chunks,
+                                    float *__restrict__ sums) {
+    for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < N; c += (int64_t)gridDim.x * blockDim.x) {
+        double s = 0.0;
+        for (int i = 0; i < chunks; i++) s += partial[(int64_t)i * N + c];
+        sums[c] = (float)s;
+    }
+}
+
+static unsigned grid_cap(int64_t want, int64_t cap) { return (unsigned)(want < 1 ? 1 : want > cap ? cap : want); }
+
+extern "C" qs_status qs_cuda_linear_transpose_u8(cudaStream_t stream, const void *src, int64_t rows, int64_t cols,
+                                                 void *dst, int64_t rows_padded) {
+    if (rows < 0 || cols < 0 || rows_padded < rows)
+        return QS_FAIL(QS_ERR_INTERNAL, "linear FP8 transpose: bad shape rows=%lld cols=%lld rows_padded=%lld",
+                       (long long)rows, (long long)cols, (long long)rows_padded);
+    if (rows_padded == 0 || cols == 0) return QS_OK;
+    if (cols % 4 == 0 && rows_padded % 4 == 0 && (uintptr_t)src % 4 == 0 && (uintptr_t)dst % 4 == 0) {
+        const int64_t tr = (rows_padded + QS_LIN_TW - 1) / QS_LIN_TW, tc = (cols + QS_LIN_TW - 1) / QS_LIN_TW;
+        qs_lin_transpose_u8x4<<<grid_cap(tr * tc, 1 << 16), dim3(16, 16), 0, stream>>>(
+            (const uint8_t *)src, rows, cols, (uint8_t *)dst, rows_padded, tc, tr * tc);
+        return qs_cuda_check_launch("linear FP8 operand transpose");
+    }
+    const int64_t tiles_r = (rows_padded + QS_LIN_TT - 1) / QS_LIN_TT, tiles_c = (cols + QS_LIN_TT - 1) / QS_LIN_TT;
+    const int64_t ntiles = tiles_r * tiles_c;
+    qs_lin_transpose_u8<<<grid_cap(ntiles, 1 << 16), dim3(QS_LIN_TT, QS_LIN_TY), 0, stream>>>(
+        (const uint8_t *)src, rows, cols, (uint8_t *)dst, rows_padded, tiles_c, ntiles);
+    return qs_cuda_check_launch("linear FP8 operand transpose");
+}
+
+extern "C" qs_status qs_cuda_linear_bias_add(cudaStream_t stream, int64_t M, int64_t N, const float *b, float *y) {
+    if (M <= 0 || N <= 0) return QS_OK;
+    const int64_t rows_per_block = 16;
+    const bool vec = N % 4 == 0 && (uintptr_t)b % 16 == 0 && (uintptr_t)y % 16 == 0;
+    const int64_t cols = vec ? N / 4 : N;
+    dim3 grid(grid_cap((cols + 255) / 256, 1024), grid_cap((M + rows_per_block - 1) / rows_per_block, 65535));
+    if (vec)
+        qs_lin_bias_add4<<<grid, 256, 0, stream>>>(M, cols, rows_per_block, (const float4 *)b, (float4 *)y);
+    else
+        qs_lin_bias_add<<<grid, 256, 0, stream>>>(M, N, rows_per_block, b, y);
+    return qs_cuda_check_launch("linear bias add");
+}
+
+extern "C" int qs_cuda_linear_column_sum_chunks(int64_t M, int64_t N, int sms) {
+    const int64_t col_blocks = (N + 31) / 32 > 0 ? (N + 31) / 32 : 1;
+    const int64_t target = 2 * (int64_t)(sms > 0 ? sms : 1); /* blocks: two waves of one block per SM */
+    int64_t chunks = (target + col_blocks - 1) / col_blocks;
+    const int64_t by_rows = (M + 127) / 128; /* at least 128 rows a block */
+    if (chunks > by_rows) chunks = by_rows;
+    if (chunks > 64) chunks = 64;
+    return chunks < 1 ? 1 : (int)chunks;
+}
+
+extern "C" size_t qs_cuda_linear_column_sum_bytes(int64_t N, int chunks) {
+    return chunks > 1 ? (size_t)chunks * (size_t)N * sizeof(double) : 0;
+}
+
+extern "C" qs_status qs_cuda_linear_column_sums(cudaStream_t stream, int64_t M, int64_t N, const float *x, int chunks,
+                                               double *partial, float *sums) {
+    if (N <= 0) return QS_OK;
+    if (chunks < 1 || (chunks > 1 && !partial))
+        return QS_FAIL(QS_ERR_INTERNAL, "linear column sums: %d row blocks without scratch", chunks);
+    const int64_t rows_per_chunk = M > 0 ? (M + chunks - 1) / chunks : 1;
+    dim3 grid(grid_cap((N + 31) / 32, 65535), (unsigned)chunks);
+    qs_lin_colsum_partial<<<grid, dim3(32, 8), 0, stream>>>(x, M, N, rows_per_chunk, partial,
+                                                            chunks == 1 ? sums : (float *)0);
+    QS_TRY(qs_cuda_check_launch("linear bias gradient (column sums, pass 1)"));
+    if (chunks == 1) return QS_OK;
+    qs_lin_colsum_final<<<grid_cap((N + 255) / 256, 4096), 256, 0, stream>>>(partial, N, chunks, sums);
+    return qs_cuda_check_launch("linear bias gradient (column sums, pass 2)");
+}

@@ -1,0 +1,44 @@
+/* src/cuda/cuda_linear_kernels.h — defines: the launchers of the small kernels that
+ * cuda_linear.c needs around its cuBLASLt products (cuda_linear_kernels.cu, C linkage):
+ * the byte transpose that gives FP8 GEMMs their "TN" operands, the bias add of the FP8
+ * forward, and the deterministic column sums behind an FP32 bias gradient.
+ *
+ * All launchers enqueue on `stream` and return at once; a launch error comes back as
+ * QS_ERR_BACKEND (qs_cuda_check_launch), errors inside the kernels show at the next sync.
+ * Matrices are row-major; pointers are device pointers. */
+#ifndef QSYNC_CUDA_LINEAR_KERNELS_H
+#define QSYNC_CUDA_LINEAR_KERNELS_H
+
+#include <stdint.h>
+#include <cuda_runtime_api.h>
+
+#include "qsync/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* dst (cols, rows_padded) = transpose of the byte matrix src (rows, cols), with the columns
+ * rows..rows_padded-1 of dst set to 0 (a zero byte is +0 in E4M3 and E5M2, so padding the
+ * reduction dimension of a GEMM with it adds nothing). rows_padded >= rows. */
+qs_status qs_cuda_linear_transpose_u8(cudaStream_t stream, const void *src, int64_t rows, int64_t cols, void *dst,
+                                      int64_t rows_padded);
+
+/* y (M, N) += b (N) broadcast over the rows. */
+qs_status qs_cuda_linear_bias_add(cudaStream_t stream, int64_t M, int64_t N, const float *b, float *y);
+
+/* Row blocks that qs_cuda_linear_column_sums uses for an (M, N) input on a device with `sms`
+ * multiprocessors (1..64), and the bytes of `partial` it then needs (0 when it is 1). */
+int qs_cuda_linear_column_sum_chunks(int64_t M, int64_t N, int sms);
+size_t qs_cuda_linear_column_sum_bytes(int64_t N, int chunks);
+
+/* sums[c] = Σ_r x[r, c] for x (M, N), accumulated in double in a fixed order (deterministic),
+ * rounded once to float. chunks from qs_cuda_linear_column_sum_chunks; partial: that many
+ * bytes of device scratch (may be NULL when chunks == 1). */
+qs_status qs_cuda_linear_column_sums(cudaStream_t stream, int64_t M, int64_t N, const float *x, int chunks,
+                                     double *partial, float *sums);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

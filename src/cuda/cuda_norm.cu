@@ -1,0 +1,569 @@
+/* src/cuda/cuda_norm.cu — pooling, batch normalisation and fused softmax + cross-entropy on the
+ * GPU, FP32, with the CPU backend's semantics (src/cpu/cpu_pool.c, cpu_norm.c, cpu_softmax.c).
+ *
+ * Pooling: X (N,H,W,C) → Y (N,P,Q,C), one thread per output element (C innermost, coalesced).
+ *   Max: the first maximum in window scan order (h, then w) wins and NaN propagates (a later
+ *   NaN replaces an earlier one), like the CPU; idx = h*W+w within the image. Average divides
+ *   by R·S (count_include_pad). Backward is a gather, one thread per input element, adding the
+ *   contributions of the windows that contain it in (p, q) order — the order of the CPU's
+ *   scatter — so no atomics: deterministic, and the same sums as the CPU.
+ * Batch norm: x viewed as (rows, C). Blocks of 32 channels × 8 row lanes (a warp reads 32
+ *   consecutive channels of one row); each block reduces one chunk of rows in double, chunk
+ *   partials go to a per-call stream-ordered scratch (cudaMallocAsync) and are summed per
+ *   channel in chunk order. The chunking depends only on (rows, C), so results are bitwise
+ *   reproducible. Training statistics are two-pass like the CPU: mean = Σx/n, then
+ *   var = Σ(x-mean)²/n (biased) normalises, running_var takes Σ(x-mean)²/(n-1).
+ * Softmax + cross-entropy: one warp per row, row maximum subtracted, Σexp and the log-sum-exp
+ *   in double (as the CPU). Labels live in device memory and cannot be checked without a
+ *   synchronisation: an out-of-range label gives a NaN loss (forward) and a NaN gradient row
+ *   (backward) instead of an out-of-bounds read, so the step's loss shows it. */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "cuda/cuda_backend.h"
+
+namespace {
+
+constexpr int kBlock = 256;
+constexpr int kTx = 32; /* channels per batch-norm block */
+constexpr int kTy = 8;  /* row lanes per batch-norm block */
+
+unsigned grid_for(int64_t n) {
+    int64_t b = (n + kBlock - 1) / kBlock;
+    if (b < 1) b = 1;
+    if (b > 65535 * 8) b = 65535 * 8;
+    return (unsigned)b;
+}
+
+cudaStream_t stream_of(qs_backend *be, qs_stream *s) { return s ? s->s : qs_cuda_be(be)->stream.s; }
+
+/* NULL pointers among nptrs when n > 0 elements are to be touched. */
+qs_status args_check(const char *what, int64_t n, int nptrs, const void *const *ptrs) {
+    if (n < 0) return QS_FAIL(QS_ERR_INVALID_ARG, "%s: negative element count %lld", what, (long long)n);
+    if (n == 0) return QS_OK;
+    for (int i = 0; i < nptrs; i++)
+        if (!ptrs[i])
+            return QS_FAIL(QS_ERR_INVALID_ARG, "%s: pointer argument %d is NULL for %lld elements; pass a buffer",
+                           what, i + 1, (long long)n);
+    return QS_OK;
+}
+
+/* A stream-ordered scratch allocation, freed (stream-ordered) when it goes out of scope. */
+struct Scratch {
+    void *p = nullptr;
+    cudaStream_t s;
+    explicit Scratch(cudaStream_t st) : s(st) {}
+    ~Scratch() {
+        if (p) cudaFreeAsync(p, s);
+    }
+    Scratch(const Scratch &) = delete;
+    Scratch &operator=(const Scratch &) = delete;
+};
+
+qs_status scratch_alloc(Scratch &sc, size_t bytes, const char *what) {
+    cudaError_t e = cudaMallocAsync(&sc.p, bytes, sc.s);
+    if (e != cudaSuccess) {
+        sc.p = nullptr;
+        return QS_FAIL(e == cudaErrorMemoryAllocation ? QS_ERR_OOM : QS_ERR_BACKEND,
+                       "%s: cudaMallocAsync of %zu bytes of per-channel partial sums failed: %s (%s)", what, bytes,
+                       cudaGetErrorName(e), cudaGetErrorString(e));
+    }
+    return QS_OK;
+}
+
+/* ================================================================== pooling */
+
+struct PoolPlan {
+    qs_cuda_plan_kind kind; /* QS_CUDA_PLAN_POOL, first */
+    qs_pool_desc d;
+};
+
+qs_status pool_plan_check(void *plan, const char *what, const qs_pool_desc **d) {
+    if (!plan) return QS_FAIL(QS_ERR_INVALID_ARG, "%s: plan is NULL; create it with pool_plan", what);
+    const PoolPlan *pp = static_cast<const PoolPlan *>(plan);
+    if (pp->kind != QS_CUDA_PLAN_POOL)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "%s: the plan passed is of another operator kind; pass the pool plan", what);
+    *d = &pp->d;
+    return QS_OK;
+}
+
+/* y[n,p,q,c], idx[n,p,q,c] = max over the clipped window and the position h*W+w of the winner. */
+__global__ void k_maxpool_fwd(qs_pool_desc d, const float *__restrict__ x, float *__restrict__ y,
+                              int32_t *__restrict__ idx) {
+    const int64_t n_out = d.N * d.P * d.Q * d.C;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n_out; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t c = i % d.C, t = i / d.C;
+        int64_t q = t % d.Q;
+        t /= d.Q;
+        int64_t p = t % d.P, n = t / d.P;
+        int64_t hs = p * d.stride_h - d.pad_h, ws = q * d.stride_w - d.pad_w;
+        int64_t h0 = hs < 0 ? 0 : hs, h1 = hs + d.R < d.H ? hs + d.R : d.H;
+        int64_t w0 = ws < 0 ? 0 : ws, w1 = ws + d.S < d.W ? ws + d.S : d.W;
+        const float *xn = x + n * d.H * d.W * d.C + c;
+        float best = -__int_as_float(0x7f800000); /* -inf */
+        int32_t bi = (int32_t)(h0 * d.W + w0);
+        for (int64_t h = h0; h < h1; h++)
+            for (int64_t w = w0; w < w1; w++) {
+                float v = xn[(h * d.W + w) * d.C];
+                if (v > best || v != v) { /* NaN wins, like PyTorch and the CPU */
+                    best = v;
+                    bi = (int32_t)(h * d.W + w);
+                }
+            }
+        y[i] = best;
+        idx[i] = bi;
+    }
+}
+
+/* y[n,p,q,c] = Σ over the clipped window · inv (inv = 1/(R·S): padding counts). */
+__global__ void k_avgpool_fwd(qs_pool_desc d, float inv, const float *__restrict__ x, float *__restrict__ y) {
+    const int64_t n_out = d.N * d.P * d.Q * d.C;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n_out; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t c = i % d.C, t = i / d.C;
+        int64_t q = t % d.Q;
+        t /= d.Q;
+        int64_t p = t % d.P, n = t / d.P;
+        int64_t hs = p * d.stride_h - d.pad_h, ws = q * d.stride_w - d.pad_w;
+        int64_t h0 = hs < 0 ? 0 : hs, h1 = hs + d.R < d.H ? hs + d.R : d.H;
+        int64_t w0 = ws < 0 ? 0 : ws, w1 = ws + d.S < d.W ? ws + d.S : d.W;
+        const float *xn = x + n * d.H * d.W * d.C + c;
+        float sum = 0.0f;
+        for (int64_t h = h0; h < h1; h++)
+            for (int64_t w = w0; w < w1; w++) sum += xn[(h * d.W + w) * d.C];
+        y[i] = sum * inv;
+    }
+}
+
+/* First output index o with o·stride − pad + K > v (its window reaches v), i.e.
+ * ceil((v + pad − K + 1) / stride) clamped at 0. */
+__device__ __forceinline__ int64_t first_window(int64_t v, int64_t pad, int64_t K, int64_t stride) {
+    int64_t num = v + pad - K + 1;
+    return num <= 0 ? 0 : (num + stride - 1) / stride;
+}
+
+/* dx[n,h,w,c] (= or +=) Σ over the outputs (p,q) whose window holds (h,w), in (p,q) order:
+ * max — dy where idx == h*W+w; average — dy·inv. */
+__global__ void k_pool_bwd(qs_pool_desc d, bool is_max, float inv, const float *__restrict__ dy,
+                           const int32_t *__restrict__ idx, float *__restrict__ dx, bool accumulate) {
+    const int64_t n_in = d.N * d.H * d.W * d.C;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n_in; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t c = i % d.C, t = i / d.C;
+        int64_t w = t % d.W;
+        t /= d.W;
+        int64_t h = t % d.H, n = t / d.H;
+        int64_t p0 = first_window(h, d.pad_h, d.R, d.stride_h), p1 = (h + d.pad_h) / d.stride_h;
+        int64_t q0 = first_window(w, d.pad_w, d.S, d.stride_w), q1 = (w + d.pad_w) / d.stride_w;
+        if (p1 > d.P - 1) p1 = d.P - 1;
+        if (q1 > d.Q - 1) q1 = d.Q - 1;
+        const int32_t pos = (int32_t)(h * d.W + w);
+        float acc = accumulate ? dx[i] : 0.0f;
+        for (int64_t p = p0; p <= p1; p++)
+            for (int64_t q = q0; q <= q1; q++) {
+                int64_t o = ((n * d.P + p) * d.Q + q) * d.C + c;
+                if (is_max) {
+                    if (idx[o] == pos) acc += dy[o];
+                } else {
+                    acc += dy[o] * inv;
+                }
+            }
+        dx[i] = acc;
+    }
+}
+
+/* ================================================================== batch norm */
+
+/* Row chunks of the per-channel reductions: a function of (rows, C) only (reproducible),
+ * at least 64 rows each, about 1024 blocks in all. */
+int64_t bn_chunks(int64_t rows, int64_t C) {
+    int64_t cb = (C + kTx - 1) / kTx;
+    int64_t n = 1024 / cb;
+    int64_t by_rows = (rows + 63) / 64;
+    if (n > by_rows) n = by_rows;
+    if (n > 65535) n = 65535;
+    return n < 1 ? 1 : n;
+}
+
+/* Row blocks of the element-wise batch-norm kernels (each thread loops over its rows). */
+unsigned bn_row_blocks(int64_t rows, int64_t C) {
+    int64_t cb = (C + kTx - 1) / kTx;
+    int64_t n = 8192 / cb;
+    int64_t by_rows = (rows + kTy - 1) / kTy;
+    if (n > by_rows) n = by_rows;
+    if (n > 65535) n = 65535;
+    return (unsigned)(n < 1 ? 1 : n);
+}
+
+/* Sum the 8 row lanes of a block (fixed order) and store the chunk partial of channel c. */
+__device__ __forceinline__ void bn_block_store(double (*sh)[kTx], double v, int64_t c, int64_t C, double *out) {
+    sh[threadIdx.y][threadIdx.x] = v;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        double s = 0.0;
+        for (int j = 0; j < kTy; j++) s += sh[j][threadIdx.x];
+        *out = s;
+    }
+    __syncthreads();
+}
+
+/* part[chunk, c] = Σ over the chunk's rows of x (SQ: (x - mean[c])²), in double.
+ * Grid (channel blocks, chunks), block (kTx, kTy). */
+template <bool SQ>
+__global__ void k_bn_stats(int64_t rows, int64_t C, const float *__restrict__ x, const double *__restrict__ mean,
+                           double *__restrict__ part) {
+    __shared__ double sh[kTy][kTx];
+    const int64_t c = (int64_t)blockIdx.x * kTx + threadIdx.x;
+    const int64_t ch = blockIdx.y, nch = gridDim.y;
+    const int64_t r0 = rows * ch / nch, r1 = rows * (ch + 1) / nch;
+    double acc = 0.0;
+    if (c < C) {
+        const double m = SQ ? mean[c] : 0.0;
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += kTy) {
+            double v = (double)x[r * C + c];
+            if (SQ) {
+                v -= m;
+                acc += v * v;
+            } else {
+                acc += v;
+            }
+        }
+    }
+    bn_block_store(sh, acc, c, C, part + ch * C + (c < C ? c : 0));
+}
+
+/* mean[c] = Σ_chunks part / rows. */
+__global__ void k_bn_mean(int64_t rows, int64_t C, int64_t nch, const double *__restrict__ part,
+                          double *__restrict__ mean) {
+    for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < C; c += (int64_t)gridDim.x * blockDim.x) {
+        double s = 0.0;
+        for (int64_t k = 0; k < nch; k++) s += part[k * C + c];
+        mean[c] = s / (double)rows;
+    }
+}
+
+/* From Σ(x-mean)² per chunk: save_mean, save_invstd = 1/sqrt(var + eps) (biased var), and the
+ * running statistics (unbiased var), as cpu_norm.c. */
+__global__ void k_bn_var(int64_t rows, int64_t C, int64_t nch, const double *__restrict__ part,
+                         const double *__restrict__ mean, float eps, float momentum, float *__restrict__ save_mean,
+                         float *__restrict__ save_invstd, float *running_mean, float *running_var) {
+    for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < C; c += (int64_t)gridDim.x * blockDim.x) {
+        double sq = 0.0;
+        for (int64_t k = 0; k < nch; k++) sq += part[k * C + c];
+        double var = sq / (double)rows;
+        save_mean[c] = (float)mean[c];
+        save_invstd[c] = (float)(1.0 / sqrt(var + (double)eps));
+        if (running_mean) running_mean[c] = (1.0f - momentum) * running_mean[c] + momentum * (float)mean[c];
+        if (running_var)
+            running_var[c] = (1.0f - momentum) * running_var[c] + momentum * (float)(sq / (double)(rows - 1));
+    }
+}
+
+/* y = (x - mean[c])·k[c] + b[c] (then max(·,0) when relu), k = invstd·gamma, b = beta; invstd is
+ * given (training) or 1/sqrt(var + eps) from var (evaluation). Grid (channel blocks, row
+ * blocks), block (kTx, kTy); the per-channel constants are computed once per thread. */
+__global__ void k_bn_apply(int64_t rows, int64_t C, const float *__restrict__ x, const float *__restrict__ mean,
+                           const float *__restrict__ stat, bool stat_is_var, float eps, const float *__restrict__ gamma,
+                           const float *__restrict__ beta, float *__restrict__ y, bool relu) {
+    const int64_t c = (int64_t)blockIdx.x * kTx + threadIdx.x;
+    if (c >= C) return;
+    const float m = mean[c];
+    const float invstd = stat_is_var ? (float)(1.0 / sqrt((double)stat[c] + (double)eps)) : stat[c];
+    const float k = invstd * (gamma ? gamma[c] : 1.0f);
+    const float b = beta ? beta[c] : 0.0f;
+    for (int64_t r = (int64_t)blockIdx.y * kTy + threadIdx.y; r < rows; r += (int64_t)gridDim.y * kTy) {
+        float v = (x[r * C + c] - m) * k + b;
+        y[r * C + c] = relu ? (v > 0.0f ? v : 0.0f) : v;
+    }
+}
+
+/* Per chunk: Σ g and Σ g·(x - mean) in double, g = dy·[y_relu > 0] (or dy). part holds two
+ * (nch, C) planes. */
+__global__ void k_bn_bwd_stats(int64_t rows, int64_t C, const float *__restrict__ x, const float *__restrict__ dy,
+                               const float *__restrict__ mask, const float *__restrict__ save_mean,
+                               double *__restrict__ part) {
+    __shared__ double sh[kTy][kTx];
+    const int64_t c = (int64_t)blockIdx.x * kTx + threadIdx.x;
+    const int64_t ch = blockIdx.y, nch = gridDim.y;
+    const int64_t r0 = rows * ch / nch, r1 = rows * (ch + 1) / nch;
+    double s1 = 0.0, s2 = 0.0;
+    if (c < C) {
+        const double m = (double)save_mean[c];
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += kTy) {
+            const int64_t i = r * C + c;
+            float g = dy[i];
+            if (mask) g = g * (float)(mask[i] > 0.0f); /* a multiply, like the CPU */
+            s1 += (double)g;
+            s2 += (double)g * ((double)x[i] - m);
+        }
+    }
+    const int64_t cc = c < C ? c : 0;
+    bn_block_store(sh, s1, c, C, part + ch * C + cc);
+    bn_block_store(sh, s2, c, C, part + (nch + ch) * C + cc);
+}
+
+/* From the chunk partials: dgamma = Σg(x-mean)·invstd, dbeta = Σg, and (kap != NULL) the dx
+ * coefficients k = invstd·gamma, a = Σg/n, p = Σg(x-mean)/n·invstd² in kap[0..C), [C..2C),
+ * [2C..3C). */
+__global__ void k_bn_bwd_final(int64_t rows, int64_t C, int64_t nch, const double *__restrict__ part,
+                               const float *__restrict__ save_invstd, const float *__restrict__ gamma,
+                               float *__restrict__ kap, float *__restrict__ dgamma, float *__restrict__ dbeta) {
+    for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < C; c += (int64_t)gridDim.x * blockDim.x) {
+        double sum_dy = 0.0, sum_dy_xmu = 0.0;
+        for (int64_t k = 0; k < nch; k++) {
+            sum_dy += part[k * C + c];
+            sum_dy_xmu += part[(nch + k) * C + c];
+        }
+        const double is = save_invstd[c];
+        if (kap) {
+            kap[c] = (float)(is * (gamma ? gamma[c] : 1.0f));
+            kap[C + c] = (float)(sum_dy / (double)rows);
+            kap[2 * C + c] = (float)(sum_dy_xmu / (double)rows * is * is);
+        }
+        if (dgamma) dgamma[c] = (float)(sum_dy_xmu * is);
+        if (dbeta) dbeta[c] = (float)sum_dy;
+    }
+}
+
+/* dx (= or +=) (g - a[c] - (x - mean[c])·p[c])·k[c]. Grid (channel blocks, row blocks). */
+__global__ void k_bn_bwd_dx(int64_t rows, int64_t C, const float *__restrict__ x, const float *__restrict__ dy,
+                            const float *__restrict__ mask, const float *__restrict__ save_mean,
+                            const float *__restrict__ kap, float *__restrict__ dx, bool accumulate) {
+    const int64_t c = (int64_t)blockIdx.x * kTx + threadIdx.x;
+    if (c >= C) return;
+    const float k = kap[c], a = kap[C + c], p = kap[2 * C + c], m = save_mean[c];
+    for (int64_t r = (int64_t)blockIdx.y * kTy + threadIdx.y; r < rows; r += (int64_t)gridDim.y * kTy) {
+        const int64_t i = r * C + c;
+        float g = dy[i];
+        if (mask) g = g * (float)(mask[i] > 0.0f);
+        float v = (g - a - (x[i] - m) * p) * k;
+        dx[i] = accumulate ? dx[i] + v : v;
+    }
+}
+
+qs_status bn_check(const char *what, int64_t rows, int64_t C, int nptrs, const void *const *ptrs) {
+    if (rows < 0 || C < 1)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "%s: rows=%lld C=%lld; need rows >= 0 and C >= 1", what, (long long)rows,
+                       (long long)C);
+    return args_check(what, rows * C, nptrs, ptrs);
+}
+
+/* ================================================================== softmax + cross-entropy */
+
+/* One warp per row: probs = softmax(logits), loss = logsumexp - logits[label]. */
+__global__ void k_xent_fwd(int64_t B, int64_t K, const float *__restrict__ logits, const int32_t *__restrict__ labels,
+                           float *__restrict__ loss, float *__restrict__ probs) {
+    const int lane = threadIdx.x & 31;
+    const int64_t row = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (row >= B) return; /* whole warps leave together */
+    const float *l = logits + row * K;
+    float m = -__int_as_float(0x7f800000); /* -inf */
+    for (int64_t c = lane; c < K; c += 32) m = fmaxf(m, l[c]);
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    double sum = 0.0;
+    for (int64_t c = lane; c < K; c += 32) sum += exp((double)l[c] - (double)m);
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    const double lse = (double)m + log(sum);
+    float *pr = probs + row * K;
+    for (int64_t c = lane; c < K; c += 32) pr[c] = (float)exp((double)l[c] - lse);
+    if (lane == 0) {
+        const int32_t lab = labels[row];
+        loss[row] = (lab >= 0 && lab < K) ? (float)(lse - (double)l[lab]) : __int_as_float(0x7fc00000);
+    }
+}
+
+/* dlogits = (probs - onehot(label))·scale; a row with an out-of-range label becomes NaN. */
+__global__ void k_xent_bwd(int64_t B, int64_t K, const float *__restrict__ probs, const int32_t *__restrict__ labels,
+                           float scale, float *__restrict__ d) {
+    const int64_t n = B * K;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t b = i / K, c = i % K;
+        const int32_t lab = labels[b];
+        if (lab < 0 || lab >= K)
+            d[i] = __int_as_float(0x7fc00000); /* NaN */
+        else
+            d[i] = c == lab ? (probs[i] - 1.0f) * scale : probs[i] * scale;
+    }
+}
+
+qs_status xent_check(const char *what, int64_t B, int64_t classes, int nptrs, const void *const *ptrs) {
+    if (B < 0 || classes < 1)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "%s: B=%lld classes=%lld; need B >= 0 and classes >= 1", what,
+                       (long long)B, (long long)classes);
+    return args_check(what, B, nptrs, ptrs);
+}
+
+} // namespace
+
+/* ------------------------------------------------------------------ pooling entry points */
+
+/* Validate the descriptor (P,Q must be qs_pool_desc_finish()'s) and keep it; no workspace. */
+extern "C" qs_status qs_cuda_pool_plan(qs_backend *, const qs_pool_desc *d, void **plan, size_t *workspace) {
+    if (!d || !plan || !workspace) return QS_FAIL(QS_ERR_INVALID_ARG, "pool_plan: NULL descriptor or output");
+    *plan = NULL;
+    *workspace = 0;
+    qs_pool_desc dd = *d;
+    QS_TRY(qs_pool_desc_finish(&dd));
+    if (dd.P != d->P || dd.Q != d->Q)
+        return QS_FAIL(QS_ERR_INVALID_ARG,
+                       "pool_plan: descriptor has P,Q = %lld,%lld but the geometry gives %lld,%lld; call "
+                       "qs_pool_desc_finish() first",
+                       (long long)d->P, (long long)d->Q, (long long)dd.P, (long long)dd.Q);
+    if (dd.H * dd.W > INT32_MAX)
+        return QS_FAIL(QS_ERR_UNSUPPORTED, "pool_plan: %lldx%lld input is too large for int32 argmax indices",
+                       (long long)dd.H, (long long)dd.W);
+    PoolPlan *pp = static_cast<PoolPlan *>(calloc(1, sizeof(PoolPlan)));
+    if (!pp) return QS_FAIL(QS_ERR_OOM, "pool_plan: out of memory for the plan");
+    pp->kind = QS_CUDA_PLAN_POOL;
+    pp->d = dd;
+    *plan = pp;
+    return QS_OK;
+}
+
+extern "C" void qs_cuda_pool_plan_destroy(qs_backend *, void *plan) { free(plan); }
+
+/* y (N,P,Q,C) from x (N,H,W,C); max pooling also writes idx (N,P,Q,C). */
+extern "C" qs_status qs_cuda_pool_forward(qs_backend *be, void *plan, qs_stream *s, const void *x, void *y,
+                                          int32_t *idx, void * /* ws: none needed */) {
+    const qs_pool_desc *d = nullptr;
+    QS_TRY(pool_plan_check(plan, "pool_forward", &d));
+    const bool is_max = d->kind == QS_POOL_MAX;
+    if (!x || !y || (is_max && !idx))
+        return QS_FAIL(QS_ERR_INVALID_ARG, "pool_forward: NULL x, y or (max pooling) idx");
+    const int64_t n = d->N * d->P * d->Q * d->C;
+    if (n <= 0) return QS_OK;
+    cudaStream_t st = stream_of(be, s);
+    if (is_max) {
+        k_maxpool_fwd<<<grid_for(n), kBlock, 0, st>>>(*d, static_cast<const float *>(x), static_cast<float *>(y), idx);
+        return qs_cuda_check_launch("pool_forward (max pooling kernel)");
+    }
+    const float inv = 1.0f / (float)(d->R * d->S);
+    k_avgpool_fwd<<<grid_for(n), kBlock, 0, st>>>(*d, inv, static_cast<const float *>(x), static_cast<float *>(y));
+    return qs_cuda_check_launch("pool_forward (average pooling kernel)");
+}
+
+/* dx (N,H,W,C) = (or +=) the gradient of pooling for dy (N,P,Q,C). */
+extern "C" qs_status qs_cuda_pool_backward(qs_backend *be, void *plan, qs_stream *s, const void *dy,
+                                           const int32_t *idx, void *dx, bool accumulate, void * /* ws */) {
+    const qs_pool_desc *d = nullptr;
+    QS_TRY(pool_plan_check(plan, "pool_backward", &d));
+    const bool is_max = d->kind == QS_POOL_MAX;
+    if (!dy || !dx || (is_max && !idx))
+        return QS_FAIL(QS_ERR_INVALID_ARG, "pool_backward: NULL dy, dx or (max pooling) idx");
+    const int64_t n = d->N * d->H * d->W * d->C;
+    if (n <= 0) return QS_OK;
+    const float inv = 1.0f / (float)(d->R * d->S);
+    k_pool_bwd<<<grid_for(n), kBlock, 0, stream_of(be, s)>>>(*d, is_max, inv, static_cast<const float *>(dy), idx,
+                                                             static_cast<float *>(dx), accumulate);
+    return qs_cuda_check_launch(is_max ? "pool_backward (max pooling kernel)" : "pool_backward (average pooling kernel)");
+}
+
+/* ------------------------------------------------------------------ batch norm entry points */
+
+/* x, y (rows, C); save_mean, save_invstd, running_mean, running_var, gamma, beta (C). gamma/beta
+ * NULL = 1/0; running_* NULL = no update. Needs rows >= 2 (like PyTorch and the CPU). */
+extern "C" qs_status qs_cuda_batchnorm_forward_train(qs_backend *be, qs_stream *s, int64_t rows, int64_t C,
+                                                     const float *x, const float *gamma, const float *beta, float *y,
+                                                     float *save_mean, float *save_invstd, float *running_mean,
+                                                     float *running_var, float momentum, float eps, bool relu) {
+    const char *what = "batchnorm_forward_train";
+    const void *ptrs[] = {x, y, save_mean, save_invstd};
+    QS_TRY(bn_check(what, rows, C, 4, ptrs));
+    if (rows < 2)
+        return QS_FAIL(QS_ERR_INVALID_ARG,
+                       "%s: %lld value(s) per channel; training-mode batch norm needs at least 2 (like PyTorch)", what,
+                       (long long)rows);
+    cudaStream_t st = stream_of(be, s);
+    const int64_t nch = bn_chunks(rows, C);
+    const unsigned cb = (unsigned)((C + kTx - 1) / kTx);
+    Scratch sc(st);
+    QS_TRY(scratch_alloc(sc, (size_t)(nch + 1) * (size_t)C * sizeof(double), what));
+    double *part = static_cast<double *>(sc.p), *mean = part + nch * C;
+    const dim3 blk(kTx, kTy), grid_stats(cb, (unsigned)nch);
+    const unsigned gc = grid_for(C);
+    k_bn_stats<false><<<grid_stats, blk, 0, st>>>(rows, C, x, nullptr, part);
+    QS_TRY(qs_cuda_check_launch("batchnorm_forward_train (sum kernel)"));
+    k_bn_mean<<<gc, kBlock, 0, st>>>(rows, C, nch, part, mean);
+    QS_TRY(qs_cuda_check_launch("batchnorm_forward_train (mean kernel)"));
+    k_bn_stats<true><<<grid_stats, blk, 0, st>>>(rows, C, x, mean, part);
+    QS_TRY(qs_cuda_check_launch("batchnorm_forward_train (squared-deviation kernel)"));
+    k_bn_var<<<gc, kBlock, 0, st>>>(rows, C, nch, part, mean, eps, momentum, save_mean, save_invstd, running_mean,
+                                    running_var);
+    QS_TRY(qs_cuda_check_launch("batchnorm_forward_train (variance kernel)"));
+    k_bn_apply<<<dim3(cb, bn_row_blocks(rows, C)), blk, 0, st>>>(rows, C, x, save_mean, save_invstd, false, eps, gamma,
+                                                                 beta, y, relu);
+    return qs_cuda_check_launch("batchnorm_forward_train (normalise kernel)");
+}
+
+/* y = (x - running_mean)/sqrt(running_var + eps)·gamma + beta (then ReLU when relu). */
+extern "C" qs_status qs_cuda_batchnorm_forward_eval(qs_backend *be, qs_stream *s, int64_t rows, int64_t C,
+                                                    const float *x, const float *gamma, const float *beta,
+                                                    const float *running_mean, const float *running_var, float eps,
+                                                    float *y, bool relu) {
+    const char *what = "batchnorm_forward_eval";
+    const void *ptrs[] = {x, y, running_mean, running_var};
+    QS_TRY(bn_check(what, rows, C, 4, ptrs));
+    if (rows == 0) return QS_OK;
+    const unsigned cb = (unsigned)((C + kTx - 1) / kTx);
+    k_bn_apply<<<dim3(cb, bn_row_blocks(rows, C)), dim3(kTx, kTy), 0, stream_of(be, s)>>>(
+        rows, C, x, running_mean, running_var, true, eps, gamma, beta, y, relu);
+    return qs_cuda_check_launch("batchnorm_forward_eval (normalise kernel)");
+}
+
+/* dx (rows, C; NULL = not needed; overwritten or accumulated), dgamma, dbeta (C; NULL = not
+ * needed; overwritten) from x, dy (rows, C) and the saved statistics; y_relu (rows, C) masks dy
+ * for a forward with relu. */
+extern "C" qs_status qs_cuda_batchnorm_backward(qs_backend *be, qs_stream *s, int64_t rows, int64_t C,
+                                                const float *x, const float *dy, const float *gamma,
+                                                const float *save_mean, const float *save_invstd, float *dx,
+                                                bool accumulate, float *dgamma, float *dbeta, const float *y_relu) {
+    const char *what = "batchnorm_backward";
+    const void *ptrs[] = {x, dy, save_mean, save_invstd};
+    QS_TRY(bn_check(what, rows, C, 4, ptrs));
+    if (rows < 1) return QS_OK;
+    if (!dx && !dgamma && !dbeta) return QS_OK;
+    cudaStream_t st = stream_of(be, s);
+    const int64_t nch = bn_chunks(rows, C);
+    const unsigned cb = (unsigned)((C + kTx - 1) / kTx);
+    Scratch sc(st);
+    QS_TRY(scratch_alloc(sc, (size_t)(2 * nch) * (size_t)C * sizeof(double) + (size_t)(3 * C) * sizeof(float), what));
+    double *part = static_cast<double *>(sc.p);
+    float *kap = dx ? reinterpret_cast<float *>(part + 2 * nch * C) : nullptr;
+    const dim3 blk(kTx, kTy);
+    k_bn_bwd_stats<<<dim3(cb, (unsigned)nch), blk, 0, st>>>(rows, C, x, dy, y_relu, save_mean, part);
+    QS_TRY(qs_cuda_check_launch("batchnorm_backward (reduction kernel)"));
+    k_bn_bwd_final<<<grid_for(C), kBlock, 0, st>>>(rows, C, nch, part, save_invstd, gamma, kap, dgamma, dbeta);
+    QS_TRY(qs_cuda_check_launch("batchnorm_backward (coefficient kernel)"));
+    if (!dx) return QS_OK;
+    k_bn_bwd_dx<<<dim3(cb, bn_row_blocks(rows, C)), blk, 0, st>>>(rows, C, x, dy, y_relu, save_mean, kap, dx,
+                                                                  accumulate);
+    return qs_cuda_check_launch("batchnorm_backward (input-gradient kernel)");
+}
+
+/* ------------------------------------------------------------------ softmax + cross-entropy */
+
+/* logits, probs (B, classes); labels (B) int32 in [0, classes); loss (B). */
+extern "C" qs_status qs_cuda_softmax_xent_forward(qs_backend *be, qs_stream *s, int64_t B, int64_t classes,
+                                                  const float *logits, const int32_t *labels, float *loss,
+                                                  float *probs) {
+    const void *ptrs[] = {logits, labels, loss, probs};
+    QS_TRY(xent_check("softmax_xent_forward", B, classes, 4, ptrs));
+    if (B == 0) return QS_OK;
+    const int rows_per_block = kBlock / 32;
+    const int64_t blocks = (B + rows_per_block - 1) / rows_per_block;
+    if (blocks > INT32_MAX)
+        return QS_FAIL(QS_ERR_UNSUPPORTED, "softmax_xent_forward: %lld rows are too many for one launch", (long long)B);
+    k_xent_fwd<<<(unsigned)blocks, kBlock, 0, stream_of(be, s)>>>(B, classes, logits, labels, loss, probs);
+    return qs_cuda_check_launch("softmax_xent_forward (softmax kernel)");
+}
+
+/* dlogits (B, classes) = (probs - onehot(labels))·scale. */
+extern "C" qs_status qs_cuda_softmax_xent_backward(qs_backend *be, qs_stream *s, int64_t B, int64_t classes,
+                                                   const float *probs, const int32_t *labels, float scale,
+                                                   float *dlogits) {
+    const void *ptrs[] = {probs, labels, dlogits};
+    QS_TRY(xent_check("softmax_xent_backward", B, classes, 3, ptrs));
+    if (B == 0) return QS_OK;
+    k_xent_bwd<<<grid_for(B * classes), kBlock, 0, stream_of(be, s)>>>(B, classes, probs, labels, scale, dlogits);
+    return qs_cuda_check_launch("softmax_xent_backward (gradient kernel)");
+}

@@ -1,0 +1,446 @@
+/* src/cuda/cuda_quant.cu — quantize / dequantize of the CUDA backend (contracts in
+ * core/backend.h; the CPU reference is src/cpu/cpu_quant.c). Every element goes through the
+ * same QS_HD element functions as the CPU (core/numfmt.h, core/quant_int8.h) with the same
+ * random word per element (core/quant_sr.h), and every float operation outside them is the
+ * CPU's, in the CPU's order, with explicitly rounded intrinsics (__fmul_rn, __fdiv_rn: never
+ * contracted into an FMA, never approximated), so the GPU writes the CPU's bits.
+ *
+ * Scales of S8 and FP8 are chosen on the device, without a host synchronisation:
+ *   1. the scales buffer (device memory) is zeroed and used as the amax accumulator: amax
+ *      kernel → atomicMax of |x| bit patterns (they order like the magnitudes; NaN patterns
+ *      exceed +Inf, so a NaN or Inf anywhere leaves a pattern >= 0x7F800000);
+ *   2. a scale kernel reads those bits and overwrites them with the scale the CPU computes
+ *      from amax; non-finite amax sets QS_CUDA_FLAG_NONFINITE_QUANTIZE in the backend's
+ *      device flag word (reported by the next stream_sync) and stores a NaN scale;
+ *   3. the quantize kernel reads the scale from device memory.
+ * The CPU fails at once on non-finite input; here the outputs of such a call are poison (the
+ * NaN scale) and the error surfaces at stream_sync. */
+#include "cuda/cuda_backend.h"
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "core/numfmt.h"
+#include "core/quant_int8.h"
+#include "core/quant_sr.h"
+
+/* Threads per block of every kernel here (a multiple of 32: the reductions use whole warps). */
+#define QQ_THREADS 256
+/* Grid-stride kernels use at most this many blocks per SM. */
+#define QQ_BLOCKS_PER_SM 8
+
+/* Element formats of the kernels (qs_dtype mapped to compile-time cases). */
+enum qq_fmt { QQ_F32, QQ_BF16, QQ_F16, QQ_S8, QQ_E4M3, QQ_E5M2 };
+
+/* Arguments of the quantize kernels. n = rows·cols elements of src (row-major), element i is
+ * (i / cols, i % cols). scales: device memory, S8 one per tensor or per row, FP8 the
+ * dequantization multiplier (one); unused otherwise. SR: the word of element i is
+ * qs_sr_word(key, counter, offset + i). */
+typedef struct qq_args {
+    const float *src;
+    const float *col_scale; /* NULL or cols entries */
+    void *dst;
+    const float *scales;
+    int64_t n, cols;
+    uint64_t key, counter, offset;
+} qq_args;
+
+/* ------------------------------------------------------------------ host helpers */
+
+static cudaStream_t qq_stream(qs_backend *be, qs_stream *s) { return s ? s->s : qs_cuda_be(be)->stream.s; }
+
+/* Blocks for `work` independent items in a grid-stride kernel: enough to cover them, at most
+ * QQ_BLOCKS_PER_SM per SM. work > 0. */
+static unsigned qq_grid(qs_backend *be, uint64_t work) {
+    uint64_t need = (work + QQ_THREADS - 1) / QQ_THREADS;
+    int sms = qs_cuda_be(be)->props.multiProcessorCount;
+    uint64_t cap = (uint64_t)(sms > 0 ? sms : 1) * QQ_BLOCKS_PER_SM;
+    return (unsigned)(need < cap ? (need > 0 ? need : 1) : cap);
+}
+
+static bool qq_scaled(qs_dtype dt) { return dt == QS_S8 || dt == QS_F8E4M3 || dt == QS_F8E5M2; }
+
+/* ------------------------------------------------------------------ amax and scales */
+
+/* Maximum of m over the block (blockDim.x a multiple of 32, every thread calling); the result
+ * is valid in thread 0. */
+static __device__ unsigned qq_block_max(unsigned m) {
+    __shared__ unsigned part[32];
+    const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    m = __reduce_max_sync(0xFFFFFFFFu, m);
+    if (lane == 0) part[warp] = m;
+    __syncthreads();
+    if (warp == 0) {
+        m = lane < (blockDim.x >> 5) ? part[lane] : 0u;
+        m = __reduce_max_sync(0xFFFFFFFFu, m);
+    }
+    __syncthreads(); /* part[] is reused by the caller's next segment */
+    return m;
+}
+
+/* a·b rounded to nearest, with the NaN the CPU's SSE/AVX multiply gives: a NaN operand comes
+ * out quieted with its sign and payload (the first one if both are NaN), where the GPU would
+ * give its canonical 0x7fffffff. So NaN inputs keep their bits (and FP8 their sign) as on the CPU. */
+static __device__ __forceinline__ float qq_mul_like_x86(float a, float b) {
+    uint32_t ua = __float_as_uint(a), ub = __float_as_uint(b);
+    if ((ua & 0x7FFFFFFFu) > 0x7F800000u) return __uint_as_float(ua | 0x00400000u);
+    if ((ub & 0x7FFFFFFFu) > 0x7F800000u) return __uint_as_float(ub | 0x00400000u);
+    return __fmul_rn(a, b);
+}
+
+/* Amax bits of nseg segments of len elements each (segment s = src[s·len, (s+1)·len)):
+ * atomicMax of max_k |x[s·len + k]| (as bits) into bits[s], which the caller zeroed. x is
+ * src·col_scale[c] when col_scale is given (the CPU's folded copy, one FP32 product); c = k
+ * for per-row segments (len == cols), k % cols for the single per-tensor segment.
+ * Grid: x splits a segment, y walks segments (both grid-stride). */
+template <bool HAS_CS, bool PER_ROW>
+static __global__ void qq_amax_kernel(const float *src, const float *col_scale, int64_t nseg, int64_t len,
+                                      int64_t cols, unsigned *bits) {
+    for (int64_t s = blockIdx.y; s < nseg; s += gridDim.y) {
+        const float *x = src + s * len;
+        unsigned m = 0;
+        for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < len; k += (int64_t)gridDim.x * blockDim.x) {
+            float v = x[k];
+            if constexpr (HAS_CS) v = __fmul_rn(v, col_scale[PER_ROW ? k : k % cols]);
+            unsigned b = __float_as_uint(v) & 0x7FFFFFFFu;
+            m = b > m ? b : m;
+        }
+        m = qq_block_max(m);
+        if (threadIdx.x == 0 && m != 0) atomicMax(bits + s, m);
+    }
+    (void)cols;
+}
+
+/* INT8 scales in place: scales[s] holds amax bits on entry and
+ * max(amax / 127, 2^-126) (qs_int8_scale_from_amax) on exit, for s < nseg. */
+static __global__ void qq_int8_scale_kernel(float *scales, int64_t nseg, unsigned *flags) {
+    for (int64_t s = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; s < nseg; s += (int64_t)gridDim.x * blockDim.x) {
+        unsigned b = reinterpret_cast<const unsigned *>(scales)[s];
+        float sc;
+        if (b >= 0x7F800000u) { /* amax NaN or +Inf: the CPU fails "non-finite amax" */
+            atomicOr(flags, (unsigned)QS_CUDA_FLAG_NONFINITE_QUANTIZE);
+            sc = __uint_as_float(0x7FC00000u);
+        } else {
+            float q = __fdiv_rn(__uint_as_float(b), (float)QS_INT8_QMAX);
+            sc = q < QS_INT8_MIN_SCALE ? QS_INT8_MIN_SCALE : q;
+        }
+        scales[s] = sc;
+    }
+}
+
+/* The CPU's FP8 encoding scale (cpu_quant.c, fp8_encode_scale): the power of two 2^e with
+ * e = (int)floorf(log2f(fmt_max / amax)) clamped to [-126, 126]; 1 when amax is 0.
+ * floorf(log2f(q)) can differ from q's exponent only just below a power of two, where
+ * log2f(q) rounds up to the integer; that depends on the FP32 rounding of log2 q alone, so it
+ * is computed in double (error ~1e-16·|log2 q|, far below the distance of log2 q from the
+ * FP32 rounding boundary next to an integer) and rounded once to FP32 — the value glibc's
+ * log2f (double-precision evaluation, one final rounding) returns there.
+ * q = +Inf (amax < fmt_max / FLT_MAX): x86-64's truncating conversion turns floorf(+Inf)
+ * into INT_MIN, which the CPU clamps to -126; mirrored here so the bits agree (see the report:
+ * the intended value is 126). */
+static __device__ float qq_fp8_encode_scale(float fmt_max, float amax) {
+    if (!(amax > 0.0f)) return 1.0f;
+    float q = __fdiv_rn(fmt_max, amax);
+    int e;
+    if (__float_as_uint(q) == 0x7F800000u) /* +Inf */
+        e = -126;
+    else
+        e = (int)floorf(__double2float_rn(log2((double)q)));
+    if (e > 126) e = 126;
+    if (e < -126) e = -126;
+    return __uint_as_float((unsigned)(e + 127) << 23);
+}
+
+/* FP8 scale in place (one thread): scales[0] holds amax bits on entry and the dequantization
+ * multiplier 1 / enc (exact: enc is a power of two) on exit. */
+static __global__ void qq_fp8_scale_kernel(float *scales, float fmt_max, unsigned *flags) {
+    unsigned b = reinterpret_cast<const unsigned *>(scales)[0];
+    float out;
+    if (b >= 0x7F800000u) { /* the CPU fails "non-finite amax" */
+        atomicOr(flags, (unsigned)QS_CUDA_FLAG_NONFINITE_QUANTIZE);
+        out = __uint_as_float(0x7FC00000u);
+    } else {
+        out = __fdiv_rn(1.0f, qq_fp8_encode_scale(fmt_max, __uint_as_float(b)));
+    }
+    scales[0] = out;
+}
+
+/* ------------------------------------------------------------------ quantize kernels */
+
+/* The per-tensor multiplier read once per thread: S8 inv = fl(1/scale) (qs_int8_quantize),
+ * FP8 enc = 1 / scales[0] (exact; the CPU's encoding scale). 0 where unused. */
+template <qq_fmt F, bool PER_ROW>
+static __device__ __forceinline__ float qq_tensor_mul(const float *scales) {
+    if constexpr ((F == QQ_S8 && !PER_ROW) || F == QQ_E4M3 || F == QQ_E5M2)
+        return __fdiv_rn(1.0f, scales[0]);
+    else
+        return 0.0f;
+}
+
+/* Row whose inverse scale a thread holds (per-row S8): the CPU's 1.0f / scales[r]. */
+typedef struct qq_row_cache {
+    int64_t row;
+    float inv;
+} qq_row_cache;
+
+/* Quantize element i of a (random word rnd when SR). */
+template <qq_fmt F, bool SR, bool HAS_CS, bool PER_ROW>
+static __device__ __forceinline__ void qq_quant_one(const qq_args &a, int64_t i, uint32_t rnd, float mul,
+                                                    qq_row_cache &rc) {
+    int64_t c = 0;
+    if constexpr (HAS_CS || PER_ROW) {
+        int64_t r = i / a.cols;
+        c = i - r * a.cols;
+        if constexpr (PER_ROW) {
+            if (r != rc.row) {
+                rc.row = r;
+                rc.inv = __fdiv_rn(1.0f, a.scales[r]);
+            }
+            mul = rc.inv;
+        }
+    }
+    float x = a.src[i];
+    if constexpr (HAS_CS) x = qq_mul_like_x86(x, a.col_scale[c]);
+    if constexpr (F == QQ_F32) {
+        static_cast<float *>(a.dst)[i] = x;
+    } else if constexpr (F == QQ_BF16) {
+        uint32_t u = qs_nf_f32_bits(x);
+        static_cast<uint16_t *>(a.dst)[i] = SR ? qs_nf_f32_to_bf16_sr(u, rnd) : qs_nf_f32_to_bf16_rne(u);
+    } else if constexpr (F == QQ_F16) {
+        uint32_t u = qs_nf_f32_bits(x);
+        static_cast<uint16_t *>(a.dst)[i] = (uint16_t)(SR ? qs_nf_f32_to_f16_sr(u, rnd) : qs_nf_f32_to_f16_rne(u));
+    } else if constexpr (F == QQ_S8) {
+        static_cast<int8_t *>(a.dst)[i] = SR ? qs_q8_sr(x, mul, rnd) : qs_q8_rne(x, mul);
+    } else if constexpr (F == QQ_E4M3) {
+        static_cast<uint8_t *>(a.dst)[i] = qs_nf_f32_to_fp8(qs_nf_f32_bits(qq_mul_like_x86(x, mul)), rnd, SR ? 1 : 0, QS_E4M3_M,
+                                                            QS_E4M3_EMIN, QS_E4M3_MAXBITS, QS_E4M3_NAN);
+    } else {
+        static_cast<uint8_t *>(a.dst)[i] = qs_nf_f32_to_fp8(qs_nf_f32_bits(qq_mul_like_x86(x, mul)), rnd, SR ? 1 : 0, QS_E5M2_M,
+                                                            QS_E5M2_EMIN, QS_E5M2_MAXBITS, QS_E5M2_NAN);
+    }
+    (void)c;
+    (void)rnd;
+    (void)mul;
+}
+
+/* Round to nearest even: one element per thread and step (grid-stride over a.n). */
+template <qq_fmt F, bool HAS_CS, bool PER_ROW>
+static __global__ void qq_quant_rne_kernel(qq_args a) {
+    const float mul = qq_tensor_mul<F, PER_ROW>(a.scales);
+    qq_row_cache rc = {-1, 0.0f};
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += (int64_t)gridDim.x * blockDim.x)
+        qq_quant_one<F, false, HAS_CS, PER_ROW>(a, i, 0u, mul, rc);
+}
+
+/* Stochastic rounding: one Philox block per thread and step. Unit t covers group
+ * g = offset/64 + t/16, lane l = t % 16, i.e. the global indices j = 64g + 16w + l (w < 4)
+ * whose words qs_sr_block returns together; element i = j - offset where 0 <= i < n. */
+template <qq_fmt F, bool HAS_CS, bool PER_ROW>
+static __global__ void qq_quant_sr_kernel(qq_args a, uint64_t units) {
+    const float mul = qq_tensor_mul<F, PER_ROW>(a.scales);
+    qq_row_cache rc = {-1, 0.0f};
+    const uint64_t g0 = a.offset >> 6;
+    for (uint64_t t = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; t < units; t += (uint64_t)gridDim.x * blockDim.x) {
+        const uint64_t g = g0 + (t >> 4);
+        const uint32_t l = (uint32_t)(t & 15u);
+        uint32_t words[4];
+        qs_sr_block(a.key, a.counter, g, l, words);
+#pragma unroll
+        for (uint32_t w = 0; w < 4; w++) {
+            uint64_t i = (g << 6) + 16u * w + l - a.offset; /* wraps to >= 2^64 - 63 before the first */
+            if (i < (uint64_t)a.n) qq_quant_one<F, true, HAS_CS, PER_ROW>(a, (int64_t)i, words[w], mul, rc);
+        }
+    }
+}
+
+/* Launch the quantize kernel of format F for the runtime choices (per-row only for S8). */
+template <qq_fmt F, bool HAS_CS, bool PER_ROW>
+static qs_status qq_launch3(qs_backend *be, cudaStream_t st, const qq_args &a, bool sr) {
+    if (sr) {
+        uint64_t g0 = a.offset >> 6, g1 = (a.offset + (uint64_t)a.n - 1u) >> 6;
+        uint64_t units = (g1 - g0 + 1u) * 16u;
+        qq_quant_sr_kernel<F, HAS_CS, PER_ROW><<<qq_grid(be, units), QQ_THREADS, 0, st>>>(a, units);
+        return qs_cuda_check_launch("quantize: stochastic-rounding kernel");
+    }
+    qq_quant_rne_kernel<F, HAS_CS, PER_ROW><<<qq_grid(be, (uint64_t)a.n), QQ_THREADS, 0, st>>>(a);
+    return qs_cuda_check_launch("quantize: round-to-nearest kernel");
+}
+
+template <qq_fmt F>
+static qs_status qq_launch(qs_backend *be, cudaStream_t st, const qq_args &a, bool per_row, bool sr) {
+    bool cs = a.col_scale != NULL;
+    if constexpr (F == QQ_S8) {
+        if (per_row) return cs ? qq_launch3<F, true, true>(be, st, a, sr) : qq_launch3<F, false, true>(be, st, a, sr);
+    }
+    (void)per_row;
+    return cs ? qq_launch3<F, true, false>(be, st, a, sr) : qq_launch3<F, false, false>(be, st, a, sr);
+}
+
+/* Amax of the (rows, cols) input — per row into scales[0..rows), else into scales[0] — as
+ * bits, after zeroing them (step 1 of the header comment). */
+static qs_status qq_amax(qs_backend *be, cudaStream_t st, const qq_args &a, int64_t rows, bool per_row,
+                         float *scales) {
+    const int64_t nseg = per_row ? rows : 1, len = per_row ? a.cols : a.n;
+    unsigned *bits = reinterpret_cast<unsigned *>(scales);
+    QS_CUDA_TRY(cudaMemsetAsync(bits, 0, (size_t)nseg * sizeof(unsigned), st));
+    /* short rows: a block of just enough warps per row */
+    unsigned threads = len >= QQ_THREADS ? QQ_THREADS : (unsigned)((len + 31) / 32 * 32);
+    int sms = qs_cuda_be(be)->props.multiProcessorCount;
+    uint64_t target = (uint64_t)(sms > 0 ? sms : 1) * QQ_BLOCKS_PER_SM;
+    uint64_t gy = (uint64_t)nseg < 65535u ? (uint64_t)nseg : 65535u;
+    uint64_t per_seg = ((uint64_t)len + threads * 4u - 1u) / (threads * 4u); /* >= 4 elements per thread */
+    uint64_t gx_cap = target / gy > 0 ? target / gy : 1u;
+    dim3 grid((unsigned)(per_seg < gx_cap ? per_seg : gx_cap), (unsigned)gy);
+    bool cs = a.col_scale != NULL;
+    if (per_row) {
+        if (cs) qq_amax_kernel<true, true><<<grid, threads, 0, st>>>(a.src, a.col_scale, nseg, len, a.cols, bits);
+        else qq_amax_kernel<false, true><<<grid, threads, 0, st>>>(a.src, a.col_scale, nseg, len, a.cols, bits);
+    } else {
+        if (cs) qq_amax_kernel<true, false><<<grid, threads, 0, st>>>(a.src, a.col_scale, nseg, len, a.cols, bits);
+        else qq_amax_kernel<false, false><<<grid, threads, 0, st>>>(a.src, a.col_scale, nseg, len, a.cols, bits);
+    }
+    return qs_cuda_check_launch("quantize: amax kernel");
+}
+
+/* ------------------------------------------------------------------ backend ops */
+
+/* quantize (core/backend.h): src (rows, cols) FP32 device memory → dst in dt; scales device
+ * memory (S8: 1 or rows entries, FP8: 1), written on the stream; col_scale NULL or cols
+ * device floats; sr NULL (RNE) or a host descriptor of the stream. Argument errors are
+ * reported at once (as the CPU does); non-finite S8/FP8 input at the next stream_sync. */
+qs_status qs_cuda_quantize(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const float *src,
+                           const float *col_scale, qs_dtype dt, void *dst, float *scales, bool per_row,
+                           const qs_sr *sr) {
+    if (rows < 0 || cols < 0)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "quantize: negative shape (%lld, %lld)", (long long)rows, (long long)cols);
+    if (cols > 0 && rows > INT64_MAX / cols)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "quantize: shape (%lld, %lld) overflows int64", (long long)rows,
+                       (long long)cols);
+    const int64_t n = rows * cols;
+    if (n == 0) return QS_OK;
+    if (!src || !dst) return QS_FAIL(QS_ERR_INVALID_ARG, "quantize: NULL src or dst");
+    if (qq_scaled(dt) && !scales) return QS_FAIL(QS_ERR_INVALID_ARG, "quantize to %s: NULL scales", qs_dtype_name(dt));
+    if (per_row && dt != QS_S8)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "quantize: per-row scales exist only for s8 (got %s)", qs_dtype_name(dt));
+    cudaStream_t st = qq_stream(be, s);
+    unsigned *flags = qs_cuda_be(be)->flags;
+    qq_args a;
+    a.src = src;
+    a.col_scale = col_scale;
+    a.dst = dst;
+    a.scales = scales;
+    a.n = n;
+    a.cols = cols;
+    a.key = sr ? sr->key : 0u;
+    a.counter = sr ? sr->counter : 0u;
+    a.offset = sr ? sr->offset : 0u;
+    const bool use_sr = sr != NULL;
+    switch (dt) {
+    case QS_F32: /* a copy (of src·col_scale); no rounding, so no SR */
+        if (!col_scale) {
+            QS_CUDA_TRY(cudaMemcpyAsync(dst, src, (size_t)n * sizeof(float), cudaMemcpyDeviceToDevice, st));
+            return QS_OK;
+        }
+        return qq_launch<QQ_F32>(be, st, a, false, false);
+    case QS_BF16: return qq_launch<QQ_BF16>(be, st, a, false, use_sr);
+    case QS_F16: return qq_launch<QQ_F16>(be, st, a, false, use_sr);
+    case QS_S8: {
+        QS_TRY(qq_amax(be, st, a, rows, per_row, scales));
+        const int64_t nseg = per_row ? rows : 1;
+        qq_int8_scale_kernel<<<qq_grid(be, (uint64_t)nseg), QQ_THREADS, 0, st>>>(scales, nseg, flags);
+        QS_TRY(qs_cuda_check_launch("quantize to s8: scale kernel"));
+        return qq_launch<QQ_S8>(be, st, a, per_row, use_sr);
+    }
+    case QS_F8E4M3:
+    case QS_F8E5M2: {
+        QS_TRY(qq_amax(be, st, a, rows, false, scales));
+        qq_fp8_scale_kernel<<<1, 1, 0, st>>>(scales, qs_fp8_max(dt), flags);
+        QS_TRY(qs_cuda_check_launch("quantize to fp8: scale kernel"));
+        return dt == QS_F8E4M3 ? qq_launch<QQ_E4M3>(be, st, a, false, use_sr)
+                               : qq_launch<QQ_E5M2>(be, st, a, false, use_sr);
+    }
+    default:
+        return QS_FAIL(QS_ERR_UNSUPPORTED, "quantize: no conversion to %s", qs_dtype_name(dt));
+    }
+}
+
+/* ------------------------------------------------------------------ dequantize */
+
+/* dst[i] = value of element i of an operand (n = rows·cols, row i / cols): BF16/F16 widened
+ * exactly; S8 (float)q · scale (qs_int8_dequantize); FP8 decode(q) / fl(1/scale) (the CPU's
+ * qs_fp8_to_f32 with scale 1/scale, exact for power-of-two scales). scale per row when
+ * PER_ROW, else scales[0]. */
+template <qq_fmt F, bool PER_ROW>
+static __global__ void qq_dequant_kernel(const void *data, const float *scales, int64_t n, int64_t cols, float *dst) {
+    float tmul = 0.0f;
+    if constexpr (!PER_ROW && F == QQ_S8) tmul = scales[0];
+    if constexpr (!PER_ROW && (F == QQ_E4M3 || F == QQ_E5M2)) tmul = __fdiv_rn(1.0f, scales[0]);
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float m = tmul;
+        if constexpr (PER_ROW) {
+            float sc = scales[i / cols];
+            m = F == QQ_S8 ? sc : __fdiv_rn(1.0f, sc);
+        }
+        float y;
+        if constexpr (F == QQ_BF16)
+            y = qs_nf_bits_f32(qs_nf_bf16_to_f32(static_cast<const uint16_t *>(data)[i]));
+        else if constexpr (F == QQ_F16)
+            y = qs_nf_bits_f32(qs_nf_f16_to_f32(static_cast<const uint16_t *>(data)[i]));
+        else if constexpr (F == QQ_S8)
+            y = __fmul_rn((float)static_cast<const int8_t *>(data)[i], m);
+        else
+            y = __fdiv_rn(qs_nf_fp8_to_f32(static_cast<const uint8_t *>(data)[i], F == QQ_E4M3 ? QS_F8E4M3 : QS_F8E5M2),
+                          m);
+        dst[i] = y;
+        (void)m;
+    }
+    (void)scales;
+    (void)cols;
+}
+
+template <qq_fmt F>
+static qs_status qq_dequant_launch(qs_backend *be, cudaStream_t st, const qs_operand *src, int64_t n, int64_t cols,
+                                   float *dst) {
+    unsigned grid = qq_grid(be, (uint64_t)n);
+    bool per_row = false;
+    if constexpr (F == QQ_S8 || F == QQ_E4M3 || F == QQ_E5M2) per_row = src->per_row; /* checked by the caller */
+    if (per_row)
+        qq_dequant_kernel<F, true><<<grid, QQ_THREADS, 0, st>>>(src->data, src->scale, n, cols, dst);
+    else
+        qq_dequant_kernel<F, false><<<grid, QQ_THREADS, 0, st>>>(src->data, src->scale, n, cols, dst);
+    return qs_cuda_check_launch("dequantize kernel");
+}
+
+/* dequantize (core/backend.h): dst (rows, cols) FP32 device memory = value of operand src
+ * (data and scales in device memory; per_row: one scale per row, S8 and FP8). */
+qs_status qs_cuda_dequantize(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const qs_operand *src,
+                             float *dst) {
+    if (rows < 0 || cols < 0)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "dequantize: negative shape (%lld, %lld)", (long long)rows,
+                       (long long)cols);
+    if (cols > 0 && rows > INT64_MAX / cols)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "dequantize: shape (%lld, %lld) overflows int64", (long long)rows,
+                       (long long)cols);
+    const int64_t n = rows * cols;
+    if (n == 0) return QS_OK;
+    if (!src || !src->data || !dst) return QS_FAIL(QS_ERR_INVALID_ARG, "dequantize: NULL operand or dst");
+    const bool scaled = qq_scaled(src->dt);
+    if (scaled && !src->scale)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "dequantize: %s operand without a scale", qs_dtype_name(src->dt));
+    if (src->per_row && !scaled)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "dequantize: per-row scales on a %s operand (only s8 and fp8 have scales)",
+                       qs_dtype_name(src->dt));
+    cudaStream_t st = qq_stream(be, s);
+    switch (src->dt) {
+    case QS_F32:
+        QS_CUDA_TRY(cudaMemcpyAsync(dst, src->data, (size_t)n * sizeof(float), cudaMemcpyDeviceToDevice, st));
+        return QS_OK;
+    case QS_BF16: return qq_dequant_launch<QQ_BF16>(be, st, src, n, cols, dst);
+    case QS_F16: return qq_dequant_launch<QQ_F16>(be, st, src, n, cols, dst);
+    case QS_S8: return qq_dequant_launch<QQ_S8>(be, st, src, n, cols, dst);
+    case QS_F8E4M3: return qq_dequant_launch<QQ_E4M3>(be, st, src, n, cols, dst);
+    case QS_F8E5M2: return qq_dequant_launch<QQ_E5M2>(be, st, src, n, cols, dst);
+    default:
+        return QS_FAIL(QS_ERR_UNSUPPORTED, "dequantize: no conversion from %s", qs_dtype_name(src->dt));
+    }
+}

@@ -1,0 +1,1672 @@
+/* tests/test_cuda_ops.c — the CUDA backend (src/cuda), op by op, against the CPU backend run on
+ * the very same inputs. Runs on the GPU machine; elsewhere (a build without CUDA, or no usable
+ * device) it says why and exits 77, which ctest reports as SKIPPED. With QS_REQUIRE_GPU=1 (set
+ * by scripts/gpu-suite.sh) a missing GPU is a failure instead. QS_CUDA_DEVICE picks the
+ * device (default 0); QS_GPU_TESTS_JSON=FILE writes every case's figure to FILE as JSON.
+ *
+ * Method
+ *  - GEMM-like ops (linear, conv): random FP32 tensors are quantized ONCE, by the CPU backend's
+ *    quantize op, into the plan's operand dtypes; the quantized codes and their scales are
+ *    copied to the GPU, so both backends multiply identical operands and the comparison
+ *    isolates the GEMM (GPU quantization is tested separately, for bit identity). TF32 has no
+ *    CPU counterpart: the reference is the CPU's FP32 plan on the same FP32 operands. INT8 is
+ *    expected to be unsupported on the GPU for now: its plans must fail cleanly.
+ *  - Every GPU output lives in an offset view into a larger allocation: GUARD bytes of a
+ *    pattern before and after it are checked after the op (an overrun or a write through a
+ *    wrong offset fails the test), and the view itself is filled with 0xFF bytes before an op
+ *    that overwrites it (NaN for floats, -1 for indices), so an element the op forgets to write
+ *    shows up as a non-finite mismatch. Every allocation is freed by the per-test teardown, which
+ *    also checks that the backend's memory_stats in_use is back at its starting value.
+ *  - Every comparison prints one line with its measured figure (NMSE, worst error against the
+ *    tolerance, or bit identity), so the run's log documents the numbers; failures are counted
+ *    and each test fails at its end, after all its cases have been printed.
+ *
+ * NMSE budgets of the GEMM-like ops (derived; not tuned to pass)
+ *   NMSE = Σ(g−c)² / Σc² over the elements where the CPU result c is finite; non-finite CPU
+ *   elements must be non-finite of the same kind on the GPU, finite ones finite. u = 2^-24.
+ *   Operands are zero-mean (uniform), K is the reduction length of the output (C·R·S for a
+ *   conv forward, K·⌈R/sh⌉·⌈S/sw⌉ for its backward-data, N·P·Q for backward-weights).
+ *  (a) FP32 accumulation. Addition k of a K-term dot product errs by at most ulp(s_k)/2 under
+ *      round-to-nearest or < ulp(s_k) under truncation (tensor cores align and truncate their
+ *      addends: Fasi, Higham, Mikaitis, Pranesh, PeerJ CS 2021), with ulp(s) ≤ 2u|s|: mean
+ *      square ≤ u²s²/3 (RNE) or ≤ 4u²s²/3 (RZ). For zero-mean terms E s_k² = k·σ², so
+ *      Σ_k E s_k² ≈ K²σ²/2 against a result variance K·σ²; the errors have random signs and
+ *      are uncorrelated, so one implementation's relative MSE is ≤ u²K/6 (RNE) or (2/3)u²K
+ *      (RZ), and CPU vs GPU differ by ≤ (1/6 + 2/3)u²K < u²K. Rounded products (no FMA), the
+ *      bias and the accumulate add give a few more roundings:   A32(K) = u²·(K + 2).
+ *  (b) FP8 on Hopper tensor cores is NOT accumulated in IEEE FP32: the addends of an MMA are
+ *      aligned and truncated to about 13 fraction bits (DeepSeek-V3 technical report §3.3.2:
+ *      "around 14 bits" retained on H800). cuBLASLt's default (CUBLASLT_MATMUL_DESC_FAST_ACCUM
+ *      = 0) promotes partial sums to FP32 periodically; with a promotion interval of ≤ 128
+ *      products (CUTLASS's default: every 4 MMAs of k = 32), argument (a) with 2^-13 in place
+ *      of u gives, per chunk and hence relative to the whole sum:
+ *                                                         A8(K) = 2^-26·(min(K, 128) + 2).
+ *      A backend that enables fast accumulation (no promotion) errs ∝ K and fails at large K
+ *      on purpose: that is a precision decision to be taken explicitly, not by accident.
+ *  (c) TF32: the GPU rounds each FP32 operand to 10 fraction bits before multiplying (the CPU
+ *      reference does not). Relative operand error: |δ| ≤ 2^-11 (RNE, mean 0) or
+ *      δ ∈ (−2^-10, 0] (truncation: mean μ with |μ| ≤ 2^-11, mean square ≤ (2^-10)²/3, both
+ *      worst for significands near 1). Product k carries t_k = δx + δw, so the output's error
+ *      is Σ t_k·p_k: its zero-mean part is uncorrelated across sign-random products and the
+ *      common mean shrinks y as a whole, giving NMSE = E[t²] = E δx² + E δw² + 2·μ² ≤
+ *      2·2^-20/3 + 2·2^-22:                           I_tf32 = (7/6)·2^-20 ≈ 1.1e-6.
+ *      (Checked by emulating TF32 on the CPU: RNE 6.5e-8, truncation 4e-7..7e-7.)
+ *  (d) BF16, FP16 and FP8 operands are identical on both sides and exactly representable, and
+ *      their products are exact in FP32 (8×8-, 11×11-, 4×4-bit significands ≤ 24 bits), so
+ *      only the accumulation differs: (a), plus (b) for FP8.
+ *  (e) Output rounding. cuBLASLt writes an FP32 D for every input type: a Linear has none.
+ *      cuDNN's legacy convolution configurations need x, w, y of one type (the BF16/FP16
+ *      "PSEUDO_*_CONFIG"s), so a conv may produce BF16/FP16 and widen it; an FP8 conv may run as
+ *      BF16 or FP16 on widened operands (both hold every E4M3/E5M2 value exactly). One RNE
+ *      rounding to p fraction bits: error² ≤ ulp²/12 ≤ 2^-2p·y²/12, hence for convs
+ *      O = 2^-14/12 ≈ 5.1e-6 (BF16, and FP8 taking the coarser format), 2^-20/12 ≈ 7.9e-8
+ *      (FP16), 0 otherwise.
+ *  (f) cuDNN may pick Winograd or FFT algorithms for a conv, whose transforms round beyond
+ *      direct summation: convs get ×100 (×10 in RMS) on A32. The largest FP32 conv budget
+ *      here (K = 6272: 2.2e-8) is still ~3× below the NMSE of even round-to-nearest TF32
+ *      operands (2·2^-20/24 ≈ 7.9e-8 for uniformly spread significands; 6.5e-8 measured), so
+ *      an FP32 conv silently run with TF32 tensor-core math (cuDNN's CUDNN_DEFAULT_MATH allows
+ *      it on Ampere and later) fails.
+ *   budget = MARGIN·(A32·[×100 for conv] + A8·[FP8] + I_tf32·[TF32] + O·[conv]), MARGIN = 10:
+ *   the terms are upper estimates of expected values; the NMSE of ≥ 15 outputs is an average of
+ *   independent errors, and 10× covers its spread. Not wider: real bugs (a transposed operand,
+ *   a lost scale, wrong padding or stride, a dropped bias or accumulate, FP16 accumulation,
+ *   TF32 in an FP32 plan, a BF16-rounded Linear output) are orders of magnitude above.
+ *   Examples (Linear, K = 1024): FP32, BF16, FP16 3.6e-11; TF32 1.1e-5; FP8 1.9e-5. A
+ *   sequential float sum in reverse order (instead of oneDNN's) measured 1.3%..1.9% of the
+ *   FP32 budget.
+ *
+ * Tolerances of the memory-bound ops
+ *   Exact (value equality; NaN must match NaN): relu, add, add+relu, accumulate, scale, the
+ *   layout transposes, max pooling values, nchw_to_nhwc accumulate. Bit identity (bytes):
+ *   quantize (codes and scales: the GPU shares core/numfmt.h's element functions), dequantize,
+ *   cast, dropout masks, max-pooling argmax indices (ties included: first in scan order).
+ *   Otherwise element i passes when |g−c| ≤ atol + rtol·|c| with rtol = 4·u·sqrt(4·Kr), the
+ *   budget of tests/support/check.h (4·u·sqrt(Kr) per implementation against the exact value,
+ *   so twice that between two implementations), Kr the number of roundings on the value's path
+ *   or the length of the reduction it depends on, and atol = rtol·max|c| (values that cancel to
+ *   ~0 are judged against the tensor's scale). Element-wise ops have Kr ≤ 4 (rtol ≤ 9.5e-7);
+ *   optimizer steps Kr = 8..12 (rtol 1.4e-6..1.7e-6); reductions over rows or classes
+ *   (batch norm, softmax, pooling windows, column sums accumulated in double: Kr = 1) scale
+ *   with their length. sum_squares (double) passes at relative 1e-12. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "bits.h"
+#include "check.h"
+#include "core/backend.h"
+#include "core/numfmt.h"
+#include "graph_helpers.h"
+#include "qsync/rng.h"
+#include "qsync/status.h"
+
+/* ================================================================== state and bookkeeping */
+
+static qs_backend *g_cpu, *g_gpu;
+#define COPS (g_cpu->ops)
+#define GOPS (g_gpu->ops)
+#define CST (g_cpu->ops->default_stream(g_cpu))
+#define GST (g_gpu->ops->default_stream(g_gpu))
+
+static size_t g_gpu_baseline; /* memory_stats in_use after the previous test's teardown */
+static const char *g_test = "";
+static char g_test_buf[64];   /* g_test of the tests that share one body across precisions */
+static int g_fail;            /* failed cases of the running test */
+static FILE *g_json;
+static int g_json_n;
+
+#define GUARD 256             /* bytes before and after every GPU view (keeps 256-B alignment) */
+#define GUARD_BYTE 0xA5
+#define POISON 0xFF           /* NaN as float, -1 as int32 */
+
+/* Start a test: name it for the log and the JSON records, reset its failure count. */
+#define BEGIN()                                                   \
+    do {                                                          \
+        g_test = __func__;                                        \
+        g_fail = 0;                                               \
+    } while (0)
+/* End a test: fail it when any of its cases failed (all were printed first). */
+#define END()                                                                                  \
+    do {                                                                                       \
+        if (g_fail) fail_msg("%s: %d case(s) failed (see the FAIL lines above)", g_test, g_fail); \
+    } while (0)
+
+/* Append one case to the JSON results (no-op without QS_GPU_TESTS_JSON). */
+static void json_case(const char *what, const char *metric, double value, double limit, bool pass) {
+    if (!g_json) return;
+    fprintf(g_json, "%s\n  {\"test\": \"", g_json_n++ ? "," : "");
+    for (const char *p = g_test; *p; p++) fputc(*p, g_json);
+    fprintf(g_json, "\", \"case\": \"");
+    for (const char *p = what; *p; p++) {
+        if (*p == '"' || *p == '\\') fputc('\\', g_json);
+        fputc((unsigned char)*p < 0x20 ? ' ' : *p, g_json);
+    }
+    /* JSON has no NaN/Inf: non-finite figures are written as null */
+    fprintf(g_json, "\", \"metric\": \"%s\", \"value\": ", metric);
+    if (isfinite(value)) fprintf(g_json, "%.6e", value); else fprintf(g_json, "null");
+    fprintf(g_json, ", \"limit\": ");
+    if (isfinite(limit)) fprintf(g_json, "%.6e", limit); else fprintf(g_json, "null");
+    fprintf(g_json, ", \"pass\": %s}", pass ? "true" : "false");
+    fflush(g_json);
+}
+
+/* Record a failed GPU call (status and message) as a failed case; returns false then. */
+static bool gpu_ok_(qs_status st, const char *expr) {
+    if (st == QS_OK) return true;
+    printf("  FAIL %s -> %s: %s\n", expr, qs_status_name(st), qs_last_error());
+    fflush(stdout);
+    json_case(expr, "status", (double)st, 0.0, false);
+    g_fail++;
+    return false;
+}
+#define GPU_OK(expr) gpu_ok_((expr), #expr)
+
+/* ---- host memory: zeroed, 64-byte aligned like the CPU backend's, freed by the teardown ---- */
+#define MAX_HOST 8192
+static void *g_host[MAX_HOST];
+static int g_nhost;
+
+static void *halloc(size_t bytes) {
+    size_t rounded = (bytes + 63) / 64 * 64;
+    if (!rounded) rounded = 64;
+    void *p = aligned_alloc(64, rounded);
+    assert_non_null(p);
+    memset(p, 0, rounded);
+    assert_true(g_nhost < MAX_HOST);
+    g_host[g_nhost++] = p;
+    return p;
+}
+static float *hf(int64_t n) { return halloc((size_t)n * sizeof(float)); }
+static float *hcopy(const float *x, int64_t n) {
+    float *p = hf(n);
+    if (n) memcpy(p, x, (size_t)n * sizeof(float));
+    return p;
+}
+
+/* ---- GPU memory: views with guard bytes ---- */
+typedef struct dbuf {
+    unsigned char *base; /* from GOPS->alloc: GUARD + bytes + GUARD */
+    size_t bytes;        /* size of the view at base + GUARD */
+} dbuf;
+#define MAX_DEV 1024
+static dbuf g_dev[MAX_DEV];
+static int g_ndev;
+
+/* A GPU view of `bytes` inside a larger allocation: guards set to GUARD_BYTE, the view to
+ * `fill` (POISON for outputs). Fails the test when the backend cannot allocate. */
+static void *dalloc(size_t bytes, int fill) {
+    assert_true(g_ndev < MAX_DEV);
+    void *base = NULL;
+    const size_t total = bytes + 2 * GUARD;
+    ASSERT_OK(GOPS->alloc(g_gpu, total, &base));
+    assert_non_null(base);
+    g_dev[g_ndev++] = (dbuf){base, bytes};
+    if (((uintptr_t)base % 256) != 0) fail_msg("GPU alloc returned %p: not 256-byte aligned", base);
+    unsigned char *stage = halloc(total);
+    memset(stage, GUARD_BYTE, total);
+    memset(stage + GUARD, fill, bytes);
+    ASSERT_OK(GOPS->copy_h2d(g_gpu, GST, base, stage, total));
+    ASSERT_OK(GOPS->stream_sync(g_gpu, GST));
+    return (unsigned char *)base + GUARD;
+}
+static float *dalloc_f(int64_t n) { return dalloc((size_t)n * sizeof(float), POISON); }
+/* A GPU copy (guarded view) of `bytes` of host data. */
+static void *dup_gpu(const void *host, size_t bytes) {
+    void *d = dalloc(bytes, 0);
+    if (bytes) ASSERT_OK(GOPS->copy_h2d(g_gpu, GST, d, host, bytes));
+    ASSERT_OK(GOPS->stream_sync(g_gpu, GST));
+    return d;
+}
+static float *dup_gpu_f(const float *x, int64_t n) { return dup_gpu(x, (size_t)n * sizeof(float)); }
+
+static const dbuf *dfind(const void *view) {
+    for (int i = 0; i < g_ndev; i++)
+        if (g_dev[i].base + GUARD == (const unsigned char *)view) return &g_dev[i];
+    return NULL;
+}
+
+/* Whether both guards of b still hold GUARD_BYTE (prints the first damaged byte otherwise).
+ * Does not assert, so the teardown can use it. */
+static bool guards_intact(const dbuf *b, const char *what) {
+    unsigned char g[2][GUARD];
+    if (GOPS->copy_d2h(g_gpu, GST, g[0], b->base, GUARD) != QS_OK ||
+        GOPS->copy_d2h(g_gpu, GST, g[1], b->base + GUARD + b->bytes, GUARD) != QS_OK ||
+        GOPS->stream_sync(g_gpu, GST) != QS_OK) {
+        printf("  FAIL %s: cannot read the guard bytes back: %s\n", what, qs_last_error());
+        return false;
+    }
+    for (int side = 0; side < 2; side++)
+        for (int i = 0; i < GUARD; i++)
+            if (g[side][i] != GUARD_BYTE) {
+                printf("  FAIL %s: guard byte %s the %zu-byte view overwritten (offset %d %s it: 0x%02x)\n", what,
+                       side ? "after" : "before", b->bytes, side ? i : GUARD - i, side ? "past" : "before",
+                       g[side][i]);
+                return false;
+            }
+    return true;
+}
+
+/* Synchronise, copy `bytes` of GPU view `dev` to host, and check its guards (a damaged guard
+ * is a failed case named `what`). Returns false when the GPU reports an error (recorded). */
+static bool dget(void *host, const void *dev, size_t bytes, const char *what) {
+    char ctx[256];
+    snprintf(ctx, sizeof ctx, "stream_sync after: %s", what);
+    if (!gpu_ok_(GOPS->stream_sync(g_gpu, GST), ctx)) return false;
+    const dbuf *b = dfind(dev);
+    assert_non_null(b);
+    assert_true(bytes <= b->bytes);
+    snprintf(ctx, sizeof ctx, "copy_d2h of: %s", what);
+    if (bytes && !gpu_ok_(GOPS->copy_d2h(g_gpu, GST, host, dev, bytes), ctx)) return false;
+    if (!gpu_ok_(GOPS->stream_sync(g_gpu, GST), ctx)) return false;
+    if (!guards_intact(b, what)) {
+        json_case(what, "guard", 1.0, 0.0, false);
+        g_fail++;
+    }
+    return true;
+}
+
+/* Free the GPU views (after checking their guards) and host blocks allocated since a mark, so
+ * that loops over many cases do not hold all their buffers until the teardown. */
+typedef struct mark {
+    int ndev, nhost;
+} mark;
+static mark mark_now(void) { return (mark){g_ndev, g_nhost}; }
+static void release_to(mark m) {
+    (void)GPU_OK(GOPS->stream_sync(g_gpu, GST));
+    for (int i = m.ndev; i < g_ndev; i++) {
+        if (!guards_intact(&g_dev[i], "guard check at release")) {
+            json_case("guard check at release", "guard", 1.0, 0.0, false);
+            g_fail++;
+        }
+        GOPS->free(g_gpu, g_dev[i].base);
+    }
+    for (int i = m.nhost; i < g_nhost; i++) free(g_host[i]);
+    g_ndev = m.ndev;
+    g_nhost = m.nhost;
+}
+
+/* ---- plans ---- */
+typedef struct tplan {
+    qs_backend *be;
+    void *plan;
+} tplan;
+#define MAX_PLANS 64
+static tplan g_plans[MAX_PLANS];
+static int g_nplans;
+
+static void keep_plan(qs_backend *be, void *plan) {
+    assert_true(g_nplans < MAX_PLANS);
+    if (plan) g_plans[g_nplans++] = (tplan){be, plan};
+}
+
+/* Per-test teardown: GPU errors left pending, guards of every view, plans, memory. The
+ * backend's in_use is compared with its value after the previous test and a difference is
+ * reported as a note only (a backend may keep lazily created resources, counted or not);
+ * test_plan_lifetime checks strictly that plans give back what they take. */
+static int teardown(void **state) {
+    int bad = 0;
+    if (GOPS->stream_sync(g_gpu, GST) != QS_OK) {
+        printf("  FAIL %s: stream_sync at teardown: %s\n", g_test, qs_last_error());
+        bad = 1;
+    }
+    for (int i = 0; i < g_ndev; i++)
+        if (!guards_intact(&g_dev[i], "teardown guard check")) bad = 1;
+    for (int i = 0; i < g_nplans; i++) g_plans[i].be->ops->plan_destroy(g_plans[i].be, g_plans[i].plan);
+    for (int i = 0; i < g_ndev; i++) GOPS->free(g_gpu, g_dev[i].base);
+    for (int i = 0; i < g_nhost; i++) free(g_host[i]);
+    g_nplans = g_ndev = g_nhost = 0;
+    size_t in_use = 0;
+    GOPS->memory_stats(g_gpu, &in_use, NULL);
+    if (in_use != g_gpu_baseline) {
+        printf("  note %s: GPU memory_stats in_use %zu after freeing every test buffer and plan (was %zu)\n", g_test,
+               in_use, g_gpu_baseline);
+        g_gpu_baseline = in_use;
+    }
+    fflush(stdout);
+    return bad ? -1 : 0;
+}
+
+/* ---- random inputs ---- */
+static qs_rng g_rng;
+static void seed(const char *what, uint64_t i) { qs_rng_init(&g_rng, qs_rng_key(20261202, what, i), 0); }
+static float *rnd(int64_t n, float lo, float hi) {
+    float *p = hf(n);
+    for (int64_t i = 0; i < n; i++) p[i] = lo + (hi - lo) * qs_rng_uniform(&g_rng);
+    return p;
+}
+
+/* ============================================================================ comparisons */
+
+/* Reduction lengths as doubles for names and budgets. */
+typedef enum gemm_kind { GEMM_LINEAR, GEMM_CONV } gemm_kind;
+
+/* The NMSE budget of a GEMM-like output (derivation at the top of this file). */
+static double gemm_budget(gemm_kind kind, qs_precision p, double K) {
+    const double u2 = 0x1p-48, margin = 10.0;
+    double a32 = u2 * (K + 2.0);
+    if (kind == GEMM_CONV) a32 *= 100.0;
+    double a8 = p == QS_PREC_FP8 ? 0x1p-26 * (fmin(K, 128.0) + 2.0) : 0.0;
+    double in = p == QS_PREC_TF32 ? 0x1p-20 * (2.0 / 3.0 + 0.5) : 0.0;
+    double out = 0.0;
+    if (kind == GEMM_CONV) out = (p == QS_PREC_BF16 || p == QS_PREC_FP8) ? 0x1p-14 / 12.0 : p == QS_PREC_FP16 ? 0x1p-20 / 12.0 : 0.0;
+    return margin * (a32 + a8 + in + out);
+}
+
+/* Same kind of non-finite value (NaN, +Inf, -Inf). */
+static bool same_nonfinite(float a, float b) { return (isnan(a) && isnan(b)) || (isinf(a) && a == b); }
+
+/* Compare a GPU GEMM output with the CPU's by NMSE (plus the non-finite pattern); prints and
+ * records one line; counts a failure. */
+static bool check_nmse(const char *what, const float *got, const float *ref, int64_t n, double budget) {
+    double se = 0, sr = 0;
+    int64_t bad_nf = 0, first_nf = -1;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(ref[i]) || !isfinite(got[i])) {
+            if (!same_nonfinite(got[i], ref[i])) {
+                if (first_nf < 0) first_nf = i;
+                bad_nf++;
+            }
+            continue;
+        }
+        double e = (double)got[i] - ref[i];
+        se += e * e;
+        sr += (double)ref[i] * ref[i];
+    }
+    double nmse = sr > 0 ? se / sr : (se > 0 ? INFINITY : 0.0);
+    bool pass = bad_nf == 0 && nmse <= budget;
+    printf("  %-4s %-60s nmse %9.3e  budget %9.3e (%6.2f%%)", pass ? "ok" : "FAIL", what, nmse, budget,
+           100.0 * nmse / budget);
+    if (bad_nf)
+        printf(" — %lld non-finite mismatches (first [%lld]: gpu %g cpu %g)", (long long)bad_nf, (long long)first_nf,
+               (double)got[first_nf], (double)ref[first_nf]);
+    printf("\n");
+    fflush(stdout);
+    json_case(what, "nmse", bad_nf ? INFINITY : nmse, budget, pass);
+    if (!pass) g_fail++;
+    return pass;
+}
+
+/* Element-wise comparison: |g−c| ≤ atol + rtol·|c| with rtol = 4·u·sqrt(4·Kr) and
+ * atol = rtol·scale (scale < 0: max|c|); Kr == 0 demands equal values (NaN matches NaN, and
+ * −0 equals +0). Non-finite elements must match in kind. Prints NMSE and the worst element. */
+static bool check_tol(const char *what, const float *got, const float *ref, int64_t n, double Kr, double scale) {
+    double rtol = 0, atol = 0;
+    if (Kr > 0) {
+        qs_tol t = qs_tol_fp32(4.0 * Kr, scale < 0 ? qs_max_abs(ref, n) : scale);
+        rtol = t.rtol;
+        atol = t.atol;
+    }
+    double se = 0, sr = 0, worst = 0;
+    int64_t nbad = 0, wi = -1, first_bad = -1;
+    for (int64_t i = 0; i < n; i++) {
+        double frac;
+        if (!isfinite(ref[i]) || !isfinite(got[i])) {
+            frac = same_nonfinite(got[i], ref[i]) ? 0.0 : INFINITY;
+        } else {
+            double e = fabs((double)got[i] - ref[i]), lim = atol + rtol * fabs(ref[i]);
+            se += e * e;
+            sr += (double)ref[i] * ref[i];
+            frac = lim > 0 ? e / lim : (e > 0 ? INFINITY : 0.0);
+        }
+        if (wi < 0 || frac > worst) worst = frac, wi = i;
+        if (frac > 1.0) {
+            if (first_bad < 0) first_bad = i;
+            nbad++;
+        }
+    }
+    double nmse = sr > 0 ? se / sr : (se > 0 ? INFINITY : 0.0);
+    bool pass = nbad == 0;
+    if (Kr > 0)
+        printf("  %-4s %-60s nmse %9.3e  rtol %.2e atol %.2e  worst %6.2f%%", pass ? "ok" : "FAIL", what, nmse, rtol,
+               atol, 100.0 * worst);
+    else
+        printf("  %-4s %-60s exact (n=%lld)", pass ? "ok" : "FAIL", what, (long long)n);
+    if (nbad)
+        printf(" — %lld elements off (first [%lld]: gpu %.9g cpu %.9g)", (long long)nbad, (long long)first_bad,
+               (double)got[first_bad], (double)ref[first_bad]);
+    printf("\n");
+    fflush(stdout);
+    json_case(what, Kr > 0 ? "max_err_fraction_of_tol" : "exact_mismatches", Kr > 0 ? worst : (double)nbad,
+              Kr > 0 ? 1.0 : 0.0, pass);
+    if (!pass) g_fail++;
+    return pass;
+}
+static bool check_exact(const char *what, const float *got, const float *ref, int64_t n) {
+    return check_tol(what, got, ref, n, 0, 0);
+}
+
+/* Bit identity of n elements of `es` bytes; on a mismatch prints the first one (hex) and, when
+ * src is given, the FP32 source element. */
+static bool check_bits(const char *what, const void *got, const void *ref, int64_t n, size_t es, const float *src) {
+    const unsigned char *g = got, *r = ref;
+    int64_t nbad = 0, first = -1;
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp(g + (size_t)i * es, r + (size_t)i * es, es) != 0) {
+            if (first < 0) first = i;
+            nbad++;
+        }
+    bool pass = nbad == 0;
+    printf("  %-4s %-60s %s", pass ? "ok" : "FAIL", what, pass ? "bit-identical" : "BITS DIFFER");
+    printf(" (n=%lld)", (long long)n);
+    if (nbad) {
+        uint64_t a = 0, b = 0;
+        memcpy(&a, g + (size_t)first * es, es);
+        memcpy(&b, r + (size_t)first * es, es);
+        printf(" — %lld elements differ, first [%lld]: gpu 0x%llx cpu 0x%llx", (long long)nbad, (long long)first,
+               (unsigned long long)a, (unsigned long long)b);
+        if (src) printf(" (source %a = 0x%08x)", (double)src[first], fbits(src[first]));
+    }
+    printf("\n");
+    fflush(stdout);
+    json_case(what, "differing_elements", (double)nbad, 0.0, pass);
+    if (!pass) g_fail++;
+    return pass;
+}
+
+/* A pass/fail fact (status parity, a count) as one line and one record. */
+static bool check_fact(const char *what, bool pass, const char *detail) {
+    printf("  %-4s %-60s %s\n", pass ? "ok" : "FAIL", what, detail);
+    fflush(stdout);
+    json_case(what, "fact", pass ? 1.0 : 0.0, 1.0, pass);
+    if (!pass) g_fail++;
+    return pass;
+}
+
+/* ====================================================================== device basics */
+
+static void test_device(void **state) {
+    BEGIN();
+    char line[256];
+    check_fact("backend name is \"cuda\"", GOPS->name && strcmp(GOPS->name, "cuda") == 0, GOPS->name ? GOPS->name : "(null)");
+    check_fact("default stream exists", GST != NULL, "");
+    for (int p = 0; p < QS_PREC_COUNT; p++) {
+        qs_prec_support s = GOPS->precision_support(g_gpu, (qs_precision)p);
+        bool want_unsupported = p == QS_PREC_INT8; /* INT8 on the GPU: not yet */
+        snprintf(line, sizeof line, "precision_support(%s)", qs_precision_name((qs_precision)p));
+        check_fact(line, want_unsupported ? s == QS_PREC_UNSUPPORTED : s != QS_PREC_UNSUPPORTED, qs_prec_support_name(s));
+    }
+
+    /* memory_stats: sizes as requested, peak monotone */
+    size_t in0 = 0, pk0 = 0, in1 = 0, pk1 = 0, in2 = 0, pk2 = 0, in3 = 0;
+    GOPS->memory_stats(g_gpu, &in0, &pk0);
+    void *a = NULL, *b = NULL;
+    ASSERT_OK(GOPS->alloc(g_gpu, 1000, &a));
+    ASSERT_OK(GOPS->alloc(g_gpu, 3333, &b));
+    GOPS->memory_stats(g_gpu, &in1, &pk1);
+    snprintf(line, sizeof line, "in_use %zu -> %zu, peak %zu -> %zu", in0, in1, pk0, pk1);
+    check_fact("memory_stats after alloc 1000 + 3333", in1 == in0 + 4333 && pk1 >= in1 && pk1 >= pk0, line);
+    GOPS->free(g_gpu, a);
+    GOPS->memory_stats(g_gpu, &in2, &pk2);
+    snprintf(line, sizeof line, "in_use %zu, peak %zu", in2, pk2);
+    check_fact("memory_stats after free 1000", in2 == in0 + 3333 && pk2 == pk1, line);
+    GOPS->free(g_gpu, b);
+    GOPS->memory_stats(g_gpu, &in3, NULL);
+    GOPS->memory_stats(g_gpu, NULL, NULL); /* both optional */
+    snprintf(line, sizeof line, "in_use %zu", in3);
+    check_fact("memory_stats after free 3333", in3 == in0, line);
+
+    /* alloc zeroes, also memory that held data before (dirty a block, free it, allocate again) */
+    const size_t zb = (1u << 20) + 7;
+    void *z = NULL;
+    ASSERT_OK(GOPS->alloc(g_gpu, zb, &z));
+    unsigned char *ones = halloc(zb), *back = halloc(zb);
+    memset(ones, 0x5A, zb);
+    ASSERT_OK(GOPS->copy_h2d(g_gpu, GST, z, ones, zb));
+    ASSERT_OK(GOPS->stream_sync(g_gpu, GST));
+    GOPS->free(g_gpu, z);
+    z = NULL;
+    ASSERT_OK(GOPS->alloc(g_gpu, zb, &z));
+    ASSERT_OK(GOPS->copy_d2h(g_gpu, GST, back, z, zb));
+    ASSERT_OK(GOPS->stream_sync(g_gpu, GST));
+    size_t nonzero = 0;
+    for (size_t i = 0; i < zb; i++) nonzero += back[i] != 0;
+    snprintf(line, sizeof line, "%zu of %zu bytes non-zero, address %% 256 = %zu", nonzero, zb, (size_t)((uintptr_t)z % 256));
+    check_fact("alloc returns zeroed, 256-byte aligned memory", nonzero == 0 && (uintptr_t)z % 256 == 0, line);
+    GOPS->free(g_gpu, z);
+
+    /* copies between offset views, memset_zero of a view: guards untouched */
+    const size_t cb = 4099;
+    unsigned char *src = halloc(cb), *got = halloc(cb), *zero = halloc(cb);
+    for (size_t i = 0; i < cb; i++) src[i] = (unsigned char)(i * 7 + 3);
+    void *d1 = dup_gpu(src, cb), *d2 = dalloc(cb, POISON);
+    if (GPU_OK(GOPS->copy_d2d(g_gpu, GST, d2, d1, cb)) && dget(got, d2, cb, "copy_d2d"))
+        check_bits("copy h2d -> d2d -> d2h (4099 bytes, offset views)", got, src, (int64_t)cb, 1, NULL);
+    if (GPU_OK(GOPS->memset_zero(g_gpu, GST, d2, cb)) && dget(got, d2, cb, "memset_zero"))
+        check_bits("memset_zero of a view", got, zero, (int64_t)cb, 1, NULL);
+    qs_status st = GOPS->copy_h2d(g_gpu, GST, NULL, src, 4);
+    check_fact("copy_h2d to NULL is QS_ERR_INVALID_ARG", st == QS_ERR_INVALID_ARG, qs_status_name(st));
+    END();
+}
+
+/* INT8 GEMMs are not implemented on the GPU yet: plans must say so, not crash or half-work. */
+static void test_int8_unsupported(void **state) {
+    BEGIN();
+    qs_linear_desc ld = {.M = 8, .N = 16, .K = 32, .has_bias = true, .prec = QS_PREC_INT8};
+    void *plan = NULL;
+    size_t ws = 0;
+    qs_error_clear();
+    qs_status st = GOPS->linear_plan(g_gpu, &ld, &plan, &ws);
+    char line[300];
+    snprintf(line, sizeof line, "%s: %s", qs_status_name(st), qs_last_error());
+    check_fact("linear_plan(int8) is QS_ERR_UNSUPPORTED naming int8",
+               st == QS_ERR_UNSUPPORTED && plan == NULL && strstr(qs_last_error(), "int8") != NULL, line);
+    if (st == QS_OK) keep_plan(g_gpu, plan);
+    qs_conv_desc cd = {.N = 2, .H = 8, .W = 8, .C = 16, .K = 16, .R = 3, .S = 3, .stride_h = 1, .stride_w = 1,
+                       .pad_h = 1, .pad_w = 1, .has_bias = false, .prec = QS_PREC_INT8};
+    ASSERT_OK(qs_conv_desc_finish(&cd));
+    plan = NULL;
+    qs_error_clear();
+    st = GOPS->conv_plan(g_gpu, &cd, &plan, &ws);
+    snprintf(line, sizeof line, "%s: %s", qs_status_name(st), qs_last_error());
+    check_fact("conv_plan(int8) is QS_ERR_UNSUPPORTED naming int8",
+               st == QS_ERR_UNSUPPORTED && plan == NULL && strstr(qs_last_error(), "int8") != NULL, line);
+    if (st == QS_OK) keep_plan(g_gpu, plan);
+    END();
+}
+
+/* =============================================================== GEMM operand helpers */
+
+/* A matrix quantized by the CPU backend (host memory) and its GPU copy. */
+typedef struct qmat {
+    qs_operand cpu, gpu;
+} qmat;
+
+/* Quantize x (rows, cols) with the CPU backend into dt (per tensor; sr NULL = RNE), then copy
+ * the codes and the scale to the GPU. */
+static qmat quant_both(const float *x, int64_t rows, int64_t cols, qs_dtype dt, const qs_sr *sr) {
+    qmat q;
+    const size_t bytes = (size_t)(rows * cols) * qs_dtype_size(dt);
+    void *data = halloc(bytes);
+    float *scale = hf(1);
+    const bool scaled = dt == QS_S8 || dt == QS_F8E4M3 || dt == QS_F8E5M2;
+    ASSERT_OK(COPS->quantize(g_cpu, CST, rows, cols, x, NULL, dt, data, scale, false, sr));
+    q.cpu = (qs_operand){data, dt, scaled ? scale : NULL, false};
+    q.gpu = (qs_operand){dup_gpu(data, bytes), dt, scaled ? dup_gpu_f(scale, 1) : NULL, false};
+    return q;
+}
+
+/* CPU plan precision for a GPU precision: the CPU has no TF32, its reference is FP32. */
+static qs_precision cpu_prec(qs_precision p) { return p == QS_PREC_TF32 ? QS_PREC_FP32 : p; }
+
+/* ==================================================================================== linear */
+
+typedef struct lin_case {
+    int64_t M, N, K;
+    bool bias;
+} lin_case;
+
+/* Forward, backward-data (overwrite and accumulate) and backward-weights (+ bias gradient when
+ * dY is FP32) of one Linear shape at precision p, GPU against CPU. */
+static void run_linear(qs_precision p, lin_case lc) {
+    const int64_t M = lc.M, N = lc.N, K = lc.K;
+    const qs_dtype fdt = qs_precision_operand_dtype(p, false), gdt = qs_precision_operand_dtype(p, true);
+    const char *pn = qs_precision_name(p);
+    char shape[64], what[192];
+    snprintf(shape, sizeof shape, "M%lld N%lld K%lld%s", (long long)M, (long long)N, (long long)K, lc.bias ? " +b" : "");
+    qs_linear_desc gd = {.M = M, .N = N, .K = K, .has_bias = lc.bias, .prec = p}, cd = gd;
+    cd.prec = cpu_prec(p);
+    void *cplan = NULL, *gplan = NULL;
+    size_t cwsb = 0, gwsb = 0;
+    ASSERT_OK(COPS->linear_plan(g_cpu, &cd, &cplan, &cwsb));
+    keep_plan(g_cpu, cplan);
+    snprintf(what, sizeof what, "linear_plan %s %s", pn, shape);
+    if (!gpu_ok_(GOPS->linear_plan(g_gpu, &gd, &gplan, &gwsb), what)) return;
+    keep_plan(g_gpu, gplan);
+    void *cws = cwsb ? halloc(cwsb) : NULL, *gws = gwsb ? dalloc(gwsb, POISON) : NULL;
+
+    seed("linear", (uint64_t)p * 1000003u + (uint64_t)(M * 10007 + N * 101 + K));
+    float *x = rnd(M * K, -2, 2), *w = rnd(N * K, -0.5f, 0.5f), *dy = rnd(M * N, -1, 1), *dx0 = rnd(M * K, -1, 1);
+    float *b = lc.bias ? rnd(N, -1, 1) : NULL;
+    const qs_sr sr = {.key = qs_rng_key(5, "linear_dy", (uint64_t)p), .counter = 3, .offset = 0};
+    qmat qx = quant_both(x, M, K, fdt, NULL), qw = quant_both(w, N, K, fdt, NULL), qdy = quant_both(dy, M, N, gdt, &sr);
+    const float *gb = b ? dup_gpu_f(b, N) : NULL;
+
+    /* forward */
+    float *cy = hf(M * N), *gy = dalloc_f(M * N), *hy = hf(M * N);
+    ASSERT_OK(COPS->linear_forward(g_cpu, cplan, CST, &qx.cpu, &qw.cpu, b, cy, cws));
+    snprintf(what, sizeof what, "linear %-4s fwd          %s", pn, shape);
+    if (gpu_ok_(GOPS->linear_forward(g_gpu, gplan, GST, &qx.gpu, &qw.gpu, gb, gy, gws), what) &&
+        dget(hy, gy, (size_t)(M * N) * 4, what))
+        check_nmse(what, hy, cy, M * N, gemm_budget(GEMM_LINEAR, p, (double)K));
+
+    /* backward data: overwrite, then accumulate onto dx0 */
+    float *cdx = hf(M * K), *gdx = dalloc_f(M * K), *hdx = hf(M * K);
+    ASSERT_OK(COPS->linear_backward_data(g_cpu, cplan, CST, &qdy.cpu, &qw.cpu, cdx, false, cws));
+    snprintf(what, sizeof what, "linear %-4s bwd_data     %s", pn, shape);
+    if (gpu_ok_(GOPS->linear_backward_data(g_gpu, gplan, GST, &qdy.gpu, &qw.gpu, gdx, false, gws), what) &&
+        dget(hdx, gdx, (size_t)(M * K) * 4, what))
+        check_nmse(what, hdx, cdx, M * K, gemm_budget(GEMM_LINEAR, p, (double)N));
+    float *cdxa = hcopy(dx0, M * K), *gdxa = dup_gpu_f(dx0, M * K);
+    ASSERT_OK(COPS->linear_backward_data(g_cpu, cplan, CST, &qdy.cpu, &qw.cpu, cdxa, true, cws));
+    snprintf(what, sizeof what, "linear %-4s bwd_data acc %s", pn, shape);
+    if (gpu_ok_(GOPS->linear_backward_data(g_gpu, gplan, GST, &qdy.gpu, &qw.gpu, gdxa, true, gws), what) &&
+        dget(hdx, gdxa, (size_t)(M * K) * 4, what))
+        check_nmse(what, hdx, cdxa, M * K, gemm_budget(GEMM_LINEAR, p, (double)N + 1));
+
+    /* backward weights; db only with an FP32 dY (else NULL, per the contract) */
+    const bool want_db = lc.bias && gdt == QS_F32;
+    float *cdw = hf(N * K), *gdw = dalloc_f(N * K), *hdw = hf(N * K);
+    float *cdb = want_db ? hf(N) : NULL, *gdb = want_db ? dalloc_f(N) : NULL, *hdb = hf(N);
+    ASSERT_OK(COPS->linear_backward_weights(g_cpu, cplan, CST, &qdy.cpu, &qx.cpu, cdw, cdb, cws));
+    snprintf(what, sizeof what, "linear %-4s bwd_weights  %s", pn, shape);
+    if (gpu_ok_(GOPS->linear_backward_weights(g_gpu, gplan, GST, &qdy.gpu, &qx.gpu, gdw, gdb, gws), what) &&
+        dget(hdw, gdw, (size_t)(N * K) * 4, what)) {
+        check_nmse(what, hdw, cdw, N * K, gemm_budget(GEMM_LINEAR, p, (double)M));
+        snprintf(what, sizeof what, "linear %-4s bias grad    %s", pn, shape);
+        if (want_db && dget(hdb, gdb, (size_t)N * 4, what))
+            check_nmse(what, hdb, cdb, N, gemm_budget(GEMM_LINEAR, p, (double)M));
+    }
+}
+
+static const lin_case k_lin[] = {
+    {3, 5, 7, true},        /* small and odd: no dimension a multiple of 16 */
+    {1, 17, 33, true},      /* batch 1 */
+    {8, 10, 120, false},    /* batch 8, no bias */
+    {8, 64, 784, true},     /* an MLP's first layer on 28×28 inputs */
+    {37, 29, 53, true},     /* odd everywhere, a bit larger */
+    {256, 512, 1024, true}, /* large: tensor-core tiles, split-K candidates */
+};
+
+/* All Linear shapes at precision p. */
+static void linear_all(qs_precision p) {
+    BEGIN();
+    snprintf(g_test_buf, sizeof g_test_buf, "test_linear_%s", qs_precision_name(p));
+    g_test = g_test_buf;
+    for (size_t i = 0; i < sizeof k_lin / sizeof k_lin[0]; i++) {
+        mark m = mark_now();
+        run_linear(p, k_lin[i]);
+        release_to(m);
+    }
+    END();
+}
+static void test_linear_fp32(void **state) { linear_all(QS_PREC_FP32); }
+static void test_linear_tf32(void **state) { linear_all(QS_PREC_TF32); }
+static void test_linear_bf16(void **state) { linear_all(QS_PREC_BF16); }
+static void test_linear_fp16(void **state) { linear_all(QS_PREC_FP16); }
+static void test_linear_fp8(void **state) { linear_all(QS_PREC_FP8); }
+
+/* FP32 Linear with a NaN in one input row and an Inf in one weight row: the GPU must produce the
+ * same non-finite pattern as the CPU (NaN row, ±Inf column) and match elsewhere. */
+static void test_linear_nonfinite(void **state) {
+    BEGIN();
+    const int64_t M = 4, N = 6, K = 9;
+    qs_linear_desc d = {.M = M, .N = N, .K = K, .has_bias = true, .prec = QS_PREC_FP32};
+    void *cplan = NULL, *gplan = NULL;
+    size_t cwsb = 0, gwsb = 0;
+    ASSERT_OK(COPS->linear_plan(g_cpu, &d, &cplan, &cwsb));
+    keep_plan(g_cpu, cplan);
+    if (!GPU_OK(GOPS->linear_plan(g_gpu, &d, &gplan, &gwsb))) {
+        END();
+        return;
+    }
+    keep_plan(g_gpu, gplan);
+    seed("linear_nonfinite", 0);
+    float *x = rnd(M * K, 0.5f, 1.5f), *w = rnd(N * K, -1, 1), *b = rnd(N, -1, 1);
+    x[1 * K + 3] = NAN;
+    w[4 * K + 5] = INFINITY;
+    float *cy = hf(M * N), *gy = dalloc_f(M * N), *hy = hf(M * N);
+    qs_operand cx = qs_operand_f32(x), cw = qs_operand_f32(w);
+    qs_operand gx = qs_operand_f32(dup_gpu_f(x, M * K)), gw = qs_operand_f32(dup_gpu_f(w, N * K));
+    ASSERT_OK(COPS->linear_forward(g_cpu, cplan, CST, &cx, &cw, b, cy, cwsb ? halloc(cwsb) : NULL));
+    if (GPU_OK(GOPS->linear_forward(g_gpu, gplan, GST, &gx, &gw, dup_gpu_f(b, N), gy, gwsb ? dalloc(gwsb, POISON) : NULL)) &&
+        dget(hy, gy, (size_t)(M * N) * 4, "linear fp32 fwd with NaN/Inf"))
+        check_nmse("linear fp32 fwd, NaN in x row 1, +Inf in w row 4", hy, cy, M * N,
+                   gemm_budget(GEMM_LINEAR, QS_PREC_FP32, (double)K));
+    END();
+}
+
+/* ====================================================================================== conv */
+
+/* A conv descriptor (P, Q filled in). */
+static qs_conv_desc conv_desc(int64_t N, int64_t H, int64_t W, int64_t C, int64_t K, int64_t R, int64_t S, int64_t sh,
+                              int64_t sw, int64_t ph, int64_t pw, bool bias) {
+    return (qs_conv_desc){.N = N, .H = H, .W = W, .C = C, .K = K, .R = R, .S = S, .stride_h = sh, .stride_w = sw,
+                          .pad_h = ph, .pad_w = pw, .has_bias = bias, .prec = QS_PREC_FP32};
+}
+
+/* Forward, backward-data (overwrite, accumulate) and backward-weights (+ bias gradient when dY
+ * is FP32) of one conv shape at precision p, GPU against CPU. */
+static void run_conv(qs_precision p, qs_conv_desc d0) {
+    qs_conv_desc gd = d0;
+    gd.prec = p;
+    ASSERT_OK(qs_conv_desc_finish(&gd));
+    qs_conv_desc cd = gd;
+    cd.prec = cpu_prec(p);
+    const qs_conv_desc *d = &gd;
+    const qs_dtype fdt = qs_precision_operand_dtype(p, false), gdt = qs_precision_operand_dtype(p, true);
+    const char *pn = qs_precision_name(p);
+    const int64_t nx = d->N * d->H * d->W * d->C, ny = d->N * d->P * d->Q * d->K, nw = d->K * d->C * d->R * d->S;
+    char shape[96], what[224];
+    snprintf(shape, sizeof shape, "N%lld %lldx%lldx%lld->%lld k%lldx%lld s%lld p%lld%s", (long long)d->N,
+             (long long)d->H, (long long)d->W, (long long)d->C, (long long)d->K, (long long)d->R, (long long)d->S,
+             (long long)d->stride_h, (long long)d->pad_h, d->has_bias ? " +b" : "");
+    if (d->stride_h != d->stride_w || d->pad_h != d->pad_w)
+        snprintf(shape, sizeof shape, "N%lld %lldx%lldx%lld->%lld k%lldx%lld s%lldx%lld p%lldx%lld%s", (long long)d->N,
+                 (long long)d->H, (long long)d->W, (long long)d->C, (long long)d->K, (long long)d->R, (long long)d->S,
+                 (long long)d->stride_h, (long long)d->stride_w, (long long)d->pad_h, (long long)d->pad_w,
+                 d->has_bias ? " +b" : "");
+    void *cplan = NULL, *gplan = NULL;
+    size_t cwsb = 0, gwsb = 0;
+    ASSERT_OK(COPS->conv_plan(g_cpu, &cd, &cplan, &cwsb));
+    keep_plan(g_cpu, cplan);
+    snprintf(what, sizeof what, "conv_plan %s %s", pn, shape);
+    if (!gpu_ok_(GOPS->conv_plan(g_gpu, &gd, &gplan, &gwsb), what)) return;
+    keep_plan(g_gpu, gplan);
+    void *cws = cwsb ? halloc(cwsb) : NULL, *gws = gwsb ? dalloc(gwsb, POISON) : NULL;
+
+    seed("conv", (uint64_t)p * 1000003u + (uint64_t)(nx * 31 + nw * 7 + ny));
+    float *x = rnd(nx, -1, 1), *w = rnd(nw, -0.5f, 0.5f), *dy = rnd(ny, -1, 1), *dx0 = rnd(nx, -1, 1);
+    float *b = d->has_bias ? rnd(d->K, -1, 1) : NULL;
+    const qs_sr sr = {.key = qs_rng_key(5, "conv_dy", (uint64_t)p), .counter = 3, .offset = 0};
+    qmat qx = quant_both(x, d->N * d->H * d->W, d->C, fdt, NULL);
+    qmat qw = quant_both(w, d->K, d->C * d->R * d->S, fdt, NULL);
+    qmat qdy = quant_both(dy, d->N * d->P * d->Q, d->K, gdt, &sr);
+    const float *gb = b ? dup_gpu_f(b, d->K) : NULL;
+    const double k_fwd = (double)(d->C * d->R * d->S);
+    const double k_bd = (double)(d->K * ((d->R + d->stride_h - 1) / d->stride_h) * ((d->S + d->stride_w - 1) / d->stride_w));
+    const double k_bw = (double)(d->N * d->P * d->Q);
+
+    float *cy = hf(ny), *gy = dalloc_f(ny), *hy = hf(ny);
+    ASSERT_OK(COPS->conv_forward(g_cpu, cplan, CST, &qx.cpu, &qw.cpu, b, cy, cws));
+    snprintf(what, sizeof what, "conv %-4s fwd          %s", pn, shape);
+    if (gpu_ok_(GOPS->conv_forward(g_gpu, gplan, GST, &qx.gpu, &qw.gpu, gb, gy, gws), what) &&
+        dget(hy, gy, (size_t)ny * 4, what))
+        check_nmse(what, hy, cy, ny, gemm_budget(GEMM_CONV, p, k_fwd));
+
+    float *cdx = hf(nx), *gdx = dalloc_f(nx), *hdx = hf(nx);
+    ASSERT_OK(COPS->conv_backward_data(g_cpu, cplan, CST, &qdy.cpu, &qw.cpu, cdx, false, cws));
+    snprintf(what, sizeof what, "conv %-4s bwd_data     %s", pn, shape);
+    if (gpu_ok_(GOPS->conv_backward_data(g_gpu, gplan, GST, &qdy.gpu, &qw.gpu, gdx, false, gws), what) &&
+        dget(hdx, gdx, (size_t)nx * 4, what))
+        check_nmse(what, hdx, cdx, nx, gemm_budget(GEMM_CONV, p, k_bd));
+    float *cdxa = hcopy(dx0, nx), *gdxa = dup_gpu_f(dx0, nx);
+    ASSERT_OK(COPS->conv_backward_data(g_cpu, cplan, CST, &qdy.cpu, &qw.cpu, cdxa, true, cws));
+    snprintf(what, sizeof what, "conv %-4s bwd_data acc %s", pn, shape);
+    if (gpu_ok_(GOPS->conv_backward_data(g_gpu, gplan, GST, &qdy.gpu, &qw.gpu, gdxa, true, gws), what) &&
+        dget(hdx, gdxa, (size_t)nx * 4, what))
+        check_nmse(what, hdx, cdxa, nx, gemm_budget(GEMM_CONV, p, k_bd + 1));
+
+    const bool want_db = d->has_bias && gdt == QS_F32;
+    float *cdw = hf(nw), *gdw = dalloc_f(nw), *hdw = hf(nw);
+    float *cdb = want_db ? hf(d->K) : NULL, *gdb = want_db ? dalloc_f(d->K) : NULL, *hdb = hf(d->K);
+    ASSERT_OK(COPS->conv_backward_weights(g_cpu, cplan, CST, &qdy.cpu, &qx.cpu, cdw, cdb, cws));
+    snprintf(what, sizeof what, "conv %-4s bwd_weights  %s", pn, shape);
+    if (gpu_ok_(GOPS->conv_backward_weights(g_gpu, gplan, GST, &qdy.gpu, &qx.gpu, gdw, gdb, gws), what) &&
+        dget(hdw, gdw, (size_t)nw * 4, what)) {
+        check_nmse(what, hdw, cdw, nw, gemm_budget(GEMM_CONV, p, k_bw));
+        snprintf(what, sizeof what, "conv %-4s bias grad    %s", pn, shape);
+        if (want_db && dget(hdb, gdb, (size_t)d->K * 4, what)) check_nmse(what, hdb, cdb, d->K, gemm_budget(GEMM_CONV, p, k_bw));
+    }
+}
+
+/* All conv shapes at precision p. */
+static void conv_all(qs_precision p) {
+    BEGIN();
+    snprintf(g_test_buf, sizeof g_test_buf, "test_conv_%s", qs_precision_name(p));
+    g_test = g_test_buf;
+    const qs_conv_desc shapes[] = {
+        conv_desc(1, 28, 28, 1, 8, 5, 5, 1, 1, 2, 2, true),   /* 1 -> 8 channels 5x5 pad 2 on 28x28, batch 1 */
+        conv_desc(8, 28, 28, 1, 8, 5, 5, 1, 1, 2, 2, true),   /* the same, batch 8 */
+        conv_desc(8, 15, 15, 16, 32, 3, 3, 2, 2, 1, 1, true), /* 16 -> 32 3x3 stride 2, odd input */
+        conv_desc(8, 7, 7, 32, 16, 1, 1, 1, 1, 0, 0, false),  /* 1x1 */
+        conv_desc(1, 7, 9, 3, 5, 3, 3, 1, 1, 1, 1, true),     /* small and odd */
+        conv_desc(2, 11, 8, 5, 7, 3, 2, 2, 1, 1, 0, true),    /* non-square kernel, mixed stride */
+        conv_desc(8, 16, 16, 64, 64, 3, 3, 1, 1, 1, 1, false), /* larger: 64 -> 64 3x3 */
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        mark m = mark_now();
+        run_conv(p, shapes[i]);
+        release_to(m);
+    }
+    END();
+}
+static void test_conv_fp32(void **state) { conv_all(QS_PREC_FP32); }
+static void test_conv_tf32(void **state) { conv_all(QS_PREC_TF32); }
+static void test_conv_bf16(void **state) { conv_all(QS_PREC_BF16); }
+static void test_conv_fp16(void **state) { conv_all(QS_PREC_FP16); }
+static void test_conv_fp8(void **state) { conv_all(QS_PREC_FP8); }
+
+/* ============================================================================== quantization */
+
+/* Inputs for quantize: rows of different magnitude (per-row scales differ), plus zeros, −0,
+ * subnormals, exact BF16/FP16 ties, a value beyond FP16's range and, when `nonfinite`, NaN
+ * (quiet and signalling) and ±Inf; row 1 all zero when rows ≥ 3 (a zero per-row scale). */
+static float *quant_input(int64_t rows, int64_t cols, bool nonfinite) {
+    float *x = rnd(rows * cols, -3, 3);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) x[r * cols + c] *= ldexpf(1.0f, (int)(r % 9) - 4);
+    if (rows >= 3)
+        for (int64_t c = 0; c < cols; c++) x[cols + c] = 0.0f;
+    const float special[] = {0.0f, -0.0f, 1e-40f, -3e-39f, bitsf(0x3F808000u), 1.0f + 0x1p-11f, -(1.0f + 3 * 0x1p-11f),
+                             70000.0f, 0x1p-25f, 0x1.8p-24f, 65519.0f};
+    const float nonfin[] = {NAN, INFINITY, -INFINITY, bitsf(0x7FA00001u), bitsf(0xFFC12345u)};
+    const int64_t n = rows * cols;
+    int64_t at = rows >= 3 ? 2 * cols : 0; /* after the zero row */
+    for (size_t i = 0; i < sizeof special / sizeof special[0] && at < n; i++, at += 3) x[at] = special[i];
+    for (size_t i = 0; nonfinite && i < sizeof nonfin / sizeof nonfin[0] && at < n; i++, at += 3) x[at] = nonfin[i];
+    return x;
+}
+
+/* GPU quantize against CPU quantize on the same input (codes and scales bit for bit), then GPU
+ * dequantize against CPU dequantize of the same (CPU) codes when `deq`. */
+static void quant_case(const float *x, const float *gx, int64_t rows, int64_t cols, const float *col_scale,
+                       const float *gcol, qs_dtype dt, bool per_row, const qs_sr *sr, bool deq) {
+    const int64_t n = rows * cols, ns = per_row ? rows : 1;
+    const size_t es = qs_dtype_size(dt), bytes = (size_t)n * es;
+    const bool scaled = dt == QS_S8 || dt == QS_F8E4M3 || dt == QS_F8E5M2;
+    char what[192];
+    snprintf(what, sizeof what, "quantize %-6s%s %-3s %lldx%lld%s%s", qs_dtype_name(dt), per_row ? " per-row" : "",
+             sr ? "SR" : "RNE", (long long)rows, (long long)cols, col_scale ? " col_scale" : "",
+             sr && sr->offset ? " offset" : "");
+    void *cq = halloc(bytes);
+    float *cs = scaled ? hf(ns) : NULL;
+    ASSERT_OK(COPS->quantize(g_cpu, CST, rows, cols, x, col_scale, dt, cq, cs, per_row, sr));
+    void *gq = dalloc(bytes, POISON);
+    float *gs = scaled ? dalloc_f(ns) : NULL; /* scales unused (NULL) for bf16/f16/f32 */
+    if (!gpu_ok_(GOPS->quantize(g_gpu, GST, rows, cols, gx, gcol, dt, gq, gs, per_row, sr), what)) return;
+    void *hq = halloc(bytes);
+    if (!dget(hq, gq, bytes, what)) return;
+    check_bits(what, hq, cq, n, es, col_scale ? NULL : x);
+    if (scaled) {
+        float *hs = hf(ns);
+        char sw[224];
+        snprintf(sw, sizeof sw, "%s: scales", what);
+        if (dget(hs, gs, (size_t)ns * 4, sw)) check_bits(sw, hs, cs, ns, 4, NULL);
+    }
+    if (!deq) return;
+    qs_operand cop = {cq, dt, scaled ? cs : NULL, per_row};
+    qs_operand gop = {dup_gpu(cq, bytes), dt, scaled ? dup_gpu_f(cs, ns) : NULL, per_row};
+    float *cd = hf(n), *gd = dalloc_f(n), *hd = hf(n);
+    ASSERT_OK(COPS->dequantize(g_cpu, CST, rows, cols, &cop, cd));
+    snprintf(what, sizeof what, "dequantize %-6s%s %lldx%lld", qs_dtype_name(dt), per_row ? " per-row" : "", (long long)rows,
+             (long long)cols);
+    if (gpu_ok_(GOPS->dequantize(g_gpu, GST, rows, cols, &gop, gd), what) && dget(hd, gd, (size_t)n * 4, what))
+        check_bits(what, hd, cd, n, 4, NULL);
+}
+
+static void test_quantize(void **state) {
+    BEGIN();
+    const int64_t shapes[][2] = {{1, 1}, {3, 7}, {5, 40}, {64, 1000}, {257, 1031}, {2, 100003}};
+    const struct {
+        qs_dtype dt;
+        bool per_row;
+    } kinds[] = {{QS_S8, false}, {QS_S8, true}, {QS_F8E4M3, false}, {QS_F8E5M2, false},
+                 {QS_BF16, false}, {QS_F16, false}, {QS_F32, false}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int64_t rows = shapes[s][0], cols = shapes[s][1];
+        mark m = mark_now();
+        seed("quantize", s);
+        float *x = quant_input(rows, cols, false), *xnf = quant_input(rows, cols, true);
+        float *colsc = rnd(cols, 0.25f, 4.0f);
+        const float *gx = dup_gpu_f(x, rows * cols), *gxnf = dup_gpu_f(xnf, rows * cols), *gcol = dup_gpu_f(colsc, cols);
+        for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+            const qs_dtype dt = kinds[k].dt;
+            /* BF16/F16/F32 pass NaN/Inf through; INT8/FP8 reject them (tested below) */
+            const bool pass_nonfinite = dt == QS_BF16 || dt == QS_F16 || dt == QS_F32;
+            const float *in = pass_nonfinite ? xnf : x, *gin = pass_nonfinite ? gxnf : gx;
+            const qs_sr sr0 = {.key = qs_rng_key(9, "quant_sr", s), .counter = 5, .offset = 0};
+            const qs_sr sr1 = {.key = qs_rng_key(9, "quant_sr", s + 100), .counter = 7, .offset = 1000003};
+            const qs_sr *srs[3] = {NULL, &sr0, &sr1};
+            for (int r = 0; r < 3; r++) {
+                quant_case(in, gin, rows, cols, NULL, NULL, dt, kinds[k].per_row, srs[r], r == 0);
+                quant_case(in, gin, rows, cols, colsc, gcol, dt, kinds[k].per_row, srs[r], false);
+            }
+        }
+        release_to(m);
+    }
+    /* an all-zero tensor: S8 scale 2^-126, FP8 scale 1 */
+    float *zeros = hf(4 * 33), *gzeros = dup_gpu_f(zeros, 4 * 33);
+    quant_case(zeros, gzeros, 4, 33, NULL, NULL, QS_S8, false, NULL, true);
+    quant_case(zeros, gzeros, 4, 33, NULL, NULL, QS_S8, true, NULL, true);
+    quant_case(zeros, gzeros, 4, 33, NULL, NULL, QS_F8E4M3, false, NULL, true);
+    quant_case(zeros, gzeros, 4, 33, NULL, NULL, QS_F8E5M2, false, NULL, true);
+    END();
+}
+
+/* A non-finite input to an INT8/FP8 quantize is QS_ERR_INVALID_ARG with "non-finite": from the
+ * call itself or, for the asynchronous GPU, from the next stream_sync, which also clears the
+ * condition; BF16/F16 pass NaN/Inf through without error. */
+static void test_quantize_nonfinite(void **state) {
+    BEGIN();
+    const int64_t rows = 3, cols = 1000, n = rows * cols;
+    const struct {
+        qs_dtype dt;
+        bool per_row;
+    } kinds[] = {{QS_S8, false}, {QS_S8, true}, {QS_F8E4M3, false}, {QS_F8E5M2, false}};
+    const float bad[] = {NAN, INFINITY, -INFINITY};
+    const char *bad_name[] = {"NaN", "+Inf", "-Inf"};
+    seed("quantize_nonfinite", 0);
+    float *x = rnd(n, -1, 1);
+    float *gx = dup_gpu_f(x, n), *gs = dalloc_f(rows);
+    void *gq = dalloc((size_t)n, POISON), *cq = halloc((size_t)n);
+    float *cs = hf(rows);
+    char what[160], detail[400];
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+        for (int b = 0; b < 3; b++) {
+            float *xb = hcopy(x, n);
+            xb[777] = bad[b];
+            snprintf(what, sizeof what, "quantize %s%s with %s: non-finite error", qs_dtype_name(kinds[k].dt),
+                     kinds[k].per_row ? " per-row" : "", bad_name[b]);
+            qs_error_clear();
+            qs_status cst = COPS->quantize(g_cpu, CST, rows, cols, xb, NULL, kinds[k].dt, cq, cs, kinds[k].per_row, NULL);
+            bool cpu_ok = cst == QS_ERR_INVALID_ARG && strstr(qs_last_error(), "non-finite");
+            float *gxb = dup_gpu_f(xb, n);
+            qs_error_clear();
+            qs_status st = GOPS->quantize(g_gpu, GST, rows, cols, gxb, NULL, kinds[k].dt, gq, gs, kinds[k].per_row, NULL);
+            const char *where = "call";
+            if (st == QS_OK) {
+                st = GOPS->stream_sync(g_gpu, GST);
+                where = "stream_sync";
+            }
+            bool gpu_ok = st == QS_ERR_INVALID_ARG && strstr(qs_last_error(), "non-finite");
+            snprintf(detail, sizeof detail, "cpu %s; gpu %s from the %s: %s", qs_status_name(cst), qs_status_name(st),
+                     where, qs_last_error());
+            check_fact(what, cpu_ok && gpu_ok, detail);
+            /* reported once: the stream is clean again and a finite quantize works */
+            qs_status again = GOPS->stream_sync(g_gpu, GST);
+            snprintf(what, sizeof what, "  ...then stream_sync is clean (%s)", bad_name[b]);
+            check_fact(what, again == QS_OK, qs_status_name(again));
+        }
+    ASSERT_OK(COPS->quantize(g_cpu, CST, rows, cols, x, NULL, QS_F8E4M3, cq, cs, false, NULL));
+    void *hq = halloc((size_t)n);
+    if (GPU_OK(GOPS->quantize(g_gpu, GST, rows, cols, gx, NULL, QS_F8E4M3, gq, gs, false, NULL)) &&
+        dget(hq, gq, (size_t)n, "quantize after the errors"))
+        check_bits("quantize f8e4m3 after the errors", hq, cq, n, 1, x);
+    /* BF16 / F16: non-finite values are converted, no error */
+    float *xb = hcopy(x, n);
+    xb[5] = NAN, xb[6] = INFINITY, xb[7] = -INFINITY;
+    float *gxb = dup_gpu_f(xb, n);
+    void *g16 = dalloc((size_t)n * 2, POISON), *c16 = halloc((size_t)n * 2), *h16 = halloc((size_t)n * 2);
+    const qs_dtype d16[2] = {QS_BF16, QS_F16};
+    for (int i = 0; i < 2; i++) {
+        ASSERT_OK(COPS->quantize(g_cpu, CST, rows, cols, xb, NULL, d16[i], c16, NULL, false, NULL));
+        snprintf(what, sizeof what, "quantize %s with NaN/Inf (no error)", qs_dtype_name(d16[i]));
+        if (gpu_ok_(GOPS->quantize(g_gpu, GST, rows, cols, gxb, NULL, d16[i], g16, NULL, false, NULL), what) &&
+            dget(h16, g16, (size_t)n * 2, what))
+            check_bits(what, h16, c16, n, 2, xb);
+    }
+    END();
+}
+
+/* ====================================================================================== cast */
+
+static void test_cast(void **state) {
+    BEGIN();
+    const qs_dtype dts[3] = {QS_F32, QS_BF16, QS_F16};
+    /* FP32 sources: hand-picked ties/specials, then random patterns over the whole range (half
+     * with exponents 2^-27..2^18: FP16 subnormals, normals and overflow), NaNs included */
+    const int64_t nf = 200003;
+    seed("cast", 0);
+    float *f = hf(nf);
+    const uint32_t special[] = {0x3F808000u, 0x3F818000u, 0x3F808001u, 0x3F80FFFFu, 0x7F7FFFFFu, 0x7F800000u,
+                                0xFF800000u, 0x80000000u, 0x00000001u, 0x7FC00001u, 0x7F800001u, 0xBF7F8000u,
+                                0x477FF000u, 0x477FEFFFu, 0x33000000u, 0x33000001u, 0x38800000u, 0x387FE000u};
+    for (int64_t i = 0; i < nf; i++) {
+        uint32_t u = qs_rng_u32(&g_rng);
+        if (i % 2) u = (u & 0x807FFFFFu) | ((100u + qs_rng_u32(&g_rng) % 46u) << 23);
+        f[i] = bitsf(u);
+    }
+    for (size_t i = 0; i < sizeof special / sizeof special[0]; i++) f[i] = bitsf(special[i]);
+    uint16_t *all = halloc(65536 * 2);
+    for (uint32_t i = 0; i < 65536; i++) all[i] = (uint16_t)i;
+    char what[128];
+    for (int s = 0; s < 3; s++)
+        for (int t = 0; t < 3; t++) {
+            const int64_t n = dts[s] == QS_F32 ? nf : 65536;
+            const void *src = dts[s] == QS_F32 ? (const void *)f : (const void *)all;
+            const size_t ss = qs_dtype_size(dts[s]), ds = qs_dtype_size(dts[t]);
+            void *cdst = halloc((size_t)n * ds), *hdst = halloc((size_t)n * ds), *gdst = dalloc((size_t)n * ds, POISON);
+            const void *gsrc = dup_gpu(src, (size_t)n * ss);
+            ASSERT_OK(COPS->cast(g_cpu, CST, n, src, dts[s], cdst, dts[t]));
+            snprintf(what, sizeof what, "cast %s -> %s (%s)", qs_dtype_name(dts[s]), qs_dtype_name(dts[t]),
+                     dts[s] == QS_F32 ? "random patterns + specials" : "all 65536 patterns");
+            if (gpu_ok_(GOPS->cast(g_gpu, GST, n, gsrc, dts[s], gdst, dts[t]), what) && dget(hdst, gdst, (size_t)n * ds, what))
+                check_bits(what, hdst, cdst, n, ds, dts[s] == QS_F32 ? f : NULL);
+        }
+    END();
+}
+
+/* ============================================================================= element-wise */
+
+static void test_eltwise(void **state) {
+    BEGIN();
+    const int64_t sizes[2] = {1003, (1 << 20) + 1};
+    char what[128];
+    for (int t = 0; t < 2; t++) {
+        const int64_t n = sizes[t];
+        seed("eltwise", (uint64_t)t);
+        float *x = rnd(n, -1, 1), *b = rnd(n, -1, 1), *dy = rnd(n, -1, 1), *base = rnd(n, -1, 1);
+        x[0] = 0.0f, x[1] = -0.0f, x[2] = NAN, x[3] = INFINITY, x[4] = -INFINITY, x[5] = 1e-40f, x[6] = -1e-40f;
+        float *xa = hcopy(x, n); /* for add: no NaN (CPU add+relu maps NaN to 0, relu keeps it) */
+        xa[2] = 0.5f;
+        float *gx = dup_gpu_f(x, n), *gxa = dup_gpu_f(xa, n), *gb = dup_gpu_f(b, n), *gdy = dup_gpu_f(dy, n);
+        float *cy = hf(n), *hy = hf(n), *gy = dalloc_f(n);
+#define ELT_CHECK(label, call_cpu, call_gpu, gout, cout)                                                      \
+    do {                                                                                                      \
+        snprintf(what, sizeof what, "%s n=%lld", label, (long long)n);                                        \
+        ASSERT_OK(call_cpu);                                                                                  \
+        if (gpu_ok_(call_gpu, what) && dget(hy, gout, (size_t)n * 4, what)) check_exact(what, hy, cout, n);   \
+    } while (0)
+        ELT_CHECK("relu fwd", COPS->relu_forward(g_cpu, CST, n, x, cy), GOPS->relu_forward(g_gpu, GST, n, gx, gy), gy, cy);
+        float *yrelu = hcopy(cy, n); /* the CPU's ReLU output drives both backward passes */
+        float *cin = hcopy(x, n), *gin = dup_gpu_f(x, n);
+        ELT_CHECK("relu fwd in place", COPS->relu_forward(g_cpu, CST, n, cin, cin), GOPS->relu_forward(g_gpu, GST, n, gin, gin),
+                  gin, cin);
+        float *gyr = dup_gpu_f(yrelu, n), *gdx = dalloc_f(n);
+        ELT_CHECK("relu bwd", COPS->relu_backward(g_cpu, CST, n, yrelu, dy, cy, false),
+                  GOPS->relu_backward(g_gpu, GST, n, gyr, gdy, gdx, false), gdx, cy);
+        float *cacc = hcopy(base, n), *gacc = dup_gpu_f(base, n);
+        ELT_CHECK("relu bwd accumulate", COPS->relu_backward(g_cpu, CST, n, yrelu, dy, cacc, true),
+                  GOPS->relu_backward(g_gpu, GST, n, gyr, gdy, gacc, true), gacc, cacc);
+        ELT_CHECK("add", COPS->add_forward(g_cpu, CST, n, xa, b, cy, false),
+                  GOPS->add_forward(g_gpu, GST, n, gxa, gb, gy, false), gy, cy);
+        ELT_CHECK("add+relu", COPS->add_forward(g_cpu, CST, n, xa, b, cy, true),
+                  GOPS->add_forward(g_gpu, GST, n, gxa, gb, gy, true), gy, cy);
+        float *cacc2 = hcopy(base, n), *gacc2 = dup_gpu_f(base, n);
+        ELT_CHECK("accumulate +=", COPS->accumulate(g_cpu, CST, n, x, cacc2, true),
+                  GOPS->accumulate(g_gpu, GST, n, gx, gacc2, true), gacc2, cacc2);
+        float *gcopy = dalloc_f(n);
+        ELT_CHECK("accumulate = (copy)", COPS->accumulate(g_cpu, CST, n, x, cy, false),
+                  GOPS->accumulate(g_gpu, GST, n, gx, gcopy, false), gcopy, cy);
+        float *csc = hcopy(b, n), *gsc = dup_gpu_f(b, n);
+        ELT_CHECK("scale by -0.375", COPS->scale(g_cpu, CST, n, csc, -0.375f), GOPS->scale(g_gpu, GST, n, gsc, -0.375f), gsc,
+                  csc);
+        ELT_CHECK("scale by 1/3", COPS->scale(g_cpu, CST, n, csc, 1.0f / 3.0f), GOPS->scale(g_gpu, GST, n, gsc, 1.0f / 3.0f),
+                  gsc, csc);
+#undef ELT_CHECK
+    }
+    check_fact("relu_forward n=0 with NULL pointers", GOPS->relu_forward(g_gpu, GST, 0, NULL, NULL) == QS_OK, "");
+    END();
+}
+
+/* ================================================================================== dropout */
+
+static void test_dropout(void **state) {
+    BEGIN();
+    const struct {
+        int64_t n;
+        float p;
+        uint64_t cb;
+    } cases[] = {{1003, 0.3f, 1000}, {(1 << 20) + 3, 0.1f, 7}, {100003, 0.5f, 0x100000005ull}, {1003, 0.0f, 1},
+                 {1003, 1.0f, 2}};
+    char what[160];
+    for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+        const int64_t n = cases[t].n;
+        const float p = cases[t].p;
+        const uint64_t key = qs_rng_key(42, "dropout", t), cb = cases[t].cb;
+        seed("dropout", t);
+        float *x = rnd(n, -1, 1), *dy = rnd(n, -1, 1), *base = rnd(n, -1, 1);
+        float *cy = hf(n), *hy = hf(n), *gy = dalloc_f(n), *gx = dup_gpu_f(x, n);
+        uint8_t *cm = halloc((size_t)n), *hm = halloc((size_t)n), *gm = dalloc((size_t)n, POISON);
+        ASSERT_OK(COPS->dropout_forward(g_cpu, CST, n, x, cy, cm, p, key, cb));
+        snprintf(what, sizeof what, "dropout fwd n=%lld p=%g counter_base=%llu", (long long)n, (double)p,
+                 (unsigned long long)cb);
+        if (!gpu_ok_(GOPS->dropout_forward(g_gpu, GST, n, gx, gy, gm, p, key, cb), what)) continue;
+        if (dget(hm, gm, (size_t)n, what)) {
+            char mw[192];
+            snprintf(mw, sizeof mw, "%s: mask", what);
+            check_bits(mw, hm, cm, n, 1, NULL);
+        }
+        /* kept values are x·(1/(1-p)): one rounding (the factor may be formed in float or double) */
+        if (dget(hy, gy, (size_t)n * 4, what)) check_tol(what, hy, cy, n, 1, -1);
+        /* backward from the CPU's mask, overwrite and accumulate */
+        const float *gmask = dup_gpu(cm, (size_t)n), *gdy = dup_gpu_f(dy, n);
+        float *cdx = hf(n), *gdx = dalloc_f(n);
+        ASSERT_OK(COPS->dropout_backward(g_cpu, CST, n, dy, cm, p, cdx, false));
+        snprintf(what, sizeof what, "dropout bwd n=%lld p=%g", (long long)n, (double)p);
+        if (gpu_ok_(GOPS->dropout_backward(g_gpu, GST, n, gdy, (const uint8_t *)gmask, p, gdx, false), what) &&
+            dget(hy, gdx, (size_t)n * 4, what))
+            check_tol(what, hy, cdx, n, 1, -1);
+        float *cacc = hcopy(base, n), *gacc = dup_gpu_f(base, n);
+        ASSERT_OK(COPS->dropout_backward(g_cpu, CST, n, dy, cm, p, cacc, true));
+        snprintf(what, sizeof what, "dropout bwd accumulate n=%lld p=%g", (long long)n, (double)p);
+        if (gpu_ok_(GOPS->dropout_backward(g_gpu, GST, n, gdy, (const uint8_t *)gmask, p, gacc, true), what) &&
+            dget(hy, gacc, (size_t)n * 4, what))
+            check_tol(what, hy, cacc, n, 2, -1);
+    }
+    END();
+}
+
+/* =================================================================================== layouts */
+
+static void test_layout(void **state) {
+    BEGIN();
+    const int64_t shapes[][4] = {{3, 5, 7, 37}, {8, 28, 28, 16}, {1, 1, 1, 1}, {2, 9, 4, 3}};
+    char what[128];
+    for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
+        const int64_t N = shapes[t][0], H = shapes[t][1], W = shapes[t][2], C = shapes[t][3], n = N * H * W * C;
+        seed("layout", t);
+        float *x = rnd(n, -1, 1), *base = rnd(n, -1, 1);
+        float *cy = hf(n), *hy = hf(n), *gy = dalloc_f(n), *gx = dup_gpu_f(x, n);
+        snprintf(what, sizeof what, "nhwc_to_nchw %lldx%lldx%lldx%lld", (long long)N, (long long)H, (long long)W, (long long)C);
+        ASSERT_OK(COPS->nhwc_to_nchw(g_cpu, CST, N, H, W, C, x, cy));
+        if (gpu_ok_(GOPS->nhwc_to_nchw(g_gpu, GST, N, H, W, C, gx, gy), what) && dget(hy, gy, (size_t)n * 4, what))
+            check_exact(what, hy, cy, n);
+        /* and back, from the CPU's NCHW tensor (overwrite, accumulate) */
+        const float *gnchw = dup_gpu_f(cy, n);
+        float *cb = hf(n), *gback = dalloc_f(n);
+        snprintf(what, sizeof what, "nchw_to_nhwc %lldx%lldx%lldx%lld", (long long)N, (long long)H, (long long)W, (long long)C);
+        ASSERT_OK(COPS->nchw_to_nhwc(g_cpu, CST, N, H, W, C, cy, cb, false));
+        if (gpu_ok_(GOPS->nchw_to_nhwc(g_gpu, GST, N, H, W, C, gnchw, gback, false), what) && dget(hy, gback, (size_t)n * 4, what))
+            check_exact(what, hy, cb, n);
+        float *cacc = hcopy(base, n), *gacc = dup_gpu_f(base, n);
+        snprintf(what, sizeof what, "nchw_to_nhwc accumulate %lldx%lldx%lldx%lld", (long long)N, (long long)H, (long long)W,
+                 (long long)C);
+        ASSERT_OK(COPS->nchw_to_nhwc(g_cpu, CST, N, H, W, C, cy, cacc, true));
+        if (gpu_ok_(GOPS->nchw_to_nhwc(g_gpu, GST, N, H, W, C, gnchw, gacc, true), what) && dget(hy, gacc, (size_t)n * 4, what))
+            check_exact(what, hy, cacc, n);
+    }
+    END();
+}
+
+/* ======================================================================= reductions, optimizer */
+
+/* Column sums are accumulated in double on both sides: they differ by at most the final
+ * rounding to float (Kr = 1). rows = 0 must write zeros. */
+static void test_column_sums(void **state) {
+    BEGIN();
+    const int64_t shapes[][2] = {{1, 1}, {5, 40}, {6272, 8}, {1000, 1037}, {0, 7}, {100003, 3}};
+    char what[128];
+    for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
+        const int64_t rows = shapes[t][0], cols = shapes[t][1];
+        seed("column_sums", t);
+        float *x = rnd(rows * cols + 1, -1, 1);
+        for (int64_t i = 0; i < rows * cols; i += 3) x[i] += 2.0f; /* a non-zero mean */
+        float *cs = hf(cols), *hs = hf(cols), *gs = dalloc_f(cols), *gx = dup_gpu_f(x, rows * cols + 1);
+        ASSERT_OK(COPS->column_sums(g_cpu, CST, rows, cols, x, cs));
+        snprintf(what, sizeof what, "column_sums %lldx%lld", (long long)rows, (long long)cols);
+        if (gpu_ok_(GOPS->column_sums(g_gpu, GST, rows, cols, gx, gs), what) && dget(hs, gs, (size_t)cols * 4, what))
+            check_tol(what, hs, cs, cols, 1, -1);
+    }
+    END();
+}
+
+/* Σx² in double on both sides: relative difference ≤ 1e-12 (double rounding of ≤ 4M terms,
+ * random-walk growth ≈ sqrt(n)·2^-53 ≤ 2.3e-13); an FP32 accumulation would be ~1e-7 off. */
+static void test_sum_squares(void **state) {
+    BEGIN();
+    const int64_t sizes[] = {0, 1, 1003, 100003, (1 << 22) + 5};
+    char what[128], detail[160];
+    for (size_t t = 0; t < sizeof sizes / sizeof sizes[0]; t++) {
+        const int64_t n = sizes[t];
+        seed("sum_squares", t);
+        float *x = rnd(n + 1, -3, 3);
+        double c = -1, g = -1;
+        const float *gx = n ? dup_gpu_f(x, n) : NULL;
+        ASSERT_OK(COPS->sum_squares(g_cpu, CST, n, n ? x : NULL, &c));
+        snprintf(what, sizeof what, "sum_squares n=%lld", (long long)n);
+        if (!gpu_ok_(GOPS->sum_squares(g_gpu, GST, n, gx, &g), what)) continue;
+        if (!GPU_OK(GOPS->stream_sync(g_gpu, GST))) continue;
+        double rel = c != 0 ? fabs(g - c) / c : fabs(g);
+        bool pass = n == 0 ? g == 0.0 : rel <= 1e-12;
+        snprintf(detail, sizeof detail, "gpu %.17g cpu %.17g rel %.2e (limit 1e-12)", g, c, rel);
+        printf("  %-4s %-60s %s\n", pass ? "ok" : "FAIL", what, detail);
+        json_case(what, "relative_error", rel, 1e-12, pass);
+        if (!pass) g_fail++;
+    }
+    END();
+}
+
+/* SGD (4 configurations) and AdamW, 3-4 steps each. Both sides start every step from the same
+ * state (the CPU's result is copied to the GPU after each comparison), so each step is compared
+ * alone: Kr counts the roundings of one step (SGD: d = g + wd·p 2, buf 3, nesterov 2, p 2 → 8;
+ * AdamW: m 3, v 4, p: decay, sqrt, /bc2, +eps, ÷, ·step, − and the float/double scalars → 12). */
+static void test_optim(void **state) {
+    BEGIN();
+    const int64_t n = 100003;
+    const struct {
+        float lr, mom, damp, wd;
+        bool nesterov;
+    } cfg[] = {{0.1f, 0.0f, 0.0f, 0.0f, false}, {0.05f, 0.9f, 0.0f, 5e-4f, false}, {0.05f, 0.9f, 0.0f, 1e-4f, true},
+               {0.2f, 0.5f, 0.3f, 0.0f, false}};
+    char what[160];
+    for (size_t t = 0; t < sizeof cfg / sizeof cfg[0]; t++) {
+        seed("sgd", t);
+        const bool mom = cfg[t].mom != 0;
+        float *p = rnd(n, -1, 1), *buf = mom ? hf(n) : NULL, *hp = hf(n), *hb = hf(n);
+        float *gp = dup_gpu_f(p, n), *gbuf = mom ? dup_gpu_f(buf, n) : NULL;
+        for (int step = 0; step < 3; step++) {
+            float *g = rnd(n, -1, 1), *gg = dup_gpu_f(g, n);
+            ASSERT_OK(COPS->sgd_step(g_cpu, CST, n, p, g, buf, cfg[t].lr, cfg[t].mom, cfg[t].damp, cfg[t].wd, cfg[t].nesterov,
+                                     step == 0));
+            snprintf(what, sizeof what, "sgd cfg %zu step %d: p", t, step);
+            if (!gpu_ok_(GOPS->sgd_step(g_gpu, GST, n, gp, gg, gbuf, cfg[t].lr, cfg[t].mom, cfg[t].damp, cfg[t].wd,
+                                        cfg[t].nesterov, step == 0),
+                         what))
+                break;
+            if (dget(hp, gp, (size_t)n * 4, what)) check_tol(what, hp, p, n, 8, -1);
+            snprintf(what, sizeof what, "sgd cfg %zu step %d: momentum buffer", t, step);
+            if (mom && dget(hb, gbuf, (size_t)n * 4, what)) check_tol(what, hb, buf, n, 5, -1);
+            ASSERT_OK(GOPS->copy_h2d(g_gpu, GST, gp, p, (size_t)n * 4)); /* restart the next step from the CPU state */
+            if (mom) ASSERT_OK(GOPS->copy_h2d(g_gpu, GST, gbuf, buf, (size_t)n * 4));
+        }
+    }
+    const float lr = 1e-2f, eps = 1e-8f, wd = 0.01f;
+    const double b1 = 0.9, b2 = 0.999;
+    seed("adamw", 0);
+    float *p = rnd(n, -1, 1), *m = hf(n), *v = hf(n), *hp = hf(n), *hm = hf(n), *hv = hf(n);
+    float *gp = dup_gpu_f(p, n), *gm = dup_gpu_f(m, n), *gv = dup_gpu_f(v, n);
+    for (int64_t step = 1; step <= 4; step++) {
+        float *g = rnd(n, -1, 1), *gg = dup_gpu_f(g, n);
+        ASSERT_OK(COPS->adamw_step(g_cpu, CST, n, p, g, m, v, lr, b1, b2, eps, wd, step));
+        snprintf(what, sizeof what, "adamw step %lld: p", (long long)step);
+        if (!gpu_ok_(GOPS->adamw_step(g_gpu, GST, n, gp, gg, gm, gv, lr, b1, b2, eps, wd, step), what)) break;
+        if (dget(hp, gp, (size_t)n * 4, what)) check_tol(what, hp, p, n, 12, -1);
+        snprintf(what, sizeof what, "adamw step %lld: m", (long long)step);
+        if (dget(hm, gm, (size_t)n * 4, what)) check_tol(what, hm, m, n, 3, -1);
+        snprintf(what, sizeof what, "adamw step %lld: v", (long long)step);
+        if (dget(hv, gv, (size_t)n * 4, what)) check_tol(what, hv, v, n, 4, -1);
+        ASSERT_OK(GOPS->copy_h2d(g_gpu, GST, gp, p, (size_t)n * 4));
+        ASSERT_OK(GOPS->copy_h2d(g_gpu, GST, gm, m, (size_t)n * 4));
+        ASSERT_OK(GOPS->copy_h2d(g_gpu, GST, gv, v, (size_t)n * 4));
+    }
+    END();
+}
+
+/* ================================================================================ batch norm */
+
+/* Download n floats of GPU view dev and compare them with cpu at Kr (scale < 0: max|cpu|). */
+static void cmp_tol(const char *what, const float *dev, const float *cpu, int64_t n, double Kr, double scale) {
+    float *h = hf(n);
+    if (dget(h, dev, (size_t)n * 4, what)) check_tol(what, h, cpu, n, Kr, scale);
+}
+
+static void test_batchnorm(void **state) {
+    BEGIN();
+    const int64_t shapes[][2] = {{70, 13}, {6272, 8}, {2, 1}, {1000, 3}, {392, 64}};
+    const float momentum = 0.1f, eps = 1e-5f;
+    char what[160];
+    for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
+        const int64_t rows = shapes[t][0], C = shapes[t][1], n = rows * C;
+        const double K = (double)rows;
+        seed("batchnorm", t);
+        float *x = rnd(n, -1, 1), *gamma = rnd(C, 0.5f, 1.5f), *beta = rnd(C, -0.5f, 0.5f), *dy = rnd(n, -1, 1);
+        for (int64_t i = 0; i < n; i++) x[i] = 3.0f + 2.0f * x[i]; /* offset mean: two-pass variance matters */
+        float *rm = rnd(C, -0.1f, 0.1f), *rv = rnd(C, 0.9f, 1.1f), *base = rnd(n, -1, 1);
+        float *gx = dup_gpu_f(x, n), *gg = dup_gpu_f(gamma, C), *gbt = dup_gpu_f(beta, C), *gdy = dup_gpu_f(dy, n);
+        char sh[48];
+        snprintf(sh, sizeof sh, "rows=%lld C=%lld", (long long)rows, (long long)C);
+
+        for (int relu = 0; relu < 2; relu++) {
+            /* training forward, with running statistics */
+            float *crm = hcopy(rm, C), *crv = hcopy(rv, C), *cy = hf(n), *cm = hf(C), *ci = hf(C);
+            float *grm = dup_gpu_f(rm, C), *grv = dup_gpu_f(rv, C), *gy = dalloc_f(n), *gm = dalloc_f(C), *gi = dalloc_f(C);
+            ASSERT_OK(COPS->batchnorm_forward_train(g_cpu, CST, rows, C, x, gamma, beta, cy, cm, ci, crm, crv, momentum, eps,
+                                                    relu));
+            snprintf(what, sizeof what, "bn train%s %s: y", relu ? "+relu" : "", sh);
+            if (!gpu_ok_(GOPS->batchnorm_forward_train(g_gpu, GST, rows, C, gx, gg, gbt, gy, gm, gi, grm, grv, momentum, eps,
+                                                       relu),
+                         what))
+                continue;
+            cmp_tol(what, gy, cy, n, K, -1);
+            snprintf(what, sizeof what, "bn train%s %s: save_mean", relu ? "+relu" : "", sh);
+            cmp_tol(what, gm, cm, C, K, -1);
+            snprintf(what, sizeof what, "bn train%s %s: save_invstd", relu ? "+relu" : "", sh);
+            cmp_tol(what, gi, ci, C, K, -1);
+            snprintf(what, sizeof what, "bn train%s %s: running_mean", relu ? "+relu" : "", sh);
+            cmp_tol(what, grm, crm, C, K, -1);
+            snprintf(what, sizeof what, "bn train%s %s: running_var", relu ? "+relu" : "", sh);
+            cmp_tol(what, grv, crv, C, K, -1);
+            /* without running statistics (NULL: no update) */
+            float *gy2 = dalloc_f(n), *gm2 = dalloc_f(C), *gi2 = dalloc_f(C);
+            snprintf(what, sizeof what, "bn train%s %s, no running stats: y", relu ? "+relu" : "", sh);
+            if (gpu_ok_(GOPS->batchnorm_forward_train(g_gpu, GST, rows, C, gx, gg, gbt, gy2, gm2, gi2, NULL, NULL, momentum,
+                                                      eps, relu),
+                        what))
+                cmp_tol(what, gy2, cy, n, K, -1);
+
+            /* eval forward with the (CPU-)updated running statistics */
+            const float *grm_c = dup_gpu_f(crm, C), *grv_c = dup_gpu_f(crv, C);
+            float *ce = hf(n), *ge = dalloc_f(n);
+            ASSERT_OK(COPS->batchnorm_forward_eval(g_cpu, CST, rows, C, x, gamma, beta, crm, crv, eps, ce, relu));
+            snprintf(what, sizeof what, "bn eval%s %s: y", relu ? "+relu" : "", sh);
+            if (gpu_ok_(GOPS->batchnorm_forward_eval(g_gpu, GST, rows, C, gx, gg, gbt, grm_c, grv_c, eps, ge, relu), what))
+                cmp_tol(what, ge, ce, n, 8, -1);
+
+            /* backward from the CPU's saved statistics (and, fused, the CPU's output) */
+            const float *gsm = dup_gpu_f(cm, C), *gsi = dup_gpu_f(ci, C), *gyr = relu ? dup_gpu_f(cy, n) : NULL;
+            const float *yr = relu ? cy : NULL;
+            /* dx's terms cancel: judge its error against the largest term (as test_cpu_ops.c) */
+            double dx_scale = 0;
+            for (int64_t c = 0; c < C; c++) {
+                double sdy = 0, sdyx = 0;
+                for (int64_t r = 0; r < rows; r++) {
+                    double g = dy[r * C + c] * (yr && !(yr[r * C + c] > 0) ? 0.0 : 1.0);
+                    sdy += g;
+                    sdyx += g * (x[r * C + c] - cm[c]);
+                }
+                for (int64_t r = 0; r < rows; r++) {
+                    double t1 = yr && !(yr[r * C + c] > 0) ? 0.0 : fabs(dy[r * C + c]), t2 = fabs(sdy) / rows,
+                           t3 = fabs((x[r * C + c] - cm[c]) * ci[c] * ci[c] * sdyx / rows);
+                    dx_scale = fmax(dx_scale, fabs(gamma[c] * ci[c]) * (t1 + t2 + t3));
+                }
+            }
+            float *cdx = hf(n), *cdg = hf(C), *cdb = hf(C), *gdx = dalloc_f(n), *gdg = dalloc_f(C), *gdb = dalloc_f(C);
+            ASSERT_OK(COPS->batchnorm_backward(g_cpu, CST, rows, C, x, dy, gamma, cm, ci, cdx, false, cdg, cdb, yr));
+            snprintf(what, sizeof what, "bn bwd%s %s: dx", relu ? " (relu fused)" : "", sh);
+            if (gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, gdy, gg, gsm, gsi, gdx, false, gdg, gdb, gyr), what)) {
+                cmp_tol(what, gdx, cdx, n, 2 * K, dx_scale);
+                snprintf(what, sizeof what, "bn bwd%s %s: dgamma", relu ? " (relu fused)" : "", sh);
+                cmp_tol(what, gdg, cdg, C, K, -1);
+                snprintf(what, sizeof what, "bn bwd%s %s: dbeta", relu ? " (relu fused)" : "", sh);
+                cmp_tol(what, gdb, cdb, C, K, -1);
+            }
+            /* dx NULL: parameter gradients only */
+            float *gdg2 = dalloc_f(C), *gdb2 = dalloc_f(C);
+            snprintf(what, sizeof what, "bn bwd%s dx=NULL %s: dgamma", relu ? " (relu fused)" : "", sh);
+            if (gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, gdy, gg, gsm, gsi, NULL, false, gdg2, gdb2, gyr),
+                        what)) {
+                cmp_tol(what, gdg2, cdg, C, K, -1);
+                snprintf(what, sizeof what, "bn bwd%s dx=NULL %s: dbeta", relu ? " (relu fused)" : "", sh);
+                cmp_tol(what, gdb2, cdb, C, K, -1);
+            }
+            /* accumulate into dx */
+            float *cdxa = hcopy(base, n), *gdxa = dup_gpu_f(base, n), *gdg3 = dalloc_f(C), *gdb3 = dalloc_f(C);
+            ASSERT_OK(COPS->batchnorm_backward(g_cpu, CST, rows, C, x, dy, gamma, cm, ci, cdxa, true, cdg, cdb, yr));
+            snprintf(what, sizeof what, "bn bwd%s accumulate %s: dx", relu ? " (relu fused)" : "", sh);
+            if (gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, gdy, gg, gsm, gsi, gdxa, true, gdg3, gdb3, gyr),
+                        what))
+                cmp_tol(what, gdxa, cdxa, n, 2 * K + 1, dx_scale + 1.0);
+        }
+    }
+    END();
+}
+
+/* =================================================================================== pooling */
+
+static qs_pool_desc pool_desc(qs_pool_kind kind, int64_t N, int64_t H, int64_t W, int64_t C, int64_t R, int64_t S,
+                              int64_t sh, int64_t sw, int64_t ph, int64_t pw) {
+    return (qs_pool_desc){.kind = kind, .N = N, .H = H, .W = W, .C = C, .R = R, .S = S, .stride_h = sh,
+                          .stride_w = sw, .pad_h = ph, .pad_w = pw};
+}
+
+/* One pooling geometry: forward (max: values exact, argmax indices identical; avg: Kr = R·S + 1)
+ * and backward from the CPU's indices (Kr = contributions per input element). `ties`: inputs
+ * from {-1, 0, 1}, so windows hold equal maxima and the first one in scan order must win. */
+static void run_pool(qs_pool_desc d0, bool ties) {
+    qs_pool_desc dd = d0, *d = &dd;
+    ASSERT_OK(qs_pool_desc_finish(d));
+    const bool is_max = d->kind == QS_POOL_MAX;
+    const int64_t nx = d->N * d->H * d->W * d->C, ny = d->N * d->P * d->Q * d->C;
+    char sh[128], what[192];
+    snprintf(sh, sizeof sh, "%s N%lld %lldx%lldx%lld k%lldx%lld s%lldx%lld p%lldx%lld%s", is_max ? "max" : "avg",
+             (long long)d->N, (long long)d->H, (long long)d->W, (long long)d->C, (long long)d->R, (long long)d->S,
+             (long long)d->stride_h, (long long)d->stride_w, (long long)d->pad_h, (long long)d->pad_w, ties ? " ties" : "");
+    void *cplan = NULL, *gplan = NULL;
+    size_t cwsb = 0, gwsb = 0;
+    ASSERT_OK(COPS->pool_plan(g_cpu, d, &cplan, &cwsb));
+    keep_plan(g_cpu, cplan);
+    snprintf(what, sizeof what, "pool_plan %s", sh);
+    if (!gpu_ok_(GOPS->pool_plan(g_gpu, d, &gplan, &gwsb), what)) return;
+    keep_plan(g_gpu, gplan);
+    void *cws = cwsb ? halloc(cwsb) : NULL, *gws = gwsb ? dalloc(gwsb, POISON) : NULL;
+    seed("pool", (uint64_t)(nx * 7 + ny + ties));
+    float *x = rnd(nx, -2, 2), *dy = rnd(ny, -1, 1), *base = rnd(nx, -1, 1);
+    if (ties)
+        for (int64_t i = 0; i < nx; i++) x[i] = (float)((int)floorf(x[i] * 0.75f + 1.5f) - 1); /* -1, 0, 1 */
+    float *gx = dup_gpu_f(x, nx), *gdy = dup_gpu_f(dy, ny);
+    float *cy = hf(ny), *hy = hf(ny), *gy = dalloc_f(ny);
+    int32_t *cidx = is_max ? halloc((size_t)ny * 4) : NULL, *hidx = halloc((size_t)ny * 4);
+    int32_t *gidx = is_max ? dalloc((size_t)ny * 4, POISON) : NULL;
+    ASSERT_OK(COPS->pool_forward(g_cpu, cplan, CST, x, cy, cidx, cws));
+    snprintf(what, sizeof what, "pool fwd %s", sh);
+    if (!gpu_ok_(GOPS->pool_forward(g_gpu, gplan, GST, gx, gy, gidx, gws), what)) return;
+    if (dget(hy, gy, (size_t)ny * 4, what)) {
+        if (is_max)
+            check_exact(what, hy, cy, ny);
+        else
+            check_tol(what, hy, cy, ny, (double)(d->R * d->S + 1), -1);
+    }
+    snprintf(what, sizeof what, "pool fwd %s: argmax indices", sh);
+    if (is_max && dget(hidx, gidx, (size_t)ny * 4, what)) check_bits(what, hidx, cidx, ny, 4, NULL);
+
+    /* backward: each input element receives at most ⌈R/sh⌉·⌈S/sw⌉ contributions */
+    const double kb = (double)(((d->R + d->stride_h - 1) / d->stride_h) * ((d->S + d->stride_w - 1) / d->stride_w));
+    const double kr = is_max ? (kb > 1 ? kb : 0) : 2 * kb + 1; /* max, non-overlapping: exact */
+    const int32_t *gci = is_max ? dup_gpu(cidx, (size_t)ny * 4) : NULL;
+    float *cdx = hf(nx), *hdx = hf(nx), *gdx = dalloc_f(nx);
+    ASSERT_OK(COPS->pool_backward(g_cpu, cplan, CST, dy, cidx, cdx, false, cws));
+    snprintf(what, sizeof what, "pool bwd %s", sh);
+    if (gpu_ok_(GOPS->pool_backward(g_gpu, gplan, GST, gdy, gci, gdx, false, gws), what) && dget(hdx, gdx, (size_t)nx * 4, what))
+        check_tol(what, hdx, cdx, nx, kr, -1);
+    float *cacc = hcopy(base, nx), *gacc = dup_gpu_f(base, nx);
+    ASSERT_OK(COPS->pool_backward(g_cpu, cplan, CST, dy, cidx, cacc, true, cws));
+    snprintf(what, sizeof what, "pool bwd accumulate %s", sh);
+    if (gpu_ok_(GOPS->pool_backward(g_gpu, gplan, GST, gdy, gci, gacc, true, gws), what) && dget(hdx, gacc, (size_t)nx * 4, what))
+        check_tol(what, hdx, cacc, nx, kr + 1, -1);
+}
+
+static void test_pool(void **state) {
+    BEGIN();
+    run_pool(pool_desc(QS_POOL_MAX, 8, 28, 28, 8, 2, 2, 2, 2, 0, 0), false);  /* the CNN's 2x2/2 */
+    run_pool(pool_desc(QS_POOL_MAX, 3, 9, 7, 3, 3, 3, 2, 2, 1, 1), false);    /* overlapping, padded, odd */
+    run_pool(pool_desc(QS_POOL_MAX, 2, 7, 10, 17, 3, 2, 1, 2, 1, 0), false);  /* non-square, mixed stride */
+    run_pool(pool_desc(QS_POOL_MAX, 2, 8, 8, 5, 3, 3, 1, 1, 1, 1), true);     /* ties: first maximum wins */
+    run_pool(pool_desc(QS_POOL_AVG, 2, 9, 7, 3, 3, 3, 2, 2, 1, 1), false);    /* count_include_pad */
+    run_pool(pool_desc(QS_POOL_AVG, 3, 6, 6, 18, 2, 2, 2, 2, 0, 0), false);
+    run_pool(pool_desc(QS_POOL_AVG, 8, 7, 7, 64, 7, 7, 1, 1, 0, 0), false);   /* global average pooling */
+    run_pool(pool_desc(QS_POOL_AVG, 2, 5, 3, 9, 5, 3, 1, 1, 0, 0), false);    /* global, non-square */
+    END();
+}
+
+/* ============================================================================ softmax + xent */
+
+static void test_softmax_xent(void **state) {
+    BEGIN();
+    const int64_t shapes[][2] = {{5, 10}, {33, 7}, {1, 1}, {8, 1000}, {256, 10}};
+    char what[128];
+    for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
+        const int64_t B = shapes[t][0], Cl = shapes[t][1], n = B * Cl;
+        seed("softmax_xent", t);
+        float *lg = rnd(n, -8, 8);
+        int32_t *lab = halloc((size_t)B * 4);
+        for (int64_t b = 0; b < B; b++) lab[b] = (int32_t)qs_rng_below(&g_rng, (uint64_t)Cl);
+        if (B > 1) lg[Cl] += 1000.0f; /* a large logit must not overflow */
+        const float scale = 1.0f / (float)B;
+        float *closs = hf(B), *cp = hf(n), *gloss = dalloc_f(B), *gp = dalloc_f(n);
+        const float *glg = dup_gpu_f(lg, n);
+        const int32_t *glab = dup_gpu(lab, (size_t)B * 4);
+        ASSERT_OK(COPS->softmax_xent_forward(g_cpu, CST, B, Cl, lg, lab, closs, cp));
+        snprintf(what, sizeof what, "softmax_xent fwd B=%lld classes=%lld: loss", (long long)B, (long long)Cl);
+        if (gpu_ok_(GOPS->softmax_xent_forward(g_gpu, GST, B, Cl, glg, glab, gloss, gp), what)) {
+            cmp_tol(what, gloss, closs, B, (double)Cl + 4, -1);
+            snprintf(what, sizeof what, "softmax_xent fwd B=%lld classes=%lld: probs", (long long)B, (long long)Cl);
+            cmp_tol(what, gp, cp, n, (double)Cl + 2, -1);
+        }
+        /* backward from the CPU's probabilities: (p − onehot)·scale, Kr = 2 */
+        const float *gpc = dup_gpu_f(cp, n);
+        float *cd = hf(n), *gd = dalloc_f(n);
+        ASSERT_OK(COPS->softmax_xent_backward(g_cpu, CST, B, Cl, cp, lab, scale, cd));
+        snprintf(what, sizeof what, "softmax_xent bwd B=%lld classes=%lld", (long long)B, (long long)Cl);
+        if (gpu_ok_(GOPS->softmax_xent_backward(g_gpu, GST, B, Cl, gpc, glab, scale, gd), what)) cmp_tol(what, gd, cd, n, 2, -1);
+    }
+    END();
+}
+
+/* ============================================================================ plan lifetime */
+
+/* Plans give back what they take: the same linear (FP8), conv (BF16) and pool plans are
+ * created, run once and destroyed three times, their workspaces allocated through the backend.
+ * The first cycle may keep lazily created resources (library handles); after it, in_use must
+ * return to its value before each cycle. */
+static void test_plan_lifetime(void **state) {
+    BEGIN();
+    const int64_t M = 64, N = 48, K = 96;
+    seed("plan_lifetime", 0);
+    float *x = rnd(M * K, -1, 1), *w = rnd(N * K, -1, 1);
+    qmat lx = quant_both(x, M, K, QS_F8E4M3, NULL), lw = quant_both(w, N, K, QS_F8E4M3, NULL);
+    float *ly = dalloc_f(M * N);
+    qs_conv_desc cd = conv_desc(2, 9, 9, 16, 16, 3, 3, 1, 1, 1, 1, true);
+    cd.prec = QS_PREC_BF16;
+    ASSERT_OK(qs_conv_desc_finish(&cd));
+    float *xc = rnd(2 * 9 * 9 * 16, -1, 1), *wc = rnd(16 * 16 * 9, -1, 1), *bc = rnd(16, -1, 1);
+    qmat cx = quant_both(xc, 2 * 9 * 9, 16, QS_BF16, NULL), cw = quant_both(wc, 16, 16 * 9, QS_BF16, NULL);
+    float *gbc = dup_gpu_f(bc, 16), *cy = dalloc_f(2 * 9 * 9 * 16);
+    qs_pool_desc pd = pool_desc(QS_POOL_MAX, 2, 9, 9, 16, 3, 3, 2, 2, 1, 1);
+    ASSERT_OK(qs_pool_desc_finish(&pd));
+    const int64_t npy = pd.N * pd.P * pd.Q * pd.C;
+    float *py = dalloc_f(npy), *px = dup_gpu_f(xc, 2 * 9 * 9 * 16);
+    int32_t *pidx = dalloc((size_t)npy * 4, POISON);
+    const qs_linear_desc ld = {.M = M, .N = N, .K = K, .has_bias = false, .prec = QS_PREC_FP8};
+    char what[96], line[128];
+    for (int cycle = 0; cycle < 3; cycle++) {
+        size_t before = 0, after = 0, lb = 0, cb = 0, pb = 0;
+        void *lp = NULL, *cp = NULL, *pp = NULL, *lws = NULL, *cws = NULL, *pws = NULL;
+        GOPS->memory_stats(g_gpu, &before, NULL);
+        bool ok = GPU_OK(GOPS->linear_plan(g_gpu, &ld, &lp, &lb)) && GPU_OK(GOPS->conv_plan(g_gpu, &cd, &cp, &cb)) &&
+                  GPU_OK(GOPS->pool_plan(g_gpu, &pd, &pp, &pb));
+        ok = ok && (!lb || GPU_OK(GOPS->alloc(g_gpu, lb, &lws))) && (!cb || GPU_OK(GOPS->alloc(g_gpu, cb, &cws))) &&
+             (!pb || GPU_OK(GOPS->alloc(g_gpu, pb, &pws)));
+        ok = ok && GPU_OK(GOPS->linear_forward(g_gpu, lp, GST, &lx.gpu, &lw.gpu, NULL, ly, lws)) &&
+             GPU_OK(GOPS->conv_forward(g_gpu, cp, GST, &cx.gpu, &cw.gpu, gbc, cy, cws)) &&
+             GPU_OK(GOPS->pool_forward(g_gpu, pp, GST, px, py, pidx, pws)) && GPU_OK(GOPS->stream_sync(g_gpu, GST));
+        if (lp) GOPS->plan_destroy(g_gpu, lp);
+        if (cp) GOPS->plan_destroy(g_gpu, cp);
+        if (pp) GOPS->plan_destroy(g_gpu, pp);
+        if (lws) GOPS->free(g_gpu, lws);
+        if (cws) GOPS->free(g_gpu, cws);
+        if (pws) GOPS->free(g_gpu, pws);
+        if (!ok) break;
+        GOPS->memory_stats(g_gpu, &after, NULL);
+        snprintf(line, sizeof line, "in_use %zu -> %zu (workspaces %zu + %zu + %zu B)", before, after, lb, cb, pb);
+        snprintf(what, sizeof what, "plans create/run/destroy, cycle %d", cycle);
+        if (cycle == 0)
+            printf("  info %-60s %s (lazy resources allowed)\n", what, line);
+        else
+            check_fact(what, after == before, line);
+    }
+    END();
+}
+
+/* ========================================================================= argument errors */
+
+/* Host-side argument checks give the same status on both backends. */
+static void test_arg_errors(void **state) {
+    BEGIN();
+    float *cb = hf(64), *gb = dalloc_f(64);
+    char what[160], detail[300];
+#define PARITY(label, call_cpu, call_gpu)                                                                          \
+    do {                                                                                                           \
+        qs_status cs_ = (call_cpu);                                                                                \
+        qs_error_clear();                                                                                          \
+        qs_status gs_ = (call_gpu);                                                                                \
+        snprintf(what, sizeof what, "error parity: %s", label);                                                    \
+        snprintf(detail, sizeof detail, "cpu %s, gpu %s: %s", qs_status_name(cs_), qs_status_name(gs_), qs_last_error()); \
+        check_fact(what, cs_ != QS_OK && cs_ == gs_, detail);                                                      \
+        (void)GOPS->stream_sync(g_gpu, GST);                                                                       \
+    } while (0)
+    PARITY("relu n=-1", COPS->relu_forward(g_cpu, CST, -1, cb, cb), GOPS->relu_forward(g_gpu, GST, -1, gb, gb));
+    PARITY("relu NULL x", COPS->relu_forward(g_cpu, CST, 4, NULL, cb), GOPS->relu_forward(g_gpu, GST, 4, NULL, gb));
+    PARITY("cast f32 -> s8", COPS->cast(g_cpu, CST, 4, cb, QS_F32, cb, QS_S8), GOPS->cast(g_gpu, GST, 4, gb, QS_F32, gb, QS_S8));
+    PARITY("dropout p=1.5", COPS->dropout_forward(g_cpu, CST, 4, cb, cb, (uint8_t *)cb, 1.5f, 1, 0),
+           GOPS->dropout_forward(g_gpu, GST, 4, gb, gb, (uint8_t *)gb, 1.5f, 1, 0));
+    PARITY("adamw step 0", COPS->adamw_step(g_cpu, CST, 4, cb, cb, cb, cb, 0.1f, 0.9, 0.99, 1e-8f, 0, 0),
+           GOPS->adamw_step(g_gpu, GST, 4, gb, gb, gb, gb, 0.1f, 0.9, 0.99, 1e-8f, 0, 0));
+    PARITY("batchnorm train rows=1", COPS->batchnorm_forward_train(g_cpu, CST, 1, 1, cb, NULL, NULL, cb, cb, cb, NULL, NULL, 0.1f, 1e-5f, false),
+           GOPS->batchnorm_forward_train(g_gpu, GST, 1, 1, gb, NULL, NULL, gb, gb, gb, NULL, NULL, 0.1f, 1e-5f, false));
+    PARITY("quantize f8e4m3 per-row", COPS->quantize(g_cpu, CST, 2, 2, cb, NULL, QS_F8E4M3, cb, cb, true, NULL),
+           GOPS->quantize(g_gpu, GST, 2, 2, gb, NULL, QS_F8E4M3, gb, gb, true, NULL));
+    /* a plan's operand of the wrong dtype */
+    qs_linear_desc ld = {.M = 4, .N = 3, .K = 2, .has_bias = false, .prec = QS_PREC_FP16};
+    void *cplan = NULL, *gplan = NULL;
+    size_t cw = 0, gw = 0;
+    ASSERT_OK(COPS->linear_plan(g_cpu, &ld, &cplan, &cw));
+    keep_plan(g_cpu, cplan);
+    if (GPU_OK(GOPS->linear_plan(g_gpu, &ld, &gplan, &gw))) {
+        keep_plan(g_gpu, gplan);
+        qs_operand cf = qs_operand_f32(cb), gf = qs_operand_f32(gb);
+        PARITY("fp16 linear given f32 operands",
+               COPS->linear_forward(g_cpu, cplan, CST, &cf, &cf, NULL, cb, cw ? halloc(cw) : NULL),
+               GOPS->linear_forward(g_gpu, gplan, GST, &gf, &gf, NULL, gb, gw ? dalloc(gw, POISON) : NULL));
+    }
+    /* a conv descriptor whose P, Q were never filled in */
+    qs_conv_desc cd = conv_desc(1, 8, 8, 3, 4, 3, 3, 1, 1, 1, 1, false);
+    cplan = gplan = NULL;
+    PARITY("conv_plan without qs_conv_desc_finish", COPS->conv_plan(g_cpu, &cd, &cplan, &cw),
+           GOPS->conv_plan(g_gpu, &cd, &gplan, &gw));
+    keep_plan(g_cpu, cplan);
+    keep_plan(g_gpu, gplan);
+#undef PARITY
+    END();
+}
+
+/* ====================================================================================== main */
+
+int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    const char *dev_env = getenv("QS_CUDA_DEVICE"), *req_env = getenv("QS_REQUIRE_GPU");
+    const int device = dev_env ? atoi(dev_env) : 0;
+    const bool require = req_env && *req_env && strcmp(req_env, "0") != 0;
+    qs_status st = qs_backend_cuda_create(device, &g_gpu);
+    if (st != QS_OK) {
+        printf("test_cuda_ops: no CUDA backend on device %d (%s: %s)\n", device, qs_status_name(st), qs_last_error());
+        if (st != QS_ERR_UNSUPPORTED && st != QS_ERR_BACKEND) return 1; /* creation itself is broken */
+        if (require) {
+            printf("test_cuda_ops: QS_REQUIRE_GPU is set, so this is a failure, not a skip\n");
+            return 1;
+        }
+        printf("test_cuda_ops: SKIPPED (needs a CUDA build and a GPU)\n");
+        return 77;
+    }
+    if (qs_backend_cpu_create(1, &g_cpu) != QS_OK) {
+        printf("test_cuda_ops: cannot create the CPU backend (the reference): %s\n", qs_last_error());
+        g_gpu->ops->destroy(g_gpu);
+        return 1;
+    }
+    g_gpu->ops->memory_stats(g_gpu, &g_gpu_baseline, NULL);
+    const char *json = getenv("QS_GPU_TESTS_JSON");
+    if (json && *json) {
+        g_json = fopen(json, "w");
+        if (!g_json) printf("test_cuda_ops: cannot write %s; continuing without JSON\n", json);
+        else fprintf(g_json, "{\"suite\": \"test_cuda_ops\", \"device\": %d, \"cases\": [", device);
+    }
+    printf("test_cuda_ops: CUDA device %d; CPU reference backend with 1 thread\n", device);
+    for (int p = 0; p < QS_PREC_COUNT; p++)
+        printf("  gpu precision %-5s %s\n", qs_precision_name((qs_precision)p),
+               qs_prec_support_name(g_gpu->ops->precision_support(g_gpu, (qs_precision)p)));
+
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_device, teardown),
+        cmocka_unit_test_teardown(test_int8_unsupported, teardown),
+        cmocka_unit_test_teardown(test_linear_fp32, teardown),
+        cmocka_unit_test_teardown(test_linear_tf32, teardown),
+        cmocka_unit_test_teardown(test_linear_bf16, teardown),
+        cmocka_unit_test_teardown(test_linear_fp16, teardown),
+        cmocka_unit_test_teardown(test_linear_fp8, teardown),
+        cmocka_unit_test_teardown(test_linear_nonfinite, teardown),
+        cmocka_unit_test_teardown(test_conv_fp32, teardown),
+        cmocka_unit_test_teardown(test_conv_tf32, teardown),
+        cmocka_unit_test_teardown(test_conv_bf16, teardown),
+        cmocka_unit_test_teardown(test_conv_fp16, teardown),
+        cmocka_unit_test_teardown(test_conv_fp8, teardown),
+        cmocka_unit_test_teardown(test_quantize, teardown),
+        cmocka_unit_test_teardown(test_quantize_nonfinite, teardown),
+        cmocka_unit_test_teardown(test_cast, teardown),
+        cmocka_unit_test_teardown(test_eltwise, teardown),
+        cmocka_unit_test_teardown(test_dropout, teardown),
+        cmocka_unit_test_teardown(test_layout, teardown),
+        cmocka_unit_test_teardown(test_column_sums, teardown),
+        cmocka_unit_test_teardown(test_sum_squares, teardown),
+        cmocka_unit_test_teardown(test_optim, teardown),
+        cmocka_unit_test_teardown(test_batchnorm, teardown),
+        cmocka_unit_test_teardown(test_pool, teardown),
+        cmocka_unit_test_teardown(test_softmax_xent, teardown),
+        cmocka_unit_test_teardown(test_plan_lifetime, teardown),
+        cmocka_unit_test_teardown(test_arg_errors, teardown),
+    };
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    if (g_json) {
+        fprintf(g_json, "\n], \"failed_tests\": %d}\n", failed);
+        fclose(g_json);
+    }
+    g_cpu->ops->destroy(g_cpu);
+    g_gpu->ops->destroy(g_gpu);
+    return failed ? 1 : 0;
+}
