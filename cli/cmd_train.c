@@ -70,7 +70,8 @@ static int qs_train_check(qs_train_config *c, const char *optimizer, const char 
         return 2;
     }
     if (strcmp(device, "cpu") != 0) {
-        fprintf(stderr, "qsync train: --device %s is not available: this build runs on the cpu only\n", device);
+        fprintf(stderr, "qsync train: --device %s is not available yet: training runs on the cpu only (the CUDA "
+                        "backend is built and tested op by op, but the trainer cannot select it yet)\n", device);
         return 2;
     }
     if (c->batch < 1 || c->epochs < 0 || c->steps < 0 || (c->epochs == 0 && c->steps == 0) || c->log_every < 1) {
@@ -161,7 +162,7 @@ int qs_cmd_train(int argc, char **argv) {
         {"weight-scales", QS_CLI_STR, &weight_scales, "S", "INT8 weight scales: tensor (default) or channel"},
         {"loss-scale", QS_CLI_STR, &c.loss_scale, "S", "auto (dynamic if any fp16), none, dynamic[:INIT], or N"},
         {"loss-scale-window", QS_CLI_I64, &c.loss_scale_window, "N", "dynamic loss scale doubles after N good steps (2000)"},
-        {"device", QS_CLI_STR, &device, "D", "cpu (this build)"},
+        {"device", QS_CLI_STR, &device, "D", "cpu (the only one training can select yet)"},
         {"seed", QS_CLI_U64, &c.seed, "N", "seed of initialisation, data order, dropout (default 1)"},
         {"threads", QS_CLI_INT, &c.threads, "N", "compute threads (default: all cores)"},
         {"train-subset", QS_CLI_I64, &c.train_subset, "N", "train on the first N samples only"},
