@@ -43,6 +43,20 @@ int qs_cli_precision_options(const char *cmd, const char *precision, const char 
     return 0;
 }
 
+/* "cpu" → *cuda false; "cuda" → device 0; "cuda:N" → device N. False for anything else. */
+static bool qs_train_parse_device(const char *text, bool *cuda, int *device) {
+    *cuda = false;
+    *device = 0;
+    if (strcmp(text, "cpu") == 0) return true;
+    *cuda = true;
+    if (strcmp(text, "cuda") == 0) return true;
+    if (strncmp(text, "cuda:", 5) != 0 || text[5] < '0' || text[5] > '9') return false;
+    char *end = NULL;
+    long n = strtol(text + 5, &end, 10);
+    *device = (int)n;
+    return *end == '\0' && n <= 1024;
+}
+
 /* Translate the textual options that need checking into the config; 0 or 2. */
 static int qs_train_check(qs_train_config *c, const char *optimizer, const char *precision, const char *device,
                           const char *grad_rounding, const char *weight_scales) {
@@ -69,9 +83,8 @@ static int qs_train_check(qs_train_config *c, const char *optimizer, const char 
         fprintf(stderr, "qsync train: --loss-scale-window must be ≥ 1\n");
         return 2;
     }
-    if (strcmp(device, "cpu") != 0) {
-        fprintf(stderr, "qsync train: --device %s is not available yet: training runs on the cpu only (the CUDA "
-                        "backend is built and tested op by op, but the trainer cannot select it yet)\n", device);
+    if (!qs_train_parse_device(device, &c->cuda, &c->cuda_device)) {
+        fprintf(stderr, "qsync train: --device must be cpu, cuda or cuda:N (got '%s')\n", device);
         return 2;
     }
     if (c->batch < 1 || c->epochs < 0 || c->steps < 0 || (c->epochs == 0 && c->steps == 0) || c->log_every < 1) {
@@ -162,7 +175,7 @@ int qs_cmd_train(int argc, char **argv) {
         {"weight-scales", QS_CLI_STR, &weight_scales, "S", "INT8 weight scales: tensor (default) or channel"},
         {"loss-scale", QS_CLI_STR, &c.loss_scale, "S", "auto (dynamic if any fp16), none, dynamic[:INIT], or N"},
         {"loss-scale-window", QS_CLI_I64, &c.loss_scale_window, "N", "dynamic loss scale doubles after N good steps (2000)"},
-        {"device", QS_CLI_STR, &device, "D", "cpu (the only one training can select yet)"},
+        {"device", QS_CLI_STR, &device, "D", "cpu (default), cuda or cuda:N (one GPU, one process, for now)"},
         {"seed", QS_CLI_U64, &c.seed, "N", "seed of initialisation, data order, dropout (default 1)"},
         {"threads", QS_CLI_INT, &c.threads, "N", "compute threads (default: all cores)"},
         {"train-subset", QS_CLI_I64, &c.train_subset, "N", "train on the first N samples only"},

@@ -59,6 +59,10 @@ static void test_usage_errors(void **state) {
     expect_run("train --batch abc", 2, "--batch expects an integer, got 'abc'");
     expect_run("train --lr", 2, "--lr needs a value");
     expect_run("train --precision int7", 2, "--precision must be one of");
+    expect_run("train --device gpu", 2, "--device must be cpu, cuda or cuda:N (got 'gpu')");
+    expect_run("train --device cuda:x", 2, "--device must be cpu, cuda or cuda:N");
+    /* no GPU where the suite runs (or a build without CUDA): a clear refusal naming the device */
+    expect_run("train " QS_TINY " --data synthetic --steps 1 --device cuda:3", 1, "cuda:3");
     expect_run("train --optimizer lion", 2, "--optimizer must be sgd or adamw");
     expect_run("eval", 2, "--checkpoint is required");
     expect_run("help", 0, "commands:");

@@ -43,6 +43,8 @@ typedef struct qs_train_config {
     bool augment;
     uint64_t seed;
     int threads;                /* compute threads (0 = OpenMP default) */
+    bool cuda;                  /* train on CUDA device cuda_device (one process only, for now); else the CPU */
+    int cuda_device;
     const char *metrics_path;
     const char *checkpoint_dir; /* written at every epoch end and at the end; NULL → none */
     const char *resume;         /* checkpoint directory to continue from */
