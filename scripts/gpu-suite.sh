@@ -4,6 +4,7 @@
 #
 #   scripts/gpu-suite.sh bundle [build-dir] [out-dir]  # defaults: build/  gpu-bundle/
 #   scripts/gpu-suite.sh run [bundle-dir]              # default: gpu-bundle/
+#   scripts/gpu-suite.sh train [bundle] [steps] [models] [precisions]  # short GPU trainings
 #
 # The GPU machine (Ubuntu 24.04 + CUDA 13, no package registry) lacks the Debian libraries
 # qsync links (cJSON, oneDNN, GLPK, cmocka, ...). `bundle` copies the binaries — qsync,
@@ -169,10 +170,37 @@ $missing"
     return "$rc"
 }
 
+# train [bundle-dir] [steps] [models] [precisions]: short trainings on the GPU (`qsync train --device cuda`, synthetic
+# data: the GPU image has no Fashion-MNIST) of cnn and narrow resnet18 at every GPU precision,
+# each writing its --json result (final loss, accuracy, per-op profile) to $OUT/train-<model>-<p>.json
+# (or the current directory) and one line per run; exits non-zero when any run fails.
+train() {
+    local dir=${1:-gpu-bundle} steps=${2:-100} models=${3:-cnn,resnet18} precs=${4:-fp32,tf32,bf16,fp16,fp8}
+    local out=${OUT:-.} rc=0 model p args
+    [[ -x $dir/bin/qsync ]] || die "no $dir/bin/qsync: make the bundle here first and carry it"
+    export LD_LIBRARY_PATH=$(cd "$dir/lib" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    for model in ${models//,/ }; do
+        args=(--model "$model" --data synthetic --batch 128 --steps "$steps" --lr 0.01 --eval-subset 1024 --seed 1
+              --no-progress --quiet --json --profile-steps 10)
+        [[ $model == resnet18 ]] && args+=(--width 16)
+        for p in ${precs//,/ }; do
+            if "$dir/bin/qsync" train --device cuda "${args[@]}" --precision "$p" >"$out/train-$model-$p.json" 2>"$out/train-$model-$p.err"; then
+                python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%-9s %-5s loss %.4f  accuracy %.4f  %.0f images/s" % (sys.argv[2], sys.argv[3], d["final_train_loss"], d["test_accuracy"], d["images_per_s"]))' \
+                    "$out/train-$model-$p.json" "$model" "$p"
+            else
+                rc=1
+                echo "$model $p FAILED: $(tail -n 2 "$out/train-$model-$p.err")"
+            fi
+        done
+    done
+    return "$rc"
+}
+
 cd "$(dirname "$0")/.."
 case ${1:-} in
 bundle) shift; bundle "$@" ;;
 run) shift; run "$@" ;;
+train) shift; train "$@" ;;
 *)
     sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
     exit 2

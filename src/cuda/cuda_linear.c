@@ -8,18 +8,40 @@
  *                    m=N n=M k=K, "TN", D ld N                              (every precision)
  *   backward-data    dXᵀ (K×M) = op_N(W buffer: K×N, ld K) · op_N(dY buffer: N×M, ld N)
  *                    m=K n=M k=N, "NN", D ld K                              (non-FP8)
- *                    FP8: A = Wᵀ copy (row-major K×N = col-major N×K, ld N), op T:  "TN"
  *   backward-weights dWᵀ (K×N) = op_N(X buffer: K×M, ld K) · op_T(dY buffer: N×M, ld N)
  *                    m=K n=N k=M, "NT", D ld K                              (non-FP8)
- *                    FP8: A = Xᵀ copy (row-major K×Mp, ld Mp), op T; B = dYᵀ copy (row-major
- *                    N×Mp = col-major Mp×N, ld Mp), op N: "TN", k = Mp (M rounded up to 16,
- *                    the extra columns of both copies zero, so they add nothing).
  * FP8 on Hopper takes only "TN" (A transposed, B not) and E4M3×E4M3 / E4M3×E5M2 / E5M2×E4M3
  * (never E5M2×E5M2): forward is E4M3 W × E4M3 X, both backward products E4M3 (W or X) as A
- * × E5M2 dY as B. The transposed copies are written by cuda_linear_kernels.cu into the
- * workspace. Per-tensor dequantization scales (device memory) go to cuBLASLt as
+ * × E5M2 dY as B. Per-tensor dequantization scales (device memory) go to cuBLASLt as
  * CUBLASLT_MATMUL_DESC_A/B_SCALE_POINTER; α = 1 (BF16/FP16/F32 operands carry no scale).
  * Output D and C are FP32 for every precision (C = D: β = 1 accumulates backward-data).
+ *
+ * FP8 padding. Every FP8 product is D (m×n, col-major = row-major n×m) = Aᵀ·B with A a
+ * row-major m×k byte matrix (col-major k×m, op T) and B a row-major n×k one (col-major k×n,
+ * op N). cuBLASLt's FP8 kernels need 16-byte (= 16-element) leading dimensions for A and B,
+ * i.e. k a multiple of 16, so k is always issued as kp = k rounded up to 16, the extra
+ * columns of A and B zero (a zero byte is +0 in E4M3 and E5M2: the padded terms add exactly
+ * nothing). An operand is read straight from the caller's buffer when it already has that
+ * layout; otherwise (transposed source, or padding) it is copied into the workspace by
+ * cuda_linear_kernels.cu (transpose_u8 for a transposed source, pad_u8 for a row-major one),
+ * zero-filled, every call. Per direction (Mp, Np, Kp: M, N, K rounded up to 16):
+ *   forward          m=N n=M k=K    A = W (N×K), B = X (M×K), D = Y (M×N, ld N)
+ *                    K % 16 == 0: both read in place (zero-copy); else copies W (N×Kp),
+ *                    X (M×Kp). Bias: bias_add after the product (or unpad_f32, below).
+ *   backward-data    m=K n=M k=N    A = Wᵀ (K×N, transposed from W), B = dY (M×N), D = dX
+ *                    (M×K, ld K, β = 1 with accumulate). A is always copied (K×Np);
+ *                    N % 16 == 0: dY read in place; else copied (M×Np).
+ *   backward-weights m=K n=N k=M    A = Xᵀ (K×Mp, from X), B = dYᵀ (N×Mp, from dY), D = dW
+ *                    (N×K, ld K). Both always copied; M needs no alignment.
+ * D goes straight into the caller's output with its own leading dimension (m, FP32) where
+ * cuBLASLt has an algorithm for that. Where it has none (the heuristic says NOT_SUPPORTED and
+ * m or n is not a multiple of 16), the plan pads everything instead: m and n are issued as
+ * mp, np (rounded up to 16, A and B copies with zero rows mp-m / np-n), D is an FP32 mp×np
+ * buffer (ld mp) in the workspace and unpad_f32 writes its top-left m×n block into the
+ * caller's output, adding the old output (backward-data accumulate) and the bias (forward)
+ * in the same order and with the same roundings as β = 1 and bias_add. Aligned shapes
+ * (K, N multiples of 16) keep the zero-copy path of forward and backward-data. If even the
+ * fully padded product has no algorithm, plan fails with the heuristic's status.
  *
  * Plan: per direction a matmul descriptor, layouts and the heuristic's top algorithm, chosen
  * once for the shape and types. Each direction has two algorithms: one for pointers aligned to
@@ -33,11 +55,13 @@
  * the FP8 forward (and any precision whose epilogue finds no algorithm) adds b with a kernel.
  * db (only with an FP32 dY) is a deterministic double-accumulated column-sum kernel.
  *
- * Workspace: [scratch][cuBLASLt workspace], the scratch (256-aligned pieces) sized for the
- * largest direction: FP8 backward-data Wᵀ (K·N bytes); FP8 backward-weights Xᵀ (K·Mp) and dYᵀ
- * (N·Mp); FP32 bias gradient partial sums (chunks·N doubles). The cuBLASLt part is the largest
- * workspace any chosen algorithm asked for (searched with at most 32 MiB). ws must be
- * 256-byte aligned (alloc() is). */
+ * Workspace: [scratch][cuBLASLt workspace], the scratch sized for the largest direction (the
+ * directions run one at a time and share it). FP8, per direction, in this order and each
+ * region starting and ending on 256 bytes: the A copy (mp·kp bytes) when A is copied, the B
+ * copy (np·kp bytes) when B is copied, the padded D (np·mp floats) when D is padded; e.g.
+ * backward-weights without D padding Xᵀ (K·Mp) then dYᵀ (N·Mp). FP32 bias gradient: partial
+ * sums (chunks·N doubles). The cuBLASLt part is the largest workspace any chosen algorithm
+ * asked for (searched with at most 32 MiB). ws must be 256-byte aligned (alloc() is). */
 #include "cuda/cuda_backend.h"
 
 #include <cublasLt.h>
@@ -66,16 +90,27 @@ typedef struct lt_gemm {
     bool bias;                         /* CUBLASLT_EPILOGUE_BIAS */
 } lt_gemm;
 
+/* How one FP8 direction is issued (file comment, "FP8 padding"): D (mp×np, col-major) = Aᵀ·B
+ * with A col-major kp×mp (ld kp, op T) and B col-major kp×np (ld kp, op N). */
+typedef struct fp8_dir {
+    bool a_tr, b_tr;            /* the caller's buffer holds A / B transposed (row-major k×m / k×n) */
+    bool a_copy, b_copy;        /* A / B is a (transposed and/or zero-padded) workspace copy */
+    bool d_pad;                 /* D is an mp×np workspace buffer, written back by unpad_f32 */
+    int64_t m, n, k;            /* the product's true dimensions */
+    int64_t mp, np, kp;         /* as issued: kp = k rounded up to 16; mp, np = m, n unless d_pad */
+    size_t off_a, off_b, off_d; /* workspace offsets of the A copy, B copy and padded D */
+    size_t bytes;               /* scratch the direction uses (256-byte multiple) */
+} fp8_dir;
+
 typedef struct qs_cuda_linear_plan {
     qs_cuda_plan_kind kind; /* QS_CUDA_PLAN_LINEAR: first, for plan_destroy's dispatch */
     qs_linear_desc d;
     qs_dtype fdt, gdt;      /* storage dtypes of X, W (forward) and dY (gradient) */
     bool fp8;
-    int64_t Mp;             /* FP8 backward-weights reduction length: M rounded up to 16 */
+    fp8_dir f8[DIR_COUNT];  /* FP8 only */
     lt_gemm g[DIR_COUNT];
     bool bias_kernel;       /* forward adds b with a kernel (no epilogue) */
     int colsum_chunks;      /* FP32 dY with bias: row blocks of the db column sums */
-    size_t off_t2;          /* FP8 backward-weights: offset of dYᵀ in the workspace */
     size_t lt_off;          /* offset of the cuBLASLt workspace */
     size_t lt_bytes;        /* its size */
     size_t ws_bytes;        /* total */
@@ -83,6 +118,7 @@ typedef struct qs_cuda_linear_plan {
 
 static size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+static int64_t round16(int64_t v) { return (v + 15) / 16 * 16; }
 
 /* Placeholder device addresses for pointer attributes that the heuristic inspects only for
  * their alignment (never dereferenced; the real pointers are set before each cublasLtMatmul). */
@@ -274,8 +310,42 @@ static qs_status lt_handle(qs_backend *be, cublasLtHandle_t *out) {
     return QS_OK;
 }
 
-/* Specs of the three products for the plan's precision (layouts in the file comment). */
-static void make_specs(const qs_cuda_linear_plan_t *lp, gemm_spec sp[DIR_COUNT]) {
+/* The FP8 layout of direction dir (file comment, "FP8 padding"); pad_d: issue m and n rounded
+ * up to 16 with D in the workspace (a no-op when both already are multiples of 16). */
+static void fp8_layout(qs_cuda_linear_plan_t *lp, int dir, bool pad_d) {
+    const int64_t M = lp->d.M, N = lp->d.N, K = lp->d.K;
+    fp8_dir *f = &lp->f8[dir];
+    *f = (fp8_dir){0};
+    switch (dir) {
+    case DIR_FWD: f->m = N; f->n = M; f->k = K; break;                           /* A = W, B = X */
+    case DIR_DGRAD: f->m = K; f->n = M; f->k = N; f->a_tr = true; break;         /* A = Wᵀ, B = dY */
+    default: f->m = K; f->n = N; f->k = M; f->a_tr = f->b_tr = true; break;      /* A = Xᵀ, B = dYᵀ */
+    }
+    f->kp = round16(f->k);
+    f->mp = pad_d ? round16(f->m) : f->m;
+    f->np = pad_d ? round16(f->n) : f->n;
+    f->d_pad = f->mp != f->m || f->np != f->n;
+    f->a_copy = f->a_tr || f->kp != f->k || f->mp != f->m;
+    f->b_copy = f->b_tr || f->kp != f->k || f->np != f->n;
+    size_t off = 0;
+    if (f->a_copy) {
+        f->off_a = off;
+        off = align_up(off + (size_t)f->mp * (size_t)f->kp, WS_ALIGN);
+    }
+    if (f->b_copy) {
+        f->off_b = off;
+        off = align_up(off + (size_t)f->np * (size_t)f->kp, WS_ALIGN);
+    }
+    if (f->d_pad) {
+        f->off_d = off;
+        off = align_up(off + (size_t)f->np * (size_t)f->mp * sizeof(float), WS_ALIGN);
+    }
+    f->bytes = off;
+}
+
+/* Spec of direction dir for the plan's precision (layouts in the file comment; FP8 from
+ * lp->f8[dir], set by fp8_layout first). */
+static void make_spec(const qs_cuda_linear_plan_t *lp, int dir, gemm_spec *sp) {
     const int64_t M = lp->d.M, N = lp->d.N, K = lp->d.K;
     cublasComputeType_t ct = lp->d.prec == QS_PREC_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     cudaDataType_t ft, gt;
@@ -287,19 +357,26 @@ static void make_specs(const qs_cuda_linear_plan_t *lp, gemm_spec sp[DIR_COUNT])
     default: ft = gt = CUDA_R_32F; fe = ge = 4; break; /* FP32, TF32 */
     }
     const cublasOperation_t T = CUBLAS_OP_T, Nn = CUBLAS_OP_N;
-    /* forward: A = W buffer (K×N col-major, ld K) op T; B = X buffer (K×M, ld K) op N; D N×M ld N */
-    sp[DIR_FWD] = (gemm_spec){ct, ft, ft, fe, fe, T, Nn, N, M, K, K, K, N, lp->fp8, lp->d.has_bias && !lp->fp8};
-    if (!lp->fp8) {
-        /* backward-data: A = W buffer (K×N, ld K) op N; B = dY buffer (N×M, ld N) op N; D K×M ld K */
-        sp[DIR_DGRAD] = (gemm_spec){ct, ft, gt, fe, ge, Nn, Nn, K, M, N, K, N, K, false, false};
-        /* backward-weights: A = X buffer (K×M, ld K) op N; B = dY buffer (N×M, ld N) op T; D K×N ld K */
-        sp[DIR_WGRAD] = (gemm_spec){ct, ft, gt, fe, ge, Nn, T, K, N, M, K, N, K, false, false};
-    } else {
-        /* backward-data: A = Wᵀ copy (row-major K×N = col-major N×K, ld N) op T; B = dY (N×M, ld N) op N */
-        sp[DIR_DGRAD] = (gemm_spec){ct, ft, gt, fe, ge, T, Nn, K, M, N, N, N, K, true, false};
-        /* backward-weights: A = Xᵀ copy (row-major K×Mp = col-major Mp×K, ld Mp) op T;
-         * B = dYᵀ copy (row-major N×Mp = col-major Mp×N, ld Mp) op N; k = Mp */
-        sp[DIR_WGRAD] = (gemm_spec){ct, ft, gt, fe, ge, T, Nn, K, N, lp->Mp, lp->Mp, lp->Mp, K, true, false};
+    if (lp->fp8) {
+        /* A (col-major kp×mp, ld kp) op T: W (forward, E4M3) or the Wᵀ / Xᵀ copy (E4M3);
+         * B (col-major kp×np, ld kp) op N: X (forward, E4M3) or dY / the dYᵀ copy (E5M2);
+         * D mp×np, ld mp: the caller's output (mp = m) or the padded workspace buffer */
+        const fp8_dir *f = &lp->f8[dir];
+        const bool fwd = dir == DIR_FWD;
+        *sp = (gemm_spec){ct, ft, fwd ? ft : gt, fe, fwd ? fe : ge, T, Nn, f->mp, f->np, f->kp, f->kp, f->kp, f->mp,
+                          true, false};
+        return;
+    }
+    switch (dir) {
+    case DIR_FWD: /* A = W buffer (K×N col-major, ld K) op T; B = X buffer (K×M, ld K) op N; D N×M ld N */
+        *sp = (gemm_spec){ct, ft, ft, fe, fe, T, Nn, N, M, K, K, K, N, false, lp->d.has_bias};
+        break;
+    case DIR_DGRAD: /* A = W buffer (K×N, ld K) op N; B = dY buffer (N×M, ld N) op N; D K×M ld K */
+        *sp = (gemm_spec){ct, ft, gt, fe, ge, Nn, Nn, K, M, N, K, N, K, false, false};
+        break;
+    default: /* backward-weights: A = X buffer (K×M, ld K) op N; B = dY buffer (N×M, ld N) op T; D K×N ld K */
+        *sp = (gemm_spec){ct, ft, gt, fe, ge, Nn, T, K, N, M, K, N, K, false, false};
+        break;
     }
 }
 
@@ -342,21 +419,30 @@ qs_status qs_cuda_linear_plan(qs_backend *be, const qs_linear_desc *d, void **pl
     lp->fdt = qs_precision_operand_dtype(d->prec, false);
     lp->gdt = qs_precision_operand_dtype(d->prec, true);
     lp->fp8 = d->prec == QS_PREC_FP8;
-    lp->Mp = lp->fp8 ? (d->M + 15) / 16 * 16 : d->M;
 
-    gemm_spec sp[DIR_COUNT];
-    make_specs(lp, sp);
     qs_status st = QS_OK;
     for (int dir = 0; dir < DIR_COUNT && st == QS_OK; dir++) {
+        if (lp->fp8) fp8_layout(lp, dir, false);
+        gemm_spec sp;
+        make_spec(lp, dir, &sp);
         bool no_algo = false;
         cublasStatus_t why = CUBLAS_STATUS_SUCCESS;
-        st = gemm_build(lp, dir, lt, &sp[dir], &no_algo, &why);
-        if (st == QS_OK && no_algo && sp[dir].bias) { /* no fused-bias algorithm: plain product + kernel */
+        st = gemm_build(lp, dir, lt, &sp, &no_algo, &why);
+        if (st == QS_OK && no_algo && sp.bias) { /* no fused-bias algorithm: plain product + kernel */
             gemm_destroy(&lp->g[dir]);
             lp->g[dir] = (lt_gemm){0};
-            sp[dir].bias = false;
+            sp.bias = false;
             lp->bias_kernel = true;
-            st = gemm_build(lp, dir, lt, &sp[dir], &no_algo, &why);
+            st = gemm_build(lp, dir, lt, &sp, &no_algo, &why);
+        }
+        if (st == QS_OK && no_algo && lp->fp8) { /* none with D in place: pad m and n too, D in ws */
+            fp8_layout(lp, dir, true);
+            if (lp->f8[dir].d_pad) {
+                gemm_destroy(&lp->g[dir]);
+                lp->g[dir] = (lt_gemm){0};
+                make_spec(lp, dir, &sp);
+                st = gemm_build(lp, dir, lt, &sp, &no_algo, &why);
+            }
         }
         if (st == QS_OK && no_algo) st = no_algo_fail(lp, dir, why);
     }
@@ -367,12 +453,9 @@ qs_status qs_cuda_linear_plan(qs_backend *be, const qs_linear_desc *d, void **pl
     if (d->has_bias && lp->fp8) lp->bias_kernel = true;
 
     /* workspace: scratch of the largest direction, then the cuBLASLt workspace */
-    const size_t N = (size_t)d->N, K = (size_t)d->K, Mp = (size_t)lp->Mp;
     size_t scratch = 0;
-    if (lp->fp8) {
-        lp->off_t2 = align_up(K * Mp, WS_ALIGN);
-        scratch = max_sz(K * N, lp->off_t2 + N * Mp);
-    }
+    if (lp->fp8)
+        for (int i = 0; i < DIR_COUNT; i++) scratch = max_sz(scratch, lp->f8[i].bytes);
     if (d->has_bias && lp->gdt == QS_F32) {
         lp->colsum_chunks = qs_cuda_linear_column_sum_chunks(d->M, d->N, cb->props.multiProcessorCount);
         scratch = max_sz(scratch, qs_cuda_linear_column_sum_bytes(d->N, lp->colsum_chunks));
@@ -456,6 +539,41 @@ static qs_status gemm_run(qs_cuda_linear_plan_t *lp, int dir, cublasLtHandle_t l
     return QS_OK;
 }
 
+/* FP8 direction dir: operands into their issued layout (copies in ws where fp8_layout says),
+ * the product, then the padded D back into out. a_src/b_src: the caller's buffers (W or X; X
+ * or dY); out: the caller's FP32 output; accumulate: out += (backward-data); bias: forward b or
+ * NULL. */
+static qs_status fp8_operand(cudaStream_t stream, const void *src, bool tr, int64_t r, int64_t k, int64_t rp,
+                             int64_t kp, void *dst) {
+    /* dst: row-major rp×kp (col-major kp×rp, ld kp), zero beyond (r, k) */
+    if (tr) return qs_cuda_linear_transpose_u8(stream, src, k, r, dst, kp, rp); /* src row-major k×r */
+    return qs_cuda_linear_pad_u8(stream, src, r, k, dst, rp, kp);                /* src row-major r×k */
+}
+
+static qs_status fp8_run(qs_cuda_linear_plan_t *lp, int dir, cublasLtHandle_t lt, cudaStream_t stream,
+                         const void *a_src, const void *b_src, const float *sa, const float *sb, float *out,
+                         bool accumulate, const float *bias, void *ws) {
+    const fp8_dir *f = &lp->f8[dir];
+    const void *A = a_src, *B = b_src;
+    if (f->a_copy) {
+        void *a = (char *)ws + f->off_a;
+        QS_TRY(fp8_operand(stream, a_src, f->a_tr, f->m, f->k, f->mp, f->kp, a));
+        A = a;
+    }
+    if (f->b_copy) {
+        void *b = (char *)ws + f->off_b;
+        QS_TRY(fp8_operand(stream, b_src, f->b_tr, f->n, f->k, f->np, f->kp, b));
+        B = b;
+    }
+    if (!f->d_pad) {
+        QS_TRY(gemm_run(lp, dir, lt, stream, A, B, out, accumulate ? 1.0f : 0.0f, sa, sb, NULL, ws));
+        return bias ? qs_cuda_linear_bias_add(stream, f->n, f->m, bias, out) : QS_OK;
+    }
+    float *dp = (float *)(void *)((char *)ws + f->off_d);
+    QS_TRY(gemm_run(lp, dir, lt, stream, A, B, dp, 0.0f, sa, sb, NULL, ws));
+    return qs_cuda_linear_unpad_f32(stream, f->n, f->m, dp, f->mp, bias, accumulate, out);
+}
+
 /* Contract (backend.h linear_forward): y (M,N) = x (M,K) · w (N,K)ᵀ + b (N); x, w in the plan's
  * forward dtype (FP8: per-tensor scales in device memory), b FP32 (required with a bias). */
 qs_status qs_cuda_linear_forward(qs_backend *be, void *plan, qs_stream *s, const qs_operand *x, const qs_operand *w,
@@ -471,6 +589,8 @@ qs_status qs_cuda_linear_forward(qs_backend *be, void *plan, qs_stream *s, const
     QS_TRY(lt_handle(be, &lt));
     const cudaStream_t st = stream_of(be, s);
     const int dir = DIR_FWD;
+    if (lp->fp8)
+        return fp8_run(lp, dir, lt, st, w->data, x->data, w->scale, x->scale, y, false, lp->d.has_bias ? b : NULL, ws);
     QS_TRY(gemm_run(lp, dir, lt, st, w->data, x->data, y, 0.0f, w->scale, x->scale, lp->d.has_bias ? b : NULL, ws));
     if (lp->d.has_bias && lp->bias_kernel) QS_TRY(qs_cuda_linear_bias_add(st, lp->d.M, lp->d.N, b, y));
     return QS_OK;
@@ -490,12 +610,8 @@ qs_status qs_cuda_linear_backward_data(qs_backend *be, void *plan, qs_stream *s,
     QS_TRY(lt_handle(be, &lt));
     const cudaStream_t st = stream_of(be, s);
     const int dir = DIR_DGRAD;
-    const void *A = w->data;
-    if (lp->fp8) { /* Wᵀ (K×N row-major) into the workspace scratch */
-        QS_TRY(qs_cuda_linear_transpose_u8(st, w->data, lp->d.N, lp->d.K, ws, lp->d.N));
-        A = ws;
-    }
-    return gemm_run(lp, dir, lt, st, A, dy->data, dx, accumulate ? 1.0f : 0.0f, w->scale, dy->scale, NULL, ws);
+    if (lp->fp8) return fp8_run(lp, dir, lt, st, w->data, dy->data, w->scale, dy->scale, dx, accumulate, NULL, ws);
+    return gemm_run(lp, dir, lt, st, w->data, dy->data, dx, accumulate ? 1.0f : 0.0f, w->scale, dy->scale, NULL, ws);
 }
 
 /* Contract (backend.h linear_backward_weights): dw (N,K) = dy (M,N)ᵀ · x (M,K) (overwritten);
@@ -520,15 +636,10 @@ qs_status qs_cuda_linear_backward_weights(qs_backend *be, void *plan, qs_stream 
     QS_TRY(lt_handle(be, &lt));
     const cudaStream_t st = stream_of(be, s);
     const int dir = DIR_WGRAD;
-    const void *A = x->data, *B = dy->data;
-    if (lp->fp8) { /* Xᵀ (K×Mp) and dYᵀ (N×Mp), zero beyond column M */
-        char *t2 = (char *)ws + lp->off_t2;
-        QS_TRY(qs_cuda_linear_transpose_u8(st, x->data, lp->d.M, lp->d.K, ws, lp->Mp));
-        QS_TRY(qs_cuda_linear_transpose_u8(st, dy->data, lp->d.M, lp->d.N, t2, lp->Mp));
-        A = ws;
-        B = t2;
-    }
-    QS_TRY(gemm_run(lp, dir, lt, st, A, B, dw, 0.0f, x->scale, dy->scale, NULL, ws));
+    if (lp->fp8) /* Xᵀ (K×Mp) and dYᵀ (N×Mp) copies, zero beyond column M */
+        QS_TRY(fp8_run(lp, dir, lt, st, x->data, dy->data, x->scale, dy->scale, dw, false, NULL, ws));
+    else
+        QS_TRY(gemm_run(lp, dir, lt, st, x->data, dy->data, dw, 0.0f, x->scale, dy->scale, NULL, ws));
     if (!db) return QS_OK;
     return qs_cuda_linear_column_sums(st, lp->d.M, lp->d.N, dy->data, lp->colsum_chunks,
                                       lp->colsum_chunks > 1 ? (double *)ws : NULL, db);

@@ -1,7 +1,9 @@
 /* src/cuda/cuda_linear_kernels.h — defines: the launchers of the small kernels that
  * cuda_linear.c needs around its cuBLASLt products (cuda_linear_kernels.cu, C linkage):
- * the byte transpose that gives FP8 GEMMs their "TN" operands, the bias add of the FP8
- * forward, and the deterministic column sums behind an FP32 bias gradient.
+ * the byte transpose and the zero-filled byte copy that give FP8 GEMMs their "TN" operands
+ * with 16-byte leading dimensions, the write-back of a padded FP32 result into the caller's
+ * unpadded output, the bias add of the FP8 forward, and the deterministic column sums behind
+ * an FP32 bias gradient.
  *
  * All launchers enqueue on `stream` and return at once; a launch error comes back as
  * QS_ERR_BACKEND (qs_cuda_check_launch), errors inside the kernels show at the next sync.
@@ -9,6 +11,8 @@
 #ifndef QSYNC_CUDA_LINEAR_KERNELS_H
 #define QSYNC_CUDA_LINEAR_KERNELS_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <cuda_runtime_api.h>
 
@@ -18,11 +22,25 @@
 extern "C" {
 #endif
 
-/* dst (cols, rows_padded) = transpose of the byte matrix src (rows, cols), with the columns
- * rows..rows_padded-1 of dst set to 0 (a zero byte is +0 in E4M3 and E5M2, so padding the
- * reduction dimension of a GEMM with it adds nothing). rows_padded >= rows. */
+/* dst (cols_padded, rows_padded) = transpose of the byte matrix src (rows, cols), with the
+ * columns rows..rows_padded-1 and the rows cols..cols_padded-1 of dst set to 0 (a zero byte is
+ * +0 in E4M3 and E5M2, so padding the reduction dimension of a GEMM with it adds nothing).
+ * rows_padded >= rows, cols_padded >= cols; dst holds cols_padded·rows_padded bytes. */
 qs_status qs_cuda_linear_transpose_u8(cudaStream_t stream, const void *src, int64_t rows, int64_t cols, void *dst,
-                                      int64_t rows_padded);
+                                      int64_t rows_padded, int64_t cols_padded);
+
+/* dst (rows_padded, cols_padded) = the byte matrix src (rows, cols), row-major both, with the
+ * columns cols..cols_padded-1 and the rows rows..rows_padded-1 of dst set to 0.
+ * rows_padded >= rows, cols_padded >= cols; src may have any alignment. */
+qs_status qs_cuda_linear_pad_u8(cudaStream_t stream, const void *src, int64_t rows, int64_t cols, void *dst,
+                                int64_t rows_padded, int64_t cols_padded);
+
+/* dst (rows, cols) = (the old dst[r·cols + c] with accumulate +) src[r·ld + c] (+ b[c] when b
+ * is not NULL), for a GEMM result computed into a padded buffer (ld >= cols). Each addition is
+ * one FP32 rounding, in that order: the same values as the product written straight into dst
+ * with β = accumulate, then bias_add. src and dst must not overlap. */
+qs_status qs_cuda_linear_unpad_f32(cudaStream_t stream, int64_t rows, int64_t cols, const float *src, int64_t ld,
+                                   const float *b, bool accumulate, float *dst);
 
 /* y (M, N) += b (N) broadcast over the rows. */
 qs_status qs_cuda_linear_bias_add(cudaStream_t stream, int64_t M, int64_t N, const float *b, float *y);
