@@ -92,6 +92,17 @@ typedef struct qs_pool_desc {
 qs_status qs_conv_desc_finish(qs_conv_desc *d);
 qs_status qs_pool_desc_finish(qs_pool_desc *d);
 
+/* Argument checks every backend's conv_plan / pool_plan start with: non-NULL arguments
+ * (then *plan = NULL, *workspace = 0) and a finished descriptor (its P,Q as
+ * qs_*_desc_finish computes them); pooling also needs H·W within int32 argmax indices. */
+qs_status qs_conv_plan_args(const qs_conv_desc *d, void **plan, size_t *workspace);
+qs_status qs_pool_plan_args(const qs_pool_desc *d, void **plan, size_t *workspace);
+
+/* The bias-gradient rule of backward_weights (see linear_plan's comment below): with an F32
+ * dY, db is required exactly when the plan has a bias; with a low-precision dY it must be
+ * NULL. `what` names the op in the message. */
+qs_status qs_bias_grad_check(qs_dtype dy_dt, const float *db, bool has_bias, const char *what);
+
 typedef struct qs_backend_ops {
     const char *name;     /* "cpu", "cuda" */
 

@@ -73,3 +73,44 @@ qs_dtype qs_precision_operand_dtype(qs_precision p, bool gradient) {
 const char *qs_prec_support_name(qs_prec_support s) {
     return s == QS_PREC_NATIVE ? "native" : s == QS_PREC_EMULATED ? "emulated" : "unsupported";
 }
+
+qs_status qs_bias_grad_check(qs_dtype dy_dt, const float *db, bool has_bias, const char *what) {
+    if (dy_dt == QS_F32 && db && !has_bias)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "%s: db given but the plan has no bias; pass NULL", what);
+    if (dy_dt == QS_F32 && !db && has_bias)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "%s: the plan has a bias but db is NULL", what);
+    if (dy_dt != QS_F32 && db)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "%s: db with a %s dy; compute it with column_sums from the FP32 gradient",
+                       what, qs_dtype_name(dy_dt));
+    return QS_OK;
+}
+
+/* P,Q given against P,Q computed: the descriptor must have been finished. */
+static qs_status qs_plan_pq_check(int64_t P, int64_t Q, int64_t P2, int64_t Q2, const char *what, const char *finish) {
+    if (P2 != P || Q2 != Q)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "%s: descriptor has P,Q = %lld,%lld but the geometry gives %lld,%lld; call "
+                       "%s() first", what, (long long)P, (long long)Q, (long long)P2, (long long)Q2, finish);
+    return QS_OK;
+}
+
+qs_status qs_conv_plan_args(const qs_conv_desc *d, void **plan, size_t *workspace) {
+    if (!d || !plan || !workspace) return QS_FAIL(QS_ERR_INVALID_ARG, "conv_plan: NULL descriptor or output");
+    *plan = NULL;
+    *workspace = 0;
+    qs_conv_desc dd = *d;
+    QS_TRY(qs_conv_desc_finish(&dd));
+    return qs_plan_pq_check(d->P, d->Q, dd.P, dd.Q, "conv_plan", "qs_conv_desc_finish");
+}
+
+qs_status qs_pool_plan_args(const qs_pool_desc *d, void **plan, size_t *workspace) {
+    if (!d || !plan || !workspace) return QS_FAIL(QS_ERR_INVALID_ARG, "pool_plan: NULL descriptor or output");
+    *plan = NULL;
+    *workspace = 0;
+    qs_pool_desc dd = *d;
+    QS_TRY(qs_pool_desc_finish(&dd));
+    QS_TRY(qs_plan_pq_check(d->P, d->Q, dd.P, dd.Q, "pool_plan", "qs_pool_desc_finish"));
+    if (dd.H * dd.W > INT32_MAX)
+        return QS_FAIL(QS_ERR_UNSUPPORTED, "pool_plan: %lldx%lld input is too large for int32 argmax indices",
+                       (long long)dd.H, (long long)dd.W);
+    return QS_OK;
+}

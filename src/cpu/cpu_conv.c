@@ -450,16 +450,8 @@ static void choose_recipes(qs_cpu_conv_plan_t *cp, qs_backend *be) {
 }
 
 qs_status qs_cpu_conv_plan(qs_backend *be, const qs_conv_desc *d, void **plan, size_t *workspace) {
-    if (!d || !plan || !workspace) return QS_FAIL(QS_ERR_INVALID_ARG, "conv_plan: NULL descriptor or output");
-    *plan = NULL;
-    *workspace = 0;
-    qs_conv_desc dd = *d;
-    QS_TRY(qs_conv_desc_finish(&dd));
-    if (dd.P != d->P || dd.Q != d->Q)
-        return QS_FAIL(QS_ERR_INVALID_ARG,
-                       "conv_plan: descriptor has P,Q = %lld,%lld but the geometry gives %lld,%lld; call "
-                       "qs_conv_desc_finish() first",
-                       (long long)d->P, (long long)d->Q, (long long)dd.P, (long long)dd.Q);
+    QS_TRY(qs_conv_plan_args(d, plan, workspace));
+    qs_conv_desc dd = *d; /* finished: the same P,Q */
     QS_TRY(qs_cpu_prec_check(be, d->prec, "conv_plan"));
     qs_cpu_conv_plan_t *cp = calloc(1, sizeof *cp);
     if (!cp) return QS_FAIL(QS_ERR_OOM, "conv_plan: out of memory for the plan");
@@ -695,14 +687,7 @@ qs_status qs_cpu_conv_backward_weights(qs_backend *be, void *plan, qs_stream *s,
     QS_TRY(qs_cpu_operand_check(xo, cp->fdt, false, "conv_backward_weights x"));
     if (!dw) return QS_FAIL(QS_ERR_INVALID_ARG, "conv_backward_weights: NULL dw");
     const qs_conv_desc *d = &cp->d;
-    if (dyo->dt == QS_F32 && db && !d->has_bias)
-        return QS_FAIL(QS_ERR_INVALID_ARG, "conv_backward_weights: db given but the plan has no bias; pass NULL");
-    if (dyo->dt == QS_F32 && !db && d->has_bias)
-        return QS_FAIL(QS_ERR_INVALID_ARG, "conv_backward_weights: the plan has a bias but db is NULL");
-    if (dyo->dt != QS_F32 && db)
-        return QS_FAIL(QS_ERR_INVALID_ARG,
-                       "conv_backward_weights: db with a %s dy; compute it with column_sums from the FP32 gradient",
-                       qs_dtype_name(dyo->dt));
+    QS_TRY(qs_bias_grad_check(dyo->dt, db, d->has_bias, "conv_backward_weights"));
     QS_TRY(conv_ws_check(cp, ws, "conv_backward_weights"));
     const conv_recipe r = cp->rcp[DIR_BWD_WEIGHTS];
     if (r == RCP_S8_SWAPPED || r == RCP_BF16_SWAPPED || r == RCP_S8_GEMM)

@@ -229,14 +229,7 @@ qs_status qs_cpu_linear_backward_weights(qs_backend *be, void *plan, qs_stream *
     QS_TRY(qs_cpu_operand_check(dy, lp->gdt, false, "linear_backward_weights dy"));
     QS_TRY(qs_cpu_operand_check(x, lp->fdt, false, "linear_backward_weights x"));
     if (!dw) return QS_FAIL(QS_ERR_INVALID_ARG, "linear_backward_weights: NULL dw");
-    if (dy->dt == QS_F32 && db && !lp->d.has_bias)
-        return QS_FAIL(QS_ERR_INVALID_ARG, "linear_backward_weights: db given but the plan has no bias; pass NULL");
-    if (dy->dt == QS_F32 && !db && lp->d.has_bias)
-        return QS_FAIL(QS_ERR_INVALID_ARG, "linear_backward_weights: the plan has a bias but db is NULL");
-    if (dy->dt != QS_F32 && db)
-        return QS_FAIL(QS_ERR_INVALID_ARG,
-                       "linear_backward_weights: db with a %s dy; compute it with column_sums from the FP32 gradient",
-                       qs_dtype_name(dy->dt));
+    QS_TRY(qs_bias_grad_check(dy->dt, db, lp->d.has_bias, "linear_backward_weights"));
     QS_TRY(ws_check(lp, ws, "linear_backward_weights"));
     const int64_t M = lp->d.M, N = lp->d.N, K = lp->d.K;
     void *pdy, *px;

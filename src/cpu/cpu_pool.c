@@ -19,19 +19,8 @@ typedef struct qs_cpu_pool_plan {
 void qs_cpu_pool_plan_destroy(void *plan) { free(plan); }
 
 qs_status qs_cpu_pool_plan(qs_backend *be, const qs_pool_desc *d, void **plan, size_t *workspace) {
-    if (!d || !plan || !workspace) return QS_FAIL(QS_ERR_INVALID_ARG, "pool_plan: NULL descriptor or output");
-    *plan = NULL;
-    *workspace = 0;
-    qs_pool_desc dd = *d;
-    QS_TRY(qs_pool_desc_finish(&dd));
-    if (dd.P != d->P || dd.Q != d->Q)
-        return QS_FAIL(QS_ERR_INVALID_ARG,
-                       "pool_plan: descriptor has P,Q = %lld,%lld but the geometry gives %lld,%lld; call "
-                       "qs_pool_desc_finish() first",
-                       (long long)d->P, (long long)d->Q, (long long)dd.P, (long long)dd.Q);
-    if (dd.H * dd.W > INT32_MAX)
-        return QS_FAIL(QS_ERR_UNSUPPORTED, "pool_plan: %lldx%lld input is too large for int32 argmax indices",
-                       (long long)dd.H, (long long)dd.W);
+    QS_TRY(qs_pool_plan_args(d, plan, workspace));
+    qs_pool_desc dd = *d; /* finished: the same P,Q */
     qs_cpu_pool_plan_t *pp = calloc(1, sizeof *pp);
     if (!pp) return QS_FAIL(QS_ERR_OOM, "pool_plan: out of memory for the plan");
     pp->hdr.kind = QS_CPU_PLAN_POOL;

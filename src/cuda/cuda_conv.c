@@ -876,16 +876,8 @@ static qs_status build_dir(qs_backend *be, qs_cuda_conv_plan_t *cp, int dir, cud
 }
 
 qs_status qs_cuda_conv_plan(qs_backend *be, const qs_conv_desc *d, void **plan, size_t *workspace) {
-    if (!d || !plan || !workspace) return QS_FAIL(QS_ERR_INVALID_ARG, "conv_plan: NULL descriptor or output");
-    *plan = NULL;
-    *workspace = 0;
-    qs_conv_desc dd = *d;
-    QS_TRY(qs_conv_desc_finish(&dd));
-    if (dd.P != d->P || dd.Q != d->Q)
-        return QS_FAIL(QS_ERR_INVALID_ARG,
-                       "conv_plan: descriptor has P,Q = %lld,%lld but the geometry gives %lld,%lld; call "
-                       "qs_conv_desc_finish() first",
-                       (long long)d->P, (long long)d->Q, (long long)dd.P, (long long)dd.Q);
+    QS_TRY(qs_conv_plan_args(d, plan, workspace));
+    qs_conv_desc dd = *d; /* finished: the same P,Q */
     if ((unsigned)dd.prec >= QS_PREC_COUNT)
         return QS_FAIL(QS_ERR_INVALID_ARG, "conv_plan: unknown precision %d", (int)dd.prec);
     if (dd.prec == QS_PREC_INT8)
@@ -1055,14 +1047,7 @@ qs_status qs_cuda_conv_backward_weights(qs_backend *be, void *plan, qs_stream *s
     QS_TRY(operand_check(dy, cp->gdt, false, "conv_backward_weights dy"));
     QS_TRY(operand_check(x, cp->fdt, false, "conv_backward_weights x"));
     if (!dw) return QS_FAIL(QS_ERR_INVALID_ARG, "conv_backward_weights: NULL dw");
-    if (dy->dt == QS_F32 && db && !d->has_bias)
-        return QS_FAIL(QS_ERR_INVALID_ARG, "conv_backward_weights: db given but the plan has no bias; pass NULL");
-    if (dy->dt == QS_F32 && !db && d->has_bias)
-        return QS_FAIL(QS_ERR_INVALID_ARG, "conv_backward_weights: the plan has a bias but db is NULL");
-    if (dy->dt != QS_F32 && db)
-        return QS_FAIL(QS_ERR_INVALID_ARG,
-                       "conv_backward_weights: db with a %s dy; compute it with column_sums from the FP32 gradient",
-                       qs_dtype_name(dy->dt));
+    QS_TRY(qs_bias_grad_check(dy->dt, db, d->has_bias, "conv_backward_weights"));
     QS_TRY(conv_run(be, cp, DIR_BWD_WEIGHTS, s, dy, x, NULL, dw, false, ws));
     if (db) QS_TRY(qs_cuda_column_sums(be, s, d->N * d->P * d->Q, d->K, dy->data, db));
     return QS_OK;

@@ -399,19 +399,8 @@ qs_status xent_check(const char *what, int64_t B, int64_t classes, int nptrs, co
 
 /* Validate the descriptor (P,Q must be qs_pool_desc_finish()'s) and keep it; no workspace. */
 extern "C" qs_status qs_cuda_pool_plan(qs_backend *, const qs_pool_desc *d, void **plan, size_t *workspace) {
-    if (!d || !plan || !workspace) return QS_FAIL(QS_ERR_INVALID_ARG, "pool_plan: NULL descriptor or output");
-    *plan = NULL;
-    *workspace = 0;
-    qs_pool_desc dd = *d;
-    QS_TRY(qs_pool_desc_finish(&dd));
-    if (dd.P != d->P || dd.Q != d->Q)
-        return QS_FAIL(QS_ERR_INVALID_ARG,
-                       "pool_plan: descriptor has P,Q = %lld,%lld but the geometry gives %lld,%lld; call "
-                       "qs_pool_desc_finish() first",
-                       (long long)d->P, (long long)d->Q, (long long)dd.P, (long long)dd.Q);
-    if (dd.H * dd.W > INT32_MAX)
-        return QS_FAIL(QS_ERR_UNSUPPORTED, "pool_plan: %lldx%lld input is too large for int32 argmax indices",
-                       (long long)dd.H, (long long)dd.W);
+    QS_TRY(qs_pool_plan_args(d, plan, workspace));
+    qs_pool_desc dd = *d; /* finished: the same P,Q */
     PoolPlan *pp = static_cast<PoolPlan *>(calloc(1, sizeof(PoolPlan)));
     if (!pp) return QS_FAIL(QS_ERR_OOM, "pool_plan: out of memory for the plan");
     pp->kind = QS_CUDA_PLAN_POOL;
