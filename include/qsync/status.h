@@ -19,7 +19,8 @@ typedef enum qs_status {
     QS_ERR_UNSUPPORTED,   /* valid request this build or backend cannot do */
     QS_ERR_BACKEND,       /* a library underneath (oneDNN, CUDA, MPI) reported an error */
     QS_ERR_INTERNAL,      /* a bug in qsync */
-    QS_ERR_TIMEOUT        /* a peer process did not arrive in time (stalled or died) */
+    QS_ERR_TIMEOUT,       /* a peer process did not arrive in time (stalled or died) */
+    QS_ERR_INFEASIBLE     /* constraints no solution meets (a plan's time target or memory cap) */
 } qs_status;
 
 /* Short stable name of a status, e.g. "QS_ERR_IO". */

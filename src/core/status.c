@@ -24,6 +24,7 @@ const char *qs_status_name(qs_status st) {
     case QS_ERR_BACKEND: return "QS_ERR_BACKEND";
     case QS_ERR_INTERNAL: return "QS_ERR_INTERNAL";
     case QS_ERR_TIMEOUT: return "QS_ERR_TIMEOUT";
+    case QS_ERR_INFEASIBLE: return "QS_ERR_INFEASIBLE";
     }
     return "QS_ERR_UNKNOWN";
 }
