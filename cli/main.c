@@ -15,6 +15,8 @@ static void qs_main_help(FILE *f) {
           "  bench    measure GEMM, layer, quantization and training-step throughput per precision\n"
           "  profile  measure a model's per-op costs at every precision for the predictor\n"
           "  simulate predict a cluster's iteration time and memory for a precision plan from profiles\n"
+          "  indicate measure per layer and precision how much quantizing it hurts (the indicator)\n"
+          "  plan     choose per device type the precisions that keep a hybrid cluster in step\n"
           "  help     show this help\n",
           f);
 }
@@ -36,6 +38,8 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "bench") == 0) return qs_cmd_bench(argc, argv);
     if (strcmp(cmd, "profile") == 0) return qs_cmd_profile(argc, argv);
     if (strcmp(cmd, "simulate") == 0) return qs_cmd_simulate(argc, argv);
-    fprintf(stderr, "qsync: unknown command '%s' (commands: train, eval, models, bench, profile, simulate, help)\n", cmd);
+    if (strcmp(cmd, "indicate") == 0) return qs_cmd_indicate(argc, argv);
+    if (strcmp(cmd, "plan") == 0) return qs_cmd_plan(argc, argv);
+    fprintf(stderr, "qsync: unknown command '%s' (commands: train, eval, models, bench, profile, simulate, indicate, plan, help)\n", cmd);
     return 2;
 }

@@ -171,20 +171,70 @@ static double qs_sim_run_untimed(const cJSON *run, int *n_selectable) {
     return gap > 0 ? gap : 0;
 }
 
+/* What Conv2d/Linear node n adds to the base run's untimed time: its share of what its
+ * precision's run had beyond the base (0 for other nodes). */
+static double qs_sim_untimed_share(const qs_sim_worker *w, const cJSON *base, const qs_node *n) {
+    int nb = 0, k = 0;
+    if (!qs_node_precision_selectable(n->kind)) return 0;
+    double gap_base = qs_sim_run_untimed(base, &nb);
+    const cJSON *run = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(w->profile, "runs"),
+                                                        qs_precision_name(n->prec));
+    double g = run ? qs_sim_run_untimed(run, &k) : gap_base;
+    return run && k > 0 ? (g - gap_base) / k : 0;
+}
+
 /* The untimed time of this worker's plan: the base run's, plus for every Conv2d/Linear its
  * share of what its precision's run had beyond the base. */
 static double qs_sim_untimed(const qs_sim_worker *w, const cJSON *base) {
-    int nb = 0, k;
+    int nb = 0;
     double gap_base = qs_sim_run_untimed(base, &nb), extra = 0;
-    const cJSON *runs = cJSON_GetObjectItemCaseSensitive(w->profile, "runs");
-    for (int i = 1; i < w->m->n_nodes; i++) {
-        const qs_node *n = &w->m->nodes[i];
-        if (!qs_node_precision_selectable(n->kind)) continue;
-        const cJSON *run = cJSON_GetObjectItemCaseSensitive(runs, qs_precision_name(n->prec));
-        double g = run ? qs_sim_run_untimed(run, &k) : gap_base;
-        if (run && k > 0) extra += (g - gap_base) / k;
-    }
+    for (int i = 1; i < w->m->n_nodes; i++) extra += qs_sim_untimed_share(w, base, &w->m->nodes[i]);
     return gap_base + extra;
+}
+
+/* The base run of a worker's profile: fp32's, else the first. */
+static const cJSON *qs_sim_base_run(const qs_sim_worker *w) {
+    const cJSON *runs = cJSON_GetObjectItemCaseSensitive(w->profile, "runs");
+    const cJSON *base = cJSON_GetObjectItemCaseSensitive(runs, "fp32");
+    return base ? base : runs->child;
+}
+
+/* Every node's cost for this worker (cost: [m->n_nodes], zeroed by the caller; aliases stay 0),
+ * as the replay charges them. */
+static qs_status qs_sim_costs(const qs_sim_worker *w, qs_sim_cost *cost) {
+    const qs_model *m = w->m;
+    bool *needs_grad = calloc((size_t)m->n_nodes, sizeof *needs_grad);
+    qs_status st = needs_grad ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory replaying %s", m->arch);
+    for (int i = 1; i < m->n_nodes && st == QS_OK; i++) { /* as graph.c marks them */
+        const qs_node *n = &m->nodes[i];
+        needs_grad[i] = n->n_params > 0;
+        for (int k = 0; k < n->n_inputs; k++) needs_grad[i] |= needs_grad[n->inputs[k]];
+    }
+    for (int pass = 0; pass < 2; pass++) /* casts last: a missing run is the clearer message */
+        for (int i = 1; i < m->n_nodes && st == QS_OK; i++)
+            if (m->nodes[i].alias_of < 0 && (m->nodes[i].kind == QS_NODE_CAST) == (pass == 1))
+                st = qs_sim_node_cost(w, &m->nodes[i], needs_grad, &cost[i]);
+    free(needs_grad);
+    return st;
+}
+
+qs_status qs_sim_node_charges(const qs_sim_worker *w, qs_sim_charge *out) {
+    const qs_model *m = w->m;
+    QS_TRY(qs_sim_check_profile(w, 0));
+    qs_sim_cost *cost = calloc((size_t)m->n_nodes, sizeof *cost);
+    if (!cost) return QS_FAIL(QS_ERR_OOM, "out of memory replaying %s", m->arch);
+    qs_status st = qs_sim_costs(w, cost);
+    const cJSON *base = qs_sim_base_run(w);
+    double op_scale = w->slowdown > 1 ? w->slowdown : 1, step_scale = w->slow_whole_step ? op_scale : 1;
+    for (int i = 0; i < m->n_nodes && st == QS_OK; i++) {
+        const qs_sim_cost *c = &cost[i];
+        out[i].ms = i == 0 ? 0 : (c->fwd + c->cast) * op_scale + (c->bwd_weights + c->bwd_data) * op_scale;
+        out[i].untimed_ms = i == 0 ? 0 : qs_sim_untimed_share(w, base, &m->nodes[i]) * step_scale;
+        out[i].mem = c->out + c->grad + c->saved;
+        out[i].workspace = c->workspace;
+    }
+    free(cost);
+    return st;
 }
 
 /* ---- one worker's timeline ---- */
@@ -212,24 +262,11 @@ static void qs_sim_event(cJSON *trace, const char *name, const char *cat, int pi
 static qs_status qs_sim_worker_timeline(const qs_sim_worker *w, int rank, int nb, const int *entry_bucket, cJSON *trace,
                                         qs_sim_timeline *tl) {
     const qs_model *m = w->m;
-    const cJSON *runs = cJSON_GetObjectItemCaseSensitive(w->profile, "runs");
-    const cJSON *base = cJSON_GetObjectItemCaseSensitive(runs, "fp32");
-    if (!base) base = runs->child;
+    const cJSON *base = qs_sim_base_run(w);
     const cJSON *mem = cJSON_GetObjectItemCaseSensitive(base, "memory_bytes");
     double op_scale = w->slowdown > 1 ? w->slowdown : 1, step_scale = w->slow_whole_step ? op_scale : 1;
     qs_sim_cost *cost = calloc((size_t)m->n_nodes, sizeof *cost);
-    bool *needs_grad = calloc((size_t)m->n_nodes, sizeof *needs_grad);
-    qs_status st = cost && needs_grad ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory replaying %s", m->arch);
-    for (int i = 1; i < m->n_nodes && st == QS_OK; i++) { /* as graph.c marks them */
-        const qs_node *n = &m->nodes[i];
-        needs_grad[i] = n->n_params > 0;
-        for (int k = 0; k < n->n_inputs; k++) needs_grad[i] |= needs_grad[n->inputs[k]];
-    }
-    for (int pass = 0; pass < 2; pass++) /* casts last: a missing run is the clearer message */
-        for (int i = 1; i < m->n_nodes && st == QS_OK; i++)
-            if (m->nodes[i].alias_of < 0 && (m->nodes[i].kind == QS_NODE_CAST) == (pass == 1))
-                st = qs_sim_node_cost(w, &m->nodes[i], needs_grad, &cost[i]);
-    free(needs_grad);
+    qs_status st = cost ? qs_sim_costs(w, cost) : QS_FAIL(QS_ERR_OOM, "out of memory replaying %s", m->arch);
     if (st != QS_OK) {
         free(cost);
         return st;

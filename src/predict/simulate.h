@@ -50,6 +50,22 @@ typedef struct qs_sim_options {
     bool overlap;             /* buckets start during backward (else after it) */
 } qs_sim_options;
 
+/* What the replay charges one node of a worker's model (qs_sim_node_charges). */
+typedef struct qs_sim_charge {
+    double ms;          /* forward + casts + backward (data and weights), times the emulated op slowdown */
+    double untimed_ms;  /* Conv2d/Linear: its share of the untimed time beyond the base run's (may be < 0;
+                           times the whole-step slowdown); 0 for other nodes */
+    double mem;         /* output + output gradient + saved tensors, bytes */
+    double workspace;   /* its workspace, bytes (the replay adds the largest one) */
+} qs_sim_charge;
+
+/* Per node of w->m (out: [w->m->n_nodes]; node 0, the input, and fused aliases get 0), the cost
+ * the replay charges it, from the same rules as qs_simulate: the sum over nodes of ms, plus
+ * data, the base run's untimed time, communication and optimizer, is the worker's iteration; of
+ * mem plus the shared memory and the largest workspace, its memory. For the planner
+ * (src/plan/plan_build.h). Errors as qs_simulate's for this worker's profile. */
+qs_status qs_sim_node_charges(const qs_sim_worker *w, qs_sim_charge *out);
+
 /* Replay one iteration of the n workers. Returns the prediction as a JSON document (format
  * QS_SIM_FORMAT) in *out (caller deletes): "iteration_ms" (the synchronized iteration, the
  * latest worker's finish, grown by the median of the step jitter's maximum over workers),

@@ -1,0 +1,227 @@
+/* cli/cmd_plan.c — `qsync plan`: choose per device type the precisions that keep a hybrid
+ * cluster in step at the least indicator cost (src/plan/plan_build.h; docs/PLANS.md). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "commands.h"
+#include "core/atomic_file.h"
+#include "core/json_doc.h"
+#include "dist/cluster.h"
+#include "dist/cpu_quota.h"
+#include "options.h"
+#include "plan/plan_build.h"
+
+#define QS_PLAN_MAX_PROFILES 16
+
+static const char *const qs_plan_summary =
+    "Choose the precision plan of a hybrid cluster: for every device type slower than the fastest,\n"
+    "the per-layer precisions of least indicator cost (Σω) whose predicted synchronized iteration\n"
+    "is at most T (the fastest type's, all fp32, or --target-ms) within the workers' memory. Costs\n"
+    "come from the profiles (qsync profile) as the replayer (qsync simulate) charges them; the plan\n"
+    "is checked by a full replay and re-solved tighter while that misses T. Writes a plan file\n"
+    "(version 2, a section per device type) with its predictions for `qsync train --plan`.";
+
+typedef struct qs_plan_profiles {
+    char type[QS_PLAN_MAX_PROFILES][48]; /* "" = any type */
+    char path[QS_PLAN_MAX_PROFILES][4096];
+    cJSON *doc[QS_PLAN_MAX_PROFILES];
+    int n;
+} qs_plan_profiles;
+
+/* Parse "FILE" or "TYPE=FILE,..." and read every file (free with qs_plan_profiles_free). */
+static qs_status qs_plan_profiles_read(const char *list, qs_plan_profiles *p) {
+    memset(p, 0, sizeof *p);
+    for (const char *s = list; *s;) {
+        size_t len = strcspn(s, ",");
+        if (p->n == QS_PLAN_MAX_PROFILES) return QS_FAIL(QS_ERR_INVALID_ARG, "--profile: more than %d files", QS_PLAN_MAX_PROFILES);
+        char item[4096];
+        if (len >= sizeof item) return QS_FAIL(QS_ERR_INVALID_ARG, "--profile: an entry is too long");
+        memcpy(item, s, len);
+        item[len] = '\0';
+        char *eq = strchr(item, '='), *file = item;
+        if (eq) {
+            *eq = '\0';
+            if (strlen(item) >= sizeof p->type[p->n])
+                return QS_FAIL(QS_ERR_INVALID_ARG, "--profile: device type '%s' is too long", item);
+            snprintf(p->type[p->n], sizeof p->type[p->n], "%s", item);
+            file = eq + 1;
+        }
+        snprintf(p->path[p->n], sizeof p->path[p->n], "%s", file);
+        QS_TRY(qs_json_read(p->path[p->n], (size_t)256 << 20, "profile", &p->doc[p->n]));
+        p->n++;
+        s += len;
+        if (*s == ',') s++;
+    }
+    if (p->n == 0) return QS_FAIL(QS_ERR_INVALID_ARG, "--profile: no file given");
+    return QS_OK;
+}
+
+static void qs_plan_profiles_free(qs_plan_profiles *p) {
+    for (int i = 0; i < p->n; i++) cJSON_Delete(p->doc[i]);
+}
+
+/* The profile for a worker of `type`: the one labelled with it, else an unlabelled one; -1. */
+static int qs_plan_profile_for(const qs_plan_profiles *p, const char *type) {
+    for (int i = 0; i < p->n; i++)
+        if (p->type[i][0] && strcmp(p->type[i], type) == 0) return i;
+    for (int i = 0; i < p->n; i++)
+        if (!p->type[i][0]) return i;
+    return -1;
+}
+
+/* Whether the config string has the word "width=W". */
+static bool qs_plan_config_has_width(const char *config, int64_t width) {
+    char want[40];
+    snprintf(want, sizeof want, "width=%lld", (long long)width);
+    size_t n = strlen(want);
+    for (const char *s = strstr(config, want); s; s = strstr(s + 1, want))
+        if ((s == config || s[-1] == ' ') && (s[n] == '\0' || s[n] == ' ')) return true;
+    return false;
+}
+
+static void qs_plan_print(const cJSON *doc, const char *out) {
+    const cJSON *pred = cJSON_GetObjectItem(doc, "predictions"), *ty;
+    printf("T = %.3f ms (%s); replayed synchronized iteration %.3f ms after %d round(s)\n",
+           cJSON_GetObjectItem(pred, "target_ms")->valuedouble, cJSON_GetObjectItem(pred, "target_source")->valuestring,
+           cJSON_GetObjectItem(pred, "synchronized_ms")->valuedouble, cJSON_GetObjectItem(pred, "rounds")->valueint);
+    cJSON_ArrayForEach(ty, cJSON_GetObjectItem(pred, "types")) {
+        const cJSON *solver = cJSON_GetObjectItem(ty, "solver");
+        printf("  %s: %d layer(s) below fp32, sum omega %.6g", ty->string,
+               cJSON_GetObjectItem(ty, "quantized_layers")->valueint, cJSON_GetObjectItem(ty, "omega")->valuedouble);
+        if (solver) {
+            printf(" (%s; all fp32 would take %.3f ms; model %.3f ms at target %.3f ms", solver->valuestring,
+                   cJSON_GetObjectItem(ty, "fp32_synchronized_ms")->valuedouble,
+                   cJSON_GetObjectItem(ty, "model_ms")->valuedouble, cJSON_GetObjectItem(ty, "model_target_ms")->valuedouble);
+            const cJSON *gap = cJSON_GetObjectItem(ty, "greedy_gap");
+            if (gap) printf("; greedy %.6g, %.2f%% above the optimum", cJSON_GetObjectItem(ty, "greedy_omega")->valuedouble,
+                            100 * gap->valuedouble);
+            printf(")");
+        } else {
+            printf(" (fastest type)");
+        }
+        printf("\n");
+        const cJSON *sec = cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "device_types"), ty->string), *l;
+        cJSON_ArrayForEach(l, cJSON_GetObjectItem(sec, "precisions"))
+            if (strcmp(l->valuestring, "fp32") != 0) printf("    %s: %s\n", l->string, l->valuestring);
+    }
+    const cJSON *w;
+    cJSON_ArrayForEach(w, cJSON_GetObjectItem(pred, "workers")) {
+        const cJSON *type = cJSON_GetObjectItem(w, "type");
+        printf("  rank %d (%s): %.3f ms, %.1f MiB\n", cJSON_GetObjectItem(w, "rank")->valueint,
+               type ? type->valuestring : "?", cJSON_GetObjectItem(w, "iteration_ms")->valuedouble,
+               cJSON_GetObjectItem(w, "memory_bytes")->valuedouble / 1048576.0);
+    }
+    printf("plan written to %s\n", out);
+}
+
+int qs_cmd_plan(int argc, char **argv) {
+    const char *cluster_path = NULL, *model = NULL, *profiles = NULL, *indicator = NULL, *out = NULL;
+    int64_t width = 0, batch = 0;
+    double target_ms = 0, bucket_mb = 25, tolerance_pct = 0.5;
+    bool json = false, exact = false, greedy_only = false, no_overlap = false;
+    int rounds = 4;
+    qs_cli_opt opts[] = {
+        {"cluster", QS_CLI_STR, &cluster_path, "FILE", "the workers (docs/CLUSTERS.md; required)"},
+        {"model", QS_CLI_STR, &model, "NAME", "the model (required; must be the profiles')"},
+        {"width", QS_CLI_I64, &width, "N", "its width, checked against the profiles (0 = as profiled)"},
+        {"batch", QS_CLI_I64, &batch, "N", "the local batch of every worker (required; the profiles')"},
+        {"profile", QS_CLI_STR, &profiles, "LIST", "TYPE=FILE,... per device type, or FILE for all (required)"},
+        {"indicator", QS_CLI_STR, &indicator, "FILE", "per-layer ω (qsync indicate; required)"},
+        {"target-ms", QS_CLI_DOUBLE, &target_ms, "MS", "T (default: the fastest type's iteration, all fp32)"},
+        {"exact", QS_CLI_FLAG, &exact, NULL, "solve exactly (GLPK) as well as greedily (the default)"},
+        {"greedy-only", QS_CLI_FLAG, &greedy_only, NULL, "only the greedy"},
+        {"tolerance", QS_CLI_DOUBLE, &tolerance_pct, "PCT", "a replay within T + PCT% meets T (default 0.5)"},
+        {"rounds", QS_CLI_INT, &rounds, "N", "solve-and-replay rounds (default 4)"},
+        {"bucket-mb", QS_CLI_DOUBLE, &bucket_mb, "MB", "gradient bucket size, as in training (default 25)"},
+        {"no-overlap", QS_CLI_FLAG, &no_overlap, NULL, "all-reduce after backward, as train --no-overlap"},
+        {"out", QS_CLI_STR, &out, "FILE", "the plan file to write (required)"},
+        {"json", QS_CLI_FLAG, &json, NULL, "print the plan document as JSON"},
+    };
+    int rc = qs_cli_parse(argc, argv, 2, opts, (int)(sizeof opts / sizeof opts[0]), "plan", qs_plan_summary);
+    if (rc) return rc == 1 ? 0 : rc;
+    if (!cluster_path || !model || !profiles || !indicator || !out || batch <= 0) {
+        fprintf(stderr, "qsync plan: --cluster, --model, --batch, --profile, --indicator and --out are required\n");
+        return 2;
+    }
+    if (exact && greedy_only) {
+        fprintf(stderr, "qsync plan: --exact and --greedy-only exclude each other\n");
+        return 2;
+    }
+    if (width < 0 || target_ms < 0 || !(bucket_mb > 0) || tolerance_pct < 0 || rounds < 1) {
+        fprintf(stderr, "qsync plan: --width, --target-ms and --tolerance must be >= 0, --bucket-mb > 0, --rounds >= 1\n");
+        return 2;
+    }
+    qs_plan_profiles prof;
+    memset(&prof, 0, sizeof prof);
+    qs_cluster cluster;
+    memset(&cluster, 0, sizeof cluster);
+    qs_planb_worker *w = NULL;
+    cJSON *doc = NULL, *ind = NULL;
+    qs_status st = qs_plan_profiles_read(profiles, &prof);
+    if (st == QS_OK) st = qs_cluster_read(cluster_path, &cluster);
+    if (st == QS_OK) st = qs_json_read(indicator, (size_t)64 << 20, "indicator", &ind);
+    if (st == QS_OK && !(w = calloc((size_t)cluster.n_workers, sizeof *w))) st = QS_FAIL(QS_ERR_OOM, "out of memory");
+    for (int r = 0; r < cluster.n_workers && st == QS_OK; r++) {
+        const qs_cluster_worker *cw = &cluster.workers[r];
+        int k = qs_plan_profile_for(&prof, cw->type);
+        if (k < 0) {
+            st = QS_FAIL(QS_ERR_NOT_FOUND, "no profile for worker %d of type \"%s\" (%s): give --profile %s=FILE", r,
+                         cw->type, cluster_path, cw->type);
+            break;
+        }
+        if (cw->precision[0] || cw->plan[0]) {
+            st = QS_FAIL(QS_ERR_INVALID_ARG, "%s sets the precisions of worker %d: qsync plan chooses them; remove "
+                         "\"precision\"/\"plan\" from the cluster file", cluster_path, r);
+            break;
+        }
+        w[r] = (qs_planb_worker){.type = cw->type, .profile = prof.doc[k], .profile_path = prof.path[k], .slowdown = 1,
+                                 .memory_cap = cw->memory_mb > 0 ? cw->memory_mb * 1048576 : 0};
+        /* a profile taken under the worker's emulation already holds its slowdown (as simulate) */
+        const cJSON *pe = cJSON_GetObjectItem(prof.doc[k], "emulation");
+        double ps = pe ? cJSON_GetNumberValue(cJSON_GetObjectItem(pe, "slowdown")) : 1, ws = cw->slowdown;
+        if (pe && !(ps == ws))
+            st = QS_FAIL(QS_ERR_MISMATCH, "%s was taken under an emulated slowdown of %g, but worker %d has %g: "
+                         "profile with --cluster for this cluster", prof.path[k], ps, r, ws);
+        if (!pe && ws > 1) {
+            w[r].slowdown = ws;
+            w[r].slow_whole_step = strcmp(cw->emulation_method, "cgroup") == 0 ||
+                                   (strcmp(cw->emulation_method, "auto") == 0 && qs_cpu_quota_available(NULL, 0));
+        }
+    }
+    const cJSON *config = prof.n > 0 ? cJSON_GetObjectItem(prof.doc[0], "config") : NULL;
+    const cJSON *pmodel = prof.n > 0 ? cJSON_GetObjectItem(prof.doc[0], "model") : NULL;
+    if (st == QS_OK && (!cJSON_IsString(config) || !cJSON_IsString(pmodel)))
+        st = QS_FAIL(QS_ERR_FORMAT, "%s lacks \"model\" or \"config\": not a qsync profile", prof.path[0]);
+    if (st == QS_OK && strcmp(pmodel->valuestring, model) != 0)
+        st = QS_FAIL(QS_ERR_MISMATCH, "profile %s is of model %s, not --model %s: profile %s", prof.path[0],
+                     pmodel->valuestring, model, model);
+    if (st == QS_OK && width > 0 && !qs_plan_config_has_width(config->valuestring, width))
+        st = QS_FAIL(QS_ERR_MISMATCH, "profile %s is of %s built with \"%s\", not --width %lld: profile at that width",
+                     prof.path[0], model, config->valuestring, (long long)width);
+    if (st == QS_OK) {
+        qs_planb_request rq = {.workers = w, .n_workers = cluster.n_workers, .arch = model, .config = config->valuestring,
+                               .batch = batch, .indicator = ind, .indicator_path = indicator, .target_ms = target_ms,
+                               .greedy_only = greedy_only, .tolerance = tolerance_pct / 100, .max_rounds = rounds,
+                               .bucket_bytes = (size_t)(bucket_mb * 1048576.0), .overlap = !no_overlap};
+        st = qs_plan_build(&rq, &doc);
+    }
+    if (st == QS_OK) {
+        char *text = cJSON_Print(doc);
+        st = text ? qs_write_file_atomic(out, text, strlen(text)) : QS_FAIL(QS_ERR_OOM, "out of memory writing %s", out);
+        if (st == QS_OK) {
+            if (json) puts(text);
+            else qs_plan_print(doc, out);
+        }
+        free(text);
+    }
+    cJSON_Delete(doc);
+    cJSON_Delete(ind);
+    free(w);
+    qs_cluster_free(&cluster);
+    qs_plan_profiles_free(&prof);
+    return st == QS_OK ? 0 : qs_cmd_fail("plan");
+}

@@ -1,0 +1,253 @@
+/* tests/test_plan_cmd.c — `qsync plan` (src/plan/plan_build.h): a 2-type cluster whose slow
+ * type is a profile with slow fp32 and fast int8 GEMMs (made-up, fixed times: see make_profile) gets a plan that
+ * quantizes on the slow type only and replays within T; a generous T quantizes nothing; an
+ * impossible T, one device type, a mismatched indicator or batch, and a memory cap no plan fits
+ * are refused with precise messages and no file; the written plan loads and trains 2 steps
+ * under mpirun -np 2. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "plan/plan_file.h"
+#include "run_cmd.h"
+
+static cJSON *read_json(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return NULL;
+    char *text = calloc(8 << 20, 1);
+    size_t n = text ? fread(text, 1, (8 << 20) - 1, f) : 0;
+    fclose(f);
+    cJSON *doc = n > 0 ? cJSON_Parse(text) : NULL;
+    free(text);
+    return doc;
+}
+
+static void write_json(const char *path, const cJSON *doc) {
+    char *text = cJSON_Print(doc);
+    FILE *f = fopen(path, "w");
+    assert_non_null(text);
+    assert_non_null(f);
+    assert_true(fputs(text, f) >= 0);
+    fclose(f);
+    free(text);
+}
+
+static void expect_cli(int want, const char *needle, const char *args) {
+    char *out = NULL;
+    int rc = qs_test_run_qsync(args, &out);
+    if (rc != want || (needle && !strstr(out, needle)))
+        fail_msg("qsync %s\n  exit %d (want %d), output:\n%s\n  (wanted: %s)", args, rc, want, out, needle ? needle : "-");
+    free(out);
+}
+
+static double num(const cJSON *o, const char *key) { return cJSON_GetNumberValue(cJSON_GetObjectItem(o, key)); }
+
+/* Make a measured profile deterministic (the plan must not depend on this machine's timings or
+ * load): every Conv2d/Linear direction costs `gemm_ms` times its run's factor (fp32, bf16, int8),
+ * every other op 0.05 ms a direction, casts 0.02 ms, the optimizer 0.1 ms; the step is their sum
+ * (no time outside the ops, no jitter); casts, the all-reduce and the in-place gradient sync get
+ * fixed costs. Written to `to`. */
+static void make_profile(const char *from, const char *to, double gemm_ms, const double factor[3]) {
+    cJSON *p = read_json(from), *run, *op;
+    assert_non_null(p);
+    const char *keys[4] = {"forward_ms", "backward_data_ms", "backward_weights_ms", "cast_ms"};
+    cJSON_ArrayForEach(run, cJSON_GetObjectItem(p, "runs")) {
+        double f = strcmp(run->string, "int8") == 0 ? factor[2] : strcmp(run->string, "bf16") == 0 ? factor[1] : factor[0];
+        double step = 0.1;
+        cJSON_ArrayForEach(op, cJSON_GetObjectItem(run, "ops")) {
+            const char *kind = cJSON_GetStringValue(cJSON_GetObjectItem(op, "kind"));
+            bool gemm = kind && (strcmp(kind, "Conv2d") == 0 || strcmp(kind, "Linear") == 0);
+            for (int k = 0; k < 4; k++) {
+                cJSON *v = cJSON_GetObjectItem(op, keys[k]);
+                if (!v) continue;
+                double ms = v->valuedouble == 0 ? 0 : k == 3 ? 0.02 : gemm ? gemm_ms * f : 0.05;
+                cJSON_SetNumberValue(v, ms);
+                step += ms;
+            }
+        }
+        cJSON_SetNumberValue(cJSON_GetObjectItem(run, "optimizer_ms"), 0.1);
+        cJSON_SetNumberValue(cJSON_GetObjectItem(run, "step_ms"), step);
+        cJSON_ReplaceItemInObject(run, "step_samples_ms", cJSON_CreateDoubleArray((double[]){step, step, step}, 3));
+        cJSON *gs = cJSON_GetObjectItem(run, "grad_sync");
+        if (gs) {
+            cJSON_SetNumberValue(cJSON_GetObjectItem(gs, "overlap_ms"), 0.5);
+            cJSON_SetNumberValue(cJSON_GetObjectItem(gs, "no_overlap_ms"), 0.5);
+        }
+    }
+    cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(p, "casts")) {
+        cJSON_SetNumberValue(cJSON_GetObjectItem(c, "alpha_ms"), 0.02);
+        cJSON_SetNumberValue(cJSON_GetObjectItem(c, "beta_ms_per_element"), 0);
+        cJSON *pt;
+        cJSON_ArrayForEach(pt, cJSON_GetObjectItem(c, "points")) cJSON_SetNumberValue(cJSON_GetArrayItem(pt, 1), 0.02);
+    }
+    cJSON *ar = cJSON_GetObjectItem(p, "allreduce"), *pt;
+    cJSON_SetNumberValue(cJSON_GetObjectItem(ar, "alpha_ms"), 0.5);
+    cJSON_SetNumberValue(cJSON_GetObjectItem(ar, "beta_ms_per_byte"), 0);
+    cJSON_ArrayForEach(pt, cJSON_GetObjectItem(ar, "points")) cJSON_SetNumberValue(cJSON_GetArrayItem(pt, 1), 0.5);
+    cJSON_SetNumberValue(cJSON_GetObjectItem(p, "data_ms"), 0.01);
+    write_json(to, p);
+    cJSON_Delete(p);
+}
+
+/* A hand-written indicator for cnn with the profile's config (or `config`). */
+static void make_indicator(const char *path, const char *config) {
+    cJSON *d = cJSON_CreateObject(), *layers;
+    cJSON_AddStringToObject(d, "format", "qsync-indicator");
+    cJSON_AddNumberToObject(d, "version", 1);
+    cJSON_AddStringToObject(d, "model", "cnn");
+    cJSON_AddStringToObject(d, "config", config);
+    layers = cJSON_AddObjectToObject(d, "layers");
+    const char *names[4] = {"conv1", "conv2", "fc1", "fc2"};
+    const double bf16[4] = {0.5, 0.2, 0.1, 1}, int8[4] = {4, 1, 0.6, 8};
+    for (int i = 0; i < 4; i++) {
+        cJSON *o = cJSON_AddObjectToObject(cJSON_AddObjectToObject(layers, names[i]), "omega");
+        cJSON_AddNumberToObject(o, "fp32", 0);
+        cJSON_AddNumberToObject(o, "bf16", bf16[i]);
+        cJSON_AddNumberToObject(o, "int8", int8[i]);
+    }
+    write_json(path, d);
+    cJSON_Delete(d);
+}
+
+static void test_plan_cli(void **state) {
+    (void)state;
+    const char *t = qs_test_tmp;
+    char a[4096], base[2048];
+    qs_test_mpi_env();
+    /* one profile with an all-reduce between 2 ranks */
+    snprintf(a, sizeof a, "mpirun -np 2 --oversubscribe %s profile --model cnn --width 4 --batch 8 --data synthetic "
+             "--precisions fp32,bf16,int8 --reps 3 --warmup 1 --threads 1 --quiet --out %s/fast.json",
+             getenv("QS_BIN"), t);
+    assert_int_equal(qs_test_run_shell(a, NULL), 0);
+    snprintf(a, sizeof a, "%s/fast.json", t);
+    char slow[300];
+    snprintf(slow, sizeof slow, "%s/slow.json", t);
+    /* a CPU-like fast type (bf16 slower than fp32, int8 faster) and a slow type whose fp32
+     * GEMMs are 3x slower and whose int8 ones are the fastest */
+    make_profile(a, slow, 1.0, (const double[3]){3, 2, 0.3});
+    make_profile(a, a, 1.0, (const double[3]){1, 1.2, 0.5});
+    cJSON *prof = read_json(a);
+    assert_non_null(prof);
+    char config[256];
+    snprintf(config, sizeof config, "%s", cJSON_GetStringValue(cJSON_GetObjectItem(prof, "config")));
+    cJSON_Delete(prof);
+    snprintf(a, sizeof a, "%s/ind.json", t);
+    make_indicator(a, config);
+    qs_test_write_tmp("c.json", "{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": ["
+                                "{\"device\": \"cpu\", \"type\": \"fast\", \"threads\": 1},"
+                                "{\"device\": \"cpu\", \"type\": \"slow\", \"threads\": 1}]}");
+    snprintf(base, sizeof base, "plan --cluster %s/c.json --model cnn --width 4 --batch 8 --profile fast=%s/fast.json,"
+             "slow=%s --indicator %s/ind.json", t, t, slow, t);
+
+    /* the default T: some layers quantized on the slow type only, replayed within T */
+    snprintf(a, sizeof a, "%s --out %s/plan.json", base, t);
+    expect_cli(0, "plan written to", a);
+    snprintf(a, sizeof a, "%s/plan.json", t);
+    cJSON *doc = read_json(a);
+    assert_non_null(doc);
+    const cJSON *pred = cJSON_GetObjectItem(doc, "predictions");
+    double T = num(pred, "target_ms"), sync = num(pred, "synchronized_ms");
+    assert_true(T > 0 && sync <= T * 1.005);
+    const cJSON *ps = cJSON_GetObjectItem(cJSON_GetObjectItem(pred, "types"), "slow");
+    assert_true(num(ps, "quantized_layers") >= 1);
+    assert_true(num(cJSON_GetObjectItem(cJSON_GetObjectItem(pred, "types"), "fast"), "quantized_layers") == 0);
+    assert_non_null(cJSON_GetObjectItem(ps, "greedy_gap"));
+    assert_true(num(ps, "greedy_gap") >= 0);
+    assert_true(num(ps, "fp32_synchronized_ms") > T); /* the slow type at fp32 would not keep pace */
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(pred, "workers")), 2);
+    cJSON_Delete(doc);
+    /* the plan reader takes it: the slow section quantizes, the fast one does not */
+    qs_plan plan;
+    assert_int_equal(qs_plan_read(a, &plan), QS_OK);
+    assert_true(qs_plan_has_device_types(&plan));
+    assert_int_equal(qs_plan_device_type_count(&plan), 2);
+    assert_int_equal(qs_plan_select_device_type(&plan, "slow"), QS_OK);
+    int low = 0;
+    for (int i = 0; i < plan.n_layers; i++) low += plan.layers[i].prec != QS_PREC_FP32;
+    assert_true(low >= 1);
+    qs_plan_free(&plan);
+    assert_int_equal(qs_plan_read(a, &plan), QS_OK);
+    assert_int_equal(qs_plan_select_device_type(&plan, "fast"), QS_OK);
+    for (int i = 0; i < plan.n_layers; i++) assert_int_equal(plan.layers[i].prec, QS_PREC_FP32);
+    assert_int_equal(plan.default_prec, QS_PREC_FP32);
+    qs_plan_free(&plan);
+    /* it trains 2 steps under mpirun (global batch 16: a local batch of 8 per rank) */
+    snprintf(a, sizeof a, "mpirun -np 2 --oversubscribe %s train --cluster %s/c.json --plan %s/plan.json --model cnn "
+             "--width 4 --data synthetic --batch 16 --steps 2 --threads 1", getenv("QS_BIN"), t, t);
+    char *out = NULL;
+    int rc = qs_test_run_shell(a, &out);
+    if (rc != 0 || !strstr(out, "int8")) fail_msg("%s\n  exit %d, output:\n%s", a, rc, out);
+    free(out);
+
+    /* greedy only: the same kind of document, without a gap */
+    snprintf(a, sizeof a, "%s --greedy-only --out %s/greedy.json --json", base, t);
+    expect_cli(0, "\"solver\":\t\"greedy\"", a);
+
+    /* a generous T: nothing quantized */
+    snprintf(a, sizeof a, "%s --target-ms 1000 --out %s/loose.json", base, t);
+    expect_cli(0, "slow: 0 layer(s) below fp32", a);
+
+    /* an impossible T: the best achievable time, no file */
+    snprintf(a, sizeof a, "%s --target-ms 0.01 --out %s/none.json", base, t);
+    expect_cli(1, "no plan meets T = 0.010 ms: the fastest device type (\"fast\"), which stays fp32", a);
+    expect_cli(1, "the best achievable time is about", a);
+    snprintf(a, sizeof a, "%s/none.json", t);
+    assert_int_not_equal(access(a, F_OK), 0);
+
+    /* bad input */
+    qs_test_write_tmp("one.json", "{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": ["
+                                  "{\"device\": \"cpu\", \"type\": \"slow\"}, {\"device\": \"cpu\", \"type\": \"slow\"}]}");
+    snprintf(a, sizeof a, "plan --cluster %s/one.json --model cnn --batch 8 --profile %s --indicator %s/ind.json "
+             "--out %s/x.json", t, slow, t, t);
+    expect_cli(1, "every worker of the cluster is of device type \"slow\": there is nothing to plan", a);
+    qs_test_write_tmp("single.json", "{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": ["
+                                     "{\"device\": \"cpu\", \"type\": \"slow\"}]}");
+    snprintf(a, sizeof a, "plan --cluster %s/single.json --model cnn --batch 8 --profile %s --indicator %s/ind.json "
+             "--out %s/x.json", t, slow, t, t);
+    expect_cli(1, "the cluster has 1 worker: there is nothing to plan", a);
+    snprintf(a, sizeof a, "plan --cluster %s/c.json --model cnn --batch 16 --profile fast=%s/fast.json,slow=%s "
+             "--indicator %s/ind.json --out %s/x.json", t, t, slow, t, t);
+    expect_cli(1, "was taken at batch 8, but the plan is for a local batch of 16", a);
+    snprintf(a, sizeof a, "plan --cluster %s/c.json --model cnn --width 8 --batch 8 --profile fast=%s/fast.json,slow=%s "
+             "--indicator %s/ind.json --out %s/x.json", t, t, slow, t, t);
+    expect_cli(1, "not --width 8", a);
+    snprintf(a, sizeof a, "plan --cluster %s/c.json --model mlp --batch 8 --profile fast=%s/fast.json,slow=%s "
+             "--indicator %s/ind.json --out %s/x.json", t, t, slow, t, t);
+    expect_cli(1, "is of model cnn, not --model mlp", a);
+    snprintf(a, sizeof a, "%s/ind8.json", t);
+    make_indicator(a, "in_h=28 in_w=28 in_c=1 classes=10 width=8 dropout=0");
+    snprintf(a, sizeof a, "plan --cluster %s/c.json --model cnn --batch 8 --profile fast=%s/fast.json,slow=%s "
+             "--indicator %s/ind8.json --out %s/x.json", t, t, slow, t, t);
+    expect_cli(1, "indicator", a);
+    expect_cli(1, "width=8", a);
+    qs_test_write_tmp("cap.json", "{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": ["
+                                  "{\"device\": \"cpu\", \"type\": \"fast\"},"
+                                  "{\"device\": \"cpu\", \"type\": \"slow\", \"memory_mb\": 1}]}");
+    snprintf(a, sizeof a, "plan --cluster %s/cap.json --model cnn --batch 8 --profile fast=%s/fast.json,slow=%s "
+             "--indicator %s/ind.json --out %s/x.json", t, t, slow, t, t);
+    expect_cli(1, "no plan fits device type \"slow\" in its memory cap of 1.0 MiB", a);
+    snprintf(a, sizeof a, "%s/x.json", t);
+    assert_int_not_equal(access(a, F_OK), 0);
+    expect_cli(2, "are required", "plan --model cnn");
+    snprintf(a, sizeof a, "%s --exact --greedy-only --out %s/x.json", base, t);
+    expect_cli(2, "exclude each other", a);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        QS_TMPDIR_TEST(test_plan_cli),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
