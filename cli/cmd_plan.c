@@ -8,6 +8,7 @@
 #include <cjson/cJSON.h>
 
 #include "commands.h"
+#include "profile_args.h"
 #include "core/atomic_file.h"
 #include "core/json_doc.h"
 #include "dist/cluster.h"
@@ -15,7 +16,6 @@
 #include "options.h"
 #include "plan/plan_build.h"
 
-#define QS_PLAN_MAX_PROFILES 16
 
 static const char *const qs_plan_summary =
     "Choose the precision plan of a hybrid cluster: for every device type slower than the fastest,\n"
@@ -25,53 +25,6 @@ static const char *const qs_plan_summary =
     "is checked by a full replay and re-solved tighter while that misses T. Writes a plan file\n"
     "(version 2, a section per device type) with its predictions for `qsync train --plan`.";
 
-typedef struct qs_plan_profiles {
-    char type[QS_PLAN_MAX_PROFILES][48]; /* "" = any type */
-    char path[QS_PLAN_MAX_PROFILES][4096];
-    cJSON *doc[QS_PLAN_MAX_PROFILES];
-    int n;
-} qs_plan_profiles;
-
-/* Parse "FILE" or "TYPE=FILE,..." and read every file (free with qs_plan_profiles_free). */
-static qs_status qs_plan_profiles_read(const char *list, qs_plan_profiles *p) {
-    memset(p, 0, sizeof *p);
-    for (const char *s = list; *s;) {
-        size_t len = strcspn(s, ",");
-        if (p->n == QS_PLAN_MAX_PROFILES) return QS_FAIL(QS_ERR_INVALID_ARG, "--profile: more than %d files", QS_PLAN_MAX_PROFILES);
-        char item[4096];
-        if (len >= sizeof item) return QS_FAIL(QS_ERR_INVALID_ARG, "--profile: an entry is too long");
-        memcpy(item, s, len);
-        item[len] = '\0';
-        char *eq = strchr(item, '='), *file = item;
-        if (eq) {
-            *eq = '\0';
-            if (strlen(item) >= sizeof p->type[p->n])
-                return QS_FAIL(QS_ERR_INVALID_ARG, "--profile: device type '%s' is too long", item);
-            snprintf(p->type[p->n], sizeof p->type[p->n], "%s", item);
-            file = eq + 1;
-        }
-        snprintf(p->path[p->n], sizeof p->path[p->n], "%s", file);
-        QS_TRY(qs_json_read(p->path[p->n], (size_t)256 << 20, "profile", &p->doc[p->n]));
-        p->n++;
-        s += len;
-        if (*s == ',') s++;
-    }
-    if (p->n == 0) return QS_FAIL(QS_ERR_INVALID_ARG, "--profile: no file given");
-    return QS_OK;
-}
-
-static void qs_plan_profiles_free(qs_plan_profiles *p) {
-    for (int i = 0; i < p->n; i++) cJSON_Delete(p->doc[i]);
-}
-
-/* The profile for a worker of `type`: the one labelled with it, else an unlabelled one; -1. */
-static int qs_plan_profile_for(const qs_plan_profiles *p, const char *type) {
-    for (int i = 0; i < p->n; i++)
-        if (p->type[i][0] && strcmp(p->type[i], type) == 0) return i;
-    for (int i = 0; i < p->n; i++)
-        if (!p->type[i][0]) return i;
-    return -1;
-}
 
 /* Whether the config string has the word "width=W". */
 static bool qs_plan_config_has_width(const char *config, int64_t width) {
@@ -155,19 +108,19 @@ int qs_cmd_plan(int argc, char **argv) {
         fprintf(stderr, "qsync plan: --width, --target-ms and --tolerance must be >= 0, --bucket-mb > 0, --rounds >= 1\n");
         return 2;
     }
-    qs_plan_profiles prof;
+    qs_profile_args prof;
     memset(&prof, 0, sizeof prof);
     qs_cluster cluster;
     memset(&cluster, 0, sizeof cluster);
     qs_planb_worker *w = NULL;
     cJSON *doc = NULL, *ind = NULL;
-    qs_status st = qs_plan_profiles_read(profiles, &prof);
+    qs_status st = qs_profile_args_read(profiles, &prof);
     if (st == QS_OK) st = qs_cluster_read(cluster_path, &cluster);
     if (st == QS_OK) st = qs_json_read(indicator, (size_t)64 << 20, "indicator", &ind);
     if (st == QS_OK && !(w = calloc((size_t)cluster.n_workers, sizeof *w))) st = QS_FAIL(QS_ERR_OOM, "out of memory");
     for (int r = 0; r < cluster.n_workers && st == QS_OK; r++) {
         const qs_cluster_worker *cw = &cluster.workers[r];
-        int k = qs_plan_profile_for(&prof, cw->type);
+        int k = qs_profile_args_for(&prof, cw->type);
         if (k < 0) {
             st = QS_FAIL(QS_ERR_NOT_FOUND, "no profile for worker %d of type \"%s\" (%s): give --profile %s=FILE", r,
                          cw->type, cluster_path, cw->type);
@@ -222,6 +175,6 @@ int qs_cmd_plan(int argc, char **argv) {
     cJSON_Delete(ind);
     free(w);
     qs_cluster_free(&cluster);
-    qs_plan_profiles_free(&prof);
+    qs_profile_args_free(&prof);
     return st == QS_OK ? 0 : qs_cmd_fail("plan");
 }

@@ -7,6 +7,7 @@
 #include <cjson/cJSON.h>
 
 #include "commands.h"
+#include "profile_args.h"
 #include "core/atomic_file.h"
 #include "core/backend.h"
 #include "core/json_doc.h"
@@ -18,7 +19,6 @@
 #include "plan/plan_file.h"
 #include "predict/simulate.h"
 
-#define QS_SIM_MAX_PROFILES 16
 
 static const char *const qs_simulate_summary =
     "Predict one training iteration of every worker from profiles (`qsync profile`): per worker the\n"
@@ -27,53 +27,6 @@ static const char *const qs_simulate_summary =
     "a profile taken under a worker's emulation (profile --cluster) already holds its slowdown.\n"
     "Precisions as in training: --precision, --plan (sections per device type) or the cluster's.";
 
-typedef struct qs_sim_profiles {
-    char type[QS_SIM_MAX_PROFILES][48]; /* "" = any type */
-    char path[QS_SIM_MAX_PROFILES][4096];
-    cJSON *doc[QS_SIM_MAX_PROFILES];
-    int n;
-} qs_sim_profiles;
-
-static void qs_sim_profiles_free(qs_sim_profiles *p) {
-    for (int i = 0; i < p->n; i++) cJSON_Delete(p->doc[i]);
-}
-
-/* Parse "FILE" or "TYPE=FILE,TYPE=FILE" and read every file. */
-static qs_status qs_sim_profiles_read(const char *list, qs_sim_profiles *p) {
-    memset(p, 0, sizeof *p);
-    for (const char *s = list; *s;) {
-        size_t len = strcspn(s, ",");
-        if (p->n == QS_SIM_MAX_PROFILES) return QS_FAIL(QS_ERR_INVALID_ARG, "--profile: more than %d files", QS_SIM_MAX_PROFILES);
-        char item[4096];
-        if (len >= sizeof item) return QS_FAIL(QS_ERR_INVALID_ARG, "--profile: an entry is too long");
-        memcpy(item, s, len);
-        item[len] = '\0';
-        char *eq = strchr(item, '='), *file = item;
-        if (eq) {
-            *eq = '\0';
-            if (strlen(item) >= sizeof p->type[p->n])
-                return QS_FAIL(QS_ERR_INVALID_ARG, "--profile: device type '%s' is too long", item);
-            memcpy(p->type[p->n], item, strlen(item) + 1);
-            file = eq + 1;
-        }
-        memcpy(p->path[p->n], file, strlen(file) + 1);
-        QS_TRY(qs_json_read(p->path[p->n], (size_t)256 << 20, "profile", &p->doc[p->n]));
-        p->n++;
-        s += len;
-        if (*s == ',') s++;
-    }
-    if (p->n == 0) return QS_FAIL(QS_ERR_INVALID_ARG, "--profile: no file given");
-    return QS_OK;
-}
-
-/* The profile for a worker of `type`: the one labelled with it, else an unlabelled one. */
-static int qs_sim_profile_for(const qs_sim_profiles *p, const char *type) {
-    for (int i = 0; i < p->n; i++)
-        if (p->type[i][0] && type && strcmp(p->type[i], type) == 0) return i;
-    for (int i = 0; i < p->n; i++)
-        if (!p->type[i][0]) return i;
-    return -1;
-}
 
 /* Build worker r's model from its profile's model and options, with its precisions. */
 static qs_status qs_sim_build(const cJSON *prof, const char *prof_path, qs_backend *be, const qs_cluster_worker *cw,
@@ -160,14 +113,14 @@ int qs_cmd_simulate(int argc, char **argv) {
         fprintf(stderr, "qsync simulate: --bucket-mb must be > 0\n");
         return 2;
     }
-    qs_sim_profiles prof;
+    qs_profile_args prof;
     qs_cluster cluster;
     memset(&cluster, 0, sizeof cluster);
     qs_backend *be = NULL;
     qs_sim_worker *w = NULL;
     cJSON *doc = NULL, *trace = trace_path ? cJSON_CreateArray() : NULL;
     int n = 1;
-    qs_status st = qs_sim_profiles_read(profiles, &prof);
+    qs_status st = qs_profile_args_read(profiles, &prof);
     if (st == QS_OK && cluster_path) {
         st = qs_cluster_read(cluster_path, &cluster);
         n = cluster.n_workers;
@@ -176,7 +129,7 @@ int qs_cmd_simulate(int argc, char **argv) {
     if (st == QS_OK && !(w = calloc((size_t)n, sizeof *w))) st = QS_FAIL(QS_ERR_OOM, "out of memory");
     for (int r = 0; r < n && st == QS_OK; r++) {
         const qs_cluster_worker *cw = cluster_path ? &cluster.workers[r] : NULL;
-        int k = qs_sim_profile_for(&prof, cw ? cw->type : NULL);
+        int k = qs_profile_args_for(&prof, cw ? cw->type : NULL);
         if (k < 0) {
             st = QS_FAIL(QS_ERR_NOT_FOUND, "no profile for worker %d of type \"%s\" (%s): give --profile %s=FILE", r,
                          cw ? cw->type : "", cluster_path, cw ? cw->type : "TYPE");
@@ -238,6 +191,6 @@ int qs_cmd_simulate(int argc, char **argv) {
     cJSON_Delete(trace);
     if (be) be->ops->destroy(be);
     qs_cluster_free(&cluster);
-    qs_sim_profiles_free(&prof);
+    qs_profile_args_free(&prof);
     return st == QS_OK ? 0 : qs_cmd_fail("simulate");
 }
