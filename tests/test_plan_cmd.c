@@ -43,13 +43,6 @@ static void write_json(const char *path, const cJSON *doc) {
     free(text);
 }
 
-static void expect_cli(int want, const char *needle, const char *args) {
-    char *out = NULL;
-    int rc = qs_test_run_qsync(args, &out);
-    if (rc != want || (needle && !strstr(out, needle)))
-        fail_msg("qsync %s\n  exit %d (want %d), output:\n%s\n  (wanted: %s)", args, rc, want, out, needle ? needle : "-");
-    free(out);
-}
 
 static double num(const cJSON *o, const char *key) { return cJSON_GetNumberValue(cJSON_GetObjectItem(o, key)); }
 
@@ -153,7 +146,7 @@ static void test_plan_cli(void **state) {
 
     /* the default T: some layers quantized on the slow type only, replayed within T */
     snprintf(a, sizeof a, "%s --out %s/plan.json", base, t);
-    expect_cli(0, "plan written to", a);
+    qs_test_expect_qsync(0, "plan written to", a);
     snprintf(a, sizeof a, "%s/plan.json", t);
     cJSON *doc = read_json(a);
     assert_non_null(doc);
@@ -193,16 +186,16 @@ static void test_plan_cli(void **state) {
 
     /* greedy only: the same kind of document, without a gap */
     snprintf(a, sizeof a, "%s --greedy-only --out %s/greedy.json --json", base, t);
-    expect_cli(0, "\"solver\":\t\"greedy\"", a);
+    qs_test_expect_qsync(0, "\"solver\":\t\"greedy\"", a);
 
     /* a generous T: nothing quantized */
     snprintf(a, sizeof a, "%s --target-ms 1000 --out %s/loose.json", base, t);
-    expect_cli(0, "slow: 0 layer(s) below fp32", a);
+    qs_test_expect_qsync(0, "slow: 0 layer(s) below fp32", a);
 
     /* an impossible T: the best achievable time, no file */
     snprintf(a, sizeof a, "%s --target-ms 0.01 --out %s/none.json", base, t);
-    expect_cli(1, "no plan meets T = 0.010 ms: the fastest device type (\"fast\"), which stays fp32", a);
-    expect_cli(1, "the best achievable time is about", a);
+    qs_test_expect_qsync(1, "no plan meets T = 0.010 ms: the fastest device type (\"fast\"), which stays fp32", a);
+    qs_test_expect_qsync(1, "the best achievable time is about", a);
     snprintf(a, sizeof a, "%s/none.json", t);
     assert_int_not_equal(access(a, F_OK), 0);
 
@@ -211,38 +204,38 @@ static void test_plan_cli(void **state) {
                                   "{\"device\": \"cpu\", \"type\": \"slow\"}, {\"device\": \"cpu\", \"type\": \"slow\"}]}");
     snprintf(a, sizeof a, "plan --cluster %s/one.json --model cnn --batch 8 --profile %s --indicator %s/ind.json "
              "--out %s/x.json", t, slow, t, t);
-    expect_cli(1, "every worker of the cluster is of device type \"slow\": there is nothing to plan", a);
+    qs_test_expect_qsync(1, "every worker of the cluster is of device type \"slow\": there is nothing to plan", a);
     qs_test_write_tmp("single.json", "{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": ["
                                      "{\"device\": \"cpu\", \"type\": \"slow\"}]}");
     snprintf(a, sizeof a, "plan --cluster %s/single.json --model cnn --batch 8 --profile %s --indicator %s/ind.json "
              "--out %s/x.json", t, slow, t, t);
-    expect_cli(1, "the cluster has 1 worker: there is nothing to plan", a);
+    qs_test_expect_qsync(1, "the cluster has 1 worker: there is nothing to plan", a);
     snprintf(a, sizeof a, "plan --cluster %s/c.json --model cnn --batch 16 --profile fast=%s/fast.json,slow=%s "
              "--indicator %s/ind.json --out %s/x.json", t, t, slow, t, t);
-    expect_cli(1, "was taken at batch 8, but the plan is for a local batch of 16", a);
+    qs_test_expect_qsync(1, "was taken at batch 8, but the plan is for a local batch of 16", a);
     snprintf(a, sizeof a, "plan --cluster %s/c.json --model cnn --width 8 --batch 8 --profile fast=%s/fast.json,slow=%s "
              "--indicator %s/ind.json --out %s/x.json", t, t, slow, t, t);
-    expect_cli(1, "not --width 8", a);
+    qs_test_expect_qsync(1, "not --width 8", a);
     snprintf(a, sizeof a, "plan --cluster %s/c.json --model mlp --batch 8 --profile fast=%s/fast.json,slow=%s "
              "--indicator %s/ind.json --out %s/x.json", t, t, slow, t, t);
-    expect_cli(1, "is of model cnn, not --model mlp", a);
+    qs_test_expect_qsync(1, "is of model cnn, not --model mlp", a);
     snprintf(a, sizeof a, "%s/ind8.json", t);
     make_indicator(a, "in_h=28 in_w=28 in_c=1 classes=10 width=8 dropout=0");
     snprintf(a, sizeof a, "plan --cluster %s/c.json --model cnn --batch 8 --profile fast=%s/fast.json,slow=%s "
              "--indicator %s/ind8.json --out %s/x.json", t, t, slow, t, t);
-    expect_cli(1, "indicator", a);
-    expect_cli(1, "width=8", a);
+    qs_test_expect_qsync(1, "indicator", a);
+    qs_test_expect_qsync(1, "width=8", a);
     qs_test_write_tmp("cap.json", "{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": ["
                                   "{\"device\": \"cpu\", \"type\": \"fast\"},"
                                   "{\"device\": \"cpu\", \"type\": \"slow\", \"memory_mb\": 1}]}");
     snprintf(a, sizeof a, "plan --cluster %s/cap.json --model cnn --batch 8 --profile fast=%s/fast.json,slow=%s "
              "--indicator %s/ind.json --out %s/x.json", t, t, slow, t, t);
-    expect_cli(1, "no plan fits device type \"slow\" in its memory cap of 1.0 MiB", a);
+    qs_test_expect_qsync(1, "no plan fits device type \"slow\" in its memory cap of 1.0 MiB", a);
     snprintf(a, sizeof a, "%s/x.json", t);
     assert_int_not_equal(access(a, F_OK), 0);
-    expect_cli(2, "are required", "plan --model cnn");
+    qs_test_expect_qsync(2, "are required", "plan --model cnn");
     snprintf(a, sizeof a, "%s --exact --greedy-only --out %s/x.json", base, t);
-    expect_cli(2, "exclude each other", a);
+    qs_test_expect_qsync(2, "exclude each other", a);
 }
 
 int main(void) {

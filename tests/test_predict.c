@@ -298,13 +298,6 @@ static void test_simulate_measured_sync_and_jitter(void **state) {
     cJSON_Delete(prof);
 }
 
-static void expect_cli(int want, const char *needle, const char *args) {
-    char *out = NULL;
-    int rc = qs_test_run_qsync(args, &out);
-    if (rc != want || (needle && !strstr(out, needle)))
-        fail_msg("qsync %s\n  exit %d (want %d), output:\n%s\n  (wanted: %s)", args, rc, want, out, needle ? needle : "-");
-    free(out);
-}
 
 /* The command: a profile file written (and nothing on failure); usage errors; under mpirun
  * with 2 ranks the all-reduce fit between them is added. */
@@ -313,7 +306,7 @@ static void test_profile_cli(void **state) {
     snprintf(path, sizeof path, "%s/cnn.json", qs_test_tmp);
     snprintf(a, sizeof a, "profile --model cnn --width 4 --batch 8 --data synthetic --precisions fp32,bf16 "
              "--reps 3 --warmup 1 --threads 1 --out %s", path);
-    expect_cli(0, "written to", a);
+    qs_test_expect_qsync(0, "written to", a);
     cJSON *doc = NULL;
     FILE *f = fopen(path, "r");
     assert_non_null(f);
@@ -330,19 +323,19 @@ static void test_profile_cli(void **state) {
     /* the replayer from that file: a trace; a worker type without a profile; a plan of
      * another model; a profile of a precision the plan does not use refused by name */
     snprintf(a, sizeof a, "simulate --profile %s --precision bf16 --trace %s/t.json", path, qs_test_tmp);
-    expect_cli(0, "predicted iteration", a);
+    qs_test_expect_qsync(0, "predicted iteration", a);
     snprintf(a, sizeof a, "grep -c traceEvents %s/t.json", qs_test_tmp);
     assert_int_equal(qs_test_run_shell(a, NULL), 0);
     snprintf(a, sizeof a, "simulate --profile %s --precision int8", path);
-    expect_cli(1, "has no run at int8", a);
+    qs_test_expect_qsync(1, "has no run at int8", a);
     snprintf(a, sizeof a, "printf '{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": [{\"device\": \"cpu\", "
              "\"type\": \"a\"}, {\"device\": \"cpu\", \"type\": \"b\"}]}' > %s/c.json", qs_test_tmp);
     assert_int_equal(qs_test_run_shell(a, NULL), 0);
     snprintf(a, sizeof a, "simulate --profile a=%s --cluster %s/c.json", path, qs_test_tmp);
-    expect_cli(1, "no profile for worker 1 of type \"b\"", a);
+    qs_test_expect_qsync(1, "no profile for worker 1 of type \"b\"", a);
     snprintf(a, sizeof a, "simulate --profile %s --plan %s/examples/plans/mlp-int8.json", path, getenv("QS_SOURCE_DIR"));
-    expect_cli(1, "mlp", a);
-    expect_cli(2, "--profile is required", "simulate --precision int8");
+    qs_test_expect_qsync(1, "mlp", a);
+    qs_test_expect_qsync(2, "--profile is required", "simulate --precision int8");
     /* a profile taken as a cluster's slowed worker records its emulation; the replay takes it
      * as that worker's and refuses it for one without */
     snprintf(a, sizeof a, "printf '{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": [{\"device\": \"cpu\", "
@@ -351,21 +344,21 @@ static void test_profile_cli(void **state) {
     assert_int_equal(qs_test_run_shell(a, NULL), 0);
     snprintf(a, sizeof a, "profile --model cnn --width 4 --batch 8 --data synthetic --precisions fp32 --reps 3 --warmup 1 "
              "--threads 1 --cluster %s/slow.json --type b --out %s/p-%%t.json", qs_test_tmp, qs_test_tmp);
-    expect_cli(0, "p-b.json", a);
+    qs_test_expect_qsync(0, "p-b.json", a);
     snprintf(a, sizeof a, "grep -A2 '\"emulation\"' %s/p-b.json | grep -c duty-cycle", qs_test_tmp);
     assert_int_equal(qs_test_run_shell(a, NULL), 0);
     snprintf(a, sizeof a, "simulate --profile a=%s,b=%s/p-b.json --cluster %s/slow.json", path, qs_test_tmp, qs_test_tmp);
-    expect_cli(1, "no profile holds an all-reduce measured between 2 ranks", a); /* single-process profiles */
+    qs_test_expect_qsync(1, "no profile holds an all-reduce measured between 2 ranks", a); /* single-process profiles */
     snprintf(a, sizeof a, "simulate --profile %s/p-b.json --cluster %s/slow.json", qs_test_tmp, qs_test_tmp);
-    expect_cli(1, "taken under an emulated slowdown of 2, but worker 0 has 1", a);
-    expect_cli(2, "--model and --out are required", "profile --model cnn");
-    expect_cli(2, "--reps >= 3", "profile --model cnn --reps 1 --out x.json");
-    expect_cli(2, "listed twice", "profile --model cnn --precisions int8,int8 --out x.json");
+    qs_test_expect_qsync(1, "taken under an emulated slowdown of 2, but worker 0 has 1", a);
+    qs_test_expect_qsync(2, "--model and --out are required", "profile --model cnn");
+    qs_test_expect_qsync(2, "--reps >= 3", "profile --model cnn --reps 1 --out x.json");
+    qs_test_expect_qsync(2, "listed twice", "profile --model cnn --precisions int8,int8 --out x.json");
     snprintf(a, sizeof a, "profile --model cnn --batch 100000 --data synthetic --out %s/big.json", qs_test_tmp);
-    expect_cli(1, "is larger than the 2000 test samples", a);
+    qs_test_expect_qsync(1, "is larger than the 2000 test samples", a);
     snprintf(a, sizeof a, "profile --model cnn --width 4 --batch 8 --data synthetic --reps 3 --out %s/no/such/dir.json",
              qs_test_tmp);
-    expect_cli(1, "no/such/dir.json", a);
+    qs_test_expect_qsync(1, "no/such/dir.json", a);
     qs_test_mpi_env();
     snprintf(a, sizeof a, "mpirun -np 2 --oversubscribe %s "
              "profile --model cnn --width 4 --batch 8 --data synthetic --precisions fp32 --reps 3 --warmup 1 "

@@ -1,6 +1,12 @@
 /* tests/support/run_cmd.c — process and scratch-directory helpers for the tests (run_cmd.h). */
 #include "run_cmd.h"
 
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,4 +107,16 @@ void qs_test_write_tmp(const char *name, const char *text) {
         fprintf(stderr, "cannot write %s\n", path);
         abort();
     }
+}
+
+void qs_test_expect_qsync(int want, const char *needle, const char *args) {
+    char *out = NULL;
+    int rc = qs_test_run_qsync(args, &out);
+    if (rc != want || (needle && (!out || !strstr(out, needle)))) {
+        fprintf(stderr, "qsync %s\n  exit %d (want %d), output:\n%s\n  (wanted: %s)\n", args, rc, want,
+                out ? out : "", needle ? needle : "-");
+        free(out);
+        fail();
+    }
+    free(out);
 }

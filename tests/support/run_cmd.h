@@ -7,6 +7,9 @@
 /* Run `QS_BIN args` through /bin/sh with 2>&1; returns the exit status (or -1) and stores the
  * output (malloc'ed, NUL-terminated) in *out when out is not NULL. */
 int qs_test_run_qsync(const char *args, char **out);
+/* Run `QS_BIN args`; fail the current cmocka test (printing the output) unless it exits with
+ * `want` and, when needle is not NULL, its output contains needle. */
+void qs_test_expect_qsync(int want, const char *needle, const char *args);
 /* Run an arbitrary shell command the same way. */
 int qs_test_run_shell(const char *cmd, char **out);
 /* A fresh directory under $TMPDIR (or /tmp), path written into buf; buf[0] == '\0' when it
