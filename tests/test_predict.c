@@ -362,8 +362,9 @@ static void test_profile_cli(void **state) {
     qs_test_mpi_env();
     snprintf(a, sizeof a, "mpirun -np 2 --oversubscribe %s "
              "profile --model cnn --width 4 --batch 8 --data synthetic --precisions fp32 --reps 3 --warmup 1 "
-             "--threads 1 --quiet --out %s/ar.json && grep -c beta_ms_per_byte %s/ar.json && grep -c overlap_ms %s/ar.json",
-             getenv("QS_BIN"), qs_test_tmp, qs_test_tmp, qs_test_tmp);
+             "--threads 1 --quiet --out %s/ar.json && grep -c beta_ms_per_byte %s/ar.json && "
+             "grep -c '\"overlap_ms\"' %s/ar.json && grep -c step_samples_ms %s/ar.json",
+             getenv("QS_BIN"), qs_test_tmp, qs_test_tmp, qs_test_tmp, qs_test_tmp);
     char *out = NULL;
     int rc = qs_test_run_shell(a, &out);
     if (rc != 0 || !strstr(out, "1")) fail_msg("%s\n  exit %d, output:\n%s", a, rc, out);
