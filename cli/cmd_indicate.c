@@ -9,12 +9,9 @@
 
 #include "commands.h"
 #include "core/atomic_file.h"
-#include "core/backend.h"
-#include "data/dataset.h"
-#include "models/models.h"
 #include "options.h"
+#include "plan/indicate_job.h"
 #include "plan/indicator.h"
-#include "train/checkpoint.h"
 
 static const char *const qs_indicate_summary =
     "Measure, per Linear/Conv2d layer and per precision, how much quantizing that layer would hurt:\n"
@@ -22,18 +19,6 @@ static const char *const qs_indicate_summary =
     "no optimizer step), the rounding error each precision's quantizer makes on them, and the\n"
     "indicator omega by --method (gvar: the bi-directional variance form, default; qsync: QSync's\n"
     "exact formula; wvar, hess, random: ablations). Writes versioned JSON (docs/INDICATOR.md).";
-
-/* Batch source over a loader. */
-typedef struct qs_indicate_src {
-    qs_loader ld;
-} qs_indicate_src;
-
-/* qs_indicator_batch_fn over the training loader. */
-static qs_status qs_indicate_next(void *ctx, float *x, int32_t *y) {
-    qs_indicate_src *s = ctx;
-    int64_t valid;
-    return qs_loader_next(&s->ld, x, y, &valid, NULL);
-}
 
 /* Print one line per layer: ω at every precision. */
 static void qs_indicate_print(const cJSON *doc) {
@@ -100,73 +85,11 @@ int qs_cmd_indicate(int argc, char **argv) {
         fprintf(stderr, "qsync indicate: --batch and --batches must be >= 1, --width >= 0, --gamma >= 0\n");
         return 2;
     }
-    char arch[32] = "", model_path[4096] = "";
-    qs_model_options mo;
-    qs_dataset ds;
-    memset(&ds, 0, sizeof ds);
-    bool have_ds = false;
-    qs_model *m = NULL;
-    qs_backend *be = NULL;
-    qs_indicate_src src;
-    bool have_ld = false;
-    qs_indicator ind;
-    memset(&ind, 0, sizeof ind);
+    qs_indicate_job job = {.model = model, .width = width, .data = data, .data_dir = data_dir,
+                           .checkpoint = checkpoint, .batch = batch, .batches = batches, .method = method,
+                           .gamma = gamma, .seed = seed, .threads = threads};
     cJSON *doc = NULL;
-    qs_status st = qs_dataset_load(data, data_dir, true, &ds);
-    have_ds = st == QS_OK;
-    if (st == QS_OK && checkpoint) {
-        qs_checkpoint_model_path(checkpoint, model_path, sizeof model_path);
-        st = qs_checkpoint_read_arch(checkpoint, arch, sizeof arch, &mo);
-        if (st == QS_OK && model && strcmp(model, arch) != 0)
-            st = QS_FAIL(QS_ERR_MISMATCH, "--model %s, but checkpoint %s holds a %s", model, model_path, arch);
-        if (st == QS_OK && width > 0 && width != mo.width)
-            st = QS_FAIL(QS_ERR_MISMATCH, "--width %lld, but checkpoint %s has width %lld", (long long)width,
-                         model_path, (long long)mo.width);
-        if (st == QS_OK && (ds.h != mo.in_h || ds.w != mo.in_w || ds.c != mo.in_c || ds.classes != mo.num_classes))
-            st = QS_FAIL(QS_ERR_MISMATCH,
-                         "checkpoint %s expects %lldx%lldx%lld inputs and %lld classes, data %s has "
-                         "%lldx%lldx%lld and %lld",
-                         model_path, (long long)mo.in_h, (long long)mo.in_w, (long long)mo.in_c,
-                         (long long)mo.num_classes, data, (long long)ds.h, (long long)ds.w, (long long)ds.c,
-                         (long long)ds.classes);
-    } else if (st == QS_OK) {
-        snprintf(arch, sizeof arch, "%s", model);
-        mo = qs_models_default_options(ds.h, ds.w, ds.c, ds.classes);
-        mo.width = width;
-    }
-    if (st == QS_OK && ds.n < batch)
-        st = QS_FAIL(QS_ERR_INVALID_ARG, "--batch %lld is larger than the %lld training samples of %s",
-                     (long long)batch, (long long)ds.n, data);
-    if (st == QS_OK) st = qs_models_build(arch, &mo, &m);
-    if (st == QS_OK) st = qs_backend_cpu_create(threads, &be);
-    if (st == QS_OK) st = qs_model_setup(m, be, batch, seed);
-    if (st == QS_OK && checkpoint) st = qs_checkpoint_load_model(model_path, m);
-    if (st == QS_OK) {
-        qs_loader_options lo = {.global_batch = batch,
-                                .rank = 0,
-                                .world = 1,
-                                .seed = seed,
-                                .shuffle = true,
-                                .drop_last = true,
-                                .augment = false,
-                                .crop_pad = 2};
-        st = qs_loader_init(&src.ld, &ds, &lo);
-        have_ld = st == QS_OK;
-    }
-    if (st == QS_OK) st = qs_indicator_collect(m, (int)batches, qs_indicate_next, &src, seed, &ind);
-    if (st == QS_OK) {
-        qs_indicator_meta meta = {.model = arch,
-                                  .config = m->config,
-                                  .data = data,
-                                  .batch = batch,
-                                  .batches = (int)batches,
-                                  .method = method,
-                                  .gamma = gamma,
-                                  .seed = seed,
-                                  .checkpoint = checkpoint};
-        doc = qs_indicator_to_json(&ind, &meta);
-        if (!doc) st = QS_FAIL(QS_ERR_OOM, "out of memory building the indicator document");
-    }
+    qs_status st = qs_indicate_job_run(&job, &doc);
     char *text = st == QS_OK ? cJSON_Print(doc) : NULL;
     if (st == QS_OK && !text) st = QS_FAIL(QS_ERR_OOM, "out of memory writing the indicator");
     if (st == QS_OK) st = qs_write_file_atomic(out_path, text, strlen(text));
@@ -178,10 +101,5 @@ int qs_cmd_indicate(int argc, char **argv) {
     }
     free(text);
     cJSON_Delete(doc);
-    qs_indicator_free(&ind);
-    if (have_ld) qs_loader_free(&src.ld);
-    qs_model_free(m);
-    if (be) be->ops->destroy(be);
-    if (have_ds) qs_dataset_free(&ds);
     return st == QS_OK ? 0 : qs_cmd_fail("indicate");
 }

@@ -12,7 +12,6 @@
 #include "core/atomic_file.h"
 #include "core/json_doc.h"
 #include "dist/cluster.h"
-#include "dist/cpu_quota.h"
 #include "options.h"
 #include "plan/plan_build.h"
 
@@ -118,33 +117,20 @@ int qs_cmd_plan(int argc, char **argv) {
     if (st == QS_OK) st = qs_cluster_read(cluster_path, &cluster);
     if (st == QS_OK) st = qs_json_read(indicator, (size_t)64 << 20, "indicator", &ind);
     if (st == QS_OK && !(w = calloc((size_t)cluster.n_workers, sizeof *w))) st = QS_FAIL(QS_ERR_OOM, "out of memory");
+    const cJSON **wprof = calloc((size_t)cluster.n_workers + 1, sizeof *wprof);
+    const char **wpath = calloc((size_t)cluster.n_workers + 1, sizeof *wpath);
+    if (st == QS_OK && (!wprof || !wpath)) st = QS_FAIL(QS_ERR_OOM, "out of memory");
     for (int r = 0; r < cluster.n_workers && st == QS_OK; r++) {
-        const qs_cluster_worker *cw = &cluster.workers[r];
-        int k = qs_profile_args_for(&prof, cw->type);
-        if (k < 0) {
+        int k = qs_profile_args_for(&prof, cluster.workers[r].type);
+        if (k < 0)
             st = QS_FAIL(QS_ERR_NOT_FOUND, "no profile for worker %d of type \"%s\" (%s): give --profile %s=FILE", r,
-                         cw->type, cluster_path, cw->type);
-            break;
-        }
-        if (cw->precision[0] || cw->plan[0]) {
-            st = QS_FAIL(QS_ERR_INVALID_ARG, "%s sets the precisions of worker %d: qsync plan chooses them; remove "
-                         "\"precision\"/\"plan\" from the cluster file", cluster_path, r);
-            break;
-        }
-        w[r] = (qs_planb_worker){.type = cw->type, .profile = prof.doc[k], .profile_path = prof.path[k], .slowdown = 1,
-                                 .memory_cap = cw->memory_mb > 0 ? cw->memory_mb * 1048576 : 0};
-        /* a profile taken under the worker's emulation already holds its slowdown (as simulate) */
-        const cJSON *pe = cJSON_GetObjectItem(prof.doc[k], "emulation");
-        double ps = pe ? cJSON_GetNumberValue(cJSON_GetObjectItem(pe, "slowdown")) : 1, ws = cw->slowdown;
-        if (pe && !(ps == ws))
-            st = QS_FAIL(QS_ERR_MISMATCH, "%s was taken under an emulated slowdown of %g, but worker %d has %g: "
-                         "profile with --cluster for this cluster", prof.path[k], ps, r, ws);
-        if (!pe && ws > 1) {
-            w[r].slowdown = ws;
-            w[r].slow_whole_step = strcmp(cw->emulation_method, "cgroup") == 0 ||
-                                   (strcmp(cw->emulation_method, "auto") == 0 && qs_cpu_quota_available(NULL, 0));
+                         cluster.workers[r].type, cluster_path, cluster.workers[r].type);
+        else {
+            wprof[r] = prof.doc[k];
+            wpath[r] = prof.path[k];
         }
     }
+    if (st == QS_OK) st = qs_planb_workers_from_cluster(&cluster, wprof, wpath, w);
     const cJSON *config = prof.n > 0 ? cJSON_GetObjectItem(prof.doc[0], "config") : NULL;
     const cJSON *pmodel = prof.n > 0 ? cJSON_GetObjectItem(prof.doc[0], "model") : NULL;
     if (st == QS_OK && (!cJSON_IsString(config) || !cJSON_IsString(pmodel)))
@@ -174,6 +160,8 @@ int qs_cmd_plan(int argc, char **argv) {
     cJSON_Delete(doc);
     cJSON_Delete(ind);
     free(w);
+    free(wprof);
+    free(wpath);
     qs_cluster_free(&cluster);
     qs_profile_args_free(&prof);
     return st == QS_OK ? 0 : qs_cmd_fail("plan");

@@ -8,17 +8,10 @@
 
 #include "commands.h"
 #include "core/atomic_file.h"
-#include "core/backend.h"
-#include "data/dataset.h"
 #include "dist/cluster.h"
 #include "dist/comm.h"
-#include "dist/cpu_quota.h"
-#include "core/stats.h"
-#include "core/timer.h"
 #include "options.h"
-#include "predict/profile.h"
-#include "predict/profile_comm.h"
-#include "qsync/tensor.h"
+#include "predict/profile_job.h"
 
 static const char *const qs_profile_summary =
     "Measure a model's costs on this device for the predictor: per op and precision the forward,\n"
@@ -27,59 +20,6 @@ static const char *const qs_profile_summary =
     "optimizer step; device facts. Under mpirun every rank profiles the model at once (as they train,\n"
     "sharing the machine), then times the gradient all-reduce between them (alpha + beta*bytes);\n"
     "rank 0 writes its profile to --out (versioned JSON, format: docs/PROFILE.md).";
-
-/* The precisions the backend runs natively (the default list). */
-static int qs_profile_native(qs_precision *out, int threads) {
-    qs_backend *be = NULL;
-    int n = 0;
-    if (qs_backend_cpu_create(threads, &be) != QS_OK) return 0;
-    for (int p = 0; p < QS_PREC_COUNT; p++)
-        if (be->ops->precision_support(be, (qs_precision)p) == QS_PREC_NATIVE) out[n++] = (qs_precision)p;
-    be->ops->destroy(be);
-    return n;
-}
-
-/* The training loader's median time for one batch (shuffled, no augmentation) over reps calls
- * after warm-up ones. */
-static qs_status qs_profile_loader_ms(const qs_dataset *ds, int64_t batch, int warmup, int reps, double *ms) {
-    qs_loader ld;
-    qs_loader_options lo = {.global_batch = batch, .rank = 0, .world = 1, .seed = 1, .shuffle = true,
-                            .drop_last = true, .augment = false, .crop_pad = 2};
-    QS_TRY(qs_loader_init(&ld, ds, &lo));
-    int64_t per = ds->h * ds->w * ds->c, valid;
-    float *x = qs_host_alloc((size_t)(batch * per) * sizeof(float));
-    int32_t *y = qs_host_alloc((size_t)batch * sizeof(int32_t));
-    double *t = calloc((size_t)reps, sizeof *t);
-    qs_status st = x && y && t ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory timing the loader");
-    for (int k = -warmup; k < reps && st == QS_OK; k++) {
-        double t0 = qs_now_ms();
-        st = qs_loader_next(&ld, x, y, &valid, NULL);
-        if (k >= 0) t[k] = qs_now_ms() - t0;
-    }
-    if (st == QS_OK) *ms = qs_median_inplace(t, reps);
-    free(t);
-    qs_host_free(x);
-    qs_host_free(y);
-    qs_loader_free(&ld);
-    return st;
-}
-
-/* The first `batch` test samples of the dataset, normalised as the loader does, into x, y. */
-static qs_status qs_profile_batch(const qs_dataset *ds, int64_t batch, float **x, int32_t **y) {
-    if (ds->n < batch)
-        return QS_FAIL(QS_ERR_INVALID_ARG, "--batch %lld is larger than the %lld test samples of %s", (long long)batch,
-                       (long long)ds->n, ds->name);
-    int64_t per = ds->h * ds->w * ds->c;
-    *x = qs_host_alloc((size_t)(batch * per) * sizeof(float));
-    *y = qs_host_alloc((size_t)batch * sizeof(int32_t));
-    if (!*x || !*y) return QS_FAIL(QS_ERR_OOM, "out of memory for a batch of %lld", (long long)batch);
-    for (int64_t i = 0; i < batch * per; i++) {
-        int64_t ch = i % ds->c;
-        (*x)[i] = ((float)ds->pixels[i] / 255.0f - ds->mean[ch]) / ds->std[ch];
-    }
-    memcpy(*y, ds->labels, (size_t)batch * sizeof(int32_t));
-    return QS_OK;
-}
 
 static void qs_profile_print(const cJSON *doc) {
     const cJSON *runs = cJSON_GetObjectItem(doc, "runs");
@@ -113,19 +53,6 @@ static qs_status qs_profile_worker(const qs_cluster *c, const char *type, int ra
     for (int i = 0; i < c->n_workers && !*out; i++)
         if (strcmp(c->workers[i].type, type) == 0) *out = &c->workers[i];
     return *out ? QS_OK : QS_FAIL(QS_ERR_NOT_FOUND, "%s has no worker of type \"%s\"", c->origin, type);
-}
-
-/* Apply the worker's emulated slowdown for the profile: a CPU quota on this process (method
- * cgroup, or auto where writable; released by the caller), else a duty cycle over the ops. */
-static qs_status qs_profile_emulate(const qs_cluster_worker *w, int threads, qs_cpu_quota *q, qs_profile_options *o) {
-    if (!(w->slowdown > 1)) return QS_OK;
-    o->emulated_slowdown = w->slowdown;
-    o->emulation_method = "duty-cycle";
-    if (strcmp(w->emulation_method, "duty-cycle") == 0) return QS_OK;
-    qs_status st = qs_cpu_quota_apply(w->slowdown, threads > 0 ? threads : 1, q);
-    if (st == QS_OK) o->emulation_method = "cgroup-quota";
-    else if (strcmp(w->emulation_method, "cgroup") == 0 || st != QS_ERR_UNSUPPORTED) return st;
-    return QS_OK;
 }
 
 /* --out with %t replaced by the device type. */
@@ -170,88 +97,53 @@ int qs_cmd_profile(int argc, char **argv) {
         fprintf(stderr, "qsync profile: --batch and --warmup must be >= 1, --reps >= 3, --width >= 0, --bucket-mb > 0\n");
         return 2;
     }
-    qs_profile_options o = {.model = model, .data = data, .batch = batch, .threads = threads, .data_ms = -1,
-                            .allow_emulated = allow_emulated, .warmup = warmup, .reps = reps};
     qs_precision list[QS_PREC_COUNT];
     char err[160];
-    if (precs) {
-        if (!qs_precision_list_parse(precs, list, QS_PREC_COUNT, &o.n_precs, err, sizeof err)) {
-            fprintf(stderr, "qsync profile: --precisions: %s\n", err);
-            return 2;
-        }
-    } else {
-        o.n_precs = qs_profile_native(list, threads);
+    qs_profile_job job = {.model = model, .width = width, .batch = batch, .data = data, .data_dir = data_dir,
+                          .precs = list, .allow_emulated = allow_emulated, .threads = threads, .warmup = warmup,
+                          .reps = reps, .bucket_bytes = (size_t)(bucket_mb * 1048576.0)};
+    if (precs && !qs_precision_list_parse(precs, list, QS_PREC_COUNT, &job.n_precs, err, sizeof err)) {
+        fprintf(stderr, "qsync profile: --precisions: %s\n", err);
+        return 2;
     }
-    o.precs = list;
-    if (qs_optim_kind_parse(optimizer, &o.optimizer) != QS_OK) return qs_cmd_fail("profile");
+    if (qs_optim_kind_parse(optimizer, &job.optimizer) != QS_OK) return qs_cmd_fail("profile");
     qs_comm *comm = NULL;
     if (qs_comm_init(&argc, &argv, &comm) != QS_OK) return qs_cmd_fail("profile");
     const int rank = qs_comm_rank(comm), world = qs_comm_world(comm);
-    if (world > 1) o.comm = comm;
-    o.bucket_bytes = (size_t)(bucket_mb * 1048576.0);
+    job.comm = comm;
     qs_logger lg;
     qs_logger_init(&lg, rank, world, quiet ? QS_LOG_WARN : QS_LOG_INFO);
-    o.log = &lg;
-    float *x = NULL;
-    int32_t *y = NULL;
+    job.log = &lg;
     cJSON *doc = NULL;
     qs_cluster cluster;
     memset(&cluster, 0, sizeof cluster);
-    qs_cpu_quota quota;
-    memset(&quota, 0, sizeof quota);
-    const qs_cluster_worker *worker = NULL;
+    const char *own_type = NULL;
     bool writer = rank == 0; /* without a cluster rank 0 writes; with one, the first rank of each type */
     qs_status st = QS_OK;
     if (cluster_path) {
         st = qs_cluster_read(cluster_path, &cluster);
-        if (st == QS_OK) st = qs_profile_worker(&cluster, type, rank, world, &worker);
+        if (st == QS_OK) st = qs_profile_worker(&cluster, type, rank, world, &job.worker);
         if (st == QS_OK) {
-            o.device_type = worker->type;
-            if (worker->threads > 0 && threads == 0) o.threads = worker->threads;
+            own_type = job.worker->type;
             writer = type ? rank == 0 : true;
-            for (int r = 0; !type && r < rank; r++) writer &= strcmp(cluster.workers[r].type, worker->type) != 0;
+            for (int r = 0; !type && r < rank; r++) writer &= strcmp(cluster.workers[r].type, own_type) != 0;
             bool several = false;
-            for (int r = 0; !type && r < world; r++) several |= strcmp(cluster.workers[r].type, worker->type) != 0;
+            for (int r = 0; !type && r < world; r++) several |= strcmp(cluster.workers[r].type, own_type) != 0;
             if (several && !strstr(out_path, "%t"))
                 st = QS_FAIL(QS_ERR_INVALID_ARG, "%s has several device types: put %%t in --out (replaced by each type)",
                              cluster_path);
         }
-        if (st == QS_OK) st = qs_profile_emulate(worker, o.threads, &quota, &o);
     }
-    if (st == QS_OK) { /* under mpirun every rank profiles at once, as they train: they share the memory system */
-        qs_dataset ds;
-        st = qs_dataset_load(data, data_dir, false, &ds);
-        if (st == QS_OK) {
-            o.model_opt = qs_models_default_options(ds.h, ds.w, ds.c, ds.classes);
-            o.model_opt.width = width;
-            st = qs_profile_batch(&ds, batch, &x, &y);
-            if (st == QS_OK) st = qs_profile_loader_ms(&ds, batch, warmup, reps, &o.data_ms);
-            qs_dataset_free(&ds);
-        }
-        o.x = x;
-        o.y = y;
-        if (st == QS_OK) st = qs_profile_model(&o, &doc);
-        if (st == QS_OK && world > 1) cJSON_AddNumberToObject(doc, "co_running_ranks", world);
+    if (st == QS_OK) st = qs_profile_job_run(&job, &doc);
+    else if (world > 1) { /* the peers would wait in the profile for this rank */
+        fprintf(stderr, "qsync profile: error: %s\n", qs_last_error());
+        qs_comm_abort(comm, 1);
     }
-    if (world > 1) { /* then the all-reduce between the actual ranks */
-        uint64_t lo = 0, hi = 0;
-        if (qs_comm_allreduce_minmax_u64(comm, st == QS_OK, &lo, &hi, 0) != QS_OK || lo == 0) {
-            if (st == QS_OK) st = QS_FAIL(QS_ERR_INTERNAL, "another rank could not profile the model");
-        } else {
-            cJSON *ar = NULL;
-            st = qs_profile_allreduce(comm, reps, qs_profile_grad_bytes(doc), &ar);
-            if (st == QS_OK && doc && writer) cJSON_AddItemToObject(doc, "allreduce", ar);
-            else cJSON_Delete(ar);
-        }
-    }
-    qs_cpu_quota_release(&quota);
     char path[4096];
-    qs_profile_out_path(out_path, o.device_type, path, sizeof path);
-    qs_cluster_free(&cluster); /* o.device_type points into it */
+    qs_profile_out_path(out_path, own_type, path, sizeof path);
+    qs_cluster_free(&cluster); /* own_type points into it */
     if (!writer) {
         cJSON_Delete(doc);
-        qs_host_free(x);
-        qs_host_free(y);
         qs_comm_finalize(comm);
         return st == QS_OK ? 0 : qs_cmd_fail("profile");
     }
@@ -264,8 +156,6 @@ int qs_cmd_profile(int argc, char **argv) {
     }
     free(text);
     cJSON_Delete(doc);
-    qs_host_free(x);
-    qs_host_free(y);
     qs_comm_finalize(comm);
     return st == QS_OK ? 0 : qs_cmd_fail("profile");
 }

@@ -10,7 +10,9 @@ int qs_cmd_bench(int argc, char **argv);
 int qs_cmd_profile(int argc, char **argv);
 int qs_cmd_simulate(int argc, char **argv);
 int qs_cmd_indicate(int argc, char **argv);
+int qs_cmd_sensitivity(int argc, char **argv);
 int qs_cmd_plan(int argc, char **argv);
+int qs_cmd_run(int argc, char **argv);
 
 /* Check and translate the precision options shared by train and eval (--precision, --plan,
  * --grad-rounding, --weight-scales); 0, or 2 after printing a usage error naming the option. */

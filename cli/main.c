@@ -16,7 +16,9 @@ static void qs_main_help(FILE *f) {
           "  profile  measure a model's per-op costs at every precision for the predictor\n"
           "  simulate predict a cluster's iteration time and memory for a precision plan from profiles\n"
           "  indicate measure per layer and precision how much quantizing it hurts (the indicator)\n"
+          "  sensitivity quantize one layer at a time and rank the indicator against the measured harm\n"
           "  plan     choose per device type the precisions that keep a hybrid cluster in step\n"
+          "  run      the whole pipeline on a cluster: profile, indicate, plan, train against baselines, report\n"
           "  help     show this help\n",
           f);
 }
@@ -39,7 +41,9 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "profile") == 0) return qs_cmd_profile(argc, argv);
     if (strcmp(cmd, "simulate") == 0) return qs_cmd_simulate(argc, argv);
     if (strcmp(cmd, "indicate") == 0) return qs_cmd_indicate(argc, argv);
+    if (strcmp(cmd, "sensitivity") == 0) return qs_cmd_sensitivity(argc, argv);
     if (strcmp(cmd, "plan") == 0) return qs_cmd_plan(argc, argv);
-    fprintf(stderr, "qsync: unknown command '%s' (commands: train, eval, models, bench, profile, simulate, indicate, plan, help)\n", cmd);
+    if (strcmp(cmd, "run") == 0) return qs_cmd_run(argc, argv);
+    fprintf(stderr, "qsync: unknown command '%s' (commands: train, eval, models, bench, profile, simulate, indicate, sensitivity, plan, run, help)\n", cmd);
     return 2;
 }

@@ -5,11 +5,12 @@
 # benchmarks; OpenBLAS is its recommended BLAS (without it PyTorch falls back to the reference
 # BLAS and its Linear layers run ~10x slower, which would flatter our benchmark ratios).
 # GLPK (libglpk-dev) solves the exact precision-allocation ILP (src/plan/alloc_ilp.c).
+# gnuplot (gnuplot-nox) draws `qsync run --plot`'s loss-against-time figure.
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 PKGS=(build-essential cmake pkg-config
-      libdnnl-dev libcjson-dev zlib1g-dev libcmocka-dev libopenmpi-dev openmpi-bin libglpk-dev
+      libdnnl-dev libcjson-dev zlib1g-dev libcmocka-dev libopenmpi-dev openmpi-bin libglpk-dev gnuplot-nox
       dataset-fashion-mnist
       python3 python3-torch libopenblas0-pthread)
 missing=()

@@ -1,4 +1,5 @@
-/* src/core/stats.h — defines: lists of timing samples and their order statistics. */
+/* src/core/stats.h — defines: lists of timing samples and their order statistics, a least-squares
+ * line, and rank correlation (Spearman's rho with average ranks for ties). */
 #ifndef QSYNC_CORE_STATS_H
 #define QSYNC_CORE_STATS_H
 
@@ -22,5 +23,15 @@ double qs_median_inplace(double *v, int64_t n);
  * the intercept would come out negative (a cost below zero for small x), the line through the
  * origin is fitted instead (alpha = 0). n = 0 gives 0, 0. */
 void qs_linear_fit(const double *x, const double *y, int64_t n, double *alpha, double *beta);
+
+/* The 1-based ranks of v[0..n) into ranks[0..n), ascending, tied values sharing the average of
+ * the ranks they span ({10, 20, 20, 30} → {1, 2.5, 2.5, 4}). QS_ERR_INVALID_ARG for a NaN value
+ * (it has no rank), QS_ERR_OOM when the scratch cannot be allocated. */
+qs_status qs_ranks_average(const double *v, int64_t n, double *ranks);
+
+/* Spearman's rank correlation of the pairs (x[i], y[i]), i < n: Pearson's correlation of their
+ * average ranks, which treats ties exactly. *rho is in [-1, 1], or NaN where it is undefined:
+ * fewer than 2 pairs, or all of x (or all of y) equal. Errors as qs_ranks_average. */
+qs_status qs_spearman(const double *x, const double *y, int64_t n, double *rho);
 
 #endif

@@ -9,6 +9,7 @@
 #define QSYNC_DIST_COMM_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "qsync/status.h"
@@ -54,5 +55,10 @@ qs_status qs_comm_allreduce_sum_f32_direct(qs_comm *c, float *buf, int64_t n);
  * the same timeout. */
 qs_status qs_comm_allreduce_sum_f64(qs_comm *c, double *buf, int n, double timeout_s);
 qs_status qs_comm_allreduce_minmax_u64(qs_comm *c, uint64_t v, uint64_t *min, uint64_t *max, double timeout_s);
+
+/* Broadcast a byte string from `root` to every rank, with the same timeout. On root, *buf and *n
+ * are the message (unchanged); on the others *buf becomes a malloc'ed copy with a terminating NUL
+ * beyond its *n bytes (caller frees; its value on entry is ignored). A group of one returns at once. */
+qs_status qs_comm_bcast_bytes(qs_comm *c, int root, char **buf, size_t *n, double timeout_s);
 
 #endif

@@ -232,19 +232,44 @@ qs_status qs_comm_allreduce_sum_f32_direct(qs_comm *c, float *buf, int64_t n) {
     return QS_OK;
 }
 
+/* Complete a started request, polling with heartbeats; `what` names it in a timeout error. */
+static qs_status wait_request(qs_comm *c, MPI_Request *rq, const char *what, double timeout_s) {
+    const double t0 = qs_now_ms();
+    for (;;) {
+        int flag = 0;
+        QS_TRY(mpi_check(MPI_Test(rq, &flag, MPI_STATUS_IGNORE), "Test"));
+        if (flag) return QS_OK;
+        heartbeat(c);
+        if (timeout_s > 0 && qs_now_ms() - t0 > 1e3 * timeout_s) return timeout_error(c, what, timeout_s);
+    }
+}
+
 /* A blocking reduction through the non-blocking one, so it obeys the timeout. */
 static qs_status small_allreduce(qs_comm *c, void *buf, int n, MPI_Datatype t, MPI_Op op, double timeout_s) {
     if (!c->mpi || c->world == 1) return QS_OK;
     MPI_Request rq;
     QS_TRY(mpi_check(MPI_Iallreduce(MPI_IN_PLACE, buf, n, t, op, MPI_COMM_WORLD, &rq), "Iallreduce"));
-    const double t0 = qs_now_ms();
-    for (;;) {
-        int flag = 0;
-        QS_TRY(mpi_check(MPI_Test(&rq, &flag, MPI_STATUS_IGNORE), "Test"));
-        if (flag) return QS_OK;
-        heartbeat(c);
-        if (timeout_s > 0 && qs_now_ms() - t0 > 1e3 * timeout_s) return timeout_error(c, "a reduction", timeout_s);
+    return wait_request(c, &rq, "a reduction", timeout_s);
+}
+
+qs_status qs_comm_bcast_bytes(qs_comm *c, int root, char **buf, size_t *n, double timeout_s) {
+    if (!c || !c->mpi || c->world == 1) return QS_OK;
+    if (root < 0 || root >= c->world)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "broadcast from rank %d in a job of %d ranks", root, c->world);
+    uint64_t len = c->rank == root ? (uint64_t)*n : 0;
+    MPI_Request rq;
+    QS_TRY(mpi_check(MPI_Ibcast(&len, 1, MPI_UINT64_T, root, MPI_COMM_WORLD, &rq), "Ibcast"));
+    QS_TRY(wait_request(c, &rq, "a broadcast", timeout_s));
+    if (len > (uint64_t)INT_MAX) return QS_FAIL(QS_ERR_UNSUPPORTED, "broadcast of %llu bytes is too large", (unsigned long long)len);
+    if (c->rank != root) {
+        *buf = malloc((size_t)len + 1);
+        if (!*buf) return QS_FAIL(QS_ERR_OOM, "out of memory receiving a broadcast of %llu bytes", (unsigned long long)len);
+        (*buf)[len] = '\0';
+        *n = (size_t)len;
     }
+    if (len == 0) return QS_OK;
+    QS_TRY(mpi_check(MPI_Ibcast(*buf, (int)len, MPI_BYTE, root, MPI_COMM_WORLD, &rq), "Ibcast"));
+    return wait_request(c, &rq, "a broadcast", timeout_s);
 }
 
 qs_status qs_comm_allreduce_sum_f64(qs_comm *c, double *buf, int n, double timeout_s) {

@@ -28,6 +28,7 @@ typedef struct qs_pb_type {
     double sync_fp32_ms;           /* replay with this type all fp32, the others fastest-type */
     qs_precision *prec;            /* [L] chosen precision per layer */
     int32_t rounds_tightened;      /* times its target or cap was lowered after a replay */
+    bool best_effort;              /* no plan met T: the fastest plan was taken (request best_effort) */
 } qs_pb_type;
 
 typedef struct qs_pb_ctx {
@@ -295,8 +296,9 @@ static qs_status qs_pb_problem(const qs_pb_ctx *c, qs_pb_type *d, int fast_tmpl)
     return qs_alloc_problem_check(&d->prob);
 }
 
-/* Solve d's problem (greedy, then exact unless greedy_only); the chosen plan into d->prec. */
-static qs_status qs_pb_solve(const qs_pb_ctx *c, qs_pb_type *d, double T_sync) {
+/* Solve d's problem once (greedy, then exact unless greedy_only, or when the greedy finds it
+ * infeasible); QS_ERR_INFEASIBLE leaves the best-effort results in d. */
+static qs_status qs_pb_solve_once(const qs_pb_ctx *c, qs_pb_type *d) {
     qs_alloc_result_free(&d->greedy);
     qs_alloc_result_free(&d->exact);
     d->has_exact = false;
@@ -311,11 +313,27 @@ static qs_status qs_pb_solve(const qs_pb_ctx *c, qs_pb_type *d, double T_sync) {
             st = QS_OK;
         } else if (se != QS_ERR_INFEASIBLE) {
             return se;
+        } else if (isfinite(d->exact.best_time_ms)) {
+            d->greedy.best_time_ms = d->exact.best_time_ms; /* proven */
         }
     }
+    return st;
+}
+
+/* Solve d's problem; the chosen plan into d->prec. With best_effort, a time target no plan
+ * meets is relaxed to the fastest plan's time (d->best_effort set), so the least-ω fastest plan
+ * is chosen. */
+static qs_status qs_pb_solve(const qs_pb_ctx *c, qs_pb_type *d, double T_sync) {
+    qs_status st = qs_pb_solve_once(c, d);
+    const qs_alloc_result *r = &d->greedy;
+    bool memory_bound = d->prob.mem_cap != QS_ALLOC_NO_CAP && r->min_mem > d->prob.mem_cap;
+    if (st == QS_ERR_INFEASIBLE && c->rq->best_effort && !memory_bound && isfinite(r->best_time_ms)) {
+        d->prob.target_ms = r->best_time_ms * (1 + 1e-9);
+        d->best_effort = true;
+        st = qs_pb_solve_once(c, d);
+    }
     if (st == QS_ERR_INFEASIBLE) {
-        const qs_alloc_result *r = &d->greedy;
-        if (d->prob.mem_cap != QS_ALLOC_NO_CAP && r->min_mem > d->prob.mem_cap)
+        if (memory_bound)
             return QS_FAIL(QS_ERR_INFEASIBLE, "no plan fits device type \"%s\" in its memory cap of %.1f MiB: even with "
                            "every layer at its least-memory precision it is predicted to need %.1f MiB (raise the "
                            "workers' memory_mb or lower the batch)", d->name, (double)d->prob.mem_cap / 1048576.0,
@@ -354,6 +372,7 @@ static cJSON *qs_pb_document(const qs_pb_ctx *c, const char *const *types, int n
     cJSON_AddStringToObject(pred, "fastest_type", fast);
     cJSON_AddNumberToObject(pred, "synchronized_ms", qs_pb_num(sim, "iteration_ms"));
     cJSON_AddNumberToObject(pred, "rounds", rounds);
+    cJSON_AddBoolToObject(pred, "target_met", qs_pb_num(sim, "iteration_ms") <= T * (1 + rq->tolerance));
     cJSON *ptypes = cJSON_AddObjectToObject(pred, "types");
     for (int i = 0; i < n_types; i++) {
         cJSON *s = cJSON_AddObjectToObject(sections, types[i]);
@@ -388,6 +407,7 @@ static cJSON *qs_pb_document(const qs_pb_ctx *c, const char *const *types, int n
         }
         if (d->prob.mem_cap != QS_ALLOC_NO_CAP) cJSON_AddNumberToObject(pt, "memory_cap_bytes", (double)d->prob.mem_cap);
         cJSON_AddNumberToObject(pt, "tightened", d->rounds_tightened); /* times its target or cap was lowered */
+        if (d->best_effort) cJSON_AddBoolToObject(pt, "best_effort", true); /* T relaxed to its fastest plan */
     }
     cJSON *workers = cJSON_AddArrayToObject(pred, "workers");
     const cJSON *x;
@@ -451,6 +471,8 @@ qs_status qs_plan_build(const qs_planb_request *rq, cJSON **plan_doc) {
     }
     if (st == QS_OK && !(T > 0)) T = T_fast;
     /* the fastest type trains fp32: the cluster cannot step faster than a cluster of it */
+    const double T_asked = T;
+    if (st == QS_OK && T < T_fast * (1 - tol) && rq->best_effort) T = T_fast;
     if (st == QS_OK && T < T_fast * (1 - tol))
         st = QS_FAIL(QS_ERR_INFEASIBLE, "no plan meets T = %.3f ms: the fastest device type (\"%s\"), which stays fp32, "
                      "is predicted to take %.3f ms per synchronized iteration by itself; the best achievable time is "
@@ -506,11 +528,16 @@ qs_status qs_plan_build(const qs_planb_request *rq, cJSON **plan_doc) {
                 }
         }
     }
-    if (st == QS_OK && !met)
+    if (st == QS_OK && !met && !rq->best_effort)
         st = QS_FAIL(QS_ERR_INFEASIBLE, "after %d rounds the replayed plan still misses T = %.3f ms by %.3f ms (%.1f%%; "
                      "tolerance %.1f%%): the best achievable synchronized time is about %.3f ms; give --target-ms",
                      rounds, T, miss, 100 * miss / T, 100 * tol, T + miss);
     if (st == QS_OK) *plan_doc = qs_pb_document(&c, types, n_types, fast, t, n_slow, T, rq->target_ms > 0, sim, rounds);
+    if (st == QS_OK && T_asked < T) { /* best effort: the asked T was below the fastest type's own time */
+        cJSON *pred = cJSON_GetObjectItemCaseSensitive(*plan_doc, "predictions");
+        cJSON_AddNumberToObject(pred, "target_asked_ms", T_asked);
+        cJSON_ReplaceItemInObjectCaseSensitive(pred, "target_met", cJSON_CreateFalse());
+    }
     cJSON_Delete(sim);
     for (int k = 0; k < n_slow; k++) {
         qs_alloc_problem_free(&t[k].prob);

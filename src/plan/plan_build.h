@@ -30,6 +30,7 @@
 #include <stdint.h>
 #include <cjson/cJSON.h>
 
+#include "dist/cluster.h"
 #include "qsync/status.h"
 
 /* One worker of the cluster, as the replayer sees it. */
@@ -56,6 +57,8 @@ typedef struct qs_planb_request {
     int max_rounds;           /* solve-and-replay rounds (default 4) */
     size_t bucket_bytes;      /* as --bucket-mb of training */
     bool overlap;             /* as training without --no-overlap */
+    bool best_effort;         /* when no plan meets T: take each type's fastest plan of least Σω (the
+                               * document says "target_met": false) instead of QS_ERR_INFEASIBLE */
 } qs_planb_request;
 
 /* Build the problems, solve them, verify by replay. On QS_OK *plan_doc is a plan document
@@ -66,5 +69,14 @@ typedef struct qs_planb_request {
  * QS_ERR_INFEASIBLE (no plan meets T or a memory cap: the message gives the best achievable
  * synchronized time); *plan_doc is NULL then. */
 qs_status qs_plan_build(const qs_planb_request *rq, cJSON **plan_doc);
+
+/* The workers of cluster c as the allocator sees them (w: c->n_workers entries), worker r with
+ * its type's profile profiles[r] (read from profile_paths[r], for messages; borrowed). A profile
+ * taken under the worker's emulation holds its slowdown; a worker emulated but profiled without
+ * it gets the slowdown applied by the replayer. Errors: QS_ERR_INVALID_ARG (the cluster sets a
+ * worker's precisions: the plan chooses them), QS_ERR_MISMATCH (a profile taken under another
+ * slowdown than its worker's). */
+qs_status qs_planb_workers_from_cluster(const qs_cluster *c, const cJSON *const *profiles,
+                                        const char *const *profile_paths, qs_planb_worker *w);
 
 #endif

@@ -165,7 +165,8 @@ static qs_status qs_train_select_device_type(const qs_train_config *c, qs_train_
 /* Precisions (uniform or plan, validated against the backend), casts, and on resume the
  * check that the checkpoint was trained with the same ones. Between fuse and setup. */
 static qs_status qs_train_precisions(const qs_train_config *c, qs_train_job *j) {
-    if (c->plan) QS_TRY(qs_train_load_plan(c->plan, &j->plan));
+    if (c->plan_text) QS_TRY(qs_plan_parse(c->plan_text, c->plan, &j->plan));
+    else if (c->plan) QS_TRY(qs_train_load_plan(c->plan, &j->plan));
     if (c->plan) QS_TRY(qs_train_select_device_type(c, j));
     qs_precision_options po;
     qs_train_precision_options(c->precision, c->plan ? &j->plan : NULL, c->allow_emulated, c->grad_rounding,
@@ -515,7 +516,8 @@ typedef struct qs_train_window {
 
 /* Write a step record (and the progress line on a terminal) for the window, then reset it. */
 static qs_status qs_train_log_step(const qs_train_config *c, qs_train_job *j, qs_train_window *w, int64_t step,
-                                   int64_t total, int64_t spe, float lr, bool tty, qs_train_result *res) {
+                                   int64_t total, int64_t spe, float lr, double train_ms, bool tty,
+                                   qs_train_result *res) {
     double dt = qs_now_ms() - w->t0, rate = 1e3 * (double)(w->n * c->batch) / dt;
     if (j->world > 1) { /* the window over the global batch: mean of the ranks' means, summed counts */
         double sums[2] = {w->loss, (double)w->correct};
@@ -532,6 +534,7 @@ static qs_status qs_train_log_step(const qs_train_config *c, qs_train_job *j, qs
     cJSON_AddNumberToObject(r, "train_accuracy", (double)w->correct / (double)(w->n * c->batch));
     cJSON_AddNumberToObject(r, "lr", lr);
     cJSON_AddNumberToObject(r, "images_per_s", rate);
+    cJSON_AddNumberToObject(r, "train_s", train_ms / 1e3);
     if (j->scaler.mode != QS_LOSS_SCALE_NONE) {
         cJSON_AddNumberToObject(r, "loss_scale", j->scaler.scale);
         cJSON_AddNumberToObject(r, "skipped_steps", (double)j->scaler.skipped);
@@ -681,7 +684,7 @@ static qs_status qs_train_loop(const qs_train_config *c, qs_train_job *j, const 
         w.n++;
         qs_train_profile_end(c, j, step, first + QS_PROFILE_WARMUP_STEPS, res);
         if (step % c->log_every == 0 || step % spe == 0 || step == total)
-            QS_TRY(qs_train_log_step(c, j, &w, step, total, spe, lr, tty, res));
+            QS_TRY(qs_train_log_step(c, j, &w, step, total, spe, lr, train_ms, tty, res));
         QS_TRY(qs_train_after_step(c, j, mo, step, total, spe, tty, &stop, res));
         if (step % spe == 0) w.t0 = qs_now_ms(); /* evaluation time is not training time */
     }

@@ -23,6 +23,8 @@ typedef struct qs_train_config {
      * (or a checkpoint directory, whose recorded plan is reused), not both. */
     qs_precision precision;     /* default fp32 */
     const char *plan;           /* NULL → uniform `precision` */
+    const char *plan_text;      /* non-NULL: the plan document itself (e.g. broadcast by qsync run);
+                                 * `plan` then names where it came from, for messages and reports */
     bool allow_emulated;        /* permit precisions the backend only emulates (fp16/fp8 on the cpu) */
     qs_grad_rounding grad_rounding;  /* UNSET → the plan's, else stochastic */
     qs_weight_scales weight_scales;  /* UNSET → the plan's, else tensor */

@@ -1,0 +1,243 @@
+/* cli/cmd_run.c — `qsync run`: the QSync pipeline on a cluster (src/run/run_job.h,
+ * docs/RUN.md). Started without a launcher, it starts itself under mpirun with one rank per
+ * worker of the cluster. */
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "commands.h"
+#include "dist/cluster.h"
+#include "dist/comm.h"
+#include "options.h"
+#include "run/run_job.h"
+#include "run/run_report.h"
+#include "stop_signals.h"
+
+static const char *const qs_run_summary =
+    "The QSync pipeline on a hybrid cluster: profile every device type (each worker under its own\n"
+    "threads and emulated slowdown), measure the indicator, plan the precisions of every slower type\n"
+    "(least sum of omega within the fastest type's predicted iteration and the memory caps), broadcast\n"
+    "the plan, then train the same job once per compared arm and seed and report predicted against\n"
+    "measured iteration times, throughput, the gap closed, test accuracy and loss curves against\n"
+    "all-fp32 (docs/RUN.md). Arms: qsync (the plan), fp32 (all fp32, synchronous), int8 (uniform\n"
+    "--low-precision on the slower types), dynamic (all fp32, local batches by measured speed), ideal\n"
+    "(all fp32 without the emulated slowdowns). Started without mpirun it launches itself under mpirun\n"
+    "with one rank per worker. Outputs go to --out: profiles, indicator, plan, metrics, report.json.";
+
+#define QS_RUN_DEFAULT_CLUSTER "examples/clusters/cpu-hybrid.json"
+
+/* Set by SIGINT/SIGTERM: the running training job checkpoints nothing and stops after its step. */
+static atomic_int qs_run_interrupted;
+
+/* The default cluster file, found from the executable: <its directory>/../examples/... (the
+ * build tree sits in the source tree: build/qsync → examples/). */
+static const char *qs_run_default_cluster(char *buf, size_t cap) {
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) *slash = '\0';
+        snprintf(buf, cap, "%s/../%s", exe, QS_RUN_DEFAULT_CLUSTER);
+        if (access(buf, R_OK) == 0) return buf;
+    }
+    return NULL;
+}
+
+/* Not under a launcher: run this same command under `mpirun -np <workers>` (exec; returns only
+ * on failure). QSYNC_MPIRUN overrides the launcher's path. */
+static int qs_run_launch(int argc, char **argv, int workers, const char *cluster_path, bool cluster_given) {
+    char exe[PATH_MAX], np[16];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) {
+        fprintf(stderr, "qsync run: error: cannot find this executable to launch it under mpirun\n");
+        return 1;
+    }
+    exe[n] = '\0';
+    snprintf(np, sizeof np, "%d", workers);
+    const char *mpirun = getenv("QSYNC_MPIRUN") ? getenv("QSYNC_MPIRUN") : "mpirun";
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    char **args = calloc((size_t)argc + 12, sizeof *args);
+    if (!args) return 1;
+    int k = 0;
+    args[k++] = (char *)mpirun;
+    args[k++] = "-np";
+    args[k++] = np;
+    if (geteuid() == 0) args[k++] = "--allow-run-as-root"; /* Open MPI refuses root otherwise */
+    if (cores > 0 && workers > cores) args[k++] = "--oversubscribe";
+    args[k++] = exe;
+    for (int i = 1; i < argc; i++) args[k++] = argv[i];
+    if (!cluster_given) { /* every rank must read the same default */
+        args[k++] = "--cluster";
+        args[k++] = (char *)cluster_path;
+    }
+    args[k] = NULL;
+    fprintf(stderr, "qsync run: launching %d ranks: %s -np %s%s %s run ...\n", workers, mpirun, np,
+            geteuid() == 0 ? " --allow-run-as-root" : "", exe);
+    fflush(stderr);
+    execvp(mpirun, args);
+    fprintf(stderr, "qsync run: error: cannot start %s (%s is needed for a cluster of %d workers; Debian: openmpi-bin, "
+            "or start qsync run under your own launcher)\n", mpirun, mpirun, workers);
+    free(args);
+    return 1;
+}
+
+int qs_cmd_run(int argc, char **argv) {
+    qs_run_config c;
+    memset(&c, 0, sizeof c);
+    qs_train_config_defaults(&c.train);
+    c.seeds = 1;
+    c.train.log_every = 10;
+    c.low_precision = QS_PREC_INT8;
+    c.profile_warmup = 3;
+    c.profile_reps = 10;
+    c.indicator_batches = 8;
+    c.gamma = 4;
+    const char *cluster_path = NULL, *out_dir = "runs/qsync-run", *arms = "qsync,fp32,int8,dynamic,ideal";
+    const char *low = "int8", *method = "gvar", *optimizer = "sgd", *plot = NULL, *grad_rounding = NULL;
+    const char *weight_scales = NULL;
+    double bucket_mb = 25;
+    bool json = false, verbose = false, quiet = false, no_launch = false;
+    qs_cli_opt opts[] = {
+        {"cluster", QS_CLI_STR, &cluster_path, "FILE", "the workers (docs/CLUSTERS.md; default " QS_RUN_DEFAULT_CLUSTER ")"},
+        {"model", QS_CLI_STR, &c.train.model, "NAME", "model (default cnn)"},
+        {"width", QS_CLI_I64, &c.train.model_opt.width, "N", "model width (0 = the architecture's default)"},
+        {"data", QS_CLI_STR, &c.train.data, "NAME", "fashion-mnist (default), cifar10, synthetic"},
+        {"data-dir", QS_CLI_STR, &c.train.data_dir, "DIR", "dataset directory"},
+        {"batch", QS_CLI_I64, &c.train.batch, "N", "global batch, split evenly over the workers (default 128)"},
+        {"epochs", QS_CLI_I64, &c.train.epochs, "N", "epochs per run (default 1; ignored with --steps)"},
+        {"steps", QS_CLI_I64, &c.train.steps, "N", "optimizer steps per run"},
+        {"lr", QS_CLI_FLOAT, &c.train.optim.lr, "X", "peak learning rate (default 0.1)"},
+        {"optimizer", QS_CLI_STR, &optimizer, "NAME", "sgd (default) or adamw"},
+        {"train-subset", QS_CLI_I64, &c.train.train_subset, "N", "train on the first N samples only"},
+        {"eval-subset", QS_CLI_I64, &c.train.eval_subset, "N", "evaluate on the first N test samples only"},
+        {"log-every", QS_CLI_I64, &c.train.log_every, "N", "loss records every N steps, for the curves (default 10)"},
+        {"seed", QS_CLI_U64, &c.train.seed, "N", "first seed (default 1)"},
+        {"seeds", QS_CLI_INT, &c.seeds, "N", "seeds per arm, paired across arms (default 1)"},
+        {"arms", QS_CLI_STR, &arms, "LIST", "compared arms (default qsync,fp32,int8,dynamic,ideal)"},
+        {"low-precision", QS_CLI_STR, &low, "P", "the int8 arm's uniform precision on slower workers (default int8)"},
+        {"grad-rounding", QS_CLI_STR, &grad_rounding, "R", "low-precision gradients: stochastic (default) or nearest"},
+        {"weight-scales", QS_CLI_STR, &weight_scales, "S", "INT8 weight scales: tensor (default) or channel"},
+        {"indicator", QS_CLI_STR, &method, "NAME", "indicator method: gvar (default), qsync, wvar, hess, random"},
+        {"indicator-batches", QS_CLI_I64, &c.indicator_batches, "N", "batches the indicator averages (default 8)"},
+        {"gamma", QS_CLI_DOUBLE, &c.gamma, "G", "the indicator's forward weight (default 4)"},
+        {"target-ms", QS_CLI_DOUBLE, &c.target_ms, "MS", "the plan's T (default: the fastest type's iteration)"},
+        {"exact", QS_CLI_FLAG, &c.exact, NULL, "also solve the plan exactly (GLPK) and report the greedy's gap"},
+        {"profile-reps", QS_CLI_INT, &c.profile_reps, "N", "timed profile steps per precision (default 10)"},
+        {"bucket-mb", QS_CLI_DOUBLE, &bucket_mb, "MB", "gradient all-reduce bucket size (default 25)"},
+        {"collective-timeout", QS_CLI_DOUBLE, &c.train.collective_timeout_s, "S",
+         "end the job when a collective waits longer than S seconds (default 300)"},
+        {"out", QS_CLI_STR, &out_dir, "DIR", "output directory (default runs/qsync-run)"},
+        {"plot", QS_CLI_STR, &plot, "PNG", "draw training loss against time and steps per arm (gnuplot)"},
+        {"json", QS_CLI_FLAG, &json, NULL, "print the report as JSON"},
+        {"verbose", QS_CLI_FLAG, &verbose, NULL, "also every training job's own log"},
+        {"quiet", QS_CLI_FLAG, &quiet, NULL, "only the report and errors"},
+        {"no-launch", QS_CLI_FLAG, &no_launch, NULL, "do not start mpirun when run without it"},
+    };
+    int rc = qs_cli_parse(argc, argv, 2, opts, (int)(sizeof opts / sizeof opts[0]), "run", qs_run_summary);
+    if (rc) return rc == 1 ? 0 : rc;
+    char err[160], default_cluster[PATH_MAX + 64];
+    if (!qs_run_arms_parse(arms, c.arms, err, sizeof err)) {
+        fprintf(stderr, "qsync run: --arms: %s\n", err);
+        return 2;
+    }
+    c.arms[QS_ARM_QSYNC] = true;
+    if (!qs_precision_parse(low, &c.low_precision) || c.low_precision == QS_PREC_FP32) {
+        fprintf(stderr, "qsync run: --low-precision must be a precision below fp32 (bf16, int8, ...; got '%s')\n", low);
+        return 2;
+    }
+    qs_precision unused;
+    if ((rc = qs_cli_precision_options("run", "fp32", NULL, grad_rounding, weight_scales, &unused,
+                                       &c.train.grad_rounding, &c.train.weight_scales)))
+        return rc;
+    if (!qs_indicator_method_parse(method, &c.method)) {
+        fprintf(stderr, "qsync run: --indicator: unknown method '%s' (gvar, qsync, wvar, hess, random)\n", method);
+        return 2;
+    }
+    if (strcmp(optimizer, "sgd") == 0) c.train.optim.kind = QS_OPTIM_SGD;
+    else if (strcmp(optimizer, "adamw") == 0) c.train.optim.kind = QS_OPTIM_ADAMW;
+    else {
+        fprintf(stderr, "qsync run: --optimizer must be sgd or adamw (got '%s')\n", optimizer);
+        return 2;
+    }
+    if (c.seeds < 1 || c.seeds > 64 || c.train.batch < 2 || c.train.steps < 0 || c.train.epochs < 0 ||
+        (c.train.steps == 0 && c.train.epochs == 0) || c.train.log_every < 1 || c.profile_reps < 3 || c.indicator_batches < 1 ||
+        !(bucket_mb > 0) || c.target_ms < 0 || !(c.gamma >= 0) || !(c.train.optim.lr > 0)) {
+        fprintf(stderr, "qsync run: --seeds must be 1..64, --batch >= 2, --steps or --epochs > 0, --profile-reps >= 3, "
+                "--indicator-batches and --log-every >= 1, --bucket-mb, --lr > 0, --target-ms and --gamma >= 0\n");
+        return 2;
+    }
+    if (plot && system("gnuplot --version >/dev/null 2>&1") != 0) {
+        fprintf(stderr, "qsync run: error: --plot needs gnuplot, which did not start (Debian: gnuplot-nox)\n");
+        return 2;
+    }
+    const bool cluster_given = cluster_path != NULL;
+    if (!cluster_path && !(cluster_path = qs_run_default_cluster(default_cluster, sizeof default_cluster))) {
+        fprintf(stderr, "qsync run: error: no --cluster given and the default %s was not found in the "
+                "directory above this executable's\n", QS_RUN_DEFAULT_CLUSTER);
+        return 2;
+    }
+    qs_cluster cluster;
+    if (qs_cluster_read(cluster_path, &cluster) != QS_OK) return qs_cmd_fail("run");
+    c.cluster = &cluster;
+    const bool launched = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK");
+    const bool launch = !launched && !no_launch && cluster.n_workers > 1;
+    if (!launched && qs_run_check(&c, launch ? cluster.n_workers : 1) != QS_OK) {
+        qs_cluster_free(&cluster);
+        return qs_cmd_fail("run");
+    }
+    if (launch) {
+        int n = cluster.n_workers;
+        qs_cluster_free(&cluster);
+        return qs_run_launch(argc, argv, n, cluster_path, cluster_given);
+    }
+    c.train.bucket_bytes = (size_t)(bucket_mb * 1048576.0);
+    qs_stop_signals_start(&qs_run_interrupted); /* before MPI's and OpenMP's threads exist */
+    qs_comm *comm = NULL;
+    if (qs_comm_init(&argc, &argv, &comm) != QS_OK) {
+        qs_cluster_free(&cluster);
+        return qs_cmd_fail("run");
+    }
+    const int rank = qs_comm_rank(comm), world = qs_comm_world(comm);
+    if (qs_run_check(&c, world) != QS_OK) { /* every rank refuses alike: one message, no abort */
+        int code = rank == 0 ? qs_cmd_fail("run") : 1;
+        qs_cluster_free(&cluster);
+        qs_comm_finalize(comm);
+        return code;
+    }
+    qs_logger lg, tlg;
+    qs_logger_init(&lg, rank, world, quiet || rank != 0 ? QS_LOG_WARN : QS_LOG_INFO);
+    qs_logger_init(&tlg, rank, world, verbose && rank == 0 ? QS_LOG_INFO : QS_LOG_WARN);
+    c.train.comm = comm;
+    c.train.interrupt = &qs_run_interrupted;
+    c.train.progress = !quiet && rank == 0;
+    c.out_dir = out_dir;
+    c.plot_path = plot;
+    c.log = &lg;
+    c.train_log = &tlg;
+    cJSON *report = NULL;
+    qs_status st = qs_run(&c, &report);
+    if (st != QS_OK && world > 1) { /* the peers may wait for this rank: end the whole job */
+        fprintf(stderr, "qsync run: error: %s\n", qs_last_error());
+        qs_comm_abort(comm, 1);
+    }
+    if (st == QS_OK && report) {
+        if (json) {
+            char *s = cJSON_Print(report);
+            if (s) puts(s);
+            free(s);
+        } else {
+            qs_run_report_print(report, stdout);
+            printf("report: %s/report.json%s%s\n", out_dir, plot ? "; plot: " : "", plot ? plot : "");
+        }
+    }
+    cJSON_Delete(report);
+    qs_cluster_free(&cluster);
+    qs_comm_finalize(comm);
+    return st == QS_OK ? 0 : qs_cmd_fail("run");
+}

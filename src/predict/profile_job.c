@@ -1,0 +1,142 @@
+/* src/predict/profile_job.c — one rank's profile job (profile_job.h). */
+#include "predict/profile_job.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/backend.h"
+#include "core/stats.h"
+#include "core/timer.h"
+#include "data/dataset.h"
+#include "dist/cpu_quota.h"
+#include "predict/profile_comm.h"
+#include "qsync/tensor.h"
+
+int qs_profile_native_precisions(qs_precision *out, int threads) {
+    qs_backend *be = NULL;
+    int n = 0;
+    if (qs_backend_cpu_create(threads, &be) != QS_OK) return 0;
+    for (int p = 0; p < QS_PREC_COUNT; p++)
+        if (be->ops->precision_support(be, (qs_precision)p) == QS_PREC_NATIVE) out[n++] = (qs_precision)p;
+    be->ops->destroy(be);
+    return n;
+}
+
+/* The training loader's median time for one batch (shuffled, no augmentation) over reps calls
+ * after warm-up ones. */
+static qs_status qs_profile_loader_ms(const qs_dataset *ds, int64_t batch, int warmup, int reps, double *ms) {
+    qs_loader ld;
+    qs_loader_options lo = {.global_batch = batch, .rank = 0, .world = 1, .seed = 1, .shuffle = true,
+                            .drop_last = true, .augment = false, .crop_pad = 2};
+    QS_TRY(qs_loader_init(&ld, ds, &lo));
+    int64_t per = ds->h * ds->w * ds->c, valid;
+    float *x = qs_host_alloc((size_t)(batch * per) * sizeof(float));
+    int32_t *y = qs_host_alloc((size_t)batch * sizeof(int32_t));
+    double *t = calloc((size_t)reps, sizeof *t);
+    qs_status st = x && y && t ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory timing the loader");
+    for (int k = -warmup; k < reps && st == QS_OK; k++) {
+        double t0 = qs_now_ms();
+        st = qs_loader_next(&ld, x, y, &valid, NULL);
+        if (k >= 0) t[k] = qs_now_ms() - t0;
+    }
+    if (st == QS_OK) *ms = qs_median_inplace(t, reps);
+    free(t);
+    qs_host_free(x);
+    qs_host_free(y);
+    qs_loader_free(&ld);
+    return st;
+}
+
+/* The first `batch` test samples of the dataset, normalised as the loader does, into x, y
+ * (allocated here; the caller frees them with qs_host_free, also on failure). */
+static qs_status qs_profile_batch(const qs_dataset *ds, int64_t batch, float **x, int32_t **y) {
+    if (ds->n < batch)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "--batch %lld is larger than the %lld test samples of %s", (long long)batch,
+                       (long long)ds->n, ds->name);
+    int64_t per = ds->h * ds->w * ds->c;
+    *x = qs_host_alloc((size_t)(batch * per) * sizeof(float));
+    *y = qs_host_alloc((size_t)batch * sizeof(int32_t));
+    if (!*x || !*y) return QS_FAIL(QS_ERR_OOM, "out of memory for a batch of %lld", (long long)batch);
+    for (int64_t i = 0; i < batch * per; i++) {
+        int64_t ch = i % ds->c;
+        (*x)[i] = ((float)ds->pixels[i] / 255.0f - ds->mean[ch]) / ds->std[ch];
+    }
+    memcpy(*y, ds->labels, (size_t)batch * sizeof(int32_t));
+    return QS_OK;
+}
+
+/* Apply the worker's emulated slowdown for the profile: a CPU quota on this process (method
+ * cgroup, or auto where writable; released by the caller), else a duty cycle over the ops. */
+static qs_status qs_profile_emulate(const qs_cluster_worker *w, int threads, qs_cpu_quota *q, qs_profile_options *o) {
+    if (!w || !(w->slowdown > 1)) return QS_OK;
+    o->emulated_slowdown = w->slowdown;
+    o->emulation_method = "duty-cycle";
+    if (strcmp(w->emulation_method, "duty-cycle") == 0) return QS_OK;
+    qs_status st = qs_cpu_quota_apply(w->slowdown, threads > 0 ? threads : 1, q);
+    if (st == QS_OK) o->emulation_method = "cgroup-quota";
+    else if (strcmp(w->emulation_method, "cgroup") == 0 || st != QS_ERR_UNSUPPORTED) return st;
+    return QS_OK;
+}
+
+/* This rank's model profile (no all-reduce): data, emulation, qs_profile_model. */
+static qs_status qs_profile_job_model(const qs_profile_job *j, qs_profile_options *o, cJSON **doc) {
+    qs_cpu_quota quota;
+    memset(&quota, 0, sizeof quota);
+    float *x = NULL;
+    int32_t *y = NULL;
+    qs_status st = qs_profile_emulate(j->worker, o->threads, &quota, o);
+    if (st == QS_OK) { /* under mpirun every rank profiles at once, as they train: they share the memory system */
+        qs_dataset ds;
+        st = qs_dataset_load(j->data, j->data_dir, false, &ds);
+        if (st == QS_OK) {
+            o->model_opt = qs_models_default_options(ds.h, ds.w, ds.c, ds.classes);
+            o->model_opt.width = j->width;
+            st = qs_profile_batch(&ds, j->batch, &x, &y);
+            if (st == QS_OK) st = qs_profile_loader_ms(&ds, j->batch, j->warmup, j->reps, &o->data_ms);
+            qs_dataset_free(&ds);
+        }
+        o->x = x;
+        o->y = y;
+        if (st == QS_OK) st = qs_profile_model(o, doc);
+    }
+    qs_cpu_quota_release(&quota);
+    qs_host_free(x);
+    qs_host_free(y);
+    return st;
+}
+
+qs_status qs_profile_job_run(const qs_profile_job *j, cJSON **doc) {
+    *doc = NULL;
+    const int world = qs_comm_world(j->comm);
+    qs_precision native[QS_PREC_COUNT];
+    qs_profile_options o = {.model = j->model, .data = j->data, .batch = j->batch, .threads = j->threads,
+                            .data_ms = -1, .allow_emulated = j->allow_emulated, .warmup = j->warmup, .reps = j->reps,
+                            .optimizer = j->optimizer, .precs = j->precs, .n_precs = j->n_precs, .log = j->log,
+                            .comm = world > 1 ? j->comm : NULL, .bucket_bytes = j->bucket_bytes};
+    if (j->worker) {
+        o.device_type = j->worker->type;
+        if (j->worker->threads > 0 && j->threads == 0) o.threads = j->worker->threads;
+    }
+    if (o.n_precs == 0) {
+        o.n_precs = qs_profile_native_precisions(native, o.threads);
+        o.precs = native;
+    }
+    qs_status st = qs_profile_job_model(j, &o, doc);
+    if (st == QS_OK && world > 1) cJSON_AddNumberToObject(*doc, "co_running_ranks", world);
+    if (world > 1) { /* then the all-reduce between the actual ranks; every rank learns whether all could profile */
+        uint64_t lo = 0, hi = 0;
+        if (qs_comm_allreduce_minmax_u64(j->comm, st == QS_OK, &lo, &hi, 0) != QS_OK || lo == 0) {
+            if (st == QS_OK) st = QS_FAIL(QS_ERR_INTERNAL, "another rank could not profile the model");
+        } else {
+            cJSON *ar = NULL;
+            st = qs_profile_allreduce(j->comm, j->reps, qs_profile_grad_bytes(*doc), &ar);
+            if (st == QS_OK) cJSON_AddItemToObject(*doc, "allreduce", ar);
+            else cJSON_Delete(ar);
+        }
+    }
+    if (st != QS_OK) {
+        cJSON_Delete(*doc);
+        *doc = NULL;
+    }
+    return st;
+}

@@ -1,0 +1,44 @@
+/* src/predict/profile_job.h — defines: one rank's whole `qsync profile` job, shared by
+ * `qsync profile` and `qsync run`: the dataset's first test batch and its loader time, the
+ * worker's emulated slowdown applied for the duration (cluster worker), the model profiled at
+ * every precision asked (src/predict/profile.h), and under mpirun the all-reduce between the
+ * ranks timed at sizes up to the model's gradient (src/predict/profile_comm.h).
+ * Collective under mpirun: every rank calls it at once (ranks profile in lockstep, as they train). */
+#ifndef QSYNC_PREDICT_PROFILE_JOB_H
+#define QSYNC_PREDICT_PROFILE_JOB_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <cjson/cJSON.h>
+
+#include "dist/cluster.h"
+#include "dist/comm.h"
+#include "predict/profile.h"
+#include "qsync/log.h"
+#include "qsync/status.h"
+
+typedef struct qs_profile_job {
+    const char *model;          /* built-in model name */
+    int64_t width;              /* 0 = the architecture's default */
+    int64_t batch;              /* the worker's local batch */
+    const char *data, *data_dir; /* the dataset whose shape and samples are used (data_dir may be NULL) */
+    const qs_precision *precs;  /* precisions to profile; n_precs 0 → every one the CPU runs natively */
+    int n_precs;
+    bool allow_emulated;
+    qs_optim_kind optimizer;
+    int threads;                /* 0 = the worker's, else OpenMP's default */
+    int warmup, reps;           /* ≥ 1, ≥ 3 */
+    size_t bucket_bytes;        /* gradient buckets, as training forms them */
+    const qs_cluster_worker *worker; /* the worker profiled for (its threads, emulation, type); may be NULL */
+    qs_comm *comm;              /* the job (NULL or a group of one: no all-reduce) */
+    const qs_logger *log;
+} qs_profile_job;
+
+/* Run the job; on QS_OK *doc is this rank's profile (with "allreduce" under mpirun; caller
+ * deletes). Under mpirun a failure on any rank fails every rank (none is left waiting). */
+qs_status qs_profile_job_run(const qs_profile_job *j, cJSON **doc);
+
+/* The precisions the CPU backend runs natively, into out (QS_PREC_COUNT entries); their count. */
+int qs_profile_native_precisions(qs_precision *out, int threads);
+
+#endif

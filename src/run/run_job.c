@@ -1,0 +1,330 @@
+/* src/run/run_job.c — the `qsync run` pipeline (run_job.h). */
+#include "run/run_job.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/atomic_file.h"
+#include "core/json_doc.h"
+#include "dist/comm.h"
+#include "plan/indicate_job.h"
+#include "plan/plan_build.h"
+#include "predict/profile_job.h"
+#include "run/run_report.h"
+
+static const char *const qs_run_arm_names[QS_ARM_COUNT] = {"qsync", "fp32", "int8", "dynamic", "ideal"};
+
+const char *qs_run_arm_name(qs_run_arm a) { return a >= 0 && a < QS_ARM_COUNT ? qs_run_arm_names[a] : "?"; }
+
+bool qs_run_arms_parse(const char *list, bool on[QS_ARM_COUNT], char *err, size_t cap) {
+    memset(on, 0, QS_ARM_COUNT * sizeof on[0]);
+    for (const char *s = list; s && *s;) {
+        const char *e = strchr(s, ',');
+        size_t n = e ? (size_t)(e - s) : strlen(s);
+        int a = 0;
+        while (a < QS_ARM_COUNT && !(strlen(qs_run_arm_names[a]) == n && strncmp(s, qs_run_arm_names[a], n) == 0)) a++;
+        if (a == QS_ARM_COUNT) {
+            snprintf(err, cap, "unknown arm '%.*s' (arms: qsync, fp32, int8, dynamic, ideal)", (int)n, s);
+            return false;
+        }
+        on[a] = true;
+        s = e ? e + 1 : s + n;
+    }
+    return true;
+}
+
+/* The pipeline's state on one rank. */
+typedef struct qs_run_state {
+    const qs_run_config *c;
+    qs_comm *comm;
+    int rank, world;
+    const qs_cluster_worker *me;
+    int64_t local_batch;
+    cJSON **profiles;       /* per worker: its type's profile (shared by the workers of a type) */
+    char **profile_paths;   /* per worker */
+    cJSON *indicator;       /* rank 0 */
+    char *plan_text;        /* every rank, after the broadcast */
+    cJSON *plan;            /* parsed plan_text */
+    const char *fastest;    /* the plan's fastest device type (points into plan) */
+} qs_run_state;
+
+static void qs_run_state_free(qs_run_state *s) {
+    const int n = s->c->cluster->n_workers;
+    for (int r = 0; s->profiles && r < n; r++) {
+        bool first = true; /* workers of one type share the document */
+        for (int q = 0; q < r && first; q++) first = s->profiles[q] != s->profiles[r];
+        if (first) cJSON_Delete(s->profiles[r]);
+        if (first && s->profile_paths) free(s->profile_paths[r]);
+    }
+    free(s->profiles);
+    free(s->profile_paths);
+    cJSON_Delete(s->indicator);
+    cJSON_Delete(s->plan);
+    free(s->plan_text);
+}
+
+/* The first rank (worker index) of worker r's device type. */
+static int qs_run_type_root(const qs_cluster *cl, int r) {
+    int q = 0;
+    while (strcmp(cl->workers[q].type, cl->workers[r].type) != 0) q++;
+    return q;
+}
+
+/* Write doc as JSON text to <out>/<name>; *text (may be NULL) receives the text (caller frees). */
+static qs_status qs_run_write_json(const qs_run_config *c, const char *name, const cJSON *doc, char **text,
+                                   char *path, size_t cap) {
+    char *s = cJSON_Print(doc);
+    if (!s) return QS_FAIL(QS_ERR_OOM, "out of memory writing %s", name);
+    snprintf(path, cap, "%s/%s", c->out_dir, name);
+    qs_status st = qs_write_file_atomic(path, s, strlen(s));
+    if (st == QS_OK && text) *text = s;
+    else free(s);
+    return st;
+}
+
+/* Every rank learns whether every rank succeeded: a failure anywhere fails all (no rank is left
+ * waiting in a later collective). `what` names the stage in the message of the healthy ranks. */
+static qs_status qs_run_agree(qs_run_state *s, qs_status st, const char *what) {
+    if (s->world == 1) return st;
+    uint64_t lo = 0, hi = 0;
+    qs_status ag = qs_comm_allreduce_minmax_u64(s->comm, st == QS_OK, &lo, &hi, s->c->train.collective_timeout_s);
+    if (st != QS_OK) return st;
+    if (ag != QS_OK) return ag;
+    return lo == 1 ? QS_OK : QS_FAIL(QS_ERR_INTERNAL, "another rank failed during %s (that rank prints its message)", what);
+}
+
+/* Stage 1: profile in lockstep; the first rank of each type writes its profile and broadcasts
+ * it, so every rank ends with every worker's profile. */
+static qs_status qs_run_profile(qs_run_state *s) {
+    const qs_run_config *c = s->c;
+    const qs_cluster *cl = c->cluster;
+    qs_optim_kind opt = c->train.optim.kind;
+    qs_profile_job job = {.model = c->train.model, .width = c->train.model_opt.width, .batch = s->local_batch,
+                          .data = c->train.data, .data_dir = c->train.data_dir, .optimizer = opt,
+                          .warmup = c->profile_warmup, .reps = c->profile_reps, .bucket_bytes = c->train.bucket_bytes,
+                          .worker = s->me, .comm = s->comm, .log = c->log};
+    qs_log_info(c->log, "[1/4] profiling %s at local batch %lld on every worker (%d reps per precision)",
+                c->train.model, (long long)s->local_batch, c->profile_reps);
+    cJSON *mine = NULL;
+    char path[4096];
+    QS_TRY(qs_profile_job_run(&job, &mine));
+    char *text = NULL;
+    size_t n = 0;
+    qs_status st = QS_OK;
+    if (qs_run_type_root(cl, s->rank) == s->rank) {
+        char name[96];
+        snprintf(name, sizeof name, "profile-%s.json", s->me->type);
+        st = qs_run_write_json(c, name, mine, &text, path, sizeof path);
+        n = text ? strlen(text) : 0;
+    }
+    cJSON_Delete(mine);
+    st = qs_run_agree(s, st, "profiling");
+    for (int r = 0; r < cl->n_workers && st == QS_OK; r++) {
+        int root = qs_run_type_root(cl, r);
+        if (root != r) { /* the type's document, already received */
+            s->profiles[r] = s->profiles[root];
+            s->profile_paths[r] = s->profile_paths[root];
+            continue;
+        }
+        char *buf = r == s->rank ? text : NULL;
+        size_t len = r == s->rank ? n : 0;
+        st = qs_comm_bcast_bytes(s->comm, r, &buf, &len, c->train.collective_timeout_s);
+        char *p = malloc(4200);
+        if (st == QS_OK && !p) st = QS_FAIL(QS_ERR_OOM, "out of memory");
+        if (p) snprintf(p, 4200, "%s/profile-%s.json", c->out_dir, cl->workers[r].type);
+        s->profile_paths[r] = p;
+        if (st == QS_OK) st = qs_json_parse(buf, "profile", p, &s->profiles[r]);
+        if (buf != text) free(buf);
+    }
+    free(text);
+    return st;
+}
+
+/* Stage 2 (rank 0): the indicator, at FP32 on the local batch, with rank 0's threads. */
+static qs_status qs_run_indicate(qs_run_state *s) {
+    const qs_run_config *c = s->c;
+    if (s->rank != 0) return QS_OK;
+    qs_log_info(c->log, "[2/4] indicator (%s) over %lld batches of %lld", qs_indicator_method_name(c->method),
+                (long long)c->indicator_batches, (long long)s->local_batch);
+    qs_indicate_job job = {.model = c->train.model, .width = c->train.model_opt.width, .data = c->train.data,
+                           .data_dir = c->train.data_dir, .batch = s->local_batch, .batches = c->indicator_batches,
+                           .method = c->method, .gamma = c->gamma, .seed = c->train.seed,
+                           .threads = s->me->threads};
+    QS_TRY(qs_indicate_job_run(&job, &s->indicator));
+    char path[4096];
+    return qs_run_write_json(c, "indicator.json", s->indicator, NULL, path, sizeof path);
+}
+
+/* Stage 3: rank 0 plans and writes <out>/plan.json; the text is broadcast and parsed everywhere. */
+static qs_status qs_run_plan(qs_run_state *s) {
+    const qs_run_config *c = s->c;
+    const qs_cluster *cl = c->cluster;
+    qs_status st = QS_OK;
+    size_t n = 0;
+    if (s->rank == 0) {
+        qs_log_info(c->log, "[3/4] planning: per slower device type, the least Σω within the fastest type's time");
+        qs_planb_worker *w = calloc((size_t)cl->n_workers, sizeof *w);
+        cJSON *doc = NULL;
+        const char *config = cJSON_GetStringValue(cJSON_GetObjectItem(s->profiles[0], "config"));
+        st = w ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory");
+        if (st == QS_OK)
+            st = qs_planb_workers_from_cluster(cl, (const cJSON *const *)s->profiles,
+                                               (const char *const *)s->profile_paths, w);
+        if (st == QS_OK && !config) st = QS_FAIL(QS_ERR_FORMAT, "%s lacks \"config\"", s->profile_paths[0]);
+        char ind_path[4096];
+        snprintf(ind_path, sizeof ind_path, "%s/indicator.json", c->out_dir);
+        if (st == QS_OK) {
+            qs_planb_request rq = {.workers = w, .n_workers = cl->n_workers, .arch = c->train.model, .config = config,
+                                   .batch = s->local_batch, .indicator = s->indicator, .indicator_path = ind_path,
+                                   .target_ms = c->target_ms, .greedy_only = !c->exact, .tolerance = 0.005,
+                                   .max_rounds = 4, .bucket_bytes = c->train.bucket_bytes,
+                                   .overlap = !c->train.no_overlap, .best_effort = true};
+            st = qs_plan_build(&rq, &doc);
+        }
+        const cJSON *pred = cJSON_GetObjectItem(doc, "predictions");
+        const cJSON *asked = cJSON_GetObjectItem(pred, "target_asked_ms");
+        if (st == QS_OK && !cJSON_IsTrue(cJSON_GetObjectItem(pred, "target_met")))
+            qs_log_warn(c->log, "no plan meets T = %.3f ms: each slower type takes its fastest plan (predicted %.3f ms)",
+                        cJSON_GetNumberValue(asked ? asked : cJSON_GetObjectItem(pred, "target_ms")),
+                        cJSON_GetNumberValue(cJSON_GetObjectItem(pred, "synchronized_ms")));
+        char path[4096];
+        if (st == QS_OK) st = qs_run_write_json(c, "plan.json", doc, &s->plan_text, path, sizeof path);
+        if (st == QS_OK) n = strlen(s->plan_text);
+        cJSON_Delete(doc);
+        free(w);
+    }
+    st = qs_run_agree(s, st, "planning");
+    if (st == QS_OK) st = qs_comm_bcast_bytes(s->comm, 0, &s->plan_text, &n, c->train.collective_timeout_s);
+    if (st == QS_OK) st = qs_json_parse(s->plan_text, "plan", "the broadcast plan", &s->plan);
+    if (st == QS_OK) {
+        s->fastest = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(s->plan, "predictions"),
+                                                              "fastest_type"));
+        if (!s->fastest) st = QS_FAIL(QS_ERR_INTERNAL, "the plan names no fastest device type");
+    }
+    return st;
+}
+
+/* This rank's training job for one arm and seed: the template with its worker's threads,
+ * emulation and memory cap, and the arm's precisions. */
+static void qs_run_arm_config(const qs_run_state *s, qs_run_arm arm, uint64_t seed, const char *const *types,
+                              char *metrics, size_t cap, char *plan_origin, qs_train_config *t) {
+    const qs_run_config *c = s->c;
+    *t = c->train;
+    t->seed = seed;
+    t->log = c->train_log;
+    t->threads = s->me->threads;
+    t->device_type = s->me->type;
+    t->worker_types = types;
+    t->memory_cap_mb = s->me->memory_mb;
+    t->slowdown = arm == QS_ARM_IDEAL ? 1 : s->me->slowdown;
+    t->emulation_method = s->me->emulation_method;
+    t->emulation_calibration_steps = s->me->calibration_steps;
+    t->precision = QS_PREC_FP32;
+    t->plan = NULL;
+    t->plan_text = NULL;
+    t->batch_split = arm == QS_ARM_DYNAMIC ? "dynamic" : NULL;
+    if (arm == QS_ARM_QSYNC) {
+        snprintf(plan_origin, 4096, "%s/plan.json", c->out_dir);
+        t->plan = plan_origin;
+        t->plan_text = s->plan_text;
+    }
+    if (arm == QS_ARM_INT8 && strcmp(s->me->type, s->fastest) != 0) t->precision = c->low_precision;
+    snprintf(metrics, cap, "%s/%s-seed%llu.jsonl", c->out_dir, qs_run_arm_name(arm), (unsigned long long)seed);
+    t->metrics_path = metrics;
+}
+
+/* Stage 4: every arm and seed (seeds outer, so that slow drifts of the machine spread over the
+ * arms); the results go into the report builder. */
+static qs_status qs_run_train(qs_run_state *s, qs_run_report *rep) {
+    const qs_run_config *c = s->c;
+    const qs_cluster *cl = c->cluster;
+    const char **types = calloc((size_t)cl->n_workers, sizeof *types);
+    if (!types) return QS_FAIL(QS_ERR_OOM, "out of memory");
+    for (int r = 0; r < cl->n_workers; r++) types[r] = cl->workers[r].type;
+    int total = 0, done = 0;
+    for (int a = 0; a < QS_ARM_COUNT; a++) total += c->arms[a] ? c->seeds : 0;
+    qs_status st = QS_OK;
+    for (int k = 0; k < c->seeds && st == QS_OK; k++)
+        for (int a = 0; a < QS_ARM_COUNT && st == QS_OK; a++) {
+            if (!c->arms[a]) continue;
+            char metrics[4200], plan_origin[4096];
+            qs_train_config t;
+            uint64_t seed = c->train.seed + (uint64_t)k;
+            qs_run_arm_config(s, (qs_run_arm)a, seed, types, metrics, sizeof metrics, plan_origin, &t);
+            qs_log_info(c->log, "[4/4] training %d/%d: arm %s, seed %llu", ++done, total, qs_run_arm_name((qs_run_arm)a),
+                        (unsigned long long)seed);
+            qs_train_result r;
+            st = qs_train_run(&t, &r);
+            if (st == QS_OK && s->rank == 0) st = qs_run_report_add(rep, (qs_run_arm)a, seed, metrics, &r);
+            if (st == QS_OK && s->rank == 0)
+                qs_log_info(c->log, "      %s seed %llu: %.1f s, %.0f images/s, test accuracy %.2f%%, final loss %.4f",
+                            qs_run_arm_name((qs_run_arm)a), (unsigned long long)seed, r.wall_s, r.images_per_s,
+                            100 * r.test_accuracy, r.final_loss);
+            cJSON_Delete(r.profile);
+            cJSON_Delete(r.precision);
+            cJSON_Delete(r.workers);
+            if (r.interrupted)
+                st = QS_FAIL(QS_ERR_INTERNAL, "interrupted by signal %d during arm %s", r.interrupt_signal,
+                             qs_run_arm_name((qs_run_arm)a));
+        }
+    free(types);
+    return st;
+}
+
+qs_status qs_run_check(const qs_run_config *c, int world) {
+    const qs_cluster *cl = c->cluster;
+    if (cl->n_workers < 2)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "%s describes %d worker: qsync run needs a cluster of at least 2 workers of "
+                       "at least 2 device types (for one worker, use qsync train)", cl->origin, cl->n_workers);
+    bool two_types = false;
+    for (int r = 1; r < cl->n_workers; r++) two_types |= strcmp(cl->workers[r].type, cl->workers[0].type) != 0;
+    if (!two_types)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "every worker of %s is of type \"%s\": there is no slower device type to "
+                       "plan for (a homogeneous cluster trains with qsync train)", cl->origin, cl->workers[0].type);
+    const qs_cluster_worker *w = NULL;
+    QS_TRY(qs_cluster_worker_for(cl, 0, world, &w));
+    for (int r = 0; r < cl->n_workers; r++)
+        if (cl->workers[r].precision[0] || cl->workers[r].plan[0])
+            return QS_FAIL(QS_ERR_INVALID_ARG, "%s sets the precisions of worker %d: qsync run chooses them (remove "
+                           "\"precision\"/\"plan\")", cl->origin, r);
+    if (c->train.batch % world != 0)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "--batch %lld is not divisible by the %d workers", (long long)c->train.batch,
+                       world);
+    if (c->seeds < 1) return QS_FAIL(QS_ERR_INVALID_ARG, "--seeds must be >= 1");
+    return QS_OK;
+}
+
+qs_status qs_run(const qs_run_config *c, cJSON **report) {
+    *report = NULL;
+    qs_run_state s = {.c = c, .comm = c->train.comm};
+    s.rank = qs_comm_rank(s.comm);
+    s.world = qs_comm_world(s.comm);
+    QS_TRY(qs_run_check(c, s.world));
+    QS_TRY(qs_cluster_worker_for(c->cluster, s.rank, s.world, &s.me));
+    s.local_batch = c->train.batch / s.world;
+    qs_status st = s.rank == 0 ? qs_dir_ensure_writable(c->out_dir) : QS_OK;
+    st = qs_run_agree(&s, st, "setting up the output directory");
+    s.profiles = calloc((size_t)s.world, sizeof *s.profiles);
+    s.profile_paths = calloc((size_t)s.world, sizeof *s.profile_paths);
+    if (st == QS_OK && (!s.profiles || !s.profile_paths)) st = QS_FAIL(QS_ERR_OOM, "out of memory");
+    if (st == QS_OK) st = qs_run_profile(&s);
+    if (st == QS_OK) st = qs_run_agree(&s, qs_run_indicate(&s), "the indicator");
+    if (st == QS_OK) st = qs_run_plan(&s);
+    qs_run_report rep;
+    qs_run_report_init(&rep, c, s.plan);
+    if (st == QS_OK) st = qs_run_train(&s, &rep);
+    if (st == QS_OK && s.rank == 0) {
+        char path[4096];
+        st = qs_run_report_finish(&rep, report);
+        if (st == QS_OK) st = qs_run_write_json(c, "report.json", *report, NULL, path, sizeof path);
+        if (st == QS_OK && c->plot_path) st = qs_run_plot(&rep, c->plot_path);
+    }
+    qs_run_report_free(&rep);
+    qs_run_state_free(&s);
+    if (st != QS_OK) {
+        cJSON_Delete(*report);
+        *report = NULL;
+    }
+    return st;
+}

@@ -1,0 +1,69 @@
+/* src/run/run_job.h — defines: `qsync run`, the QSync pipeline end to end on a cluster of
+ * workers (docs/RUN.md). Collective: every rank of the job calls qs_run at once.
+ *
+ *  1. profile: every rank profiles the model at its local batch, under its worker's threads and
+ *     emulation, in lockstep (src/predict/profile_job.h); the first rank of each device type
+ *     writes <out>/profile-<type>.json and broadcasts it;
+ *  2. indicate: rank 0 measures ω (src/plan/indicate_job.h) → <out>/indicator.json;
+ *  3. plan: rank 0 chooses the precisions of every slower device type (src/plan/plan_build.h)
+ *     → <out>/plan.json, broadcast to every rank;
+ *  4. train: the same training job once per compared arm and seed (src/train/trainer.h), each
+ *     rank with its worker's precisions for that arm, metrics in <out>/<arm>-seed<S>.jsonl;
+ *  5. report (rank 0): <out>/report.json (src/run/run_report.h) and, when asked, a PNG plot.
+ *
+ * The arms: "qsync" (the plan), "fp32" (every worker all-FP32, synchronous), "int8" (uniform
+ * low precision on every worker slower than the fastest type), "dynamic" (all FP32, local
+ * batches by measured speed), "ideal" (all FP32 without the emulated slowdowns: every worker as
+ * fast as it is, the reference of the gap closure). */
+#ifndef QSYNC_RUN_RUN_JOB_H
+#define QSYNC_RUN_RUN_JOB_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <cjson/cJSON.h>
+
+#include "dist/cluster.h"
+#include "plan/indicator.h"
+#include "qsync/log.h"
+#include "qsync/status.h"
+#include "train/trainer.h"
+
+typedef enum qs_run_arm { QS_ARM_QSYNC = 0, QS_ARM_FP32, QS_ARM_INT8, QS_ARM_DYNAMIC, QS_ARM_IDEAL, QS_ARM_COUNT } qs_run_arm;
+
+/* "qsync", "fp32", "int8", "dynamic", "ideal". */
+const char *qs_run_arm_name(qs_run_arm a);
+/* A comma-separated list of arm names into on[] (all false first); false with a message in err. */
+bool qs_run_arms_parse(const char *list, bool on[QS_ARM_COUNT], char *err, size_t cap);
+
+typedef struct qs_run_config {
+    /* The training job every arm runs: model, width, data, global batch, steps or epochs, the
+     * optimizer and schedule, subsets, comm. Its seed is the first seed; its precision, plan,
+     * threads and emulation fields are ignored (the cluster and the arm set them). */
+    qs_train_config train;
+    const qs_cluster *cluster;   /* one worker per rank; ≥ 2 workers of ≥ 2 device types */
+    const char *out_dir;         /* created if missing */
+    bool arms[QS_ARM_COUNT];     /* the compared arms (qsync always runs) */
+    int seeds;                   /* ≥ 1: seeds train.seed … train.seed + seeds − 1, paired across arms */
+    qs_precision low_precision;  /* the "int8" arm's uniform precision on slower workers */
+    int profile_warmup, profile_reps;
+    qs_indicator_method method;  /* the indicator */
+    int64_t indicator_batches;
+    double gamma;
+    double target_ms;            /* > 0: the plan's T; else the fastest type's predicted iteration */
+    bool exact;                  /* also solve exactly (GLPK) and report the greedy's gap */
+    const char *plot_path;       /* non-NULL: a PNG of loss against training time per arm (gnuplot) */
+    const qs_logger *log;        /* the pipeline's progress (rank 0 speaks) */
+    qs_logger *train_log;        /* each training job's own log */
+} qs_run_config;
+
+/* The checks every rank makes alike before any work (so that a refusal needs no abort): the
+ * cluster has ≥ 2 workers of ≥ 2 device types and sets no precisions, `world` ranks match it,
+ * the global batch divides evenly, seeds ≥ 1. */
+qs_status qs_run_check(const qs_run_config *c, int world);
+
+/* Run the pipeline. On QS_OK rank 0's *report is the report document (also written to
+ * <out>/report.json; caller deletes), NULL on the other ranks. A failure on one rank fails the
+ * job on every rank (callers abort the job when it is not a collective failure). */
+qs_status qs_run(const qs_run_config *c, cJSON **report);
+
+#endif

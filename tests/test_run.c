@@ -1,0 +1,202 @@
+/* tests/test_run.c — `qsync run`, the whole pipeline, through the binary: started without a
+ * launcher it starts itself under mpirun; a tiny cnn on synthetic data is profiled, indicated,
+ * planned and trained in every arm; the report, plan and plot are checked against each other.
+ * And the refusals: a one-worker or homogeneous cluster, a wrong rank count, a cluster that sets
+ * precisions, an unknown arm. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include <cjson/cJSON.h>
+
+#include "core/json_doc.h"
+#include "run_cmd.h"
+
+static cJSON *read_json(const char *path) {
+    cJSON *d = NULL;
+    return qs_json_read(path, (size_t)64 << 20, "test", &d) == QS_OK ? d : NULL;
+}
+
+static double num(const cJSON *o, const char *key) { return cJSON_GetNumberValue(cJSON_GetObjectItem(o, key)); }
+
+/* A count under key, 0 when absent (reports list only the precisions in use). */
+static int count(const cJSON *o, const char *key) {
+    const cJSON *x = cJSON_GetObjectItem(o, key);
+    return cJSON_IsNumber(x) ? (int)x->valuedouble : 0;
+}
+
+#define TINY "--model cnn --width 4 --data synthetic --batch 32 --steps 30 --log-every 5 --eval-subset 64 " \
+             "--profile-reps 3 --indicator-batches 2 --quiet"
+
+/* A 2-worker cluster whose slow worker is 2x slower by a duty cycle (no cgroup needed). */
+static void write_cluster(void) {
+    qs_test_write_tmp("c.json", "{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": ["
+                                "{\"device\": \"cpu\", \"type\": \"fast\", \"threads\": 1},"
+                                "{\"device\": \"cpu\", \"type\": \"slow\", \"threads\": 1,"
+                                " \"emulation\": {\"slowdown\": 2, \"method\": \"duty-cycle\"}}]}");
+}
+
+/* How many layers the plan's section for `type` puts at precision `prec`. */
+static int plan_count(const cJSON *plan, const char *type, const char *prec) {
+    const cJSON *l;
+    int n = 0;
+    cJSON_ArrayForEach(l, cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(plan, "device_types"), type),
+                                              "precisions")) n += strcmp(l->valuestring, prec) == 0;
+    return n;
+}
+
+static void test_run_pipeline(void **state) {
+    (void)state;
+    const char *t = qs_test_tmp;
+    char a[4096], p[512];
+    qs_test_mpi_env();
+    write_cluster();
+    snprintf(a, sizeof a, "run " TINY " --cluster %s/c.json --out %s/out --plot %s/out/loss.png --json", t, t, t);
+    char *out = NULL;
+    int rc = qs_test_run_qsync(a, &out);
+    if (rc != 0 || !strstr(out, "launching 2 ranks")) fail_msg("%s\n  exit %d, output:\n%s", a, rc, out);
+    free(out);
+
+    /* every stage left its file */
+    const char *files[] = {"profile-fast.json", "profile-slow.json", "indicator.json", "plan.json", "report.json",
+                           "loss.png", "qsync-seed1.jsonl", "fp32-seed1.jsonl", "int8-seed1.jsonl",
+                           "dynamic-seed1.jsonl", "ideal-seed1.jsonl"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(p, sizeof p, "%s/out/%s", t, files[i]);
+        if (access(p, R_OK) != 0) fail_msg("missing %s", p);
+    }
+    snprintf(p, sizeof p, "%s/out/loss.png", t);
+    FILE *f = fopen(p, "rb");
+    unsigned char magic[4] = {0};
+    assert_non_null(f);
+    assert_int_equal(fread(magic, 1, 4, f), 4);
+    fclose(f);
+    assert_memory_equal(magic, "\x89PNG", 4);
+
+    snprintf(p, sizeof p, "%s/out/plan.json", t);
+    cJSON *plan = read_json(p);
+    snprintf(p, sizeof p, "%s/out/report.json", t);
+    cJSON *rep = read_json(p);
+    assert_non_null(plan);
+    assert_non_null(rep);
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(rep, "format")), "qsync-run-report");
+    /* the profiles were taken under each worker's emulation: the slow type is planned for */
+    const cJSON *pred = cJSON_GetObjectItem(plan, "predictions");
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(pred, "fastest_type")), "fast");
+    const char *precs[] = {"fp32", "bf16", "int8"};
+    assert_int_equal(plan_count(plan, "slow", "fp32") + plan_count(plan, "slow", "bf16") +
+                     plan_count(plan, "slow", "int8"), 4); /* cnn: conv1, conv2, fc1, fc2 */
+    /* (which layers a 2x slower worker quantizes depends on measured times: not asserted) */
+
+    /* every arm ran once, the qsync arm with the plan's precisions on each worker */
+    const cJSON *arms = cJSON_GetObjectItem(rep, "arms");
+    const char *names[] = {"qsync", "fp32", "int8", "dynamic", "ideal"};
+    for (int i = 0; i < 5; i++) {
+        const cJSON *arm = cJSON_GetObjectItem(arms, names[i]);
+        if (!arm) fail_msg("arm %s missing from the report", names[i]);
+        assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(arm, "runs")), 1);
+        assert_true(num(arm, "synchronized_ms") > 0);
+    }
+    const cJSON *qrun = cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(arms, "qsync"), "runs"), 0);
+    const cJSON *w1 = cJSON_GetArrayItem(cJSON_GetObjectItem(qrun, "workers"), 1);
+    const cJSON *w0 = cJSON_GetArrayItem(cJSON_GetObjectItem(qrun, "workers"), 0);
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(w1, "type")), "slow");
+    for (int k = 0; k < 3; k++) /* the slow worker trained the broadcast plan's section, the fast one fp32 */
+        assert_int_equal(count(cJSON_GetObjectItem(w1, "precisions"), precs[k]), plan_count(plan, "slow", precs[k]));
+    assert_int_equal((int)num(cJSON_GetObjectItem(w0, "precisions"), "fp32"), 4);
+    /* the int8 arm: uniform int8 on the slow worker only */
+    const cJSON *irun = cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(arms, "int8"), "runs"), 0);
+    assert_int_equal((int)num(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(irun, "workers"), 1),
+                                                  "precisions"), "int8"), 4);
+    assert_int_equal((int)num(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(irun, "workers"), 0),
+                                                  "precisions"), "fp32"), 4);
+    /* the ideal arm ran without the emulation; the others with it */
+    const cJSON *drun = cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(arms, "ideal"), "runs"), 0);
+    assert_true(num(cJSON_GetArrayItem(cJSON_GetObjectItem(drun, "workers"), 1), "emulated_slowdown") == 1);
+    assert_true(num(cJSON_GetArrayItem(cJSON_GetObjectItem(irun, "workers"), 1), "emulated_slowdown") == 2);
+    /* predictions sit beside measurements; the comparisons are computed */
+    assert_true(num(cJSON_GetObjectItem(arms, "qsync"), "predicted_synchronized_ms") > 0);
+    const cJSON *cmp = cJSON_GetObjectItem(rep, "comparison");
+    assert_true(cJSON_IsNumber(cJSON_GetObjectItem(cJSON_GetObjectItem(cmp, "gap_closure"), "qsync")));
+    assert_true(cJSON_IsNumber(cJSON_GetObjectItem(cJSON_GetObjectItem(cmp, "loss_curve_distance_to_fp32"), "int8")));
+    /* the fp32 and ideal arms run the same arithmetic (the slowdown changes only time): same loss curve */
+    assert_true(num(cJSON_GetObjectItem(cmp, "loss_curve_distance_to_fp32"), "ideal") == 0);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(rep, "qsync_workers")), 2);
+    cJSON_Delete(plan);
+    cJSON_Delete(rep);
+}
+
+/* A T no plan meets: the fastest plan of every slower type is taken and the report says so. */
+static void test_run_best_effort(void **state) {
+    (void)state;
+    const char *t = qs_test_tmp;
+    char a[4096], p[512];
+    qs_test_mpi_env();
+    write_cluster();
+    snprintf(a, sizeof a, "run " TINY " --cluster %s/c.json --arms qsync --target-ms 0.001 --out %s/out", t, t);
+    char *out = NULL;
+    int rc = qs_test_run_qsync(a, &out);
+    if (rc != 0 || !strstr(out, "no plan meets T = 0.001 ms: each slower type takes its fastest plan"))
+        fail_msg("%s\n  exit %d, output:\n%s", a, rc, out);
+    free(out);
+    snprintf(p, sizeof p, "%s/out/plan.json", t);
+    cJSON *plan = read_json(p);
+    assert_non_null(plan);
+    const cJSON *pred = cJSON_GetObjectItem(plan, "predictions");
+    assert_true(cJSON_IsFalse(cJSON_GetObjectItem(pred, "target_met")));
+    assert_true(num(pred, "target_asked_ms") == 0.001); /* below the fastest type's own time: raised to it */
+    assert_true(num(pred, "target_ms") > 0.001);
+    cJSON_Delete(plan);
+}
+
+static void test_run_refusals(void **state) {
+    (void)state;
+    const char *t = qs_test_tmp;
+    char a[4096];
+    qs_test_mpi_env();
+    qs_test_write_tmp("one.json", "{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": ["
+                                  "{\"device\": \"cpu\", \"type\": \"fast\"}]}");
+    snprintf(a, sizeof a, "run " TINY " --cluster %s/one.json --out %s/o1", t, t);
+    qs_test_expect_qsync(1, "describes 1 worker: qsync run needs a cluster of at least 2 workers", a);
+    qs_test_write_tmp("same.json", "{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": ["
+                                   "{\"device\": \"cpu\", \"type\": \"a\"}, {\"device\": \"cpu\", \"type\": \"a\"}]}");
+    snprintf(a, sizeof a, "run " TINY " --cluster %s/same.json --out %s/o2", t, t);
+    qs_test_expect_qsync(1, "every worker of", a);
+    qs_test_expect_qsync(1, "is of type \"a\": there is no slower device type", a);
+    qs_test_write_tmp("set.json", "{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": ["
+                                  "{\"device\": \"cpu\", \"type\": \"a\"},"
+                                  "{\"device\": \"cpu\", \"type\": \"b\", \"precision\": \"int8\"}]}");
+    snprintf(a, sizeof a, "run " TINY " --cluster %s/set.json --out %s/o3", t, t);
+    qs_test_expect_qsync(1, "sets the precisions of worker 1: qsync run chooses them", a);
+    write_cluster();
+    snprintf(a, sizeof a, "run " TINY " --cluster %s/c.json --arms qsync,fp64 --out %s/o4", t, t);
+    qs_test_expect_qsync(2, "--arms: unknown arm 'fp64'", a);
+    snprintf(a, sizeof a, "run " TINY " --cluster %s/c.json --batch 33 --out %s/o5", t, t);
+    qs_test_expect_qsync(1, "--batch 33 is not divisible by the 2 workers", a);
+    /* three ranks for a cluster of two: refused by every rank alike, before any work */
+    snprintf(a, sizeof a, "mpirun -np 3 --oversubscribe %s run " TINY " --cluster %s/c.json --out %s/o6",
+             getenv("QS_BIN"), t, t);
+    char *out = NULL;
+    int rc = qs_test_run_shell(a, &out);
+    if (rc == 0 || !strstr(out, "c.json describes 2 worker(s) but the job has 3 rank(s)"))
+        fail_msg("%s\n  exit %d, output:\n%s", a, rc, out);
+    free(out);
+    char o6[512];
+    snprintf(o6, sizeof o6, "%s/o6", t);
+    assert_int_not_equal(access(o6, F_OK), 0); /* nothing written */
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        QS_TMPDIR_TEST(test_run_pipeline),
+        QS_TMPDIR_TEST(test_run_best_effort),
+        QS_TMPDIR_TEST(test_run_refusals),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
