@@ -95,7 +95,7 @@ int qs_cmd_run(int argc, char **argv) {
     c.train.log_every = 10;
     c.low_precision = QS_PREC_INT8;
     c.profile_warmup = 3;
-    c.profile_reps = 10;
+    c.profile_reps = 20;
     c.indicator_batches = 8;
     c.gamma = 4;
     const char *cluster_path = NULL, *out_dir = "runs/qsync-run", *arms = "qsync,fp32,int8,dynamic,ideal";
@@ -127,8 +127,9 @@ int qs_cmd_run(int argc, char **argv) {
         {"indicator-batches", QS_CLI_I64, &c.indicator_batches, "N", "batches the indicator averages (default 8)"},
         {"gamma", QS_CLI_DOUBLE, &c.gamma, "G", "the indicator's forward weight (default 4)"},
         {"target-ms", QS_CLI_DOUBLE, &c.target_ms, "MS", "the plan's T (default: the fastest type's iteration)"},
+        {"plan", QS_CLI_STR, &c.plan_path, "FILE", "compare this plan (a section per device type) instead of planning"},
         {"exact", QS_CLI_FLAG, &c.exact, NULL, "also solve the plan exactly (GLPK) and report the greedy's gap"},
-        {"profile-reps", QS_CLI_INT, &c.profile_reps, "N", "timed profile steps per precision (default 10)"},
+        {"profile-reps", QS_CLI_INT, &c.profile_reps, "N", "timed profile steps per precision (default 20)"},
         {"bucket-mb", QS_CLI_DOUBLE, &bucket_mb, "MB", "gradient all-reduce bucket size (default 25)"},
         {"collective-timeout", QS_CLI_DOUBLE, &c.train.collective_timeout_s, "S",
          "end the job when a collective waits longer than S seconds (default 300)"},

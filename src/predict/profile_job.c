@@ -1,6 +1,7 @@
 /* src/predict/profile_job.c — one rank's profile job (profile_job.h). */
 #include "predict/profile_job.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -128,8 +129,13 @@ qs_status qs_profile_job_run(const qs_profile_job *j, cJSON **doc) {
         if (qs_comm_allreduce_minmax_u64(j->comm, st == QS_OK, &lo, &hi, 0) != QS_OK || lo == 0) {
             if (st == QS_OK) st = QS_FAIL(QS_ERR_INTERNAL, "another rank could not profile the model");
         } else {
+            /* the largest whole-step slowdown beside which the ranks measured their communication */
+            bool quota = o.emulation_method && strcmp(o.emulation_method, "cgroup-quota") == 0;
+            uint64_t mine = (uint64_t)llround(1e6 * (quota ? o.emulated_slowdown : 1)), s_lo = 0, s_hi = 0;
+            st = qs_comm_allreduce_minmax_u64(j->comm, mine, &s_lo, &s_hi, 0);
+            if (st == QS_OK) cJSON_AddNumberToObject(*doc, "co_running_slowdown", (double)s_hi / 1e6);
             cJSON *ar = NULL;
-            st = qs_profile_allreduce(j->comm, j->reps, qs_profile_grad_bytes(*doc), &ar);
+            if (st == QS_OK) st = qs_profile_allreduce(j->comm, j->reps, qs_profile_grad_bytes(*doc), &ar);
             if (st == QS_OK) cJSON_AddItemToObject(*doc, "allreduce", ar);
             else cJSON_Delete(ar);
         }

@@ -326,19 +326,43 @@ static bool qs_sim_serial_comm(const cJSON *profile) {
     return !cJSON_IsString(be) || strcmp(be->valuestring, "cpu") == 0;
 }
 
-/* The all-reduce measurement for n ranks from any worker's profile, or NULL. */
-static const cJSON *qs_sim_find_allreduce(const qs_sim_worker *w, int n) {
+/* The all-reduce measurement for n ranks from any worker's profile, or NULL; *from (may be
+ * NULL) receives that profile. */
+static const cJSON *qs_sim_find_allreduce(const qs_sim_worker *w, int n, const cJSON **from) {
     for (int r = 0; r < n; r++) {
         const cJSON *ar = cJSON_GetObjectItemCaseSensitive(w[r].profile, "allreduce");
-        if (ar && (int)qs_sim_num(ar, "ranks") == n) return ar;
+        if (ar && (int)qs_sim_num(ar, "ranks") == n) {
+            if (from) *from = w[r].profile;
+            return ar;
+        }
     }
     return NULL;
+}
+
+/* A worker's whole-step slowdown as replayed (the CPU quota that also slows the transfers its
+ * cores make): one the replayer applies, times the quota its profile was taken under. */
+static double qs_sim_whole_step_slowdown(const qs_sim_worker *w) {
+    double s = w->slow_whole_step && w->slowdown > 1 ? w->slowdown : 1;
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(w->profile, "emulation");
+    const cJSON *method = cJSON_GetObjectItemCaseSensitive(e, "method");
+    if (cJSON_IsString(method) && strcmp(method->valuestring, "cgroup-quota") == 0 && qs_sim_num(e, "slowdown") > 1)
+        s *= qs_sim_num(e, "slowdown");
+    return s;
+}
+
+/* The largest whole-step slowdown among the ranks a profile's communication was measured beside
+ * ("co_running_slowdown"), or 0 when the profile does not record it (then it is taken to have
+ * been measured beside the replayed workers' own quotas). */
+static double qs_sim_corunning_slowdown(const cJSON *profile) {
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(profile, "co_running_slowdown");
+    return cJSON_IsNumber(c) && c->valuedouble >= 1 ? c->valuedouble : 0;
 }
 
 /* The model's own gradient sync measured in place between n ranks with these buckets
  * ("grad_sync" of a profile run, docs/PROFILE.md), in the mode asked: from the first worker's
  * fp32 run (else its first run) that holds one; < 0 when none does. */
-static double qs_sim_measured_sync(const qs_sim_worker *w, int n, size_t bucket_bytes, int nb, bool overlap) {
+static double qs_sim_measured_sync(const qs_sim_worker *w, int n, size_t bucket_bytes, int nb, bool overlap,
+                                   const cJSON **from) {
     for (int r = 0; r < n; r++) {
         const cJSON *runs = cJSON_GetObjectItemCaseSensitive(w[r].profile, "runs");
         const cJSON *run = cJSON_GetObjectItemCaseSensitive(runs, "fp32");
@@ -346,17 +370,35 @@ static double qs_sim_measured_sync(const qs_sim_worker *w, int n, size_t bucket_
         const cJSON *gs = cJSON_GetObjectItemCaseSensitive(run, "grad_sync");
         const cJSON *ms = cJSON_GetObjectItemCaseSensitive(gs, overlap ? "overlap_ms" : "no_overlap_ms");
         if (gs && cJSON_IsNumber(ms) && (int)qs_sim_num(gs, "ranks") == n && (int)qs_sim_num(gs, "buckets") == nb &&
-            qs_sim_num(gs, "bucket_bytes") == (double)bucket_bytes)
+            qs_sim_num(gs, "bucket_bytes") == (double)bucket_bytes) {
+            *from = w[r].profile;
             return ms->valuedouble;
+        }
     }
     return -1;
 }
 
+/* The factor on a measured sync (or all-reduce) on the CPU, where the transfers are made by the
+ * workers' own cores inside their polls: a CPU quota slows them as much as its compute, so the
+ * measurement scales by the replayed cluster's largest whole-step slowdown
+ * (qs_sim_whole_step_slowdown) over the one it was measured beside (the profile's
+ * co_running_slowdown). Profiles without co_running_slowdown were measured beside the replayed
+ * workers' quotas: only slowdowns the replayer applies count then. */
+static double qs_sim_comm_scale(const qs_sim_worker *w, int n, const cJSON *sync_from) {
+    double beside = qs_sim_corunning_slowdown(sync_from), slowest = 1;
+    for (int r = 0; r < n; r++)
+        slowest = fmax(slowest, beside > 0 ? qs_sim_whole_step_slowdown(&w[r]) : w[r].slow_whole_step ? w[r].slowdown : 1);
+    return slowest / (beside > 0 ? beside : 1);
+}
+
 #define QS_SIM_JITTER_DRAWS 65536
+#define QS_SIM_JITTER_CLIP 3.0 /* deviations beyond this many robust SDs (1.4826·MAD) are clipped */
 
 /* Step-to-step jitter: each worker's measured steps ("step_samples_ms" of its fp32 run, else
- * its first) less their median, scaled by an emulated slowdown the profile does not hold, are
- * drawn independently per worker; the synchronized step waits for the latest backward, so it
+ * its first) less their median, clipped to ±3 robust standard deviations (1.4826 × the median
+ * absolute deviation: a burst of interference while profiling is not the training's own
+ * spread), scaled by an emulated slowdown the profile does not hold, are drawn independently per
+ * worker; the synchronized step waits for the latest backward, so it
  * grows by max_r(bwd_end_r + e_r) - max_r(bwd_end_r). *median and *mean: that growth's median
  * and mean over a fixed-seed set of draws; both 0 for one worker or without samples. */
 static qs_status qs_sim_jitter(const qs_sim_worker *w, const qs_sim_timeline *tl, int n, double *median,
@@ -365,8 +407,9 @@ static qs_status qs_sim_jitter(const qs_sim_worker *w, const qs_sim_timeline *tl
     if (n < 2) return QS_OK;
     const cJSON **samples = calloc((size_t)n, sizeof *samples);
     double *centre = calloc((size_t)n, sizeof *centre), *scale = calloc((size_t)n, sizeof *scale);
+    double *limit = calloc((size_t)n, sizeof *limit);
     double *growth = calloc(QS_SIM_JITTER_DRAWS, sizeof *growth), latest = 0;
-    qs_status st = samples && centre && scale && growth ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory replaying");
+    qs_status st = samples && centre && scale && limit && growth ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory replaying");
     bool all = st == QS_OK;
     for (int r = 0; r < n && all; r++) {
         const cJSON *runs = cJSON_GetObjectItemCaseSensitive(w[r].profile, "runs");
@@ -378,6 +421,8 @@ static qs_status qs_sim_jitter(const qs_sim_worker *w, const qs_sim_timeline *tl
         all = v != NULL;
         for (int i = 0; i < k && all; i++) v[i] = cJSON_GetNumberValue(cJSON_GetArrayItem(samples[r], i));
         if (all) centre[r] = qs_median_inplace(v, k);
+        for (int i = 0; i < k && all; i++) v[i] = fabs(cJSON_GetNumberValue(cJSON_GetArrayItem(samples[r], i)) - centre[r]);
+        if (all) limit[r] = QS_SIM_JITTER_CLIP * 1.4826 * qs_median_inplace(v, k);
         free(v);
         scale[r] = w[r].slowdown > 1 ? w[r].slowdown : 1;
         latest = fmax(latest, tl[r].bwd_end);
@@ -391,7 +436,7 @@ static qs_status qs_sim_jitter(const qs_sim_worker *w, const qs_sim_timeline *tl
             for (int r = 0; r < n; r++) {
                 int k = cJSON_GetArraySize(samples[r]);
                 double e = cJSON_GetNumberValue(cJSON_GetArrayItem(samples[r], (int)qs_rng_below(&rng, (uint64_t)k)));
-                mx = fmax(mx, tl[r].bwd_end + (e - centre[r]) * scale[r]);
+                mx = fmax(mx, tl[r].bwd_end + fmin(fmax(e - centre[r], -limit[r]), limit[r]) * scale[r]);
             }
             growth[d] = mx - latest;
             sum += growth[d];
@@ -402,6 +447,7 @@ static qs_status qs_sim_jitter(const qs_sim_worker *w, const qs_sim_timeline *tl
     free(samples);
     free(centre);
     free(scale);
+    free(limit);
     free(growth);
     return st;
 }
@@ -411,7 +457,8 @@ qs_status qs_simulate(const qs_sim_worker *w, int n, const qs_sim_options *o, cJ
     if (n < 1) return QS_FAIL(QS_ERR_INVALID_ARG, "simulate: no workers");
     for (int r = 0; r < n; r++) QS_TRY(qs_sim_check_profile(&w[r], r));
     const cJSON *ar = NULL;
-    if (n > 1 && !(ar = qs_sim_find_allreduce(w, n)))
+    const cJSON *ar_from = NULL;
+    if (n > 1 && !(ar = qs_sim_find_allreduce(w, n, &ar_from)))
         return QS_FAIL(QS_ERR_MISMATCH, "no profile holds an all-reduce measured between %d ranks: take one with "
                        "`mpirun -np %d qsync profile ...`", n, n);
     const qs_table *t = &w[0].m->params;
@@ -442,13 +489,10 @@ qs_status qs_simulate(const qs_sim_worker *w, int n, const qs_sim_options *o, cJ
     bool serial = n > 1 && qs_sim_serial_comm(w[0].profile);
     if (n == 1) done = latest_bwd;
     else if (serial || !o->overlap) {
-        /* serial: the transfers are made by the workers' own cores, so a CPU quota on one of
-         * them slows them as much as its compute */
-        double comm_scale = 1;
-        for (int r = 0; serial && r < n; r++)
-            if (w[r].slow_whole_step && w[r].slowdown > comm_scale) comm_scale = w[r].slowdown;
+        const cJSON *sync_from = ar_from;
         done = latest_bwd;
-        measured_sync = qs_sim_measured_sync(w, n, o->bucket_bytes, nb, o->overlap);
+        measured_sync = qs_sim_measured_sync(w, n, o->bucket_bytes, nb, o->overlap, &sync_from);
+        double comm_scale = serial ? qs_sim_comm_scale(w, n, sync_from) : 1;
         if (measured_sync >= 0) { /* the whole sync, averaging included, as measured in place */
             double d = measured_sync * comm_scale;
             for (int r = 0; r < n; r++) qs_sim_event(trace, "gradient sync", "comm", r, 1, done, d);

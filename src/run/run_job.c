@@ -1,6 +1,7 @@
 /* src/run/run_job.c — the `qsync run` pipeline (run_job.h). */
 #include "run/run_job.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include "dist/comm.h"
 #include "plan/indicate_job.h"
 #include "plan/plan_build.h"
+#include "plan/plan_file.h"
 #include "predict/profile_job.h"
 #include "run/run_report.h"
 
@@ -144,7 +146,7 @@ static qs_status qs_run_profile(qs_run_state *s) {
 /* Stage 2 (rank 0): the indicator, at FP32 on the local batch, with rank 0's threads. */
 static qs_status qs_run_indicate(qs_run_state *s) {
     const qs_run_config *c = s->c;
-    if (s->rank != 0) return QS_OK;
+    if (s->rank != 0 || c->plan_path) return QS_OK;
     qs_log_info(c->log, "[2/4] indicator (%s) over %lld batches of %lld", qs_indicator_method_name(c->method),
                 (long long)c->indicator_batches, (long long)s->local_batch);
     qs_indicate_job job = {.model = c->train.model, .width = c->train.model_opt.width, .data = c->train.data,
@@ -156,13 +158,65 @@ static qs_status qs_run_indicate(qs_run_state *s) {
     return qs_run_write_json(c, "indicator.json", s->indicator, NULL, path, sizeof path);
 }
 
-/* Stage 3: rank 0 plans and writes <out>/plan.json; the text is broadcast and parsed everywhere. */
+/* Stage 3 with a given plan (rank 0): it must parse as a plan with a section per device type;
+ * copied to <out>/plan.json. */
+static qs_status qs_run_given_plan(qs_run_state *s) {
+    const qs_run_config *c = s->c;
+    qs_log_info(c->log, "[3/4] the given plan %s (no indicator, no planning)", c->plan_path);
+    void *text = NULL;
+    size_t size = 0;
+    QS_TRY(qs_read_file(c->plan_path, (size_t)64 << 20, &text, &size));
+    qs_plan p;
+    qs_status st = qs_plan_parse(text, c->plan_path, &p);
+    if (st == QS_OK && !qs_plan_has_device_types(&p))
+        st = QS_FAIL(QS_ERR_INVALID_ARG, "plan %s has no per-device-type sections: qsync run compares a plan for a "
+                     "cluster (\"device_types\", docs/PLANS.md)", c->plan_path);
+    for (int t = 0; st == QS_OK && t < qs_plan_device_type_count(&p); t++) {
+        bool known = false;
+        for (int r = 0; r < c->cluster->n_workers; r++)
+            known |= strcmp(c->cluster->workers[r].type, qs_plan_device_type_at(&p, t)) == 0;
+        if (!known)
+            st = QS_FAIL(QS_ERR_MISMATCH, "plan %s has a section for device type \"%s\", which no worker of %s is",
+                         c->plan_path, qs_plan_device_type_at(&p, t), c->cluster->origin);
+    }
+    qs_plan_free(&p);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/plan.json", c->out_dir);
+    if (st == QS_OK) st = qs_write_file_atomic(path, text, size);
+    if (st == QS_OK) s->plan_text = text;
+    else free(text);
+    return st;
+}
+
+/* The fastest device type: the plan's, else (a given plan) the type whose profiled fp32 step is
+ * shortest. NULL when neither tells. */
+static const char *qs_run_fastest_type(const qs_run_state *s) {
+    const char *f = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(s->plan, "predictions"),
+                                                             "fastest_type"));
+    double best = INFINITY;
+    for (int r = 0; !f && r < s->world; r++) {
+        const cJSON *fp32 = cJSON_GetObjectItem(cJSON_GetObjectItem(s->profiles[r], "runs"), "fp32");
+        double ms = cJSON_GetNumberValue(cJSON_GetObjectItem(fp32, "step_ms"));
+        if (ms < best) best = ms;
+    }
+    for (int r = 0; !f && r < s->world; r++) {
+        const cJSON *fp32 = cJSON_GetObjectItem(cJSON_GetObjectItem(s->profiles[r], "runs"), "fp32");
+        if (cJSON_GetNumberValue(cJSON_GetObjectItem(fp32, "step_ms")) == best) return s->c->cluster->workers[r].type;
+    }
+    return f;
+}
+
+/* Stage 3: rank 0 plans (or takes the given plan) and writes <out>/plan.json; the text is
+ * broadcast and parsed everywhere. */
 static qs_status qs_run_plan(qs_run_state *s) {
     const qs_run_config *c = s->c;
     const qs_cluster *cl = c->cluster;
     qs_status st = QS_OK;
     size_t n = 0;
-    if (s->rank == 0) {
+    if (s->rank == 0 && c->plan_path) {
+        st = qs_run_given_plan(s);
+        if (st == QS_OK) n = strlen(s->plan_text);
+    } else if (s->rank == 0) {
         qs_log_info(c->log, "[3/4] planning: per slower device type, the least Σω within the fastest type's time");
         qs_planb_worker *w = calloc((size_t)cl->n_workers, sizeof *w);
         cJSON *doc = NULL;
@@ -197,11 +251,8 @@ static qs_status qs_run_plan(qs_run_state *s) {
     st = qs_run_agree(s, st, "planning");
     if (st == QS_OK) st = qs_comm_bcast_bytes(s->comm, 0, &s->plan_text, &n, c->train.collective_timeout_s);
     if (st == QS_OK) st = qs_json_parse(s->plan_text, "plan", "the broadcast plan", &s->plan);
-    if (st == QS_OK) {
-        s->fastest = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(s->plan, "predictions"),
-                                                              "fastest_type"));
-        if (!s->fastest) st = QS_FAIL(QS_ERR_INTERNAL, "the plan names no fastest device type");
-    }
+    if (st == QS_OK && !(s->fastest = qs_run_fastest_type(s)))
+        st = QS_FAIL(QS_ERR_FORMAT, "no fastest device type: the profiles hold no fp32 run");
     return st;
 }
 

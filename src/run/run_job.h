@@ -6,7 +6,8 @@
  *     writes <out>/profile-<type>.json and broadcasts it;
  *  2. indicate: rank 0 measures ω (src/plan/indicate_job.h) → <out>/indicator.json;
  *  3. plan: rank 0 chooses the precisions of every slower device type (src/plan/plan_build.h)
- *     → <out>/plan.json, broadcast to every rank;
+ *     → <out>/plan.json, broadcast to every rank (with a given plan, 2 is skipped and 3 only
+ *     checks, copies and broadcasts it);
  *  4. train: the same training job once per compared arm and seed (src/train/trainer.h), each
  *     rank with its worker's precisions for that arm, metrics in <out>/<arm>-seed<S>.jsonl;
  *  5. report (rank 0): <out>/report.json (src/run/run_report.h) and, when asked, a PNG plot.
@@ -50,6 +51,8 @@ typedef struct qs_run_config {
     int64_t indicator_batches;
     double gamma;
     double target_ms;            /* > 0: the plan's T; else the fastest type's predicted iteration */
+    const char *plan_path;       /* non-NULL: compare this plan (a section per device type) instead of
+                                  * indicating and planning */
     bool exact;                  /* also solve exactly (GLPK) and report the greedy's gap */
     const char *plot_path;       /* non-NULL: a PNG of loss against training time per arm (gnuplot) */
     const qs_logger *log;        /* the pipeline's progress (rank 0 speaks) */

@@ -21,12 +21,16 @@ static void qs_run_print_ms(FILE *f, double x, int w, int decimals) {
 
 static void qs_run_print_plan(const cJSON *doc, FILE *f) {
     const cJSON *plan = cJSON_GetObjectItem(doc, "plan"), *ty, *l, *k;
-    fprintf(f, "plan: T = %.2f ms (the fastest type, %s, all fp32)%s\n", qs_run_num(plan, "target_ms"),
-            cJSON_GetStringValue(cJSON_GetObjectItem(plan, "fastest_type")),
-            cJSON_IsTrue(cJSON_GetObjectItem(plan, "target_met")) ? "" : "; not met: the fastest plans were taken");
+    if (cJSON_IsTrue(cJSON_GetObjectItem(plan, "given")))
+        fprintf(f, "plan: given (%s)\n", cJSON_GetStringValue(cJSON_GetObjectItem(doc, "plan_file")));
+    else
+        fprintf(f, "plan: T = %.2f ms (the fastest type, %s, all fp32)%s\n", qs_run_num(plan, "target_ms"),
+                cJSON_GetStringValue(cJSON_GetObjectItem(plan, "fastest_type")),
+                cJSON_IsTrue(cJSON_GetObjectItem(plan, "target_met")) ? "" : "; not met: the fastest plans were taken");
     cJSON_ArrayForEach(ty, cJSON_GetObjectItem(plan, "types")) {
-        fprintf(f, "  %s (%s, sum omega %.4g):", ty->string, cJSON_GetStringValue(cJSON_GetObjectItem(ty, "solver")),
-                qs_run_num(ty, "omega"));
+        fprintf(f, "  %s (%s", ty->string, cJSON_GetStringValue(cJSON_GetObjectItem(ty, "solver")));
+        if (isfinite(qs_run_num(ty, "omega"))) fprintf(f, ", sum omega %.4g", qs_run_num(ty, "omega"));
+        fprintf(f, "):");
         cJSON_ArrayForEach(k, cJSON_GetObjectItem(ty, "layers_at")) fprintf(f, " %s %d", k->string, (int)k->valuedouble);
         fprintf(f, " of %d layers; %.0f%% above %s\n   ", (int)qs_run_num(ty, "layers"),
                 100 * qs_run_num(ty, "share_above_low_precision"),

@@ -151,22 +151,24 @@ static void qs_run_add_num(cJSON *o, const char *key, double x) {
     else cJSON_AddNullToObject(o, key);
 }
 
-/* Per slower device type: the layers at each precision and the share above the baseline's low
- * precision. */
+/* Per device type the plan lists layers for: the layers at each precision and the share above
+ * the baseline's low precision, with the solver and Σω when the plan was chosen here. */
 static cJSON *qs_run_plan_summary(const qs_run_report *r) {
-    cJSON *out = cJSON_CreateObject(), *ty;
+    cJSON *out = cJSON_CreateObject(), *sec;
     const cJSON *pred = cJSON_GetObjectItem(r->plan, "predictions");
     const char *low = qs_precision_name(r->c->low_precision);
-    cJSON_AddNumberToObject(out, "target_ms", cJSON_GetNumberValue(cJSON_GetObjectItem(pred, "target_ms")));
+    qs_run_add_num(out, "target_ms", cJSON_GetNumberValue(cJSON_GetObjectItem(pred, "target_ms")));
     cJSON_AddStringToObject(out, "fastest_type", qs_run_str(cJSON_GetObjectItem(pred, "fastest_type")));
     cJSON_AddBoolToObject(out, "target_met", cJSON_IsTrue(cJSON_GetObjectItem(pred, "target_met")));
+    cJSON_AddBoolToObject(out, "given", r->c->plan_path != NULL);
     cJSON *types = cJSON_AddObjectToObject(out, "types");
-    cJSON_ArrayForEach(ty, cJSON_GetObjectItem(pred, "types")) {
-        if (!cJSON_GetObjectItem(ty, "solver")) continue; /* the fastest type trains fp32 */
-        const cJSON *sec = cJSON_GetObjectItem(cJSON_GetObjectItem(r->plan, "device_types"), ty->string), *l;
-        cJSON *o = cJSON_AddObjectToObject(types, ty->string), *counts = cJSON_AddObjectToObject(o, "layers_at");
+    cJSON_ArrayForEach(sec, cJSON_GetObjectItem(r->plan, "device_types")) {
+        const cJSON *precs = cJSON_GetObjectItem(sec, "precisions"), *l;
+        if (!precs) continue; /* a type left at its default (the fastest) */
+        const cJSON *ty = cJSON_GetObjectItem(cJSON_GetObjectItem(pred, "types"), sec->string);
+        cJSON *o = cJSON_AddObjectToObject(types, sec->string), *counts = cJSON_AddObjectToObject(o, "layers_at");
         int n = 0, low_n = 0;
-        cJSON_ArrayForEach(l, cJSON_GetObjectItem(sec, "precisions")) {
+        cJSON_ArrayForEach(l, precs) {
             cJSON *k = cJSON_GetObjectItem(counts, l->valuestring);
             if (k) cJSON_SetNumberValue(k, k->valuedouble + 1);
             else cJSON_AddNumberToObject(counts, l->valuestring, 1);
@@ -175,9 +177,9 @@ static cJSON *qs_run_plan_summary(const qs_run_report *r) {
         }
         cJSON_AddNumberToObject(o, "layers", n);
         qs_run_add_num(o, "share_above_low_precision", n ? (double)(n - low_n) / n : NAN);
-        cJSON_AddItemToObject(o, "precisions", cJSON_Duplicate(cJSON_GetObjectItem(sec, "precisions"), true));
-        cJSON_AddNumberToObject(o, "omega", cJSON_GetNumberValue(cJSON_GetObjectItem(ty, "omega")));
-        cJSON_AddStringToObject(o, "solver", qs_run_str(cJSON_GetObjectItem(ty, "solver")));
+        cJSON_AddItemToObject(o, "precisions", cJSON_Duplicate(precs, true));
+        qs_run_add_num(o, "omega", cJSON_GetNumberValue(cJSON_GetObjectItem(ty, "omega")));
+        cJSON_AddStringToObject(o, "solver", ty ? qs_run_str(cJSON_GetObjectItem(ty, "solver")) : "given");
     }
     return out;
 }
@@ -311,7 +313,8 @@ qs_status qs_run_report_finish(const qs_run_report *r, cJSON **doc) {
                                                 : qs_grad_rounding_name(c->train.grad_rounding));
     cJSON_AddStringToObject(d, "weight_scales", c->train.weight_scales == QS_WEIGHT_SCALES_UNSET ? "tensor"
                                                 : qs_weight_scales_name(c->train.weight_scales));
-    cJSON_AddStringToObject(d, "indicator", qs_indicator_method_name(c->method));
+    cJSON_AddStringToObject(d, "indicator", c->plan_path ? "none (plan given)" : qs_indicator_method_name(c->method));
+    if (c->plan_path) cJSON_AddStringToObject(d, "plan_file", c->plan_path);
     cJSON_AddItemToObject(d, "plan", qs_run_plan_summary(r));
     cJSON *arms = cJSON_AddObjectToObject(d, "arms");
     double sync[QS_ARM_COUNT];
