@@ -392,13 +392,10 @@ static double qs_sim_comm_scale(const qs_sim_worker *w, int n, const cJSON *sync
 }
 
 #define QS_SIM_JITTER_DRAWS 65536
-#define QS_SIM_JITTER_CLIP 3.0 /* deviations beyond this many robust SDs (1.4826·MAD) are clipped */
 
 /* Step-to-step jitter: each worker's measured steps ("step_samples_ms" of its fp32 run, else
- * its first) less their median, clipped to ±3 robust standard deviations (1.4826 × the median
- * absolute deviation: a burst of interference while profiling is not the training's own
- * spread), scaled by an emulated slowdown the profile does not hold, are drawn independently per
- * worker; the synchronized step waits for the latest backward, so it
+ * its first) less their median, scaled by an emulated slowdown the profile does not hold, are
+ * drawn independently per worker; the synchronized step waits for the latest backward, so it
  * grows by max_r(bwd_end_r + e_r) - max_r(bwd_end_r). *median and *mean: that growth's median
  * and mean over a fixed-seed set of draws; both 0 for one worker or without samples. */
 static qs_status qs_sim_jitter(const qs_sim_worker *w, const qs_sim_timeline *tl, int n, double *median,
@@ -407,9 +404,8 @@ static qs_status qs_sim_jitter(const qs_sim_worker *w, const qs_sim_timeline *tl
     if (n < 2) return QS_OK;
     const cJSON **samples = calloc((size_t)n, sizeof *samples);
     double *centre = calloc((size_t)n, sizeof *centre), *scale = calloc((size_t)n, sizeof *scale);
-    double *limit = calloc((size_t)n, sizeof *limit);
     double *growth = calloc(QS_SIM_JITTER_DRAWS, sizeof *growth), latest = 0;
-    qs_status st = samples && centre && scale && limit && growth ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory replaying");
+    qs_status st = samples && centre && scale && growth ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory replaying");
     bool all = st == QS_OK;
     for (int r = 0; r < n && all; r++) {
         const cJSON *runs = cJSON_GetObjectItemCaseSensitive(w[r].profile, "runs");
@@ -421,8 +417,6 @@ static qs_status qs_sim_jitter(const qs_sim_worker *w, const qs_sim_timeline *tl
         all = v != NULL;
         for (int i = 0; i < k && all; i++) v[i] = cJSON_GetNumberValue(cJSON_GetArrayItem(samples[r], i));
         if (all) centre[r] = qs_median_inplace(v, k);
-        for (int i = 0; i < k && all; i++) v[i] = fabs(cJSON_GetNumberValue(cJSON_GetArrayItem(samples[r], i)) - centre[r]);
-        if (all) limit[r] = QS_SIM_JITTER_CLIP * 1.4826 * qs_median_inplace(v, k);
         free(v);
         scale[r] = w[r].slowdown > 1 ? w[r].slowdown : 1;
         latest = fmax(latest, tl[r].bwd_end);
@@ -436,7 +430,7 @@ static qs_status qs_sim_jitter(const qs_sim_worker *w, const qs_sim_timeline *tl
             for (int r = 0; r < n; r++) {
                 int k = cJSON_GetArraySize(samples[r]);
                 double e = cJSON_GetNumberValue(cJSON_GetArrayItem(samples[r], (int)qs_rng_below(&rng, (uint64_t)k)));
-                mx = fmax(mx, tl[r].bwd_end + fmin(fmax(e - centre[r], -limit[r]), limit[r]) * scale[r]);
+                mx = fmax(mx, tl[r].bwd_end + (e - centre[r]) * scale[r]);
             }
             growth[d] = mx - latest;
             sum += growth[d];
@@ -447,7 +441,6 @@ static qs_status qs_sim_jitter(const qs_sim_worker *w, const qs_sim_timeline *tl
     free(samples);
     free(centre);
     free(scale);
-    free(limit);
     free(growth);
     return st;
 }
