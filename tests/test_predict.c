@@ -363,12 +363,56 @@ static void test_profile_cli(void **state) {
     snprintf(a, sizeof a, "mpirun -np 2 --oversubscribe %s "
              "profile --model cnn --width 4 --batch 8 --data synthetic --precisions fp32 --reps 3 --warmup 1 "
              "--threads 1 --quiet --out %s/ar.json && grep -c beta_ms_per_byte %s/ar.json && "
-             "grep -c '\"overlap_ms\"' %s/ar.json && grep -c step_samples_ms %s/ar.json",
-             getenv("QS_BIN"), qs_test_tmp, qs_test_tmp, qs_test_tmp, qs_test_tmp);
+             "grep -c '\"overlap_ms\"' %s/ar.json && grep -c step_samples_ms %s/ar.json && "
+             "grep -c '\"co_running_slowdown\":.1,' %s/ar.json",
+             getenv("QS_BIN"), qs_test_tmp, qs_test_tmp, qs_test_tmp, qs_test_tmp, qs_test_tmp);
     char *out = NULL;
     int rc = qs_test_run_shell(a, &out);
     if (rc != 0 || !strstr(out, "1")) fail_msg("%s\n  exit %d, output:\n%s", a, rc, out);
     free(out);
+}
+
+/* A sync measured beside a quota-limited worker (co_running_slowdown 2) costs half as much
+ * between two unslowed workers, as much again when one of the replayed workers' profiles was
+ * taken under that quota, and without the record it is taken as measured beside the replayed
+ * workers themselves. */
+static void test_simulate_sync_beside_slow_worker(void **state) {
+    (void)state;
+    cJSON *fast = small_profile();
+    cJSON *run = cJSON_GetObjectItem(cJSON_GetObjectItem(fast, "runs"), "fp32");
+    qs_model *m0 = mixed_cnn(NULL, NULL), *m1 = mixed_cnn(NULL, NULL);
+    qs_grad_bucket b[64];
+    int eb[64];
+    assert_true(m0->params.count <= 64);
+    int nb = qs_grad_buckets_form(&m0->params, 1 << 10, b, eb);
+    char js[256];
+    snprintf(js, sizeof js, "{\"ranks\": 2, \"bucket_bytes\": 1024, \"buckets\": %d, \"overlap_ms\": 6, "
+             "\"no_overlap_ms\": 6}", nb);
+    cJSON_AddItemToObject(run, "grad_sync", cJSON_Parse(js));
+    cJSON_AddItemToObject(fast, "allreduce", cJSON_Parse("{\"ranks\": 2, \"alpha_ms\": 0.01, \"beta_ms_per_byte\": "
+                                                         "1e-6, \"points\": [[1024, 0.02], [1048576, 1.0]]}"));
+    cJSON *slow = cJSON_Duplicate(fast, true);
+    cJSON_AddItemToObject(slow, "emulation", cJSON_Parse("{\"slowdown\": 2, \"method\": \"cgroup-quota\"}"));
+    qs_sim_options so = {.bucket_bytes = 1024, .overlap = true};
+    const double want[3] = {6, 3, 6}; /* no record; two fast workers; a fast and a quota-limited one */
+    for (int k = 0; k < 3; k++) {
+        if (k == 1) {
+            cJSON_AddNumberToObject(fast, "co_running_slowdown", 2);
+            cJSON_AddNumberToObject(slow, "co_running_slowdown", 2);
+        }
+        qs_sim_worker w[2] = {{.profile = fast, .profile_path = "fast", .m = m0, .batch = 8},
+                              {.profile = k == 2 ? slow : fast, .profile_path = "w1", .m = m1, .batch = 8}};
+        cJSON *out = NULL;
+        assert_int_equal(qs_simulate(w, 2, &so, NULL, &out), QS_OK);
+        const cJSON *comm = cJSON_GetObjectItem(out, "comm");
+        if (fabs(num(comm, "allreduce_ms") - want[k]) > 1e-9)
+            fail_msg("case %d: sync %g ms, want %g", k, num(comm, "allreduce_ms"), want[k]);
+        cJSON_Delete(out);
+    }
+    qs_model_free(m0);
+    qs_model_free(m1);
+    cJSON_Delete(fast);
+    cJSON_Delete(slow);
 }
 
 int main(void) {
@@ -379,6 +423,7 @@ int main(void) {
         cmocka_unit_test(test_simulate_one_worker),
         cmocka_unit_test(test_simulate_two_workers),
         cmocka_unit_test(test_simulate_measured_sync_and_jitter),
+        cmocka_unit_test(test_simulate_sync_beside_slow_worker),
         QS_TMPDIR_TEST(test_profile_cli),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
