@@ -254,6 +254,22 @@ static void test_simulate_two_workers(void **state) {
     cJSON_Delete(prof);
 }
 
+/* Give a profile (small_profile) a 2-rank in-place sync of m's gradients in 1 KiB buckets
+ * (overlap_ms, no_overlap_ms) and a 2-rank all-reduce size curve. */
+static void add_two_rank_comm(cJSON *prof, const qs_model *m, double overlap_ms, double no_overlap_ms) {
+    cJSON *run = cJSON_GetObjectItem(cJSON_GetObjectItem(prof, "runs"), "fp32");
+    qs_grad_bucket b[64];
+    int eb[64];
+    assert_true(m->params.count <= 64);
+    int nb = qs_grad_buckets_form(&m->params, 1 << 10, b, eb);
+    char js[256];
+    snprintf(js, sizeof js, "{\"ranks\": 2, \"bucket_bytes\": 1024, \"buckets\": %d, \"overlap_ms\": %g, "
+             "\"no_overlap_ms\": %g}", nb, overlap_ms, no_overlap_ms);
+    cJSON_AddItemToObject(run, "grad_sync", cJSON_Parse(js));
+    cJSON_AddItemToObject(prof, "allreduce", cJSON_Parse("{\"ranks\": 2, \"alpha_ms\": 0.01, \"beta_ms_per_byte\": "
+                                                         "1e-6, \"points\": [[1024, 0.02], [1048576, 1.0]]}"));
+}
+
 /* Two identical workers: a gradient sync measured in place for these buckets replaces the
  * size curve (in the mode asked, averaging included), and the synchronized step grows by the
  * jitter: each worker's steps 10, 10, 14 ms (residuals 0, 0, +4) make max(e0, e1) = 4 with
@@ -263,16 +279,7 @@ static void test_simulate_measured_sync_and_jitter(void **state) {
     cJSON *run = cJSON_GetObjectItem(cJSON_GetObjectItem(prof, "runs"), "fp32");
     assert_true(cJSON_ReplaceItemInObject(run, "step_samples_ms", cJSON_Parse("[10, 14, 10]")));
     qs_model *m0 = mixed_cnn(NULL, NULL), *m1 = mixed_cnn(NULL, NULL);
-    qs_grad_bucket b[64];
-    int eb[64];
-    assert_true(m0->params.count <= 64);
-    int nb = qs_grad_buckets_form(&m0->params, 1 << 10, b, eb);
-    char js[256];
-    snprintf(js, sizeof js, "{\"ranks\": 2, \"bucket_bytes\": 1024, \"buckets\": %d, \"overlap_ms\": 3, "
-             "\"no_overlap_ms\": 5}", nb);
-    cJSON_AddItemToObject(run, "grad_sync", cJSON_Parse(js));
-    cJSON_AddItemToObject(prof, "allreduce", cJSON_Parse("{\"ranks\": 2, \"alpha_ms\": 0.01, \"beta_ms_per_byte\": "
-                                                         "1e-6, \"points\": [[1024, 0.02], [1048576, 1.0]]}"));
+    add_two_rank_comm(prof, m0, 3, 5);
     qs_sim_worker w[2] = {{.profile = prof, .profile_path = "small", .m = m0, .batch = 8},
                           {.profile = prof, .profile_path = "small", .m = m1, .batch = 8}};
     const double want_ms[3] = {3, 5, -1}; /* overlap, no overlap, other buckets (size curve) */
@@ -379,18 +386,8 @@ static void test_profile_cli(void **state) {
 static void test_simulate_sync_beside_slow_worker(void **state) {
     (void)state;
     cJSON *fast = small_profile();
-    cJSON *run = cJSON_GetObjectItem(cJSON_GetObjectItem(fast, "runs"), "fp32");
     qs_model *m0 = mixed_cnn(NULL, NULL), *m1 = mixed_cnn(NULL, NULL);
-    qs_grad_bucket b[64];
-    int eb[64];
-    assert_true(m0->params.count <= 64);
-    int nb = qs_grad_buckets_form(&m0->params, 1 << 10, b, eb);
-    char js[256];
-    snprintf(js, sizeof js, "{\"ranks\": 2, \"bucket_bytes\": 1024, \"buckets\": %d, \"overlap_ms\": 6, "
-             "\"no_overlap_ms\": 6}", nb);
-    cJSON_AddItemToObject(run, "grad_sync", cJSON_Parse(js));
-    cJSON_AddItemToObject(fast, "allreduce", cJSON_Parse("{\"ranks\": 2, \"alpha_ms\": 0.01, \"beta_ms_per_byte\": "
-                                                         "1e-6, \"points\": [[1024, 0.02], [1048576, 1.0]]}"));
+    add_two_rank_comm(fast, m0, 6, 6);
     cJSON *slow = cJSON_Duplicate(fast, true);
     cJSON_AddItemToObject(slow, "emulation", cJSON_Parse("{\"slowdown\": 2, \"method\": \"cgroup-quota\"}"));
     qs_sim_options so = {.bucket_bytes = 1024, .overlap = true};
