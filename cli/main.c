@@ -9,17 +9,17 @@ static void qs_main_help(FILE *f) {
     fputs("qsync — synchronous data-parallel training with per-operator precision\n\n"
           "usage: qsync <command> [options]   (qsync <command> --help for its options)\n\n"
           "commands:\n"
-          "  train    train a built-in model on a dataset (data-parallel under mpirun)\n"
-          "  eval     evaluate a checkpoint on a dataset's test split\n"
-          "  models   list the built-in models, or print one's layers, shapes, parameters and FLOPs\n"
-          "  bench    measure GEMM, layer, quantization and training-step throughput per precision\n"
-          "  profile  measure a model's per-op costs at every precision for the predictor\n"
-          "  simulate predict a cluster's iteration time and memory for a precision plan from profiles\n"
-          "  indicate measure per layer and precision how much quantizing it hurts (the indicator)\n"
+          "  train       train a built-in model on a dataset (data-parallel under mpirun)\n"
+          "  eval        evaluate a checkpoint on a dataset's test split\n"
+          "  models      list the built-in models, or print one's layers, shapes, parameters and FLOPs\n"
+          "  bench       measure GEMM, layer, quantization and training-step throughput per precision\n"
+          "  profile     measure a model's per-op costs at every precision for the predictor\n"
+          "  simulate    predict a cluster's iteration time and memory for a precision plan from profiles\n"
+          "  indicate    measure per layer and precision how much quantizing it hurts (the indicator)\n"
           "  sensitivity quantize one layer at a time and rank the indicator against the measured harm\n"
-          "  plan     choose per device type the precisions that keep a hybrid cluster in step\n"
-          "  run      the whole pipeline on a cluster: profile, indicate, plan, train against baselines, report\n"
-          "  help     show this help\n",
+          "  plan        choose per device type the precisions that keep a hybrid cluster in step\n"
+          "  run         the whole pipeline on a cluster: profile, indicate, plan, train against baselines, report\n"
+          "  help        show this help\n",
           f);
 }
 
