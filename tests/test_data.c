@@ -359,6 +359,26 @@ static void test_cifar_truncated(void **state) {
 
 /* ---------- synthetic ---------- */
 
+/* "synthetic:HxWxC" gives that shape (the default is Fashion-MNIST's 28x28x1); a malformed one is refused. */
+static void test_synthetic_shape(void **state) {
+    (void)state;
+    qs_dataset d;
+    assert_int_equal(qs_dataset_load("synthetic:32x32x3", NULL, false, &d), QS_OK);
+    assert_int_equal(d.h, 32);
+    assert_int_equal(d.w, 32);
+    assert_int_equal(d.c, 3);
+    assert_int_equal(d.classes, 10);
+    qs_dataset_free(&d);
+    assert_int_equal(qs_dataset_load("synthetic", NULL, false, &d), QS_OK);
+    assert_int_equal(d.h * 100 + d.c, 2801);
+    qs_dataset_free(&d);
+    const char *bad[] = {"synthetic:32x32", "synthetic:32x32x3x", "synthetic:0x32x3", "synthetic:32x32x0", "synthetic:"};
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(qs_dataset_load(bad[i], NULL, false, &d), QS_ERR_INVALID_ARG);
+        assert_non_null(strstr(qs_last_error(), "must be HxWxC"));
+    }
+}
+
 static void test_synthetic(void **state) {
     qs_dataset a, b, te;
     assert_int_equal(qs_dataset_synthetic(400, 8, 8, 2, 5, 42, &a), QS_OK);
@@ -675,6 +695,7 @@ int main(void) {
         QS_TMPDIR_TEST(test_cifar_crafted),
         QS_TMPDIR_TEST(test_cifar_truncated),
         cmocka_unit_test(test_synthetic),
+        cmocka_unit_test(test_synthetic_shape),
         cmocka_unit_test(test_loader_sharding),
         cmocka_unit_test(test_loader_determinism_epochs),
         cmocka_unit_test(test_loader_resume),

@@ -5,7 +5,9 @@ PyTorch twin (tools/torch_models.py), for side-by-side comparison with `qsync tr
 Runs SGD(momentum 0.9, nesterov, weight decay 5e-4) steps on random data of the model's input
 shape at the given batch size, and prints one JSON object with images/s per timing window.
 Usage: torch_train_bench.py --model cnn [--width 0] [--batch 128] [--steps 30] [--windows 5]
-                            [--threads N] [--bf16] [--in 28x28x1]
+                            [--threads N] [--bf16] [--in 28x28x1] [--device cuda] [--channels-last]
+On a GPU (--device cuda) every window ends with a device synchronisation; --bf16 is then CUDA
+autocast (eager AMP), as PyTorch's usual mixed-precision training.
 """
 import argparse
 import json
@@ -28,36 +30,47 @@ def main():
     ap.add_argument("--threads", type=int, default=0, help="0 = PyTorch's default")
     ap.add_argument("--bf16", action="store_true", help="BF16 autocast")
     ap.add_argument("--in", dest="shape", default="28x28x1")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--channels-last", action="store_true", help="NHWC activations and weights")
     a = ap.parse_args()
+    dev = torch.device(a.device)
+    mf = torch.channels_last if a.channels_last else torch.contiguous_format
     if a.threads > 0:
         torch.set_num_threads(a.threads)
     h, w, c = (int(v) for v in a.shape.split("x"))
     torch.manual_seed(0)
-    model = torch_models.build(a.model, h, w, c, 10, width=a.width)
+    model = torch_models.build(a.model, h, w, c, 10, width=a.width).to(dev, memory_format=mf)
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, nesterov=True, weight_decay=5e-4)
-    x = torch.randn(a.batch, c, h, w)
-    y = torch.randint(0, 10, (a.batch,))
+    x = torch.randn(a.batch, c, h, w, device=dev).to(memory_format=mf)
+    y = torch.randint(0, 10, (a.batch,), device=dev)
     lossf = torch.nn.CrossEntropyLoss()
 
     def step():
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=a.bf16):
             loss = lossf(model(x), y)
         loss.backward()
         opt.step()
 
+    def sync():
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+
     for _ in range(3):
         step()
+    sync()
     rates = []
     for _ in range(a.windows):
         t0 = time.perf_counter()
         for _ in range(a.steps):
             step()
+        sync()
         rates.append(a.steps * a.batch / (time.perf_counter() - t0))
     rates_sorted = sorted(rates)
     print(json.dumps({"framework": "pytorch", "torch": torch.__version__, "model": a.model, "width": a.width,
-                      "batch": a.batch, "threads": torch.get_num_threads(), "bf16": a.bf16,
+                      "batch": a.batch, "threads": torch.get_num_threads(), "bf16": a.bf16, "device": a.device,
+                      "channels_last": a.channels_last, "input": a.shape,
                       "images_per_s": rates, "median_images_per_s": rates_sorted[len(rates) // 2]}))
 
 

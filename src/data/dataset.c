@@ -15,10 +15,20 @@ qs_status qs_dataset_load(const char *name, const char *dir, bool train_split, q
     if (!name) return QS_FAIL(QS_ERR_INVALID_ARG, "qs_dataset_load: dataset name is NULL");
     if (strcmp(name, "fashion-mnist") == 0) return qs_fashion_mnist_load(dir, train_split, out);
     if (strcmp(name, "cifar10") == 0) return qs_cifar10_load(dir, train_split, out);
+    long long h = 28, w = 28, c = 1;
+    if (strncmp(name, "synthetic:", 10) == 0) { /* synthetic:HxWxC */
+        char tail;
+        if (sscanf(name + 10, "%lldx%lldx%lld%c", &h, &w, &c, &tail) != 3 || h < 1 || w < 1 || h > 4096 || w > 4096 ||
+            c < 1 || c > QS_DATASET_MAX_CHANNELS)
+            return QS_FAIL(QS_ERR_INVALID_ARG, "dataset '%s': the synthetic shape must be HxWxC, sides 1..4096 and "
+                           "1..%d channels (e.g. synthetic:32x32x3)", name, QS_DATASET_MAX_CHANNELS);
+        name = "synthetic";
+    }
     if (strcmp(name, "synthetic") == 0)
-        return qs_dataset_synthetic_range(train_split ? SYN_TRAIN_N : SYN_TEST_N, 28, 28, 1, 10,
+        return qs_dataset_synthetic_range(train_split ? SYN_TRAIN_N : SYN_TEST_N, h, w, c, 10,
                                           QS_SYNTHETIC_DEFAULT_SEED, train_split ? 0 : QS_SYNTHETIC_TEST_FIRST, out);
-    return QS_FAIL(QS_ERR_NOT_FOUND, "unknown dataset '%s'; known datasets: fashion-mnist, cifar10, synthetic", name);
+    return QS_FAIL(QS_ERR_NOT_FOUND, "unknown dataset '%s'; known datasets: fashion-mnist, cifar10, synthetic, "
+                   "synthetic:HxWxC", name);
 }
 
 void qs_dataset_free(qs_dataset *ds) {
