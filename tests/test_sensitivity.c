@@ -369,12 +369,9 @@ static void test_sensitivity_cli(void **state) {
 static void test_sensitivity_checkpoint(void **state) {
     (void)state;
     char args[1024], ck[256], a[512], b[512];
-    snprintf(ck, sizeof ck, "%s/ck", qs_test_tmp);
+    qs_test_tiny_checkpoint(ck, sizeof ck);
     snprintf(a, sizeof a, "%s/a.json", qs_test_tmp);
     snprintf(b, sizeof b, "%s/b.json", qs_test_tmp);
-    snprintf(args, sizeof args, "train --model cnn --width 4 --data synthetic --steps 5 --quiet --checkpoint-dir %s",
-             ck);
-    qs_test_expect_qsync(0, NULL, args);
     const char *common = "--data synthetic --batch 8 --batches 1 --precisions int8 --threads 1 --quiet";
     snprintf(args, sizeof args, "sensitivity --checkpoint %s %s --out %s", ck, common, a);
     qs_test_expect_qsync(0, NULL, args);

@@ -109,6 +109,14 @@ void qs_test_write_tmp(const char *name, const char *text) {
     }
 }
 
+void qs_test_tiny_checkpoint(char *dir, unsigned cap) {
+    char args[1024];
+    snprintf(dir, cap, "%s/ck", qs_test_tmp);
+    snprintf(args, sizeof args, "train --model cnn --width 4 --data synthetic --steps 5 --quiet --checkpoint-dir %s",
+             dir);
+    qs_test_expect_qsync(0, NULL, args);
+}
+
 void qs_test_expect_qsync(int want, const char *needle, const char *args) {
     char *out = NULL;
     int rc = qs_test_run_qsync(args, &out);

@@ -30,6 +30,10 @@ void qs_test_mpi_env(void);
 /* Write text into qs_test_tmp/name (a failure to write ends the test program with a message). */
 void qs_test_write_tmp(const char *name, const char *text);
 
+/* Train a tiny checkpoint (cnn width 4, synthetic data, 5 steps) into qs_test_tmp/ck; its path
+ * into dir. Fails the current test when training fails. */
+void qs_test_tiny_checkpoint(char *dir, unsigned cap);
+
 /* The scratch directory made by qs_test_tmpdir_setup, "" outside it. */
 extern char qs_test_tmp[128];
 /* cmocka setup (per test or per group): make a fresh qs_test_tmp and point *state at it.
