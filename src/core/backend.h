@@ -78,6 +78,17 @@ typedef struct qs_conv_desc {
     qs_precision prec;
 } qs_conv_desc;
 
+/* Batched matrix product over `batch` independent, contiguous row-major matrices:
+ *   C_b (M,N) = alpha · A_b (M,K) · op(B_b),  op(B) = Bᵀ with B_b (N,K) when trans_b, else B_b (K,N).
+ * Batch strides are the matrix sizes (M·K, N·K, M·N). Attention's QKᵀ (trans_b, alpha = 1/√d)
+ * and P·V are the two uses; batch = samples × heads. */
+typedef struct qs_bmm_desc {
+    int64_t batch, M, N, K;
+    bool trans_b;
+    float alpha;
+    qs_precision prec;
+} qs_bmm_desc;
+
 /* Pooling over NHWC input; kind is max or average (avg counts padding, like PyTorch's
  * count_include_pad=True). Global average pooling is kernel = H×W, stride 1, pad 0. */
 typedef enum qs_pool_kind { QS_POOL_MAX = 0, QS_POOL_AVG } qs_pool_kind;
@@ -160,6 +171,20 @@ typedef struct qs_backend_ops {
 
     void (*plan_destroy)(qs_backend *be, void *plan);
 
+    /* Batched matmul (qs_bmm_desc): operands a, b in the plan precision's forward dtype, dc in
+     * its gradient dtype, per-tensor scales only (never per_row). Outputs FP32.
+     *   forward:    c  = alpha · a · op(b)
+     *   backward_a: da = alpha · dc · op(b)ᵀ            (M,K)
+     *   backward_b: db = alpha · dcᵀ · a  (N,K) when trans_b, else alpha · aᵀ · dc (K,N)
+     * accumulate: add into da / db instead of overwriting. */
+    qs_status (*bmm_plan)(qs_backend *be, const qs_bmm_desc *d, void **plan, size_t *workspace);
+    qs_status (*bmm_forward)(qs_backend *be, void *plan, qs_stream *s, const qs_operand *a,
+                             const qs_operand *b, float *c, void *ws);
+    qs_status (*bmm_backward_a)(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dc,
+                                const qs_operand *b, float *da, bool accumulate, void *ws);
+    qs_status (*bmm_backward_b)(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dc,
+                                const qs_operand *a, float *db, bool accumulate, void *ws);
+
     /* ---- memory-bound operators; x is viewed as (rows, C), C innermost ---- */
     /* Training-mode batch norm over rows: saves mean and 1/sqrt(var+eps) per channel and
      * updates running stats with the unbiased variance (PyTorch semantics). `relu` fuses a
@@ -208,6 +233,56 @@ typedef struct qs_backend_ops {
     qs_status (*softmax_xent_backward)(qs_backend *be, qs_stream *s, int64_t B, int64_t classes,
                                        const float *probs, const int32_t *labels, float scale,
                                        float *dlogits);
+    /* ---- transformer operators (FP32; rows × C with C innermost) ---- */
+    /* LayerNorm over the last dimension: y = (x − mean)·rstd·gamma + beta, rstd =
+     * 1/sqrt(var + eps) with the biased variance (PyTorch). Saves mean and rstd per row. */
+    qs_status (*layernorm_forward)(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const float *x,
+                                   const float *gamma, const float *beta, float eps, float *y,
+                                   float *save_mean, float *save_rstd);
+    /* dx (overwritten or accumulated; may be NULL), dgamma and dbeta (overwritten; FP32,
+     * reduced over rows in double or a fixed-order tree, identical for any thread count). */
+    qs_status (*layernorm_backward)(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const float *x,
+                                    const float *dy, const float *gamma, const float *save_mean,
+                                    const float *save_rstd, float *dx, bool accumulate, float *dgamma,
+                                    float *dbeta);
+    /* GELU, tanh approximation (GPT-2, PyTorch approximate='tanh'):
+     * y = 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))). backward reads the forward's input x. */
+    qs_status (*gelu_forward)(qs_backend *be, qs_stream *s, int64_t n, const float *x, float *y);
+    qs_status (*gelu_backward)(qs_backend *be, qs_stream *s, int64_t n, const float *x, const float *dy,
+                               float *dx, bool accumulate);
+    /* Embedding lookup: y[r,:] = table[ids[r],:] for r < rows; ids are token ids stored as
+     * FP32 integers (exact below 2^24), table (V,C). An id outside [0,V) fails on the CPU
+     * and yields a zero row on a GPU (which cannot fail mid-stream; loaders check ids). */
+    qs_status (*embedding_forward)(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, int64_t V,
+                                   const float *ids, const float *table, float *y);
+    /* dtable[v,:] (+)= Σ_{r: ids[r]=v} dy[r,:], summed in row order for every v (deterministic
+     * for any thread count); overwrite zeroes the whole (V,C) table first. */
+    qs_status (*embedding_backward)(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, int64_t V,
+                                    const float *ids, const float *dy, float *dtable, bool accumulate);
+    /* y[o·inner + i] = x[o·inner + i] + v[i] for o < outer, i < inner (position embeddings:
+     * outer = samples, inner = T·C). y may alias x. */
+    qs_status (*add_broadcast)(qs_backend *be, qs_stream *s, int64_t outer, int64_t inner, const float *x,
+                               const float *v, float *y);
+    /* Attention heads ⇄ tokens. to_heads: dst (N,H,T,D)[n,h,t,d] = src[n,t,off + h·D + d], src
+     * rows of ld floats (ld ≥ off + H·D). !to_heads: dst[n,t,off + h·D + d] = src (N,H,T,D)
+     * [n,h,t,d], dst rows of ld floats; only that slice of dst is written. accumulate adds
+     * into dst instead of overwriting. */
+    qs_status (*permute_heads)(qs_backend *be, qs_stream *s, int64_t N, int64_t T, int64_t H, int64_t D,
+                               int64_t ld, int64_t off, const float *src, float *dst, bool to_heads,
+                               bool accumulate);
+    /* Masked softmax over the last axis of scores x (N,H,Tq,Tk) into y (same shape), in FP32.
+     * causal: key j > query i is masked; key_ids (N,Tk) non-NULL: key j of sample n is masked
+     * where key_ids[n·Tk + j] == pad_id. Masked entries get probability 0; a row with every
+     * key masked is all 0. */
+    qs_status (*softmax_forward)(qs_backend *be, qs_stream *s, int64_t N, int64_t H, int64_t Tq, int64_t Tk,
+                                 const float *x, float *y, bool causal, const float *key_ids, float pad_id);
+    /* dx = y ⊙ (dy − Σ_j dy·y) per row of `cols` (rows = N·H·Tq); accumulate adds into dx. */
+    qs_status (*softmax_backward)(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const float *y,
+                                  const float *dy, float *dx, bool accumulate);
+    /* y = tanh(x) (BERT's pooler); backward dx = dy·(1 − y²) from the forward's output. */
+    qs_status (*tanh_forward)(qs_backend *be, qs_stream *s, int64_t n, const float *x, float *y);
+    qs_status (*tanh_backward)(qs_backend *be, qs_stream *s, int64_t n, const float *y, const float *dy,
+                               float *dx, bool accumulate);
     /* (N,H,W,C) → (N,C,H,W) and back (the inverse may accumulate into its destination). */
     qs_status (*nhwc_to_nchw)(qs_backend *be, qs_stream *s, int64_t N, int64_t H, int64_t W,
                               int64_t C, const float *x, float *y);

@@ -26,6 +26,11 @@ typedef struct qs_dataset {
     uint8_t *pixels;        /* n*h*w*c raw bytes, NHWC (CIFAR's planar CHW converted to HWC at load) */
     int32_t *labels;        /* n */
     float mean[4], std[4];  /* per-channel normalisation applied by the loader: (p/255 - mean)/std */
+    int64_t label_len;      /* labels per sample (1 for classification; T for language modelling) */
+    bool raw_bytes;         /* pixels are token bytes handed to the model unnormalised (float(byte)) */
+    uint16_t *tokens;       /* token stream of a language-modelling set (pixels/labels NULL then): sample i
+                             * is x[t] = tokens[i·T + t], y[t] = tokens[i·T + t + 1], T = c (h = w = 1) */
+    int64_t n_tokens;
 } qs_dataset;
 
 /* Load a split. name: "fashion-mnist" (dir default /usr/share/datasets/fashion-mnist, files

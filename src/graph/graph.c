@@ -27,6 +27,7 @@ qs_status qs_model_create(const char *arch, int64_t in_h, int64_t in_w, int64_t 
     m->in_w = in_w;
     m->in_c = in_c;
     m->num_classes = num_classes;
+    m->label_len = 1;
     m->logits_node = -1;
     qs_status st = qs_model_add(m, QS_NODE_INPUT, "input", NULL, 0, NULL, NULL);
     if (st != QS_OK) {

@@ -201,6 +201,8 @@ typedef struct qs_model {
     int logits_node;           /* node whose output is (N, classes) */
     int64_t num_classes;
     int64_t in_h, in_w, in_c;  /* per-sample input; in_h = in_w = 1 for flat inputs */
+    int64_t label_len;         /* labels per sample: 1 for classifiers, T for language models
+                                * (one next-token label per position); set by the builder */
 
     qs_table params;           /* trainable: weights, biases */
     qs_table buffers;          /* non-trainable state: BN running stats */
