@@ -68,7 +68,9 @@ static int qs_models_list(const qs_model_options *o, qs_backend *be, bool json) 
     cJSON *a = json ? cJSON_CreateArray() : NULL;
     for (const char *const *n = qs_models_names(); *n; n++) {
         qs_model *m = NULL;
-        if (qs_models_build(*n, o, &m) != QS_OK) {
+        qs_model_options to = *o; /* transformers are listed on byte sequences of 64 tokens */
+        if (qs_models_is_transformer(*n)) to = qs_models_default_options(1, 1, 64, 256);
+        if (qs_models_build(*n, &to, &m) != QS_OK) {
             cJSON_Delete(a);
             return qs_cmd_fail("models");
         }
@@ -162,6 +164,8 @@ int qs_cmd_models(int argc, char **argv) {
         {"width", QS_CLI_I64, &o.width, "N", "base width (0 = the model's default)"},
         {"imagenet-stem", QS_CLI_FLAG, &imagenet_stem, NULL, "resnet: 7x7/2 stem + max-pool for small inputs too"},
         {"dropout", QS_CLI_FLOAT, &o.dropout, "P", "classifier dropout"},
+        {"layers", QS_CLI_I64, &o.layers, "N", "gpt, bert: transformer blocks (0 = default)"},
+        {"heads", QS_CLI_I64, &o.heads, "N", "gpt, bert: attention heads (0 = default)"},
         {"json", QS_CLI_FLAG, &json, NULL, "print as JSON"},
         {"write-plan", QS_CLI_STR, &write_plan, "FILE", "with NAME: write a plan template listing its layers"},
         {"precision", QS_CLI_STR, &precision, "P", "with --write-plan: the template's precision (default fp32)"},
@@ -180,6 +184,12 @@ int qs_cmd_models(int argc, char **argv) {
     if (write_plan && !name) {
         fprintf(stderr, "qsync models: --write-plan needs a model name: qsync models NAME --write-plan FILE\n");
         return 2;
+    }
+    if (name && qs_models_is_transformer(name) && o.in_h == 28 && o.in_w == 28 && o.in_c == 1) {
+        /* image defaults untouched: describe the model on byte sequences of 64 tokens */
+        o.in_h = o.in_w = 1;
+        o.in_c = 64;
+        if (o.num_classes == 10 && strncmp(name, "gpt", 3) == 0) o.num_classes = 256;
     }
     qs_model_options d = qs_models_default_options(o.in_h, o.in_w, o.in_c, o.num_classes);
     o.cifar_stem = d.cifar_stem && !imagenet_stem;

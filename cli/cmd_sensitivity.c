@@ -86,12 +86,12 @@ static int qs_sens_parse(int argc, char **argv, qs_sens_args *a, qs_precision *p
 /* The fixed batches: the loader's next `count` batches of d, into b (x and y malloc'ed; free
  * them also after a failure). */
 static qs_status qs_sens_take_batches(qs_model_data *d, int count, qs_sens_batches *b, float **x, int32_t **y) {
-    const int64_t per = d->m->in_h * d->m->in_w * d->m->in_c, batch = d->m->batch;
+    const int64_t per = d->m->in_h * d->m->in_w * d->m->in_c, batch = d->m->batch, L = d->m->label_len;
     *x = malloc((size_t)(count * batch * per) * sizeof(float));
-    *y = malloc((size_t)(count * batch) * sizeof(int32_t));
+    *y = malloc((size_t)(count * batch * L) * sizeof(int32_t));
     if (!*x || !*y) return QS_FAIL(QS_ERR_OOM, "out of memory for %d batches of %lld", count, (long long)batch);
     for (int k = 0; k < count; k++)
-        QS_TRY(qs_model_data_next(d, *x + (size_t)(k * batch * per), *y + (size_t)(k * batch)));
+        QS_TRY(qs_model_data_next(d, *x + (size_t)(k * batch * per), *y + (size_t)(k * batch * L)));
     *b = (qs_sens_batches){.count = count, .batch = batch, .x = *x, .y = *y};
     return QS_OK;
 }

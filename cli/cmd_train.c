@@ -1,4 +1,5 @@
 /* cli/cmd_train.c — `qsync train`. */
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -147,7 +148,7 @@ int qs_cmd_train(int argc, char **argv) {
     const char **worker_types = NULL; /* the cluster's labels, for rank 0's report */
     bool json = false, quiet = false, no_progress = false;
     qs_cli_opt opts[] = {
-        {"model", QS_CLI_STR, &c.model, "NAME", "model: mlp, cnn, resnet18/34/50, vgg11/16 (default cnn)"},
+        {"model", QS_CLI_STR, &c.model, "NAME", "model: mlp, cnn, resnet18/34/50, vgg11/16, gpt, gpt-mini, bert, bert-mini (default cnn)"},
         {"data", QS_CLI_STR, &c.data, "NAME", "fashion-mnist (default), cifar10, synthetic"},
         {"data-dir", QS_CLI_STR, &c.data_dir, "DIR", "dataset directory (default: the Debian package's)"},
         {"epochs", QS_CLI_I64, &c.epochs, "N", "epochs (default 1; ignored when --steps is given)"},
@@ -164,11 +165,13 @@ int qs_cmd_train(int argc, char **argv) {
         {"schedule", QS_CLI_STR, &c.lr_schedule, "S", "constant, cosine (default), step:EVERY:GAMMA"},
         {"warmup", QS_CLI_I64, &c.warmup_steps, "N", "linear warm-up steps (default min(50, steps/10))"},
         {"augment", QS_CLI_FLAG, &c.augment, NULL, "random crop and horizontal flip"},
-        {"width", QS_CLI_I64, &c.model_opt.width, "N", "base width (resnet 64, vgg 64, cnn 32, mlp 1024)"},
+        {"width", QS_CLI_I64, &c.model_opt.width, "N", "base width (resnet 64, vgg 64, cnn 32, mlp 1024; gpt, bert: embedding width)"},
         {"imagenet-stem", QS_CLI_FLAG, &c.imagenet_stem, NULL, "resnet: 7x7/2 stem + max-pool for small inputs too"},
-        {"dropout", QS_CLI_FLOAT, &c.model_opt.dropout, "P", "classifier dropout (mlp, cnn, vgg)"},
+        {"dropout", QS_CLI_FLOAT, &c.model_opt.dropout, "P", "dropout (mlp, cnn, vgg: classifier; gpt, bert: every dropout)"},
+        {"layers", QS_CLI_I64, &c.model_opt.layers, "N", "gpt, bert: transformer blocks (0 = the model's default)"},
+        {"heads", QS_CLI_I64, &c.model_opt.heads, "N", "gpt, bert: attention heads (0 = the model's default)"},
         {"no-fuse", QS_CLI_FLAG, &c.no_fuse, NULL, "keep BatchNorm and ReLU as separate ops"},
-        {"precision", QS_CLI_STR, &precision, "P", "precision of every Linear/Conv2d: fp32 (default), bf16, int8, fp16, fp8"},
+        {"precision", QS_CLI_STR, &precision, "P", "precision of every Linear/Conv2d/MatMul: fp32 (default), bf16, int8, fp16, fp8"},
         {"plan", QS_CLI_STR, &c.plan, "FILE", "per-layer precisions from a plan file (docs/PLANS.md) or a checkpoint"},
         {"allow-emulated", QS_CLI_FLAG, &c.allow_emulated, NULL, "permit precisions the backend only emulates (fp16, fp8 on the cpu)"},
         {"grad-rounding", QS_CLI_STR, &grad_rounding, "R", "low-precision gradients: stochastic (default) or nearest"},
@@ -283,9 +286,16 @@ int qs_cmd_train(int argc, char **argv) {
     }
     if (json) qs_train_print_json(&r);
     else {
-        printf("trained %lld steps in %.1f s (%.0f images/s)", (long long)r.steps_this_run, r.wall_s, r.images_per_s);
+        if (r.label_len > 1)
+            printf("trained %lld steps in %.1f s (%.1f sequences/s, %.0f tokens/s)", (long long)r.steps_this_run, r.wall_s,
+                   r.images_per_s, r.images_per_s * (double)r.label_len);
+        else
+            printf("trained %lld steps in %.1f s (%.0f images/s)", (long long)r.steps_this_run, r.wall_s, r.images_per_s);
         if (r.steps != r.steps_this_run) printf(", now at step %lld", (long long)r.steps);
-        if (r.test_accuracy >= 0) printf("; test accuracy %.2f%%, loss %.4f\n", 100.0 * r.test_accuracy, r.test_loss);
+        if (r.test_accuracy >= 0 && r.label_len > 1)
+            printf("; test loss %.4f (%.4f bits per token), next-token accuracy %.2f%%\n", r.test_loss,
+                   r.test_loss / log(2.0), 100.0 * r.test_accuracy);
+        else if (r.test_accuracy >= 0) printf("; test accuracy %.2f%%, loss %.4f\n", 100.0 * r.test_accuracy, r.test_loss);
         else printf("; not evaluated (stopped early)\n");
         printf("precisions: %s\n", r.precision_line);
         if (strcmp(r.loss_scale_mode, "none") != 0)

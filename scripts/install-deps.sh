@@ -6,12 +6,14 @@
 # BLAS and its Linear layers run ~10x slower, which would flatter our benchmark ratios).
 # GLPK (libglpk-dev) solves the exact precision-allocation ILP (src/plan/alloc_ilp.c).
 # gnuplot (gnuplot-nox) draws `qsync run --plot`'s loss-against-time figure.
+# fortunes and fortunes-min hold the English text of the `fortunes` and `fortune-topics` data
+# (/usr/share/games/fortunes; docs/DATA.md) that the transformer models train on.
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 PKGS=(build-essential cmake pkg-config
       libdnnl-dev libcjson-dev zlib1g-dev libcmocka-dev libopenmpi-dev openmpi-bin libglpk-dev gnuplot-nox
-      dataset-fashion-mnist
+      dataset-fashion-mnist fortunes fortunes-min
       python3 python3-torch libopenblas0-pthread)
 missing=()
 for p in "${PKGS[@]}"; do

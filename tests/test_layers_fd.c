@@ -33,6 +33,7 @@
 
 #include "check.h"
 #include "graph/graph.h"
+#include "models/models.h"
 #include "graph_helpers.h"
 #include "qsync/rng.h"
 
@@ -130,6 +131,12 @@ static void build_dropout(qs_model *m) {
     head(m, qs_test_add(m, QS_NODE_DROPOUT, "drop", h, -1, CFG(.dropout = {0.5f})));
 }
 
+static void build_layernorm(qs_model *m) {
+    head(m, qs_test_add(m, QS_NODE_LAYERNORM, "ln", 0, -1, CFG(.ln = {1e-5f})));
+}
+static void build_gelu(qs_model *m) { head(m, qs_test_add(m, QS_NODE_GELU, "gelu", 0, -1, qs_test_no_cfg())); }
+static void build_tanh(qs_model *m) { head(m, qs_test_add(m, QS_NODE_TANH, "tanh", 0, -1, qs_test_no_cfg())); }
+
 static const fd_model FD_MODELS[] = {
     {"linear", 4, 1, 1, 10, build_linear, 10 + 6 + CLASSES, 4 + CLASSES + 6, IN_NORMAL},
     {"conv3x3_p1+conv5x5_p2", 2, 6, 5, 3, build_conv, 27 + 100 + 90 + CLASSES, CLASSES + 75 + 36 + 30, IN_NORMAL},
@@ -145,6 +152,9 @@ static const fd_model FD_MODELS[] = {
     {"add_fanout3", 2, 4, 4, 2, build_fanout, 18 + 27 + 2 + 48 + CLASSES, CLASSES + 3 + 27 + 27 + 32, IN_NORMAL},
     {"add_input_fanout", 2, 4, 4, 2, build_input_fanout, 18 + 1 + 32 + CLASSES, CLASSES + 2 + 18 + 32, IN_NORMAL},
     {"dropout_train", 2, 4, 4, 3, build_dropout, 27 + 64 + CLASSES, CLASSES + 1 + 36 + 32, IN_NORMAL},
+    {"layernorm", 3, 2, 1, 6, build_layernorm, 12 + 12 + CLASSES, CLASSES + 12 + 12, IN_NORMAL},
+    {"gelu", 2, 3, 2, 2, build_gelu, 12 + CLASSES, CLASSES + 2, IN_NORMAL},
+    {"tanh", 2, 3, 2, 2, build_tanh, 12 + CLASSES, CLASSES + 2, IN_NORMAL},
 };
 
 /* Mean training-mode loss at the current parameters and input (mask of step 1). */
@@ -219,6 +229,80 @@ static void fill_input(const fd_model *c, float *x, int64_t n, qs_rng *r) {
     }
 }
 
+/* Check every parameter's gradient (and the input's when check_input) of a set-up model at
+ * the point (x, y) against Richardson FD; K_fwd/K_bwd as in fd_model. */
+static void fd_check_model(const char *name, qs_model *m, float *x, const int32_t *y, int64_t nx, double K_fwd,
+                           double K_bwd, qs_rng *r, bool check_input) {
+    const int64_t rows = m->batch * m->label_len;
+    double L0 = eval_loss(m, x, y);
+    ASSERT_OK(qs_model_backward(m, 1.0f));
+    float *logits = qs_test_download(m, m->nodes[m->logits_node].y, rows * m->num_classes);
+    float *losses = qs_test_download(m, m->nodes[m->n_nodes - 1].y, rows);
+    double S = qs_max_abs(logits, rows * m->num_classes) + qs_max_abs(losses, rows);
+    free(logits);
+    free(losses);
+    double dL = QS_TOL_C * QS_TOL_U * sqrt(K_fwd) * S;
+    double fd_budget = 1.5 * dL / FD_H;
+    double rtol_g = qs_tol_fp32(K_fwd + K_bwd, -1).rtol;
+    printf("  loss %.6f, δL %.2e (K %.0f, S %.3g) → FD rounding budget %.2e\n", L0, dL, K_fwd, S, fd_budget);
+
+    int n_targets = m->params.count + 1;
+    fd_target *targets = calloc((size_t)n_targets, sizeof *targets);
+    float **grads = calloc((size_t)n_targets, sizeof *grads);
+    assert_non_null(targets);
+    assert_non_null(grads);
+    targets[0] = (fd_target){.name = "input", .param = -1, .host = x, .n = nx};
+    if (check_input) grads[0] = qs_test_download(m, m->nodes[0].dy, nx);
+    for (int i = 0; i < m->params.count; i++) {
+        targets[i + 1] = (fd_target){.name = m->params.entries[i].name, .param = i, .n = m->params.entries[i].numel};
+        grads[i + 1] = qs_test_download(m, qs_model_grad_ptr(m, i), targets[i + 1].n);
+    }
+
+    bool ok = true;
+    for (int t = check_input ? 0 : 1; t < n_targets; t++) {
+        const fd_target *tg = &targets[t];
+        const float *g = grads[t];
+        double gmax = qs_max_abs(g, tg->n);
+        int64_t kmax = 0;
+        for (int64_t k = 0; k < tg->n; k++)
+            if (fabs(g[k]) == gmax) {
+                kmax = k;
+                break;
+            }
+        double budget = fd_budget + rtol_g * gmax;
+        double worst = 0, worst_fd = 0, worst_g = 0;
+        int64_t worst_k = -1;
+        int checked = 0;
+        for (int s = 0; s <= FD_SAMPLES && s < tg->n + 1; s++) {
+            int64_t k = s == 0 ? kmax : (int64_t)qs_rng_below(r, (uint64_t)tg->n);
+            double fd = fd_derivative(m, tg, k, x, y);
+            double frac = fabs(fd - g[k]) / budget;
+            checked++;
+            if (worst_k < 0 || frac > worst) {
+                worst = frac;
+                worst_k = k;
+                worst_fd = fd;
+                worst_g = g[k];
+            }
+        }
+        /* an attention key bias adds q·b to a whole row of scores, which the softmax cancels:
+         * its gradient is exactly 0, so only agreement with FD (|fd| within budget) is asked */
+        const bool zero_by_design = strstr(tg->name, ".key.bias") != NULL;
+        bool powerful = zero_by_design || budget <= FD_POWER * gmax;
+        bool pass = worst <= 1.0 && powerful;
+        ok &= pass;
+        printf("  %-4s %-22s %d entries, max|g| %.3e, budget %.2e (%.2f%% of max|g|), worst %6.2f%% of budget "
+               "(k=%lld fd %.6g g %.6g)%s\n",
+               pass ? "ok" : "FAIL", tg->name, checked, gmax, budget, 100.0 * budget / (gmax > 0 ? gmax : 1),
+               100.0 * worst, (long long)worst_k, worst_fd, worst_g,
+               powerful ? "" : " — budget too large against the gradient (test has no power)");
+    }
+    for (int t = 0; t < n_targets; t++) free(grads[t]);
+    free(grads);
+    free(targets);
+    if (!ok) fail_msg("FD check %s failed (see above)", name);
+}
+
 static void run_fd_model(void **state) {
     const fd_model *c = *state;
     printf("[%s]\n", c->name);
@@ -248,75 +332,83 @@ static void run_fd_model(void **state) {
     assert_non_null(y);
     fill_input(c, x, nx, &r);
     for (int64_t b = 0; b < c->N; b++) y[b] = (int32_t)qs_rng_below(&r, CLASSES);
-
-    /* analytic gradients at the base point */
-    double L0 = eval_loss(m, x, y);
-    ASSERT_OK(qs_model_backward(m, 1.0f));
-    float *logits = qs_test_download(m, m->nodes[m->logits_node].y, c->N * CLASSES);
-    float *losses = qs_test_download(m, m->nodes[m->n_nodes - 1].y, c->N);
-    double S = qs_max_abs(logits, c->N * CLASSES) + qs_max_abs(losses, c->N);
-    free(logits);
-    free(losses);
-    double dL = QS_TOL_C * QS_TOL_U * sqrt(c->K_fwd) * S;
-    double fd_budget = 1.5 * dL / FD_H;
-    double rtol_g = qs_tol_fp32(c->K_fwd + c->K_bwd, -1).rtol;
-    printf("  loss %.6f, δL %.2e (K %.0f, S %.3g) → FD rounding budget %.2e\n", L0, dL, c->K_fwd, S, fd_budget);
-
-    int n_targets = m->params.count + 1;
-    fd_target *targets = calloc((size_t)n_targets, sizeof *targets);
-    float **grads = calloc((size_t)n_targets, sizeof *grads);
-    assert_non_null(targets);
-    assert_non_null(grads);
-    targets[0] = (fd_target){.name = "input", .param = -1, .host = x, .n = nx};
-    grads[0] = qs_test_download(m, m->nodes[0].dy, nx);
-    for (int i = 0; i < m->params.count; i++) {
-        targets[i + 1] = (fd_target){.name = m->params.entries[i].name, .param = i, .n = m->params.entries[i].numel};
-        grads[i + 1] = qs_test_download(m, qs_model_grad_ptr(m, i), targets[i + 1].n);
-    }
-
-    bool ok = true;
-    for (int t = 0; t < n_targets; t++) {
-        const fd_target *tg = &targets[t];
-        const float *g = grads[t];
-        double gmax = qs_max_abs(g, tg->n);
-        int64_t kmax = 0;
-        for (int64_t k = 0; k < tg->n; k++)
-            if (fabs(g[k]) == gmax) {
-                kmax = k;
-                break;
-            }
-        double budget = fd_budget + rtol_g * gmax;
-        double worst = 0, worst_fd = 0, worst_g = 0;
-        int64_t worst_k = -1;
-        int checked = 0;
-        for (int s = 0; s <= FD_SAMPLES && s < tg->n + 1; s++) {
-            int64_t k = s == 0 ? kmax : (int64_t)qs_rng_below(&r, (uint64_t)tg->n);
-            double fd = fd_derivative(m, tg, k, x, y);
-            double frac = fabs(fd - g[k]) / budget;
-            checked++;
-            if (worst_k < 0 || frac > worst) {
-                worst = frac;
-                worst_k = k;
-                worst_fd = fd;
-                worst_g = g[k];
-            }
-        }
-        bool powerful = budget <= FD_POWER * gmax;
-        bool pass = worst <= 1.0 && powerful;
-        ok &= pass;
-        printf("  %-4s %-22s %d entries, max|g| %.3e, budget %.2e (%.2f%% of max|g|), worst %6.2f%% of budget "
-               "(k=%lld fd %.6g g %.6g)%s\n",
-               pass ? "ok" : "FAIL", tg->name, checked, gmax, budget, 100.0 * budget / (gmax > 0 ? gmax : 1),
-               100.0 * worst, (long long)worst_k, worst_fd, worst_g,
-               powerful ? "" : " — budget too large against the gradient (test has no power)");
-    }
-    for (int t = 0; t < n_targets; t++) free(grads[t]);
-    free(grads);
-    free(targets);
+    fd_check_model(c->name, m, x, y, nx, c->K_fwd, c->K_bwd, &r, true);
     free(x);
     free(y);
     qs_model_free(m);
-    if (!ok) fail_msg("FD check %s failed (see above)", c->name);
+}
+
+/* ------------------------------------------------------------------ transformers */
+
+/* A token model from the zoo (tiny sizes), its LayerNorm weights and biases randomised. */
+typedef struct fd_token_model {
+    const char *arch;
+    int64_t N, T, classes, width, heads;
+    double K_fwd, K_bwd;
+} fd_token_model;
+
+static const fd_token_model FD_TOKEN_MODELS[] = {
+    /* K: LN 8 + c_attn 8 + scores 4 + softmax/context 4 + c_proj 8 + LN 8 + c_fc 8 + c_proj 32
+     * + ln_f 8 + lm_head 8 + loss 7, doubled for the second residual path */
+    {"gpt", 2, 4, 7, 8, 2, 200, 300},
+    /* K: emb LN 8 + q/k/v 8 + scores 4 + context 5 + dense 8 + LN 8 + intermediate 8 + output 32
+     * + LN 8 + pooler 8 + classifier 8 + loss 3 */
+    {"bert", 3, 5, 3, 8, 2, 200, 300},
+};
+
+#define LINEAR_GAIN 3.0f
+
+static void run_fd_token_model(void **state) {
+    const fd_token_model *c = *state;
+    printf("[%s, 1 layer, width %lld, %lld heads, T %lld]\n", c->arch, (long long)c->width, (long long)c->heads,
+           (long long)c->T);
+    qs_model_options o = qs_models_default_options(1, 1, c->T, c->classes);
+    o.width = c->width;
+    o.layers = 1;
+    o.heads = c->heads;
+    qs_model *m;
+    ASSERT_OK(qs_models_build(c->arch, &o, &m));
+    ASSERT_OK(qs_model_setup(m, g_be, c->N, 77));
+    qs_rng r;
+    qs_rng_init(&r, qs_rng_key(2024, c->arch, 1), 0);
+    /* Linear weights ×LINEAR_GAIN: sublayers strong enough against the residual stream that
+     * the LayerNorm and bias gradients clear the FD power criterion. Embedding tables U(±1)
+     * instead of N(0, 0.02²): a LayerNorm right after them divides by their spread, so at the
+     * initial scale the FD step 2^-6 would not be small against it (truncation error). */
+    for (int i = 0; i < m->params.count; i++) {
+        const qs_table_entry *e = &m->params.entries[i];
+        const qs_node_kind kind = m->nodes[e->node].kind;
+        const bool embed = kind == QS_NODE_EMBEDDING || kind == QS_NODE_POS_EMBEDDING;
+        if (!embed && (kind != QS_NODE_LINEAR || !strstr(e->name, ".weight"))) continue;
+        float *w = qs_test_download(m, qs_model_param_ptr(m, i), e->numel);
+        for (int64_t k = 0; k < e->numel; k++) w[k] = embed ? 2.0f * qs_rng_uniform(&r) - 1.0f : w[k] * LINEAR_GAIN;
+        ASSERT_OK(g_be->ops->copy_h2d(g_be, m->stream, qs_model_param_ptr(m, i), w, (size_t)e->numel * sizeof(float)));
+        free(w);
+    }
+    for (int i = 0; i < m->params.count; i++) {
+        const qs_table_entry *e = &m->params.entries[i];
+        if (m->nodes[e->node].kind != QS_NODE_LAYERNORM) continue;
+        float v[64];
+        assert_true(e->numel <= 64);
+        bool is_weight = strstr(e->name, ".weight") != NULL;
+        for (int64_t k = 0; k < e->numel; k++)
+            v[k] = is_weight ? 0.5f + qs_rng_uniform(&r) : qs_rng_uniform(&r) - 0.5f;
+        ASSERT_OK(g_be->ops->copy_h2d(g_be, m->stream, qs_model_param_ptr(m, i), v, (size_t)e->numel * sizeof(float)));
+    }
+    const int64_t nx = c->N * c->T, vocab = strcmp(c->arch, "gpt") == 0 ? c->classes : 256;
+    float *x = malloc((size_t)nx * sizeof(float));
+    int32_t *y = malloc((size_t)(c->N * m->label_len) * sizeof(int32_t));
+    assert_non_null(x);
+    assert_non_null(y);
+    /* ids 1..vocab-1; bert: the last key of every sample but the first is padding (id 0) */
+    for (int64_t i = 0; i < nx; i++) x[i] = (float)(1 + qs_rng_below(&r, (uint64_t)(vocab - 1)));
+    if (strcmp(c->arch, "bert") == 0)
+        for (int64_t b = 1; b < c->N; b++) x[b * c->T + c->T - 1] = 0.0f;
+    for (int64_t k = 0; k < c->N * m->label_len; k++) y[k] = (int32_t)qs_rng_below(&r, (uint64_t)c->classes);
+    fd_check_model(c->arch, m, x, y, nx, c->K_fwd, c->K_bwd, &r, false);
+    free(x);
+    free(y);
+    qs_model_free(m);
 }
 
 /* ------------------------------------------------------------------ dropout statistics */
@@ -485,14 +577,18 @@ static void test_build_errors(void **state) {
 }
 
 int main(void) {
-    enum { NM = sizeof FD_MODELS / sizeof FD_MODELS[0] };
-    struct CMUnitTest tests[NM + 3];
+    enum { NM = sizeof FD_MODELS / sizeof FD_MODELS[0], NT = sizeof FD_TOKEN_MODELS / sizeof FD_TOKEN_MODELS[0] };
+    struct CMUnitTest tests[NM + NT + 3];
     for (int i = 0; i < NM; i++) {
         tests[i] = (struct CMUnitTest)cmocka_unit_test_prestate(run_fd_model, (void *)&FD_MODELS[i]);
         tests[i].name = FD_MODELS[i].name;
     }
-    tests[NM] = (struct CMUnitTest)cmocka_unit_test(test_dropout_statistics);
-    tests[NM + 1] = (struct CMUnitTest)cmocka_unit_test(test_node_metadata);
-    tests[NM + 2] = (struct CMUnitTest)cmocka_unit_test(test_build_errors);
-    return _cmocka_run_group_tests("layers_fd", tests, NM + 3, group_setup, group_teardown);
+    for (int i = 0; i < NT; i++) {
+        tests[NM + i] = (struct CMUnitTest)cmocka_unit_test_prestate(run_fd_token_model, (void *)&FD_TOKEN_MODELS[i]);
+        tests[NM + i].name = FD_TOKEN_MODELS[i].arch;
+    }
+    tests[NM + NT] = (struct CMUnitTest)cmocka_unit_test(test_dropout_statistics);
+    tests[NM + NT + 1] = (struct CMUnitTest)cmocka_unit_test(test_node_metadata);
+    tests[NM + NT + 2] = (struct CMUnitTest)cmocka_unit_test(test_build_errors);
+    return _cmocka_run_group_tests("layers_fd", tests, NM + NT + 3, group_setup, group_teardown);
 }

@@ -323,14 +323,17 @@ static void test_fixture(void **state) {
 
 static void test_names(void **state) {
     const char *const *names = qs_models_names();
-    const char *expect[] = {"mlp", "cnn", "resnet18", "resnet34", "resnet50", "vgg11", "vgg16"};
+    const char *expect[] = {"mlp", "cnn", "resnet18", "resnet34", "resnet50", "vgg11", "vgg16",
+                            "gpt", "gpt-mini", "bert", "bert-mini"};
+    const int count = (int)(sizeof expect / sizeof expect[0]);
     int n = 0;
     for (; names[n]; n++) {
-        assert_true(n < 7);
+        assert_true(n < count);
         assert_string_equal(names[n], expect[n]);
         assert_non_null(qs_models_describe(names[n]));
+        assert_int_equal(qs_models_is_transformer(names[n]), n >= 7);
     }
-    assert_int_equal(n, 7);
+    assert_int_equal(n, count);
     assert_null(qs_models_describe("resnet19"));
     assert_null(qs_models_describe(NULL));
 }
@@ -341,7 +344,7 @@ static void test_unknown_name(void **state) {
     assert_int_equal(qs_models_build("resnet19", &o, &m), QS_ERR_NOT_FOUND);
     assert_null(m);
     assert_non_null(strstr(qs_last_error(), "resnet19"));
-    assert_non_null(strstr(qs_last_error(), "mlp, cnn, resnet18, resnet34, resnet50, vgg11, vgg16"));
+    assert_non_null(strstr(qs_last_error(), "mlp, cnn, resnet18, resnet34, resnet50, vgg11, vgg16, gpt, gpt-mini, bert, bert-mini"));
     assert_int_equal(qs_models_build(NULL, &o, &m), QS_ERR_INVALID_ARG);
     assert_int_equal(qs_models_build("mlp", NULL, &m), QS_ERR_INVALID_ARG);
     assert_int_equal(qs_models_build("mlp", &o, NULL), QS_ERR_INVALID_ARG);
@@ -384,6 +387,48 @@ static void test_bad_options(void **state) {
     expect_build("resnet18", o, QS_OK, NULL); /* every stride-2 stage keeps a 1×1 map */
     o = qs_models_default_options(1, 1, 784, 10);
     expect_build("mlp", o, QS_OK, NULL);
+    /* transformers: token sequences only; heads divide the width; layers/heads only for them */
+    expect_build("gpt-mini", ok, QS_ERR_INVALID_ARG, "takes token sequences");
+    qs_model_options t = qs_models_default_options(1, 1, 16, 256);
+    o = t, o.heads = 3;
+    expect_build("gpt-mini", o, QS_ERR_INVALID_ARG, "heads=3 must divide width=128");
+    o = t, o.layers = -1;
+    expect_build("bert-mini", o, QS_ERR_INVALID_ARG, "layers=-1");
+    o = ok, o.layers = 2;
+    expect_build("cnn", o, QS_ERR_INVALID_ARG, "layers=2");
+    o = t, o.layers = 1, o.width = 16, o.heads = 2;
+    expect_build("gpt", o, QS_OK, NULL);
+}
+
+/* A gpt's shapes and names: tied lm_head (no parameter of its own), one label per position, and
+ * the config string that rebuilds it. */
+static void test_transformer_structure(void **state) {
+    qs_model_options o = qs_models_default_options(1, 1, 12, 50);
+    o.width = 16, o.layers = 2, o.heads = 4;
+    qs_model *m;
+    assert_int_equal(qs_models_build("gpt", &o, &m), QS_OK);
+    assert_int_equal(m->label_len, 12);
+    assert_string_equal(m->config, "in_h=1 in_w=1 in_c=12 classes=50 width=16 layers=2 heads=4 dropout=0");
+    const qs_node *lg = &m->nodes[m->logits_node];
+    assert_string_equal(lg->name, "lm_head");
+    assert_int_equal(lg->n_params, 0);
+    assert_string_equal(m->params.entries[lg->tied_param].name, "transformer.wte.weight");
+    assert_true(lg->out_ndim == 3 && lg->out_shape[1] == 12 && lg->out_shape[2] == 50);
+    /* parameters: wte 50·16, wpe 12·16, per block 2 LN (4·16), c_attn 16·48+48, c_proj 16·16+16,
+     * c_fc 16·64+64, mlp.c_proj 64·16+16; ln_f 2·16 */
+    const int64_t block = 4 * 16 + (16 * 48 + 48) + (16 * 16 + 16) + (16 * 64 + 64) + (64 * 16 + 16);
+    int64_t total = 0;
+    for (int i = 0; i < m->params.count; i++) total += m->params.entries[i].numel;
+    assert_int_equal(total, 50 * 16 + 12 * 16 + 2 * block + 2 * 16);
+    int matmuls = 0;
+    for (int i = 0; i < m->n_nodes; i++) matmuls += m->nodes[i].kind == QS_NODE_MATMUL;
+    assert_int_equal(matmuls, 4);
+    qs_model *again;
+    assert_int_equal(qs_models_build_config("gpt", m->config, &again), QS_OK);
+    assert_int_equal(again->n_nodes, m->n_nodes);
+    assert_int_equal(again->params.count, m->params.count);
+    qs_model_free(again);
+    qs_model_free(m);
 }
 
 static void test_config(void **state) {
@@ -471,6 +516,7 @@ int main(void) {
         cmocka_unit_test(test_names),
         cmocka_unit_test(test_unknown_name),
         cmocka_unit_test(test_bad_options),
+        cmocka_unit_test(test_transformer_structure),
         cmocka_unit_test(test_config),
         cmocka_unit_test(test_print),
     };

@@ -107,6 +107,7 @@ static void cpu_plan_destroy(qs_backend *be, void *plan) {
     case QS_CPU_PLAN_LINEAR: qs_cpu_linear_plan_destroy(plan); break;
     case QS_CPU_PLAN_CONV: qs_cpu_conv_plan_destroy(plan); break;
     case QS_CPU_PLAN_POOL: qs_cpu_pool_plan_destroy(plan); break;
+    case QS_CPU_PLAN_BMM: qs_cpu_bmm_plan_destroy(plan); break;
     }
 }
 
@@ -134,6 +135,10 @@ static const qs_backend_ops qs_cpu_ops = {
     .pool_forward = qs_cpu_pool_forward,
     .pool_backward = qs_cpu_pool_backward,
     .plan_destroy = cpu_plan_destroy,
+    .bmm_plan = qs_cpu_bmm_plan,
+    .bmm_forward = qs_cpu_bmm_forward,
+    .bmm_backward_a = qs_cpu_bmm_backward_a,
+    .bmm_backward_b = qs_cpu_bmm_backward_b,
     .precision_support = qs_cpu_precision_support,
     .quantize = qs_cpu_quantize,
     .dequantize = qs_cpu_dequantize,
@@ -149,6 +154,18 @@ static const qs_backend_ops qs_cpu_ops = {
     .dropout_backward = qs_cpu_dropout_backward,
     .softmax_xent_forward = qs_cpu_softmax_xent_forward,
     .softmax_xent_backward = qs_cpu_softmax_xent_backward,
+    .layernorm_forward = qs_cpu_layernorm_forward,
+    .layernorm_backward = qs_cpu_layernorm_backward,
+    .gelu_forward = qs_cpu_gelu_forward,
+    .gelu_backward = qs_cpu_gelu_backward,
+    .embedding_forward = qs_cpu_embedding_forward,
+    .embedding_backward = qs_cpu_embedding_backward,
+    .add_broadcast = qs_cpu_add_broadcast,
+    .permute_heads = qs_cpu_permute_heads,
+    .softmax_forward = qs_cpu_softmax_forward,
+    .softmax_backward = qs_cpu_softmax_backward,
+    .tanh_forward = qs_cpu_tanh_forward,
+    .tanh_backward = qs_cpu_tanh_backward,
     .nhwc_to_nchw = qs_cpu_nhwc_to_nchw,
     .nchw_to_nhwc = qs_cpu_nchw_to_nhwc,
     .cast = qs_cpu_cast,

@@ -26,7 +26,12 @@ static inline qs_cpu_backend *qs_cpu_be(qs_backend *be) { return (qs_cpu_backend
 
 /* Every plan starts with this header so plan_destroy can dispatch and ops can check that
  * they were handed a plan of their own kind. `prec` selects the per-precision path. */
-typedef enum qs_cpu_plan_kind { QS_CPU_PLAN_LINEAR = 0x4c494e, QS_CPU_PLAN_CONV = 0x434f4e, QS_CPU_PLAN_POOL = 0x504f4f } qs_cpu_plan_kind;
+typedef enum qs_cpu_plan_kind {
+    QS_CPU_PLAN_LINEAR = 0x4c494e,
+    QS_CPU_PLAN_CONV = 0x434f4e,
+    QS_CPU_PLAN_POOL = 0x504f4f,
+    QS_CPU_PLAN_BMM = 0x424d4d
+} qs_cpu_plan_kind;
 typedef struct qs_cpu_plan {
     qs_cpu_plan_kind kind;
     qs_precision prec;
@@ -44,6 +49,12 @@ qs_status qs_cpu_args_check(const char *what, int64_t n, int nptrs, const void *
 
 /* Workspace layout helper: round a byte count up to the 64-byte host alignment. */
 static inline size_t qs_cpu_align(size_t bytes) { return (bytes + 63u) & ~(size_t)63u; }
+/* The larger of two byte counts (workspace sizing). */
+static inline size_t qs_cpu_max_size(size_t a, size_t b) { return a > b ? a : b; }
+
+/* Longest reduction whose s8·s8 products oneDNN's int32 accumulation sums exactly:
+ * floor(2^31 / 127^2). (cpu_linear.c and cpu_conv.c still carry their own copy.) */
+#define QS_CPU_INT8_EXACT_TERMS 133144
 
 /* ---- cpu_linear.c ---- */
 qs_status qs_cpu_linear_plan(qs_backend *be, const qs_linear_desc *d, void **plan, size_t *workspace);
@@ -57,6 +68,19 @@ void qs_cpu_linear_plan_destroy(void *plan);
 /* oneDNN implementation name of a linear plan's primitive: dir 0 forward, 1 backward-data,
  * 2 backward-weights (for logs and benchmarks). */
 const char *qs_cpu_linear_impl_name(const void *plan, int dir);
+
+/* ---- cpu_bmm.c: batched matmul (qs_bmm_desc) ---- */
+qs_status qs_cpu_bmm_plan(qs_backend *be, const qs_bmm_desc *d, void **plan, size_t *workspace);
+qs_status qs_cpu_bmm_forward(qs_backend *be, void *plan, qs_stream *s, const qs_operand *a, const qs_operand *b,
+                             float *c, void *ws);
+qs_status qs_cpu_bmm_backward_a(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dc, const qs_operand *b,
+                                float *da, bool accumulate, void *ws);
+qs_status qs_cpu_bmm_backward_b(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dc, const qs_operand *a,
+                                float *db, bool accumulate, void *ws);
+void qs_cpu_bmm_plan_destroy(void *plan);
+/* oneDNN implementation name of a bmm plan's primitive: dir 0 forward, 1 backward_a,
+ * 2 backward_b (for logs and benchmarks). */
+const char *qs_cpu_bmm_impl_name(const void *plan, int dir);
 
 /* ---- cpu_conv.c ---- */
 qs_status qs_cpu_conv_plan(qs_backend *be, const qs_conv_desc *d, void **plan, size_t *workspace);
@@ -161,6 +185,32 @@ qs_status qs_cpu_softmax_xent_forward(qs_backend *be, qs_stream *s, int64_t B, i
                                       const float *logits, const int32_t *labels, float *loss, float *probs);
 qs_status qs_cpu_softmax_xent_backward(qs_backend *be, qs_stream *s, int64_t B, int64_t classes,
                                        const float *probs, const int32_t *labels, float scale, float *dlogits);
+
+/* ---- cpu_transformer.c: memory-bound transformer ops (FP32, rows × C, C innermost) ---- */
+qs_status qs_cpu_layernorm_forward(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const float *x,
+                                   const float *gamma, const float *beta, float eps, float *y, float *save_mean,
+                                   float *save_rstd);
+qs_status qs_cpu_layernorm_backward(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const float *x,
+                                    const float *dy, const float *gamma, const float *save_mean,
+                                    const float *save_rstd, float *dx, bool accumulate, float *dgamma, float *dbeta);
+qs_status qs_cpu_gelu_forward(qs_backend *be, qs_stream *s, int64_t n, const float *x, float *y);
+qs_status qs_cpu_gelu_backward(qs_backend *be, qs_stream *s, int64_t n, const float *x, const float *dy, float *dx,
+                               bool accumulate);
+qs_status qs_cpu_embedding_forward(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, int64_t V,
+                                   const float *ids, const float *table, float *y);
+qs_status qs_cpu_embedding_backward(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, int64_t V,
+                                    const float *ids, const float *dy, float *dtable, bool accumulate);
+qs_status qs_cpu_add_broadcast(qs_backend *be, qs_stream *s, int64_t outer, int64_t inner, const float *x,
+                               const float *v, float *y);
+qs_status qs_cpu_permute_heads(qs_backend *be, qs_stream *s, int64_t N, int64_t T, int64_t H, int64_t D, int64_t ld,
+                               int64_t off, const float *src, float *dst, bool to_heads, bool accumulate);
+qs_status qs_cpu_softmax_forward(qs_backend *be, qs_stream *s, int64_t N, int64_t H, int64_t Tq, int64_t Tk,
+                                 const float *x, float *y, bool causal, const float *key_ids, float pad_id);
+qs_status qs_cpu_softmax_backward(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const float *y,
+                                  const float *dy, float *dx, bool accumulate);
+qs_status qs_cpu_tanh_forward(qs_backend *be, qs_stream *s, int64_t n, const float *x, float *y);
+qs_status qs_cpu_tanh_backward(qs_backend *be, qs_stream *s, int64_t n, const float *y, const float *dy, float *dx,
+                               bool accumulate);
 
 /* ---- cpu_layout.c ---- */
 qs_status qs_cpu_nhwc_to_nchw(qs_backend *be, qs_stream *s, int64_t N, int64_t H, int64_t W, int64_t C,

@@ -124,6 +124,7 @@ qs_status qs_cifar10_load(const char *dir, bool train_split, qs_dataset *out) {
     out->h = out->w = CIFAR_SIDE;
     out->c = 3;
     out->classes = CIFAR_CLASSES;
+    out->label_len = 1;
     out->pixels = a.pixels;
     out->labels = a.labels;
     for (int k = 0; k < 3; k++) {

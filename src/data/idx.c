@@ -178,6 +178,7 @@ qs_status qs_fashion_mnist_load(const char *dir, bool train_split, qs_dataset *o
     out->w = idims[2];
     out->c = 1;
     out->classes = FMNIST_CLASSES;
+    out->label_len = 1;
     out->pixels = img; /* IDX images are N×H×W row-major = NHWC with C = 1 */
     out->mean[0] = FMNIST_MEAN;
     out->std[0] = FMNIST_STD;

@@ -1,7 +1,8 @@
 /* src/data/loader.c — sharded, deterministic, resumable batch loader. Epoch e visits the dataset
  * in the order perm_e (Philox shuffle keyed by (seed, e), or identity); global batch b of epoch e
  * covers positions [b·B, (b+1)·B) of that order, and rank r takes the contiguous slice
- * [off_r, off_r + local_r) of it. Nothing depends on history, so a position is just (e, b). */
+ * [off_r, off_r + local_r) of it. Nothing depends on history, so a position is just (e, b).
+ * Text samples are token ids handed over as floats; a token stream's sample i is window i. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,10 +14,15 @@ qs_status qs_loader_init(qs_loader *ld, const qs_dataset *ds, const qs_loader_op
     if (!ld) return QS_FAIL(QS_ERR_INVALID_ARG, "qs_loader_init: loader is NULL");
     memset(ld, 0, sizeof *ld);
     if (!ds || !opt) return QS_FAIL(QS_ERR_INVALID_ARG, "qs_loader_init: dataset or options is NULL");
-    if (ds->n < 1 || !ds->pixels || !ds->labels || ds->h < 1 || ds->w < 1 || ds->c < 1 ||
-        ds->c > QS_DATASET_MAX_CHANNELS)
-        return QS_FAIL(QS_ERR_INVALID_ARG, "qs_loader_init: dataset '%s' is empty or has an invalid shape (%lld×%lld×%lld×%lld)",
-                       ds->name, (long long)ds->n, (long long)ds->h, (long long)ds->w, (long long)ds->c);
+    const bool text = ds->raw_bytes || ds->tokens;
+    if (ds->n < 1 || ds->h < 1 || ds->w < 1 || ds->c < 1 || ds->label_len < 1 ||
+        (!text && ds->c > QS_DATASET_MAX_CHANNELS) ||
+        (ds->tokens ? (!ds->raw_bytes || ds->h != 1 || ds->w != 1 || ds->label_len != ds->c ||
+                       ds->n_tokens < ds->n * ds->c + 1)
+                    : (!ds->pixels || !ds->labels)))
+        return QS_FAIL(QS_ERR_INVALID_ARG, "qs_loader_init: dataset '%s' is empty or has an invalid shape (%lld×%lld×%lld×%lld, "
+                       "%lld labels per sample%s)", ds->name, (long long)ds->n, (long long)ds->h, (long long)ds->w,
+                       (long long)ds->c, (long long)ds->label_len, ds->tokens ? ", token stream" : "");
     if (opt->world < 1 || opt->rank < 0 || opt->rank >= opt->world)
         return QS_FAIL(QS_ERR_INVALID_ARG, "qs_loader_init: rank %d outside a world of %d ranks", opt->rank, opt->world);
     if (opt->global_batch < opt->world)
@@ -29,10 +35,13 @@ qs_status qs_loader_init(qs_loader *ld, const qs_dataset *ds, const qs_loader_op
                        "dataset '%s' has %lld samples, fewer than one global batch of %lld with drop_last, so an epoch "
                        "would have no steps; lower --batch",
                        ds->name, (long long)ds->n, (long long)opt->global_batch);
+    if (opt->augment && text)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "dataset '%s' holds token sequences: augmentation (random crop and horizontal "
+                       "flip) applies to images only; train without --augment", ds->name);
     if (opt->augment && (opt->crop_pad < 0 || opt->crop_pad > ds->h || opt->crop_pad > ds->w))
         return QS_FAIL(QS_ERR_INVALID_ARG, "crop padding %lld must be in 0..min(h, w) = 0..%lld", (long long)opt->crop_pad,
                        (long long)(ds->h < ds->w ? ds->h : ds->w));
-    for (int64_t ch = 0; ch < ds->c; ch++) {
+    for (int64_t ch = 0; !text && ch < ds->c; ch++) {
         if (!(ds->std[ch] > 0) || !isfinite(ds->std[ch]) || !isfinite(ds->mean[ch]))
             return QS_FAIL(QS_ERR_INVALID_ARG, "dataset '%s': channel %lld normalisation mean %g std %g is invalid (std must be > 0)",
                            ds->name, (long long)ch, (double)ds->mean[ch], (double)ds->std[ch]);
@@ -83,14 +92,23 @@ static void build_perm(qs_loader *ld, int64_t epoch) {
     ld->perm_epoch = epoch;
 }
 
-/* Write dataset sample idx, normalised, to dst (h*w*c floats). With augmentation, one Philox
- * block keyed by (seed, epoch) at counter idx gives the crop offsets and the flip, so the result
+/* Write dataset sample idx, normalised (text: token ids as floats), to dst (h*w*c floats). With
+ * augmentation, one Philox block keyed by (seed, epoch) at counter idx gives the crop offsets and the flip, so the result
  * depends only on (seed, epoch, idx). Crop: pad by p with raw zeros, take the h×w window at
  * (dy, dx) in [0, 2p]²; then mirror horizontally when flip. */
 static void write_sample(const qs_loader *ld, int64_t idx, uint64_t aug_key, float *dst) {
     const qs_dataset *ds = ld->ds;
     const int64_t h = ds->h, w = ds->w, c = ds->c, hwc = h * w * c;
+    if (ds->tokens) { /* window idx of the stream */
+        const uint16_t *t = ds->tokens + idx * c;
+        for (int64_t i = 0; i < c; i++) dst[i] = (float)t[i];
+        return;
+    }
     const uint8_t *src = ds->pixels + idx * hwc;
+    if (ds->raw_bytes) { /* token bytes, not normalised (augmentation is refused for text) */
+        for (int64_t i = 0; i < hwc; i++) dst[i] = (float)src[i];
+        return;
+    }
     if (!ld->opt.augment) {
         if (c == 1) {
             const float *lut = ld->lut[0];
@@ -127,7 +145,7 @@ qs_status qs_loader_next(qs_loader *ld, float *x, int32_t *y, int64_t *valid, bo
     }
     build_perm(ld, ld->epoch);
     const qs_dataset *ds = ld->ds;
-    const int64_t n = ds->n, local = ld->local_batch, hwc = ds->h * ds->w * ds->c;
+    const int64_t n = ds->n, local = ld->local_batch, hwc = ds->h * ds->w * ds->c, L = ds->label_len;
     const int64_t first = ld->batch * ld->opt.global_batch + ld->local_offset;
     const uint64_t aug_key = qs_rng_key(ld->opt.seed, "loader-augment", (uint64_t)ld->epoch);
     const int64_t *perm = ld->perm;
@@ -135,7 +153,12 @@ qs_status qs_loader_next(qs_loader *ld, float *x, int32_t *y, int64_t *valid, bo
     for (int64_t j = 0; j < local; j++) {
         const int64_t pos = first + j;
         const int64_t idx = perm[pos < n ? pos : n - 1]; /* eval padding repeats the last sample */
-        y[j] = ds->labels[idx];
+        if (ds->tokens) { /* the next token of every position */
+            const uint16_t *t = ds->tokens + idx * hwc + 1;
+            for (int64_t k = 0; k < L; k++) y[j * L + k] = t[k];
+        } else {
+            for (int64_t k = 0; k < L; k++) y[j * L + k] = ds->labels[idx * L + k];
+        }
         write_sample(ld, idx, aug_key, x + j * hwc);
     }
     int64_t v = n - first;

@@ -74,6 +74,7 @@ qs_status qs_model_add(qs_model *m, qs_node_kind kind, const char *name, const i
     n->alias_of = -1;
     for (int i = 0; i < QS_MAX_NODE_PARAMS; i++) n->param[i] = -1;
     for (int i = 0; i < QS_MAX_NODE_BUFFERS; i++) n->buffer[i] = -1;
+    n->tied_param = -1;
     qs_status st = qs_layer_impl_for(kind)->infer(m, n);
     if (st != QS_OK) return qs_error_wrap(st, "node %s (%s): ", n->name, qs_layer_impl_for(kind)->kind_name);
     for (int i = 0; i < n_inputs; i++) m->nodes[inputs[i]].n_consumers++;
@@ -89,10 +90,15 @@ qs_status qs_model_finalize(qs_model *m) {
     qs_node *loss = &m->nodes[m->n_nodes - 1];
     m->logits_node = loss->inputs[0];
     const qs_node *lg = &m->nodes[m->logits_node];
-    if (lg->out_ndim != 2 || lg->out_shape[1] != m->num_classes)
+    if (lg->out_shape[lg->out_ndim - 1] != m->num_classes)
         return QS_FAIL(QS_ERR_MISMATCH, "model %s: logits node %s has %lld outputs, expected %lld classes",
                        m->arch, lg->name, (long long)lg->out_shape[lg->out_ndim - 1],
                        (long long)m->num_classes);
+    if (qs_shape_numel(lg->out_ndim - 1, lg->out_shape + 1) != m->label_len * m->num_classes)
+        return QS_FAIL(QS_ERR_MISMATCH, "model %s: logits node %s gives %lld rows of %lld classes per sample, expected "
+                       "one per label (%lld)", m->arch, lg->name,
+                       (long long)(qs_shape_numel(lg->out_ndim - 1, lg->out_shape + 1) / m->num_classes),
+                       (long long)m->num_classes, (long long)m->label_len);
     return QS_OK;
 }
 
@@ -173,7 +179,7 @@ static qs_status qs_node_alloc_grad(qs_model *m, qs_node *n) {
 static void qs_model_mark_grads(qs_model *m) {
     for (int i = 0; i < m->n_nodes; i++) {
         qs_node *n = &m->nodes[i];
-        n->needs_grad = (i == 0) ? m->want_input_grad : n->n_params > 0;
+        n->needs_grad = (i == 0) ? m->want_input_grad : qs_node_has_weights(n);
         for (int k = 0; k < n->n_inputs; k++) n->needs_grad |= m->nodes[n->inputs[k]].needs_grad;
     }
 }
@@ -210,7 +216,7 @@ static qs_status qs_be_alloc(qs_model *m, size_t bytes, void **out) {
 /* Allocate what depends on the batch size (see qs_model_release_batch) for `batch`. */
 static qs_status qs_model_setup_batch(qs_model *m, int64_t batch) {
     m->batch = batch;
-    QS_TRY(qs_be_alloc(m, (size_t)batch * sizeof(int32_t), (void **)&m->labels));
+    QS_TRY(qs_be_alloc(m, (size_t)(batch * m->label_len) * sizeof(int32_t), (void **)&m->labels));
     size_t ws = 0;
     for (int i = 0; i < m->n_nodes; i++) {
         qs_node *n = &m->nodes[i];
@@ -301,7 +307,7 @@ qs_status qs_model_forward(qs_model *m, const float *x_host, const int32_t *labe
     if (!m->be) return QS_FAIL(QS_ERR_INVALID_ARG, "model %s: forward before qs_model_setup", m->arch);
     const qs_backend_ops *ops = m->be->ops;
     QS_TRY(ops->copy_h2d(m->be, m->stream, m->nodes[0].y, x_host, qs_node_out_bytes(&m->nodes[0])));
-    QS_TRY(ops->copy_h2d(m->be, m->stream, m->labels, labels_host, (size_t)m->batch * sizeof(int32_t)));
+    QS_TRY(ops->copy_h2d(m->be, m->stream, m->labels, labels_host, (size_t)(m->batch * m->label_len) * sizeof(int32_t)));
     m->training = training;
     if (training) m->step++;
     for (int i = 1; i < m->n_nodes; i++) {
@@ -323,7 +329,7 @@ qs_status qs_model_backward(qs_model *m, float loss_scale) {
         if ((!n->needs_grad && n->kind != QS_NODE_SOFTMAX_XENT) || n->alias_of >= 0) continue;
         const qs_layer_impl *impl = qs_layer_impl_for(n->kind);
         bool is_cast = n->kind == QS_NODE_CAST;
-        if (impl->backward_weights && n->n_params > 0)
+        if (impl->backward_weights && qs_node_has_weights(n))
             QS_TRY(qs_timed(m, n, impl->backward_weights, QS_CAT_BACKWARD_WEIGHTS));
         bool any_input_grad = false;
         for (int k = 0; k < n->n_inputs; k++) any_input_grad |= m->nodes[n->inputs[k]].needs_grad;
@@ -355,19 +361,20 @@ void *qs_model_grad_target(qs_model *m, qs_node *n, int slot, bool *accumulate) 
 
 qs_status qs_model_loss_accuracy(qs_model *m, int64_t valid, double *mean_loss, int64_t *correct) {
     if (valid < 0 || valid > m->batch) valid = m->batch;
-    float *loss = qs_host_alloc((size_t)m->batch * sizeof(float));
-    float *logits = qs_host_alloc((size_t)(m->batch * m->num_classes) * sizeof(float));
-    int32_t *labels = qs_host_alloc((size_t)m->batch * sizeof(int32_t));
+    const int64_t rows = m->batch * m->label_len, valid_rows = valid * m->label_len;
+    float *loss = qs_host_alloc((size_t)rows * sizeof(float));
+    float *logits = qs_host_alloc((size_t)(rows * m->num_classes) * sizeof(float));
+    int32_t *labels = qs_host_alloc((size_t)rows * sizeof(int32_t));
     qs_status st = (loss && logits && labels) ? QS_OK : QS_ERR_OOM;
     const qs_backend_ops *ops = m->be->ops;
-    if (st == QS_OK) st = ops->copy_d2h(m->be, m->stream, loss, m->nodes[m->n_nodes - 1].y, (size_t)m->batch * sizeof(float));
+    if (st == QS_OK) st = ops->copy_d2h(m->be, m->stream, loss, m->nodes[m->n_nodes - 1].y, (size_t)rows * sizeof(float));
     if (st == QS_OK) st = qs_model_logits(m, logits);
-    if (st == QS_OK) st = ops->copy_d2h(m->be, m->stream, labels, m->labels, (size_t)m->batch * sizeof(int32_t));
+    if (st == QS_OK) st = ops->copy_d2h(m->be, m->stream, labels, m->labels, (size_t)rows * sizeof(int32_t));
     if (st == QS_OK) st = ops->stream_sync(m->be, m->stream);
     if (st == QS_OK) {
         double sum = 0;
         int64_t ok = 0;
-        for (int64_t b = 0; b < valid; b++) {
+        for (int64_t b = 0; b < valid_rows; b++) {
             sum += loss[b];
             const float *row = logits + b * m->num_classes;
             int64_t best = 0;
@@ -375,7 +382,7 @@ qs_status qs_model_loss_accuracy(qs_model *m, int64_t valid, double *mean_loss, 
                 if (row[c] > row[best]) best = c;
             ok += best == labels[b];
         }
-        if (mean_loss) *mean_loss = valid ? sum / (double)valid : 0.0;
+        if (mean_loss) *mean_loss = valid_rows ? sum / (double)valid_rows : 0.0;
         if (correct) *correct = ok;
     }
     qs_host_free(loss);
@@ -404,7 +411,7 @@ void qs_model_memory(const qs_model *m, qs_memory_report *r) {
     r->grads = m->params.bytes;
     r->buffers = m->buffers.bytes;
     r->workspace = m->workspace_bytes;
-    r->labels = m->be ? (size_t)m->batch * sizeof(int32_t) : 0;
+    r->labels = m->be ? (size_t)(m->batch * m->label_len) * sizeof(int32_t) : 0;
     for (int i = 0; i < m->n_nodes; i++) {
         size_t out, grad, saved;
         qs_node_memory(m, &m->nodes[i], &out, &grad, &saved);

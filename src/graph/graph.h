@@ -38,6 +38,17 @@ typedef enum qs_node_kind {
     QS_NODE_ADD,
     QS_NODE_CAST,
     QS_NODE_SOFTMAX_XENT,
+    /* transformer layers (docs/MODELS.md "gpt", "bert"); sequences are (N, T, C) */
+    QS_NODE_EMBEDDING,       /* token ids (N,1,1,T) as FP32 → (N,T,C) */
+    QS_NODE_POS_EMBEDDING,   /* (N,T,C) + learned position rows → (N,T,C) */
+    QS_NODE_LAYERNORM,       /* over the last dimension */
+    QS_NODE_GELU,            /* tanh approximation */
+    QS_NODE_TANH,
+    QS_NODE_SPLIT_HEADS,     /* part s of (N,T,parts·H·D) → (N,H,T,D) */
+    QS_NODE_MERGE_HEADS,     /* (N,H,T,D) → (N,T,H·D) */
+    QS_NODE_MATMUL,          /* batched A·Bᵀ or A·B over (N,H): attention's QKᵀ and P·V */
+    QS_NODE_SOFTMAX,         /* masked softmax over the last axis of (N,H,Tq,Tk) */
+    QS_NODE_SELECT_TOKEN,    /* (N,T,C) → (N,C): the first position (BERT's [CLS]) */
     QS_NODE_KIND_COUNT
 } qs_node_kind;
 
@@ -87,7 +98,9 @@ void qs_table_free(qs_table *t);
 
 /* Node configuration (which union member is valid depends on kind). */
 typedef union qs_node_cfg {
-    struct { int64_t out_features; bool bias; } linear;
+    /* tied: the weight is parameter tie_param of an earlier node (its shape must be
+     * (out_features, in)); no bias then. */
+    struct { int64_t out_features; bool bias; bool tied; int tie_param; } linear;
     struct { int64_t out_channels, kernel, stride, pad; bool bias; } conv;
     struct { float eps, momentum; bool relu; /* set by qs_model_fuse */ } bn;
     struct { int64_t kernel, stride, pad; bool global; } pool;
@@ -98,6 +111,16 @@ typedef union qs_node_cfg {
      * scale, and its gradient passes through unchanged in FP32 (the usual straight-through
      * estimator of quantization), instead of being cast back. */
     struct { qs_dtype to; bool straight_through; } cast;
+    /* Embedding / position embedding: table rows (vocabulary or positions) and width. */
+    struct { int64_t rows, dim; } embed;
+    struct { float eps; } ln;
+    /* Split heads: part `part` of `parts` equal column blocks, each of `heads` heads. */
+    struct { int64_t heads, part, parts; } heads;
+    /* MatMul: C = alpha · A · op(B), op(B) = Bᵀ when trans_b. */
+    struct { bool trans_b; float alpha; } matmul;
+    /* Softmax: causal mask; pad_id ≥ 0: keys whose token id (input 1, the model input) equals
+     * pad_id are masked. */
+    struct { bool causal; float pad_id; } softmax;
 } qs_node_cfg;
 
 typedef struct qs_node {
@@ -120,6 +143,11 @@ typedef struct qs_node {
     int n_params;
     int buffer[QS_MAX_NODE_BUFFERS];
     int n_buffers;
+    /* ≥ 0: a Linear whose weight is that parameter of an earlier node (a language model's
+     * output projection tied to the token embedding). Not counted in n_params: the owner's
+     * gradient hook and optimizer entry cover it; this node overwrites its gradient first in
+     * backward, the owner accumulates. -1 otherwise. */
+    int tied_param;
 
     /* runtime memory, owned by the model (backend memory) */
     void *y;                   /* output */
@@ -168,6 +196,11 @@ typedef struct qs_layer_impl {
 } qs_layer_impl;
 
 const qs_layer_impl *qs_layer_impl_for(qs_node_kind kind);
+
+/* The parameter index of a GEMM node's weight: its own param[0], or the tied parameter. */
+static inline int qs_node_weight_param(const qs_node *n) { return n->tied_param >= 0 ? n->tied_param : n->param[0]; }
+/* Whether a node computes parameter gradients (owned or tied). */
+static inline bool qs_node_has_weights(const qs_node *n) { return n->n_params > 0 || n->tied_param >= 0; }
 
 /* Memory accounting categories (bytes), reported by qs_model_memory(). */
 typedef struct qs_memory_report {
@@ -268,15 +301,16 @@ qs_status qs_model_setup(qs_model *m, qs_backend *be, int64_t batch, uint64_t se
  * parameters, gradients, buffers and the step count are kept. Call between steps; on
  * failure the model must be freed. */
 qs_status qs_model_set_batch(qs_model *m, int64_t batch);
-/* Run forward on a host batch x (batch·in_h·in_w·in_c floats, NHWC) and labels; computes
+/* Run forward on a host batch x (batch·in_h·in_w·in_c floats, NHWC) and labels (batch·label_len); computes
  * the per-sample losses (in the loss node's y). training selects BN/dropout behaviour. */
 qs_status qs_model_forward(qs_model *m, const float *x_host, const int32_t *labels_host,
                            bool training);
 /* Backward of the mean loss over the batch: fills model grads. Call after a training
  * forward. `loss_scale` multiplies the loss gradient (1 for the plain mean). */
 qs_status qs_model_backward(qs_model *m, float loss_scale);
-/* Mean loss and number of correct argmax predictions over the first `valid` samples of the
- * last forward (host results). */
+/* Mean loss per label and number of correct argmax predictions over the labels of the first
+ * `valid` samples of the last forward (host results): valid·label_len labels in all (a language
+ * model's correct count is of tokens). */
 qs_status qs_model_loss_accuracy(qs_model *m, int64_t valid, double *mean_loss, int64_t *correct);
 /* Copy logits (batch, classes) to the host. */
 qs_status qs_model_logits(qs_model *m, float *host_out);

@@ -5,7 +5,13 @@
 #include <stdio.h>
 #include <string.h>
 
-bool qs_node_precision_selectable(qs_node_kind kind) { return kind == QS_NODE_LINEAR || kind == QS_NODE_CONV2D; }
+bool qs_node_precision_selectable(qs_node_kind kind) {
+    return kind == QS_NODE_LINEAR || kind == QS_NODE_CONV2D || kind == QS_NODE_MATMUL;
+}
+
+/* How many leading inputs of a GEMM node are quantized operands: both of a MatMul's
+ * (activations), the input X of Linear and Conv2d (which quantize their weights themselves). */
+static int quantized_inputs(const qs_node *n) { return n->kind == QS_NODE_MATMUL ? 2 : 1; }
 
 void qs_model_set_uniform_precision(qs_model *m, qs_precision p) {
     for (int i = 0; i < m->n_nodes; i++)
@@ -53,38 +59,46 @@ static qs_status insert_cast(qs_model *m, int src, qs_dtype to, const char *name
     return QS_OK;
 }
 
+/* Route input `slot` of node i through a straight-through cast of its source to the node's
+ * operand dtype: reuse one made for an earlier consumer, or insert one (which moves node i
+ * up by one; *i follows it). */
+static qs_status cast_input(qs_model *m, int *i, int slot, int *inserted) {
+    qs_node *n = &m->nodes[*i];
+    const qs_dtype want = qs_precision_operand_dtype(n->prec, false);
+    const int src = n->inputs[slot];
+    if (m->nodes[src].out_dtype == want) return QS_OK;
+    int found = -1;
+    for (int j = src + 1; j < *i && found < 0; j++) {
+        const qs_node *c = &m->nodes[j];
+        if (c->kind == QS_NODE_CAST && c->cfg.cast.straight_through && c->inputs[0] == src && c->out_dtype == want)
+            found = j;
+    }
+    if (found >= 0) {
+        m->nodes[src].n_consumers--;
+        m->nodes[found].n_consumers++;
+        n->inputs[slot] = found;
+        return QS_OK;
+    }
+    char name[QS_NAME_MAX];
+    snprintf(name, sizeof name, "%.70s.to_%s", m->nodes[src].name, qs_dtype_name(want));
+    int cast;
+    QS_TRY(insert_cast(m, src, want, name, &cast));
+    if (cast <= *i) (*i)++; /* our node moved up by one */
+    n = &m->nodes[*i];
+    m->nodes[src].n_consumers--; /* qs_model_add counted the cast; the GEMM moves to it */
+    m->nodes[cast].n_consumers++;
+    n->inputs[slot] = cast;
+    if (inserted) (*inserted)++;
+    return QS_OK;
+}
+
 qs_status qs_model_insert_casts(qs_model *m, int *inserted) {
     if (inserted) *inserted = 0;
     if (m->be) return QS_FAIL(QS_ERR_INVALID_ARG, "model %s: casts must be inserted before qs_model_setup", m->arch);
     for (int i = 1; i < m->n_nodes; i++) {
-        qs_node *n = &m->nodes[i];
-        if (!qs_node_precision_selectable(n->kind)) continue;
-        qs_dtype want = qs_precision_operand_dtype(n->prec, false);
-        int src = n->inputs[0];
-        if (m->nodes[src].out_dtype == want) continue;
-        /* a cast of src to `want` inserted for an earlier consumer? */
-        int found = -1;
-        for (int j = src + 1; j < i && found < 0; j++) {
-            const qs_node *c = &m->nodes[j];
-            if (c->kind == QS_NODE_CAST && c->cfg.cast.straight_through && c->inputs[0] == src && c->out_dtype == want)
-                found = j;
-        }
-        if (found >= 0) {
-            m->nodes[src].n_consumers--;
-            m->nodes[found].n_consumers++;
-            n->inputs[0] = found;
-            continue;
-        }
-        char name[QS_NAME_MAX];
-        snprintf(name, sizeof name, "%.70s.to_%s", m->nodes[src].name, qs_dtype_name(want));
-        int cast;
-        QS_TRY(insert_cast(m, src, want, name, &cast));
-        if (cast <= i) i++; /* our node moved up by one */
-        n = &m->nodes[i];
-        m->nodes[src].n_consumers--; /* qs_model_add counted the cast; the GEMM moves to it */
-        m->nodes[cast].n_consumers++;
-        n->inputs[0] = cast;
-        if (inserted) (*inserted)++;
+        if (!qs_node_precision_selectable(m->nodes[i].kind)) continue;
+        const int slots = quantized_inputs(&m->nodes[i]);
+        for (int k = 0; k < slots; k++) QS_TRY(cast_input(m, &i, k, inserted));
     }
     return QS_OK;
 }

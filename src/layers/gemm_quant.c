@@ -13,15 +13,21 @@ static size_t data_bytes(int64_t rows, int64_t cols, qs_dtype dt) {
     return align64((size_t)(rows * cols) * qs_dtype_size(dt));
 }
 
-qs_status qs_gemm_quant_setup(qs_model *m, qs_node *n, qs_gemm_shape sh) {
+qs_status qs_gemm_dy_setup(qs_model *m, qs_node *n, int64_t rows, int64_t cols) {
     n->quant_step = -1;
     if (!low_precision(n)) return QS_OK;
-    const qs_dtype fdt = qs_precision_operand_dtype(n->prec, false), gdt = qs_precision_operand_dtype(n->prec, true);
-    const size_t wdata = data_bytes(sh.w_rows, sh.w_cols, fdt), gdata = data_bytes(sh.dy_rows, sh.dy_cols, gdt);
+    n->saved_bytes[1] = data_bytes(rows, cols, qs_precision_operand_dtype(n->prec, true)) + sizeof(float);
+    return m->be->ops->alloc(m->be, n->saved_bytes[1], &n->saved[1]);
+}
+
+qs_status qs_gemm_quant_setup(qs_model *m, qs_node *n, qs_gemm_shape sh) {
+    QS_TRY(qs_gemm_dy_setup(m, n, sh.dy_rows, sh.dy_cols));
+    if (!low_precision(n)) return QS_OK;
+    const qs_dtype fdt = qs_precision_operand_dtype(n->prec, false);
+    const size_t wdata = data_bytes(sh.w_rows, sh.w_cols, fdt);
     n->saved_bytes[0] = wdata + (size_t)(sh.w_rows + 1) * sizeof(float);
-    n->saved_bytes[1] = gdata + sizeof(float);
     n->saved_bytes[2] = per_channel(m, n) ? n->saved_bytes[1] : 0;
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < 3; k += 2)
         if (n->saved_bytes[k]) QS_TRY(m->be->ops->alloc(m->be, n->saved_bytes[k], &n->saved[k]));
     const float one = 1.0f; /* the unit scale of per-channel weights in backward-data */
     QS_TRY(m->be->ops->copy_h2d(m->be, m->stream, (char *)n->saved[0] + wdata + (size_t)sh.w_rows * sizeof(float), &one,
@@ -29,9 +35,8 @@ qs_status qs_gemm_quant_setup(qs_model *m, qs_node *n, qs_gemm_shape sh) {
     return m->be->ops->stream_sync(m->be, m->stream);
 }
 
-/* The input X as an operand (the cast node's quantized output, or the FP32 input). */
-static qs_operand qs_gemm_x(qs_model *m, const qs_node *n) {
-    const qs_node *in = qs_layer_input(m, n, 0);
+qs_operand qs_gemm_input_operand(qs_model *m, const qs_node *n, int slot) {
+    const qs_node *in = qs_layer_input(m, n, slot);
     qs_operand x = qs_operand_f32(in->y);
     x.dt = in->out_dtype;
     if (x.dt == QS_S8 || x.dt == QS_F8E4M3 || x.dt == QS_F8E5M2) x.scale = in->saved[0];
@@ -45,7 +50,7 @@ static float *w_scales(const qs_node *n, qs_gemm_shape sh) {
 
 /* The weight for forward: quantized now from the FP32 parameter when the precision needs it. */
 static qs_status qs_gemm_w_forward(qs_model *m, qs_node *n, qs_gemm_shape sh, qs_operand *w) {
-    const float *master = qs_model_param_ptr(m, n->param[0]);
+    const float *master = qs_model_param_ptr(m, qs_node_weight_param(n));
     *w = qs_operand_f32(master);
     if (!low_precision(n)) return QS_OK;
     const qs_dtype fdt = qs_precision_operand_dtype(n->prec, false);
@@ -60,7 +65,7 @@ static qs_status qs_gemm_w_forward(qs_model *m, qs_node *n, qs_gemm_shape sh, qs
 
 /* The weight for backward-data (per-tensor scale; unit scale for per-channel weights). */
 static qs_operand qs_gemm_w_backward(qs_model *m, const qs_node *n, qs_gemm_shape sh) {
-    if (!low_precision(n)) return qs_operand_f32(qs_model_param_ptr(m, n->param[0]));
+    if (!low_precision(n)) return qs_operand_f32(qs_model_param_ptr(m, qs_node_weight_param(n)));
     const qs_dtype fdt = qs_precision_operand_dtype(n->prec, false);
     float *scales = w_scales(n, sh);
     qs_operand w = {.data = n->saved[0], .dt = fdt, .scale = scales, .per_row = false};
@@ -91,9 +96,13 @@ static qs_status qs_gemm_dy(qs_model *m, qs_node *n, qs_gemm_shape sh, bool fold
     return QS_OK;
 }
 
+qs_status qs_gemm_quantized_dy(qs_model *m, qs_node *n, int64_t rows, int64_t cols, qs_operand *dy) {
+    return qs_gemm_dy(m, n, (qs_gemm_shape){.dy_rows = rows, .dy_cols = cols}, false, dy);
+}
+
 qs_status qs_gemm_forward(qs_model *m, qs_node *n, qs_gemm_shape sh, qs_gemm_forward_fn op) {
     const float *b = n->n_params > 1 ? qs_model_param_ptr(m, n->param[1]) : NULL;
-    qs_operand x = qs_gemm_x(m, n), w;
+    qs_operand x = qs_gemm_input_operand(m, n, 0), w;
     QS_TRY(qs_gemm_w_forward(m, n, sh, &w));
     return op(m->be, n->plan, m->stream, &x, &w, b, n->y, m->workspace);
 }
@@ -109,10 +118,10 @@ qs_status qs_gemm_backward_data(qs_model *m, qs_node *n, qs_gemm_shape sh, qs_ge
 
 qs_status qs_gemm_backward_weights(qs_model *m, qs_node *n, qs_gemm_shape sh, qs_gemm_backward_weights_fn op) {
     float *db = n->n_params > 1 ? qs_model_grad_ptr(m, n->param[1]) : NULL;
-    qs_operand dy, x = qs_gemm_x(m, n);
+    qs_operand dy, x = qs_gemm_input_operand(m, n, 0);
     QS_TRY(qs_gemm_dy(m, n, sh, false, &dy));
     const bool fused_db = !low_precision(n); /* the backend sums an FP32 dY itself */
-    QS_TRY(op(m->be, n->plan, m->stream, &dy, &x, qs_model_grad_ptr(m, n->param[0]), fused_db ? db : NULL,
+    QS_TRY(op(m->be, n->plan, m->stream, &dy, &x, qs_model_grad_ptr(m, qs_node_weight_param(n)), fused_db ? db : NULL,
               m->workspace));
     if (!db || fused_db) return QS_OK;
     return m->be->ops->column_sums(m->be, m->stream, sh.dy_rows, sh.dy_cols, n->dy, db);

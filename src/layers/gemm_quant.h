@@ -28,6 +28,15 @@ typedef struct qs_gemm_shape {
 
 /* Allocate the node's quantized copies for its precision (nothing at FP32). */
 qs_status qs_gemm_quant_setup(qs_model *m, qs_node *n, qs_gemm_shape sh);
+/* Only the quantized dY (saved[1]) of a (rows, cols) output gradient: GEMM nodes without a
+ * weight (MatMul), whose operands all come through casts. */
+qs_status qs_gemm_dy_setup(qs_model *m, qs_node *n, int64_t rows, int64_t cols);
+
+/* Input `slot` as an operand: the quantizing cast's output with its scale, or the FP32 input. */
+qs_operand qs_gemm_input_operand(qs_model *m, const qs_node *n, int slot);
+/* The node's output gradient (rows, cols) as an operand, quantized once per step (stochastic
+ * rounding unless the model asks for nearest) at a low precision, FP32 otherwise. */
+qs_status qs_gemm_quantized_dy(qs_model *m, qs_node *n, int64_t rows, int64_t cols, qs_operand *dy);
 
 /* The three backend ops of a GEMM-like kind (linear_* or conv_*, which share signatures). */
 typedef qs_status (*qs_gemm_forward_fn)(qs_backend *be, void *plan, qs_stream *s, const qs_operand *x,

@@ -62,3 +62,22 @@ void qs_layer_set_out_nhwc(qs_node *n, int64_t h, int64_t w, int64_t c) {
     n->out_shape[2] = w;
     n->out_shape[3] = c;
 }
+
+void qs_layer_init_normal(float *p, int64_t count, float std, uint64_t seed, uint64_t stream) {
+    qs_rng r;
+    qs_rng_init(&r, qs_rng_key(seed, "init", stream), 0);
+    for (int64_t i = 0; i < count; i++) p[i] = qs_rng_normal(&r) * std;
+}
+
+qs_status qs_layer_alloc_saved(qs_model *m, qs_node *n, int k, size_t bytes) {
+    n->saved_bytes[k] = bytes;
+    return m->be->ops->alloc(m->be, bytes, &n->saved[k]);
+}
+
+int64_t qs_layer_rows_per_sample(const qs_node *x) { return qs_layer_out_numel_per_sample(x) / qs_layer_last_dim(x); }
+
+void qs_layer_same_shape(qs_node *n, const qs_node *from) {
+    n->out_ndim = from->out_ndim;
+    for (int i = 0; i < from->out_ndim; i++) n->out_shape[i] = from->out_shape[i];
+    n->out_shape[0] = 1;
+}

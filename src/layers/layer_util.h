@@ -19,6 +19,15 @@ qs_status qs_layer_expect_ndim(qs_model *m, const qs_node *n, int ndim);
 /* Fill p[0..count) with U(-bound, bound) from Philox keyed by (seed, "init", param offset). */
 void qs_layer_init_uniform(float *p, int64_t count, float bound, uint64_t seed, uint64_t stream);
 void qs_layer_init_const(float *p, int64_t count, float value);
+/* Fill p[0..count) with N(0, std²) from Philox keyed like qs_layer_init_uniform. */
+void qs_layer_init_normal(float *p, int64_t count, float std, uint64_t seed, uint64_t stream);
+/* Zero-filled backend memory of `bytes` into saved slot k of n (recorded for the memory report). */
+qs_status qs_layer_alloc_saved(qs_model *m, qs_node *n, int k, size_t bytes);
+/* Last dimension of node x's output, and its rows per sample (all other dimensions but the batch). */
+static inline int64_t qs_layer_last_dim(const qs_node *x) { return x->out_shape[x->out_ndim - 1]; }
+int64_t qs_layer_rows_per_sample(const qs_node *x);
+/* Copy the shape of node `from` (batch 1) into n's output shape. */
+void qs_layer_same_shape(qs_node *n, const qs_node *from);
 
 /* Host pointer of parameter slot k of n inside a host copy of the parameter buffer. */
 float *qs_layer_host_param(qs_model *m, const qs_node *n, int k, float *host_params);

@@ -3,7 +3,9 @@
 
 extern const qs_layer_impl qs_layer_input_impl, qs_layer_linear, qs_layer_conv2d, qs_layer_batchnorm2d,
     qs_layer_relu, qs_layer_maxpool2d, qs_layer_avgpool2d, qs_layer_flatten, qs_layer_dropout, qs_layer_add,
-    qs_layer_cast, qs_layer_softmax_xent;
+    qs_layer_cast, qs_layer_softmax_xent, qs_layer_embedding, qs_layer_pos_embedding, qs_layer_layernorm,
+    qs_layer_gelu, qs_layer_tanh, qs_layer_split_heads, qs_layer_merge_heads, qs_layer_matmul, qs_layer_softmax,
+    qs_layer_select_token;
 
 const qs_layer_impl *qs_layer_impl_for(qs_node_kind kind) {
     static const qs_layer_impl *const table[QS_NODE_KIND_COUNT] = {
@@ -13,6 +15,11 @@ const qs_layer_impl *qs_layer_impl_for(qs_node_kind kind) {
         [QS_NODE_AVGPOOL2D] = &qs_layer_avgpool2d, [QS_NODE_FLATTEN] = &qs_layer_flatten,
         [QS_NODE_DROPOUT] = &qs_layer_dropout,     [QS_NODE_ADD] = &qs_layer_add,
         [QS_NODE_CAST] = &qs_layer_cast,           [QS_NODE_SOFTMAX_XENT] = &qs_layer_softmax_xent,
+        [QS_NODE_EMBEDDING] = &qs_layer_embedding, [QS_NODE_POS_EMBEDDING] = &qs_layer_pos_embedding,
+        [QS_NODE_LAYERNORM] = &qs_layer_layernorm, [QS_NODE_GELU] = &qs_layer_gelu,
+        [QS_NODE_TANH] = &qs_layer_tanh,           [QS_NODE_SPLIT_HEADS] = &qs_layer_split_heads,
+        [QS_NODE_MERGE_HEADS] = &qs_layer_merge_heads, [QS_NODE_MATMUL] = &qs_layer_matmul,
+        [QS_NODE_SOFTMAX] = &qs_layer_softmax,     [QS_NODE_SELECT_TOKEN] = &qs_layer_select_token,
     };
     return (unsigned)kind < QS_NODE_KIND_COUNT ? table[kind] : &qs_layer_input_impl;
 }

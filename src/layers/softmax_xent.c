@@ -1,27 +1,39 @@
-/* src/layers/softmax_xent.c — fused softmax + cross-entropy: logits (N,classes) and the
- * model's labels → per-sample loss (N); probabilities saved for backward. */
+/* src/layers/softmax_xent.c — fused softmax + cross-entropy: logits (N, [T,] classes) and the
+ * model's labels (N·label_len) → per-label loss (N) or (N, T); probabilities saved for backward.
+ * The mean is over all N·label_len labels. */
 #include "layers/layer_util.h"
 
 static qs_status xent_infer(qs_model *m, qs_node *n) {
-    QS_TRY(qs_layer_expect_ndim(m, n, 2));
-    n->out_ndim = 1;
+    const qs_node *in = qs_layer_input(m, n, 0);
+    if (in->out_ndim != 2 && in->out_ndim != 3)
+        return QS_FAIL(QS_ERR_MISMATCH, "expects (N, classes) or (N, T, classes) logits, but %s is %d-d", in->name,
+                       in->out_ndim);
+    const int64_t classes = in->out_shape[in->out_ndim - 1];
+    const int64_t rows = qs_layer_out_numel_per_sample(in) / classes; /* labels per sample */
+    n->out_ndim = rows == 1 ? 1 : 2;
     n->out_shape[0] = 1;
-    int64_t classes = qs_layer_input(m, n, 0)->out_shape[1];
-    n->flops_fwd = 5.0 * (double)classes;
-    n->flops_bwd_data = 2.0 * (double)classes;
-    n->bytes_saved_for_backward = (size_t)classes * sizeof(float);
+    n->out_shape[1] = rows;
+    n->flops_fwd = 5.0 * (double)(rows * classes);
+    n->flops_bwd_data = 2.0 * (double)(rows * classes);
+    n->bytes_saved_for_backward = (size_t)(rows * classes) * sizeof(float);
     return QS_OK;
 }
 
+/* Rows of the loss: one per label. */
+static int64_t xent_rows(const qs_model *m) { return m->batch * m->label_len; }
+static int64_t xent_classes(qs_model *m, const qs_node *n) {
+    const qs_node *in = qs_layer_input(m, n, 0);
+    return in->out_shape[in->out_ndim - 1];
+}
+
 static qs_status xent_setup(qs_model *m, qs_node *n) {
-    n->saved_bytes[0] = (size_t)(m->batch * qs_layer_input(m, n, 0)->out_shape[1]) * sizeof(float);
+    n->saved_bytes[0] = (size_t)(xent_rows(m) * xent_classes(m, n)) * sizeof(float);
     return m->be->ops->alloc(m->be, n->saved_bytes[0], &n->saved[0]);
 }
 
 static qs_status xent_forward(qs_model *m, qs_node *n) {
-    const qs_node *in = qs_layer_input(m, n, 0);
-    return m->be->ops->softmax_xent_forward(m->be, m->stream, m->batch, in->out_shape[1], in->y, m->labels, n->y,
-                                            n->saved[0]);
+    return m->be->ops->softmax_xent_forward(m->be, m->stream, xent_rows(m), xent_classes(m, n),
+                                            qs_layer_input(m, n, 0)->y, m->labels, n->y, n->saved[0]);
 }
 
 /* d(mean loss · loss_scale)/d logits. */
@@ -30,9 +42,8 @@ static qs_status xent_backward(qs_model *m, qs_node *n) {
     float *dx = qs_model_grad_target(m, n, 0, &acc);
     if (!dx) return QS_OK;
     if (acc) return QS_FAIL(QS_ERR_UNSUPPORTED, "loss %s: its logits have several consumers", n->name);
-    const qs_node *in = qs_layer_input(m, n, 0);
-    return m->be->ops->softmax_xent_backward(m->be, m->stream, m->batch, in->out_shape[1], n->saved[0], m->labels,
-                                             m->loss_scale / (float)m->batch, dx);
+    return m->be->ops->softmax_xent_backward(m->be, m->stream, xent_rows(m), xent_classes(m, n), n->saved[0], m->labels,
+                                             m->loss_scale / (float)xent_rows(m), dx);
 }
 
 const qs_layer_impl qs_layer_softmax_xent = {.kind_name = "CrossEntropyLoss", .infer = xent_infer,

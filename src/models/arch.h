@@ -11,5 +11,7 @@ int qs_arch_mlp(qs_mbuild *b, const char *name, const qs_model_options *o, int x
 int qs_arch_cnn(qs_mbuild *b, const char *name, const qs_model_options *o, int x);
 int qs_arch_resnet(qs_mbuild *b, const char *name, const qs_model_options *o, int x);
 int qs_arch_vgg(qs_mbuild *b, const char *name, const qs_model_options *o, int x);
+int qs_arch_gpt(qs_mbuild *b, const char *name, const qs_model_options *o, int x);
+int qs_arch_bert(qs_mbuild *b, const char *name, const qs_model_options *o, int x);
 
 #endif

@@ -66,10 +66,9 @@ qs_status qs_mb_finish(qs_mbuild *b, int logits) {
         if (b->st == QS_OK) b->st = qs_model_finalize(b->m);
         if (b->st == QS_OK) {
             const qs_node *n = &b->m->nodes[logits];
-            if (b->m->logits_node != logits || n->out_ndim != 2 ||
-                n->out_shape[1] != b->m->num_classes)
+            if (b->m->logits_node != logits || n->out_shape[n->out_ndim - 1] != b->m->num_classes)
                 b->st = QS_FAIL(QS_ERR_INTERNAL,
-                                "model %s: logits node %s is not (N, %lld) or not the loss input",
+                                "model %s: logits node %s is not (N, ..., %lld) or not the loss input",
                                 b->m->arch, n->name, (long long)b->m->num_classes);
         }
     }
@@ -124,6 +123,57 @@ int qs_mb_dropout(qs_mbuild *b, int x, float p, const char *fmt, ...) {
 
 int qs_mb_add(qs_mbuild *b, int x, int y, const char *fmt, ...) {
     MB_ADD(b, QS_NODE_ADD, NULL, x, y, fmt);
+}
+
+int qs_mb_embedding(qs_mbuild *b, int x, int64_t rows, int64_t dim, const char *fmt, ...) {
+    qs_node_cfg c = {.embed = {.rows = rows, .dim = dim}};
+    MB_ADD(b, QS_NODE_EMBEDDING, &c, x, -1, fmt);
+}
+
+int qs_mb_pos_embedding(qs_mbuild *b, int x, int64_t positions, const char *fmt, ...) {
+    qs_node_cfg c = {.embed = {.rows = positions, .dim = qs_mb_dim(b, x, 2)}};
+    MB_ADD(b, QS_NODE_POS_EMBEDDING, &c, x, -1, fmt);
+}
+
+int qs_mb_layernorm(qs_mbuild *b, int x, float eps, const char *fmt, ...) {
+    qs_node_cfg c = {.ln = {.eps = eps}};
+    MB_ADD(b, QS_NODE_LAYERNORM, &c, x, -1, fmt);
+}
+
+int qs_mb_gelu(qs_mbuild *b, int x, const char *fmt, ...) {
+    MB_ADD(b, QS_NODE_GELU, NULL, x, -1, fmt);
+}
+
+int qs_mb_tanh(qs_mbuild *b, int x, const char *fmt, ...) {
+    MB_ADD(b, QS_NODE_TANH, NULL, x, -1, fmt);
+}
+
+int qs_mb_split_heads(qs_mbuild *b, int x, int64_t heads, int64_t part, int64_t parts, const char *fmt, ...) {
+    qs_node_cfg c = {.heads = {.heads = heads, .part = part, .parts = parts}};
+    MB_ADD(b, QS_NODE_SPLIT_HEADS, &c, x, -1, fmt);
+}
+
+int qs_mb_merge_heads(qs_mbuild *b, int x, const char *fmt, ...) {
+    MB_ADD(b, QS_NODE_MERGE_HEADS, NULL, x, -1, fmt);
+}
+
+int qs_mb_matmul(qs_mbuild *b, int a, int bb, bool trans_b, float alpha, const char *fmt, ...) {
+    qs_node_cfg c = {.matmul = {.trans_b = trans_b, .alpha = alpha}};
+    MB_ADD(b, QS_NODE_MATMUL, &c, a, bb, fmt);
+}
+
+int qs_mb_softmax(qs_mbuild *b, int x, bool causal, int ids, float pad_id, const char *fmt, ...) {
+    qs_node_cfg c = {.softmax = {.causal = causal, .pad_id = ids >= 0 ? pad_id : -1.0f}};
+    MB_ADD(b, QS_NODE_SOFTMAX, &c, x, ids, fmt);
+}
+
+int qs_mb_select_token(qs_mbuild *b, int x, const char *fmt, ...) {
+    MB_ADD(b, QS_NODE_SELECT_TOKEN, NULL, x, -1, fmt);
+}
+
+int qs_mb_linear_tied(qs_mbuild *b, int x, int64_t out_features, int param, const char *fmt, ...) {
+    qs_node_cfg c = {.linear = {.out_features = out_features, .bias = false, .tied = true, .tie_param = param}};
+    MB_ADD(b, QS_NODE_LINEAR, &c, x, -1, fmt);
 }
 
 int64_t qs_mb_dim(const qs_mbuild *b, int x, int axis) {

@@ -43,6 +43,27 @@ int qs_mb_dropout(qs_mbuild *b, int x, float p, const char *fmt, ...) QS_MB_PRIN
 /* Elementwise sum of two nodes of the same shape. */
 int qs_mb_add(qs_mbuild *b, int x, int y, const char *fmt, ...) QS_MB_PRINTF(4);
 
+/* ---- transformer layers (sequences (N, T, C)) ---- */
+/* Token embedding of a (V=rows, dim) table over the ids in node x. */
+int qs_mb_embedding(qs_mbuild *b, int x, int64_t rows, int64_t dim, const char *fmt, ...) QS_MB_PRINTF(5);
+/* x + learned position rows (a (positions, C) table, positions ≥ T). */
+int qs_mb_pos_embedding(qs_mbuild *b, int x, int64_t positions, const char *fmt, ...) QS_MB_PRINTF(4);
+int qs_mb_layernorm(qs_mbuild *b, int x, float eps, const char *fmt, ...) QS_MB_PRINTF(4);
+int qs_mb_gelu(qs_mbuild *b, int x, const char *fmt, ...) QS_MB_PRINTF(3);
+int qs_mb_tanh(qs_mbuild *b, int x, const char *fmt, ...) QS_MB_PRINTF(3);
+/* Part `part` of `parts` column blocks of x (N, T, parts·C) as `heads` heads (N, H, T, C/H). */
+int qs_mb_split_heads(qs_mbuild *b, int x, int64_t heads, int64_t part, int64_t parts, const char *fmt, ...)
+    QS_MB_PRINTF(6);
+int qs_mb_merge_heads(qs_mbuild *b, int x, const char *fmt, ...) QS_MB_PRINTF(3);
+/* alpha · a · bᵀ (trans_b) or alpha · a · b over the (N, H) batch. */
+int qs_mb_matmul(qs_mbuild *b, int a, int bb, bool trans_b, float alpha, const char *fmt, ...) QS_MB_PRINTF(6);
+/* Softmax over the last axis of scores x; causal mask; ids ≥ 0: mask keys whose id is pad_id. */
+int qs_mb_softmax(qs_mbuild *b, int x, bool causal, int ids, float pad_id, const char *fmt, ...) QS_MB_PRINTF(6);
+/* The first position of a sequence: (N, T, C) → (N, C). */
+int qs_mb_select_token(qs_mbuild *b, int x, const char *fmt, ...) QS_MB_PRINTF(3);
+/* Linear without bias whose weight is parameter `param` (tied). */
+int qs_mb_linear_tied(qs_mbuild *b, int x, int64_t out_features, int param, const char *fmt, ...) QS_MB_PRINTF(5);
+
 /* Dimension `axis` of node x's output (batch included: NHWC or NF); 0 after a failure. */
 int64_t qs_mb_dim(const qs_mbuild *b, int x, int axis);
 

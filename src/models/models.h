@@ -19,7 +19,10 @@ typedef struct qs_model_options {
     int64_t num_classes;
     int64_t width;              /* 0 = the architecture's default (resnet 64, vgg 64, cnn 32, mlp hidden 1024) */
     bool cifar_stem;            /* resnet: 3×3 stride-1 conv, no max-pool (default true for inputs ≤ 64 px) */
-    float dropout;              /* mlp/cnn/vgg classifier dropout probability, default 0 */
+    float dropout;              /* mlp/cnn/vgg classifier dropout probability, default 0; transformers:
+                                 * embedding, attention and residual dropout */
+    int64_t layers, heads;      /* transformers: blocks and attention heads (0 = the model's default);
+                                 * must be 0 for the other models */
 } qs_model_options;
 
 /* Inputs with both sides at most this many pixels are "small": ResNet defaults to the CIFAR
@@ -37,6 +40,10 @@ qs_model_options qs_models_default_options(int64_t in_h, int64_t in_w, int64_t i
  * small for the architecture fails with a message naming the model, input and node whose output
  * would be empty. On failure *out is NULL. */
 qs_status qs_models_build(const char *name, const qs_model_options *opt, qs_model **out);
+
+/* Whether `name` is a transformer: it takes token sequences (in_h = in_w = 1, in_c = T ids),
+ * and its config records layers and heads. */
+bool qs_models_is_transformer(const char *name);
 
 /* NULL-terminated list of the model names, in a stable order. */
 const char *const *qs_models_names(void);

@@ -22,23 +22,33 @@ static qs_status check_range(const char *model, const char *what, int64_t v, int
                    model, what, (long long)v, (long long)lo, (long long)hi);
 }
 
-qs_status qs_models_resolve_options(const char *name, const qs_model_options *in,
-                                    int64_t default_width, bool has_dropout,
+bool qs_models_is_transformer(const char *name) {
+    return strncmp(name, "gpt", 3) == 0 || strncmp(name, "bert", 4) == 0;
+}
+
+qs_status qs_models_resolve_options(const char *name, const qs_model_options *in, const qs_model_defaults *d,
                                     qs_model_options *out) {
     QS_TRY(check_range(name, "in_h", in->in_h, 1, QS_MODELS_MAX_DIM));
     QS_TRY(check_range(name, "in_w", in->in_w, 1, QS_MODELS_MAX_DIM));
     QS_TRY(check_range(name, "in_c", in->in_c, 1, QS_MODELS_MAX_DIM));
     QS_TRY(check_range(name, "classes", in->num_classes, 2, QS_MODELS_MAX_DIM));
     QS_TRY(check_range(name, "width", in->width, 0, QS_MODELS_MAX_DIM));
+    QS_TRY(check_range(name, "layers", in->layers, 0, d->layers ? 1024 : 0));
+    QS_TRY(check_range(name, "heads", in->heads, 0, d->layers ? QS_MODELS_MAX_DIM : 0));
     if (!(in->dropout >= 0.0f && in->dropout < 1.0f))
         return QS_FAIL(QS_ERR_INVALID_ARG, "model %s: option dropout=%g must be in [0, 1)", name,
                        (double)in->dropout);
-    if (!has_dropout && in->dropout != 0.0f)
+    if (!d->has_dropout && in->dropout != 0.0f)
         return QS_FAIL(QS_ERR_INVALID_ARG,
                        "model %s has no dropout layer: option dropout=%g must be 0", name,
                        (double)in->dropout);
     *out = *in;
-    if (out->width == 0) out->width = default_width;
+    if (out->width == 0) out->width = d->width;
+    if (out->layers == 0) out->layers = d->layers;
+    if (out->heads == 0) out->heads = d->heads;
+    if (d->layers && out->width % out->heads != 0)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "model %s: heads=%lld must divide width=%lld", name,
+                       (long long)out->heads, (long long)out->width);
     return QS_OK;
 }
 
@@ -54,13 +64,17 @@ static void format_float(char *buf, size_t cap, float v) {
 qs_status qs_models_format_config(const char *name, const qs_model_options *opt, char *buf,
                                   size_t cap) {
     const bool resnet = strncmp(name, "resnet", 6) == 0;
-    char tail[64];
+    char tail[96];
     if (resnet) {
         snprintf(tail, sizeof tail, "cifar_stem=%d", opt->cifar_stem ? 1 : 0);
     } else {
         char p[32];
         format_float(p, sizeof p, opt->dropout);
-        snprintf(tail, sizeof tail, "dropout=%s", p);
+        if (qs_models_is_transformer(name))
+            snprintf(tail, sizeof tail, "layers=%lld heads=%lld dropout=%s", (long long)opt->layers,
+                     (long long)opt->heads, p);
+        else
+            snprintf(tail, sizeof tail, "dropout=%s", p);
     }
     int len = snprintf(buf, cap, "in_h=%lld in_w=%lld in_c=%lld classes=%lld width=%lld %s",
                        (long long)opt->in_h, (long long)opt->in_w, (long long)opt->in_c,
@@ -94,6 +108,8 @@ static qs_status apply_item(char *item, qs_model_options *o) {
     else if (strcmp(key, "in_c") == 0) field = &o->in_c;
     else if (strcmp(key, "classes") == 0) field = &o->num_classes;
     else if (strcmp(key, "width") == 0) field = &o->width;
+    else if (strcmp(key, "layers") == 0) field = &o->layers;
+    else if (strcmp(key, "heads") == 0) field = &o->heads;
     if (field) {
         if (!parse_i64(val, field))
             return QS_FAIL(QS_ERR_FORMAT, "model config: %s=%s is not an integer", key, val);
@@ -117,7 +133,7 @@ static qs_status apply_item(char *item, qs_model_options *o) {
     }
     return QS_FAIL(QS_ERR_NOT_FOUND,
                    "model config: unknown option '%s' (valid: in_h in_w in_c classes width "
-                   "cifar_stem dropout)",
+                   "layers heads cifar_stem dropout)",
                    key);
 }
 

@@ -7,11 +7,17 @@
 
 #define QS_MODELS_MAX_DIM 65536     /* bound on in_h, in_w, in_c, classes and width */
 
-/* Check `in` for model `name` (a known name) and write it to *out with width resolved to
- * `default_width` when 0. QS_ERR_INVALID_ARG naming the offending option. `has_dropout` says
- * whether the architecture has a dropout option (ResNets do not). */
-qs_status qs_models_resolve_options(const char *name, const qs_model_options *in,
-                                    int64_t default_width, bool has_dropout,
+/* An architecture's defaults: width, and for transformers (layers > 0) blocks and heads;
+ * whether it has a dropout option (ResNets do not). */
+typedef struct qs_model_defaults {
+    int64_t width, layers, heads;
+    bool has_dropout;
+} qs_model_defaults;
+
+/* Check `in` for model `name` (a known name) and write it to *out with width, layers and heads
+ * resolved to the defaults when 0. QS_ERR_INVALID_ARG naming the offending option (heads must
+ * divide width; layers/heads only for transformers). */
+qs_status qs_models_resolve_options(const char *name, const qs_model_options *in, const qs_model_defaults *d,
                                     qs_model_options *out);
 
 #endif

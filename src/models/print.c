@@ -3,12 +3,14 @@
 
 #include <string.h>
 
-/* Per-sample output shape in PyTorch order: "C×H×W" for NHWC nodes, "F" for (N,F), "scalar"
- * for (N). */
+/* Per-sample output shape in PyTorch order: "C×H×W" for NHWC nodes (attention's (N,H,T,T') prints
+ * as T'×H×T), "T×C" for sequences (N,T,C), "F" for (N,F), "scalar" for (N). */
 static void shape_text(const qs_node *n, char *buf, size_t cap) {
     const int64_t *s = n->out_shape;
     if (n->out_ndim == 4)
         snprintf(buf, cap, "%lldx%lldx%lld", (long long)s[3], (long long)s[1], (long long)s[2]);
+    else if (n->out_ndim == 3)
+        snprintf(buf, cap, "%lldx%lld", (long long)s[1], (long long)s[2]);
     else if (n->out_ndim == 2)
         snprintf(buf, cap, "%lld", (long long)s[1]);
     else

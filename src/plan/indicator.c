@@ -201,18 +201,32 @@ static void qs_ind_depths(const qs_model *m, int *chain, int *bfs) {
     }
 }
 
+/* The "weight" operand of a GEMM node and its gradient: the parameter (owned or tied), or
+ * for a MatMul its second input (an activation: K or V) and that input's gradient. */
+static void *qs_ind_w(qs_model *m, const qs_node *n) {
+    return n->kind == QS_NODE_MATMUL ? m->nodes[n->inputs[1]].y : qs_model_param_ptr(m, qs_node_weight_param(n));
+}
+static void *qs_ind_dw(qs_model *m, const qs_node *n) {
+    return n->kind == QS_NODE_MATMUL ? m->nodes[n->inputs[1]].dy : qs_model_grad_ptr(m, qs_node_weight_param(n));
+}
+
 /* Fill the shape facts of layer l (node n of m). */
 static void qs_ind_shape(const qs_model *m, const qs_node *n, qs_layer_stats *l) {
     const qs_node *in = &m->nodes[n->inputs[0]];
     l->n_x = qs_ind_numel(in);
     l->n_y = qs_ind_numel(n);
-    l->n_w = m->params.entries[n->param[0]].numel;
-    l->kind = n->kind == QS_NODE_LINEAR ? "Linear" : "Conv2d";
+    l->n_w = n->kind == QS_NODE_MATMUL ? qs_ind_numel(&m->nodes[n->inputs[1]])
+                                       : m->params.entries[qs_node_weight_param(n)].numel;
+    l->kind = qs_layer_impl_for(n->kind)->kind_name;
     l->has_dx = n->inputs[0] != 0 && in->needs_grad;
-    if (n->kind == QS_NODE_LINEAR) {
+    if (n->kind == QS_NODE_MATMUL) {
+        l->k_fwd = in->out_shape[3];
+        l->k_bwd_data = n->out_shape[3];
+        l->k_bwd_weights = in->out_shape[2]; /* dB reduces over A's rows either way */
+    } else if (n->kind == QS_NODE_LINEAR) {
         l->k_fwd = in->out_shape[in->out_ndim - 1];
         l->k_bwd_data = n->cfg.linear.out_features;
-        l->k_bwd_weights = m->batch;
+        l->k_bwd_weights = qs_ind_numel(in) / l->k_fwd;
     } else {
         int64_t k = n->cfg.conv.kernel, st = n->cfg.conv.stride > 0 ? n->cfg.conv.stride : 1;
         l->k_fwd = in->out_shape[3] * k * k;
@@ -246,7 +260,7 @@ qs_status qs_indicator_collect(qs_model *m, int batches, qs_indicator_batch_fn n
     qs_ind_acc *acc = calloc((size_t)n_sel, sizeof *acc);
     const int64_t per = m->in_h * m->in_w * m->in_c;
     float *x = malloc((size_t)(m->batch * per) * sizeof(float));
-    int32_t *y = malloc((size_t)m->batch * sizeof(int32_t));
+    int32_t *y = malloc((size_t)(m->batch * m->label_len) * sizeof(int32_t));
     qs_ind_scratch s = {0};
     qs_status st =
         chain && bfs && out->layers && acc && x && y ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory for the indicator");
@@ -292,7 +306,7 @@ qs_status qs_indicator_collect(qs_model *m, int batches, qs_indicator_batch_fn n
                 l->qvar_x[p] += e;
             }
             /* W */
-            if (st == QS_OK) st = qs_ind_fetch(m, qs_model_param_ptr(m, n->param[0]), l->n_w, &s);
+            if (st == QS_OK) st = qs_ind_fetch(m, qs_ind_w(m, n), l->n_w, &s);
             if (st != QS_OK) break;
             qs_ind_add(&s, l->n_w, &a->sum_w, &l->ew2, &l->norm_w, &l->amax_w, &l->amax_w_mean, &now);
             for (int p = 0; p < QS_PREC_COUNT && st == QS_OK; p++) {
@@ -318,7 +332,7 @@ qs_status qs_indicator_collect(qs_model *m, int batches, qs_indicator_batch_fn n
                 l->qvar_dy[p] += e;
             }
             /* dW */
-            if (st == QS_OK) st = qs_ind_fetch(m, qs_model_grad_ptr(m, n->param[0]), l->n_w, &s);
+            if (st == QS_OK) st = qs_ind_fetch(m, qs_ind_dw(m, n), l->n_w, &s);
             if (st != QS_OK) break;
             {
                 double am = 0, nsq = 0;

@@ -78,7 +78,7 @@ typedef struct qs_indicator {
     int64_t batch;
 } qs_indicator;
 
-/* Supplies the next batch: x gets batch·in_h·in_w·in_c floats (NHWC), y batch labels. */
+/* Supplies the next batch: x gets batch·in_h·in_w·in_c floats (NHWC), y batch·label_len labels. */
 typedef qs_status (*qs_indicator_batch_fn)(void *ctx, float *x, int32_t *y);
 
 /* Run `batches` (≥ 1) FP32 training-mode forward+backward passes of the set-up model m (every

@@ -25,7 +25,8 @@ static qs_status qs_model_data_arch(const qs_model_data_request *r, const qs_dat
     if (r->width > 0 && r->width != mo->width)
         return QS_FAIL(QS_ERR_MISMATCH, "--width %lld, but checkpoint %s has width %lld", (long long)r->width, path,
                        (long long)mo->width);
-    if (ds->h != mo->in_h || ds->w != mo->in_w || ds->c != mo->in_c || ds->classes != mo->num_classes)
+    if (!ds->raw_bytes && /* text: checked on the built model (qs_model_data_model) */
+        (ds->h != mo->in_h || ds->w != mo->in_w || ds->c != mo->in_c || ds->classes != mo->num_classes))
         return QS_FAIL(QS_ERR_MISMATCH,
                        "checkpoint %s expects %lldx%lldx%lld inputs and %lld classes, data %s has %lldx%lldx%lld and %lld",
                        path, (long long)mo->in_h, (long long)mo->in_w, (long long)mo->in_c, (long long)mo->num_classes,
@@ -33,9 +34,19 @@ static qs_status qs_model_data_arch(const qs_model_data_request *r, const qs_dat
     return QS_OK;
 }
 
-/* Build and set up the model of r on a fresh CPU backend, with the checkpoint's weights if any. */
+/* Build and set up the model of r on a fresh CPU backend, with the checkpoint's weights if any;
+ * the model must fit the data d->ds (input, labels per sample, classes). */
 static qs_status qs_model_data_model(const qs_model_data_request *r, const qs_model_options *mo, qs_model_data *d) {
     QS_TRY(qs_models_build(d->arch, mo, &d->m));
+    const qs_model *m = d->m;
+    qs_status st = qs_dataset_check_model(&d->ds, r->data, d->arch, m->in_h, m->in_w, m->in_c, m->label_len,
+                                          m->num_classes);
+    if (st != QS_OK && r->checkpoint) {
+        char path[4096];
+        qs_checkpoint_model_path(r->checkpoint, path, sizeof path);
+        return qs_error_wrap(st, "checkpoint %s: ", path);
+    }
+    QS_TRY(st);
     QS_TRY(qs_backend_cpu_create(r->threads, &d->be));
     QS_TRY(qs_model_setup(d->m, d->be, r->batch, r->seed));
     if (!r->checkpoint) return QS_OK;

@@ -35,12 +35,13 @@ typedef struct qs_model_data {
 
 /* Load, build and set up everything r asks for into *out; release with qs_model_data_close
  * (also after a failure). Errors name the mismatch: --model or --width against the checkpoint,
- * the checkpoint's input shape against the data, a batch larger than the training split. */
+ * the model's input shape, labels per sample or classes against the data
+ * (qs_dataset_check_model), a batch larger than the training split. */
 qs_status qs_model_data_open(const qs_model_data_request *r, qs_model_data *out);
 void qs_model_data_close(qs_model_data *d);
 
 /* The next training batch of the qs_model_data ctx (a qs_indicator_batch_fn): x gets
- * batch·in_h·in_w·in_c floats, y the labels. */
+ * batch·in_h·in_w·in_c floats, y the batch·label_len labels. */
 qs_status qs_model_data_next(void *ctx, float *x, int32_t *y);
 
 #endif

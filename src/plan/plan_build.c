@@ -151,7 +151,7 @@ static qs_status qs_pb_layers(qs_pb_ctx *c) {
     c->first_consumer = calloc((size_t)(L > 0 ? L : 1), sizeof *c->first_consumer);
     src = calloc((size_t)(L > 0 ? L : 1), sizeof *src);
     qs_status st = c->layer && c->first_consumer && src ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory planning");
-    if (st == QS_OK && L == 0) st = QS_FAIL(QS_ERR_INVALID_ARG, "model %s has no Conv2d/Linear layer to plan", m->arch);
+    if (st == QS_OK && L == 0) st = QS_FAIL(QS_ERR_INVALID_ARG, "model %s has no Conv2d/Linear/MatMul layer to plan", m->arch);
     for (int i = 0, j = 0; i < m->n_nodes && st == QS_OK; i++) {
         const qs_node *n = &m->nodes[i];
         if (!qs_node_precision_selectable(n->kind)) continue;
@@ -240,6 +240,11 @@ static qs_status qs_pb_problem(const qs_pb_ctx *c, qs_pb_type *d, int fast_tmpl)
                 cast_own[jk] = cc->ms;
                 mem[jk] += cc->mem; /* a shared cast's buffers counted per consumer: conservative */
                 if (c->first_consumer[j] == j) d->prob.time_ms[jk] += cc->ms;
+            }
+            /* a MatMul's second operand (K or V heads) has a cast of its own, never shared */
+            if (n->kind == QS_NODE_MATMUL && m->nodes[n->inputs[1]].kind == QS_NODE_CAST) {
+                d->prob.time_ms[jk] += ch[n->inputs[1]].ms;
+                mem[jk] += ch[n->inputs[1]].mem;
             }
         }
         free(ch);

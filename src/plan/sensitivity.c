@@ -209,7 +209,8 @@ static double qs_sens_sq_dist(const qs_model *m, const float *a, const float *b)
  * grads (grad_floats floats). */
 static qs_status qs_sens_step(qs_model *m, const qs_sens_batches *b, int k, double *loss, float *grads) {
     const int64_t per = m->in_h * m->in_w * m->in_c;
-    QS_TRY(qs_model_forward(m, b->x + (size_t)k * (size_t)(b->batch * per), b->y + (size_t)k * (size_t)b->batch, true));
+    QS_TRY(qs_model_forward(m, b->x + (size_t)k * (size_t)(b->batch * per),
+                            b->y + (size_t)k * (size_t)(b->batch * m->label_len), true));
     QS_TRY(qs_model_backward(m, 1.0f));
     QS_TRY(qs_model_loss_accuracy(m, m->batch, loss, NULL));
     QS_TRY(m->be->ops->copy_d2h(m->be, m->stream, grads, m->grad_data, m->params.bytes));
@@ -256,7 +257,8 @@ static qs_status qs_sens_measure_point(qs_model *m, const qs_sens_batches *b, co
 /* Replays the fixed batches for qs_indicator_collect. */
 typedef struct qs_sens_replay {
     const qs_sens_batches *b;
-    int64_t per;
+    int64_t per;       /* floats per sample */
+    int64_t label_len; /* labels per sample */
     int next;
 } qs_sens_replay;
 
@@ -264,7 +266,8 @@ static qs_status qs_sens_replay_next(void *ctx, float *x, int32_t *y) {
     qs_sens_replay *r = ctx;
     const int k = r->next++ % r->b->count;
     memcpy(x, r->b->x + (size_t)k * (size_t)(r->b->batch * r->per), (size_t)(r->b->batch * r->per) * sizeof(float));
-    memcpy(y, r->b->y + (size_t)k * (size_t)r->b->batch, (size_t)r->b->batch * sizeof(int32_t));
+    const int64_t labels = r->b->batch * r->label_len;
+    memcpy(y, r->b->y + (size_t)k * (size_t)labels, (size_t)labels * sizeof(int32_t));
     return QS_OK;
 }
 
@@ -273,7 +276,7 @@ static qs_status qs_sens_indicator(const qs_model *ref, const qs_sens_weights *w
                                    uint64_t seed, qs_indicator *ind) {
     qs_model *m = NULL;
     QS_TRY(qs_sens_build(ref, w, NULL, QS_PREC_FP32, &m));
-    qs_sens_replay rp = {.b = b, .per = m->in_h * m->in_w * m->in_c, .next = 0};
+    qs_sens_replay rp = {.b = b, .per = m->in_h * m->in_w * m->in_c, .label_len = m->label_len, .next = 0};
     qs_status st = qs_indicator_collect(m, b->count, qs_sens_replay_next, &rp, seed, ind);
     qs_model_free(m);
     return st;

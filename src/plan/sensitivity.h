@@ -32,7 +32,7 @@ typedef struct qs_sens_batches {
     int count;        /* ≥ 1 */
     int64_t batch;    /* samples per batch: the model's batch size */
     const float *x;   /* count·batch·in_h·in_w·in_c floats (NHWC), batch after batch */
-    const int32_t *y; /* count·batch labels */
+    const int32_t *y; /* count·batch·label_len labels (the model's label_len) */
 } qs_sens_batches;
 
 /* Called after each layer's precisions were measured: layer index (0-based), the number of

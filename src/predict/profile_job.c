@@ -10,6 +10,7 @@
 #include "core/timer.h"
 #include "data/dataset.h"
 #include "dist/cpu_quota.h"
+#include "models/models.h"
 #include "predict/profile_comm.h"
 #include "qsync/tensor.h"
 
@@ -32,7 +33,7 @@ static qs_status qs_profile_loader_ms(const qs_dataset *ds, int64_t batch, int w
     QS_TRY(qs_loader_init(&ld, ds, &lo));
     int64_t per = ds->h * ds->w * ds->c, valid;
     float *x = qs_host_alloc((size_t)(batch * per) * sizeof(float));
-    int32_t *y = qs_host_alloc((size_t)batch * sizeof(int32_t));
+    int32_t *y = qs_host_alloc((size_t)(batch * ds->label_len) * sizeof(int32_t));
     double *t = calloc((size_t)reps, sizeof *t);
     qs_status st = x && y && t ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory timing the loader");
     for (int k = -warmup; k < reps && st == QS_OK; k++) {
@@ -48,22 +49,34 @@ static qs_status qs_profile_loader_ms(const qs_dataset *ds, int64_t batch, int w
     return st;
 }
 
-/* The first `batch` test samples of the dataset, normalised as the loader does, into x, y
- * (allocated here; the caller frees them with qs_host_free, also on failure). */
+/* The first `batch` test samples of the dataset as the loader gives them (normalised images, or
+ * token ids and their label_len labels each) into x, y (allocated here; the caller frees them with
+ * qs_host_free, also on failure). */
 static qs_status qs_profile_batch(const qs_dataset *ds, int64_t batch, float **x, int32_t **y) {
     if (ds->n < batch)
         return QS_FAIL(QS_ERR_INVALID_ARG, "--batch %lld is larger than the %lld test samples of %s", (long long)batch,
                        (long long)ds->n, ds->name);
-    int64_t per = ds->h * ds->w * ds->c;
+    int64_t per = ds->h * ds->w * ds->c, valid;
     *x = qs_host_alloc((size_t)(batch * per) * sizeof(float));
-    *y = qs_host_alloc((size_t)batch * sizeof(int32_t));
+    *y = qs_host_alloc((size_t)(batch * ds->label_len) * sizeof(int32_t));
     if (!*x || !*y) return QS_FAIL(QS_ERR_OOM, "out of memory for a batch of %lld", (long long)batch);
-    for (int64_t i = 0; i < batch * per; i++) {
-        int64_t ch = i % ds->c;
-        (*x)[i] = ((float)ds->pixels[i] / 255.0f - ds->mean[ch]) / ds->std[ch];
-    }
-    memcpy(*y, ds->labels, (size_t)batch * sizeof(int32_t));
-    return QS_OK;
+    qs_loader ld;
+    qs_loader_options lo = {.global_batch = batch, .rank = 0, .world = 1, .seed = 1, .shuffle = false,
+                            .drop_last = true, .augment = false};
+    QS_TRY(qs_loader_init(&ld, ds, &lo));
+    qs_status st = qs_loader_next(&ld, *x, *y, &valid, NULL);
+    qs_loader_free(&ld);
+    return st;
+}
+
+/* Check that model j->model (options mo) fits the data ds: input shape, labels per sample, classes. */
+static qs_status qs_profile_check_data(const qs_profile_job *j, const qs_model_options *mo, const qs_dataset *ds) {
+    qs_model *m = NULL;
+    QS_TRY(qs_models_build(j->model, mo, &m));
+    qs_status st = qs_dataset_check_model(ds, j->data, j->model, m->in_h, m->in_w, m->in_c, m->label_len,
+                                          m->num_classes);
+    qs_model_free(m);
+    return st;
 }
 
 /* Apply the worker's emulated slowdown for the profile: a CPU quota on this process (method
@@ -92,7 +105,8 @@ static qs_status qs_profile_job_model(const qs_profile_job *j, qs_profile_option
         if (st == QS_OK) {
             o->model_opt = qs_models_default_options(ds.h, ds.w, ds.c, ds.classes);
             o->model_opt.width = j->width;
-            st = qs_profile_batch(&ds, j->batch, &x, &y);
+            st = qs_profile_check_data(j, &o->model_opt, &ds);
+            if (st == QS_OK) st = qs_profile_batch(&ds, j->batch, &x, &y);
             if (st == QS_OK) st = qs_profile_loader_ms(&ds, j->batch, j->warmup, j->reps, &o->data_ms);
             qs_dataset_free(&ds);
         }

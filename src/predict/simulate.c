@@ -207,7 +207,7 @@ static qs_status qs_sim_costs(const qs_sim_worker *w, qs_sim_cost *cost) {
     qs_status st = needs_grad ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory replaying %s", m->arch);
     for (int i = 1; i < m->n_nodes && st == QS_OK; i++) { /* as graph.c marks them */
         const qs_node *n = &m->nodes[i];
-        needs_grad[i] = n->n_params > 0;
+        needs_grad[i] = qs_node_has_weights(n);
         for (int k = 0; k < n->n_inputs; k++) needs_grad[i] |= needs_grad[n->inputs[k]];
     }
     for (int pass = 0; pass < 2; pass++) /* casts last: a missing run is the clearer message */

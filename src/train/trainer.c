@@ -240,7 +240,7 @@ static qs_status qs_train_apply_split(const qs_train_config *c, qs_train_job *j,
     qs_host_free(j->x);
     qs_host_free(j->y);
     j->x = qs_host_alloc((size_t)(j->local_batch * j->train.h * j->train.w * j->train.c) * sizeof(float));
-    j->y = qs_host_alloc((size_t)j->local_batch * sizeof(int32_t));
+    j->y = qs_host_alloc((size_t)(j->local_batch * j->train.label_len) * sizeof(int32_t));
     return j->x && j->y ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory for a batch of %lld", (long long)j->local_batch);
 }
 
@@ -278,8 +278,13 @@ static qs_status qs_train_build(const qs_train_config *c, qs_train_job *j, qs_mo
     *mo = qs_models_default_options(j->train.h, j->train.w, j->train.c, j->train.classes);
     mo->width = c->model_opt.width;
     mo->dropout = c->model_opt.dropout;
+    mo->layers = c->model_opt.layers;
+    mo->heads = c->model_opt.heads;
     if (c->imagenet_stem) mo->cifar_stem = false;
     QS_TRY(qs_models_build(c->model, mo, &j->m));
+    const qs_model *m = j->m;
+    QS_TRY(qs_dataset_check_model(&j->train, c->data, c->model, m->in_h, m->in_w, m->in_c, m->label_len, m->num_classes));
+    QS_TRY(qs_dataset_check_model(&j->test, c->data, c->model, m->in_h, m->in_w, m->in_c, m->label_len, m->num_classes));
     if (c->resume) { /* the checkpoint must hold this very model: same arch, same resolved options */
         char arch[32], have[256];
         qs_model_options saved;
@@ -370,14 +375,20 @@ static qs_status qs_train_eval(const qs_train_config *c, qs_train_job *j, int64_
     QS_TRY(qs_evaluate(j->m, &j->test, &ev));
     res->test_accuracy = ev.accuracy;
     res->test_loss = ev.loss;
-    qs_log_info(c->log, "eval after epoch %lld (step %lld): test accuracy %.2f%%, loss %.4f (%lld samples)",
-                (long long)epoch, (long long)step, 100.0 * ev.accuracy, ev.loss, (long long)ev.samples);
+    if (j->m->label_len > 1) /* a language model: per-token accuracy, loss also in bits (per byte for bytes) */
+        qs_log_info(c->log, "eval after epoch %lld (step %lld): test loss %.4f (%.4f bits per token), next-token "
+                    "accuracy %.2f%% (%lld sequences)", (long long)epoch, (long long)step, ev.loss, ev.loss / log(2.0),
+                    100.0 * ev.accuracy, (long long)ev.samples);
+    else
+        qs_log_info(c->log, "eval after epoch %lld (step %lld): test accuracy %.2f%%, loss %.4f (%lld samples)",
+                    (long long)epoch, (long long)step, 100.0 * ev.accuracy, ev.loss, (long long)ev.samples);
     cJSON *r = cJSON_CreateObject();
     cJSON_AddStringToObject(r, "type", "eval");
     cJSON_AddNumberToObject(r, "step", (double)step);
     cJSON_AddNumberToObject(r, "epoch", (double)epoch);
     cJSON_AddNumberToObject(r, "accuracy", ev.accuracy);
     cJSON_AddNumberToObject(r, "loss", ev.loss);
+    if (j->m->label_len > 1) cJSON_AddNumberToObject(r, "bits_per_token", ev.loss / log(2.0));
     cJSON_AddNumberToObject(r, "samples", (double)ev.samples);
     return qs_metrics_write(&j->metrics, r);
 }
@@ -531,7 +542,8 @@ static qs_status qs_train_log_step(const qs_train_config *c, qs_train_job *j, qs
     cJSON_AddNumberToObject(r, "step", (double)step);
     cJSON_AddNumberToObject(r, "epoch", (double)((step - 1) / spe));
     cJSON_AddNumberToObject(r, "loss", res->final_loss);
-    cJSON_AddNumberToObject(r, "train_accuracy", (double)w->correct / (double)(w->n * c->batch));
+    cJSON_AddNumberToObject(r, "train_accuracy",
+                            (double)w->correct / (double)(w->n * c->batch * j->train.label_len)); /* per prediction */
     cJSON_AddNumberToObject(r, "lr", lr);
     cJSON_AddNumberToObject(r, "images_per_s", rate);
     cJSON_AddNumberToObject(r, "train_s", train_ms / 1e3);
@@ -692,6 +704,7 @@ static qs_status qs_train_loop(const qs_train_config *c, qs_train_job *j, const 
     res->steps_this_run = step - first;
     res->wall_s = train_ms / 1e3;
     res->images_per_s = train_ms > 0 ? 1e3 * (double)((step - first) * c->batch) / train_ms : 0;
+    res->label_len = j->m->label_len;
     QS_TRY(qs_train_worker_report(c, j, res));
     if (j->scaler.skipped > 0)
         qs_log_info(c->log, "loss scaling: %lld of %lld steps skipped for non-finite gradients; final scale %g",

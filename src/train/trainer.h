@@ -95,7 +95,8 @@ typedef struct qs_train_result {
     double test_accuracy;       /* last evaluation; -1 if none */
     double test_loss;
     double wall_s;              /* this process's wall time in the training loop */
-    double images_per_s;        /* training throughput over this process's steps */
+    double images_per_s;        /* training throughput over this process's steps (samples: images or sequences) */
+    int64_t label_len;          /* labels per sample: > 1 for language models (tokens per sequence) */
     bool interrupted;           /* stopped early by c->interrupt (a checkpoint was written if asked) */
     int interrupt_signal;       /* the signal's number when interrupted (any rank's), else 0 */
     cJSON *profile;             /* per-op report when profile_steps > 0 (caller frees) */
