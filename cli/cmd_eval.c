@@ -22,7 +22,7 @@ int qs_cmd_eval(int argc, char **argv) {
         {"threads", QS_CLI_INT, &c.threads, "N", "compute threads"},
         {"logits-out", QS_CLI_STR, &c.logits_out, "FILE", "write logits and labels as safetensors"},
         {"no-fuse", QS_CLI_FLAG, &c.no_fuse, NULL, "keep BatchNorm and ReLU as separate ops"},
-        {"precision", QS_CLI_STR, &precision, "P", "precision of every Linear/Conv2d: fp32 (default), bf16, int8, fp16, fp8"},
+        {"precision", QS_CLI_STR, &precision, "P", "precision of every Linear/Conv2d/MatMul: fp32 (default), bf16, int8, fp16, fp8"},
         {"plan", QS_CLI_STR, &c.plan, "FILE", "per-layer precisions from a plan file or a checkpoint (its training plan)"},
         {"allow-emulated", QS_CLI_FLAG, &c.allow_emulated, NULL, "permit precisions the backend only emulates (fp16, fp8 on the cpu)"},
         {"grad-rounding", QS_CLI_STR, &grad_rounding, "R", "stochastic or nearest (no effect on evaluation)"},

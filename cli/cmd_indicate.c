@@ -14,7 +14,7 @@
 #include "plan/indicator.h"
 
 static const char *const qs_indicate_summary =
-    "Measure, per Linear/Conv2d layer and per precision, how much quantizing that layer would hurt:\n"
+    "Measure, per Linear/Conv2d/MatMul layer and per precision, how much quantizing that layer would hurt:\n"
     "statistics of X, W, Y, dY and dW over --batches training batches at FP32 (forward + backward,\n"
     "no optimizer step), the rounding error each precision's quantizer makes on them, and the\n"
     "indicator omega by --method (gvar: the bi-directional variance form, default; qsync: QSync's\n"

@@ -17,7 +17,7 @@
 #include "qsync/log.h"
 
 static const char *const qs_sensitivity_summary =
-    "Check the indicator directly: quantize one Linear/Conv2d layer at a time to each of --precisions\n"
+    "Check the indicator directly: quantize one Linear/Conv2d/MatMul layer at a time to each of --precisions\n"
     "(everything else fp32, casts as training inserts them), run forward + backward on the same\n"
     "--batches training batches with the same weights and rounding seeds (no optimizer step), and\n"
     "measure the loss deviation mean |L_q - L_fp32| and the gradient deviation mean\n"

@@ -96,7 +96,7 @@ int qs_cmd_simulate(int argc, char **argv) {
         {"profile", QS_CLI_STR, &profiles, "LIST", "FILE, or TYPE=FILE,... per device type (required)"},
         {"cluster", QS_CLI_STR, &cluster_path, "FILE", "the workers (docs/CLUSTERS.md); default: one worker"},
         {"plan", QS_CLI_STR, &plan_path, "FILE", "per-layer precisions (docs/PLANS.md)"},
-        {"precision", QS_CLI_STR, &precision, "P", "precision of every Linear/Conv2d (default fp32)"},
+        {"precision", QS_CLI_STR, &precision, "P", "precision of every Linear/Conv2d/MatMul (default fp32)"},
         {"allow-emulated", QS_CLI_FLAG, &allow_emulated, NULL, "permit precisions the backend only emulates"},
         {"bucket-mb", QS_CLI_DOUBLE, &bucket_mb, "MB", "gradient bucket size, as in training (default 25)"},
         {"no-overlap", QS_CLI_FLAG, &no_overlap, NULL, "all-reduce after backward, as train --no-overlap"},

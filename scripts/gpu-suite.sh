@@ -7,14 +7,17 @@
 #   scripts/gpu-suite.sh train [bundle] [steps] [models] [precisions]  # short GPU trainings
 #
 # The GPU machine (Ubuntu 24.04 + CUDA 13, no package registry) lacks the Debian libraries
-# qsync links (cJSON, oneDNN, GLPK, cmocka, ...). `bundle` copies the binaries — qsync,
-# tests/test_cuda_ops and the CUDA benchmarks (bench/cuda/*) that were built — to
-# <out>/bin and the shared libraries they need, minus the ones that machine has itself, to
-# <out>/lib. `run` puts <bundle>/lib on LD_LIBRARY_PATH (the machine's own CUDA, cuBLASLt,
-# cuDNN, NCCL and Open MPI are found as usual), lists the GPUs and runs test_cuda_ops with
-# QS_REQUIRE_GPU=1 (a missing GPU fails instead of skipping). With $OUT set (the device tool
-# sets it) the per-case results go to $OUT/gpu-tests.json, the log to $OUT/gpu-tests.log and
-# the exit status to $OUT/gpu-tests-status.json. Exits non-zero when the suite fails.
+# qsync links (cJSON, oneDNN, GLPK, cmocka, ...). `bundle` copies the binaries — qsync, the
+# GPU test suites (GPU_SUITES: tests/test_cuda_ops, tests/test_cuda_transformer_ops) and the
+# CUDA benchmarks (bench/cuda/*) that were built — to <out>/bin and the shared libraries they
+# need, minus the ones that machine has itself, to <out>/lib. `run` puts <bundle>/lib on
+# LD_LIBRARY_PATH (the machine's own CUDA, cuBLASLt, cuDNN, NCCL and Open MPI are found as
+# usual), lists the GPUs and runs every suite with QS_REQUIRE_GPU=1 (a missing GPU fails
+# instead of skipping), all of them even when one fails. With $OUT set (the device tool sets
+# it) the per-case results of test_cuda_ops go to $OUT/gpu-tests.json and its log to
+# $OUT/gpu-tests.log, those of test_<x> to $OUT/gpu-tests-<x>.json / .log (e.g.
+# gpu-tests-cuda_transformer_ops.json), and every suite's exit status to
+# $OUT/gpu-tests-status.json. Exits non-zero when any suite fails.
 #
 # Typical use (gpu-bundle/ is git-ignored, so name it in the device call's `carry`):
 #   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j
@@ -37,6 +40,10 @@ SYSTEM_LIBS=(
     'libmpi.so.*' 'libmpi_*.so.*' 'libopen-rte.so.*' 'libopen-pal.so.*' 'libpmix.so.*' 'libhwloc.so.*'
     'libevent*.so.*'
 )
+
+# The GPU test suites (tests/<name>), run in this order: each compares CUDA ops with the CPU
+# backend and exits 77 (skipped) where there is no GPU.
+GPU_SUITES=(test_cuda_ops test_cuda_transformer_ops)
 
 die() {
     echo "gpu-suite: $*" >&2
@@ -71,10 +78,13 @@ bundle() {
     command -v ldd >/dev/null || die "ldd is needed to resolve library paths"
     [[ -d $build ]] || die "no build directory '$build' (build first: cmake -S . -B $build && cmake --build $build -j)"
 
-    local bins=() b
+    local bins=() b suite
     [[ -x $build/qsync ]] || die "$build/qsync is missing: build the CLI first"
-    [[ -x $build/tests/test_cuda_ops ]] || die "$build/tests/test_cuda_ops is missing: build the tests first"
-    bins+=("$build/qsync" "$build/tests/test_cuda_ops")
+    bins+=("$build/qsync")
+    for suite in "${GPU_SUITES[@]}"; do
+        [[ -x $build/tests/$suite ]] || die "$build/tests/$suite is missing: build the tests first"
+        bins+=("$build/tests/$suite")
+    done
     has_cuda "$build/tests/test_cuda_ops" ||
         die "$build was configured without the CUDA backend (no nvcc/cuDNN at configure time, or QS_CUDA=OFF): on the GPU the suite could only fail"
     # the CUDA benchmarks: one per bench/cuda source, where it was built
@@ -135,10 +145,12 @@ bundle() {
     echo "bundle size: $(du -sh "$out" | cut -f1) in $out (the device tool carries at most 64 MiB)"
 }
 
-# run [bundle-dir]: run the GPU test suite from a bundle; exit status is the suite's.
+# run [bundle-dir]: run every GPU test suite from a bundle; exit status 0 when all pass.
 run() {
-    local dir=${1:-gpu-bundle}
-    [[ -x $dir/bin/test_cuda_ops ]] || die "no $dir/bin/test_cuda_ops: make the bundle here first (scripts/gpu-suite.sh bundle) and carry it"
+    local dir=${1:-gpu-bundle} suite
+    for suite in "${GPU_SUITES[@]}"; do
+        [[ -x $dir/bin/$suite ]] || die "no $dir/bin/$suite: make the bundle here first (scripts/gpu-suite.sh bundle) and carry it"
+    done
     local lib
     lib=$(cd "$dir/lib" && pwd)
     export LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -146,28 +158,42 @@ run() {
     echo "--- nvidia-smi -L"
     nvidia-smi -L || echo "(nvidia-smi failed or is missing)"
     local missing
-    missing=$(ldd "$dir/bin/test_cuda_ops" | grep 'not found' || true)
-    [[ -z $missing ]] || die "libraries missing on this machine (add them to the bundle or drop them from SYSTEM_LIBS):
+    for suite in "${GPU_SUITES[@]}"; do
+        missing=$(ldd "$dir/bin/$suite" | grep 'not found' || true)
+        [[ -z $missing ]] || die "libraries missing on this machine for $suite (add them to the bundle or drop them from SYSTEM_LIBS):
 $missing"
+    done
 
-    local out=${OUT:-} log=/dev/null rc
-    if [[ -n $out ]]; then
-        mkdir -p "$out"
-        export QS_GPU_TESTS_JSON=$out/gpu-tests.json
-        log=$out/gpu-tests.log
-    fi
+    local out=${OUT:-} log rc all=0 name statuses=()
+    [[ -n $out ]] && mkdir -p "$out"
     export QS_REQUIRE_GPU=1
-    echo "--- test_cuda_ops"
-    set +e
-    "$dir/bin/test_cuda_ops" 2>&1 | tee "$log"
-    rc=${PIPESTATUS[0]}
-    set -e
+    for suite in "${GPU_SUITES[@]}"; do
+        log=/dev/null
+        unset QS_GPU_TESTS_JSON
+        if [[ -n $out ]]; then
+            # test_cuda_ops keeps its historical file names
+            name=gpu-tests
+            [[ $suite == test_cuda_ops ]] || name=gpu-tests-${suite#test_}
+            export QS_GPU_TESTS_JSON=$out/$name.json
+            log=$out/$name.log
+        fi
+        echo "--- $suite"
+        set +e
+        "$dir/bin/$suite" 2>&1 | tee "$log"
+        rc=${PIPESTATUS[0]}
+        set -e
+        echo "--- $suite exit code $rc"
+        [[ $rc == 0 ]] || all=1
+        statuses+=("$(printf '{"suite": "%s", "exit_code": %d, "passed": %s}' "$suite" "$rc" \
+            "$([[ $rc == 0 ]] && echo true || echo false)")")
+    done
     if [[ -n $out ]]; then
-        printf '{"suite": "test_cuda_ops", "exit_code": %d, "passed": %s, "date": "%s"}\n' "$rc" \
-            "$([[ $rc == 0 ]] && echo true || echo false)" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$out/gpu-tests-status.json"
+        local joined
+        joined=$(IFS=,; echo "${statuses[*]}")
+        printf '{"suites": [%s], "exit_code": %d, "passed": %s, "date": "%s"}\n' "$joined" "$all" \
+            "$([[ $all == 0 ]] && echo true || echo false)" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$out/gpu-tests-status.json"
     fi
-    echo "--- test_cuda_ops exit code $rc"
-    return "$rc"
+    return "$all"
 }
 
 # train [bundle-dir] [steps] [models] [precisions]: short trainings on the GPU (`qsync train --device cuda`, synthetic

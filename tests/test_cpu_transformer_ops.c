@@ -641,6 +641,25 @@ static void test_add_broadcast(void **state) {
     assert_int_equal(OPS->add_broadcast(BE, STREAM, -1, inner, x, v, y), QS_ERR_INVALID_ARG);
 }
 
+/* argmax_rows: the first maximum of every row (ties from 4 levels), against a plain scan. */
+static void test_argmax_rows(void **state) {
+    qs_th_seed(qs_rng_key(9, "argmax_rows", 0));
+    const int64_t rows = 23, cols = 17;
+    float *x = qs_th_uniform(rows * cols, 0, 4);
+    for (int64_t i = 0; i < rows * cols; i++) x[i] = floorf(x[i]);
+    int32_t idx[23];
+    ASSERT_OK(OPS->argmax_rows(BE, STREAM, rows, cols, x, idx));
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t want = 0;
+        for (int64_t c = 0; c < cols; c++)
+            if (x[r * cols + c] > x[r * cols + want]) want = c;
+        assert_int_equal(idx[r], want);
+    }
+    ASSERT_OK(OPS->argmax_rows(BE, STREAM, 0, cols, NULL, NULL));
+    assert_int_equal(OPS->argmax_rows(BE, STREAM, rows, 0, x, idx), QS_ERR_INVALID_ARG);
+    assert_int_equal(OPS->argmax_rows(BE, STREAM, rows, cols, x, NULL), QS_ERR_INVALID_ARG);
+}
+
 /* Token rows of ld floats holding an (H·D) slice at off ⇄ (N,H,T,D), both ways, overwrite and
  * accumulate; the rest of the token rows stays untouched. */
 static void check_permute(int64_t N, int64_t T, int64_t H, int64_t D, int64_t ld, int64_t off) {
@@ -846,6 +865,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_embedding, qs_th_teardown),
         cmocka_unit_test_teardown(test_embedding_bad_ids, qs_th_teardown),
         cmocka_unit_test_teardown(test_add_broadcast, qs_th_teardown),
+        cmocka_unit_test_teardown(test_argmax_rows, qs_th_teardown),
         cmocka_unit_test_teardown(test_permute_heads, qs_th_teardown),
         cmocka_unit_test_teardown(test_softmax, qs_th_teardown),
         cmocka_unit_test_teardown(test_thread_count_independence, qs_th_teardown),

@@ -303,6 +303,21 @@ static void fd_check_model(const char *name, qs_model *m, float *x, const int32_
     if (!ok) fail_msg("FD check %s failed (see above)", name);
 }
 
+/* Non-trivial scales and shifts for every norm node of `kind`: weights U(0.5, 1.5), biases
+ * U(−0.5, 0.5) (at 1 and 0 some gradient paths would be degenerate). */
+static void randomize_norms(qs_model *m, qs_node_kind kind, qs_rng *r) {
+    for (int i = 0; i < m->params.count; i++) {
+        const qs_table_entry *e = &m->params.entries[i];
+        if (m->nodes[e->node].kind != kind) continue;
+        float v[64];
+        assert_true(e->numel <= 64);
+        bool is_weight = strstr(e->name, ".weight") != NULL;
+        for (int64_t k = 0; k < e->numel; k++)
+            v[k] = is_weight ? 0.5f + qs_rng_uniform(r) : qs_rng_uniform(r) - 0.5f;
+        ASSERT_OK(g_be->ops->copy_h2d(g_be, m->stream, qs_model_param_ptr(m, i), v, (size_t)e->numel * sizeof(float)));
+    }
+}
+
 static void run_fd_model(void **state) {
     const fd_model *c = *state;
     printf("[%s]\n", c->name);
@@ -314,17 +329,7 @@ static void run_fd_model(void **state) {
     qs_rng r;
     qs_rng_init(&r, qs_rng_key(2024, c->name, 0), 0);
 
-    /* BatchNorm: non-trivial γ, β */
-    for (int i = 0; i < m->params.count; i++) {
-        const qs_table_entry *e = &m->params.entries[i];
-        if (m->nodes[e->node].kind != QS_NODE_BATCHNORM2D) continue;
-        float v[64];
-        assert_true(e->numel <= 64);
-        bool is_weight = strstr(e->name, ".weight") != NULL;
-        for (int64_t k = 0; k < e->numel; k++)
-            v[k] = is_weight ? 0.5f + qs_rng_uniform(&r) : qs_rng_uniform(&r) - 0.5f;
-        ASSERT_OK(g_be->ops->copy_h2d(g_be, m->stream, qs_model_param_ptr(m, i), v, (size_t)e->numel * sizeof(float)));
-    }
+    randomize_norms(m, QS_NODE_BATCHNORM2D, &r);
     int64_t nx = c->N * c->H * c->W * c->C;
     float *x = malloc((size_t)nx * sizeof(float));
     int32_t *y = malloc((size_t)c->N * sizeof(int32_t));
@@ -385,16 +390,7 @@ static void run_fd_token_model(void **state) {
         ASSERT_OK(g_be->ops->copy_h2d(g_be, m->stream, qs_model_param_ptr(m, i), w, (size_t)e->numel * sizeof(float)));
         free(w);
     }
-    for (int i = 0; i < m->params.count; i++) {
-        const qs_table_entry *e = &m->params.entries[i];
-        if (m->nodes[e->node].kind != QS_NODE_LAYERNORM) continue;
-        float v[64];
-        assert_true(e->numel <= 64);
-        bool is_weight = strstr(e->name, ".weight") != NULL;
-        for (int64_t k = 0; k < e->numel; k++)
-            v[k] = is_weight ? 0.5f + qs_rng_uniform(&r) : qs_rng_uniform(&r) - 0.5f;
-        ASSERT_OK(g_be->ops->copy_h2d(g_be, m->stream, qs_model_param_ptr(m, i), v, (size_t)e->numel * sizeof(float)));
-    }
+    randomize_norms(m, QS_NODE_LAYERNORM, &r);
     const int64_t nx = c->N * c->T, vocab = strcmp(c->arch, "gpt") == 0 ? c->classes : 256;
     float *x = malloc((size_t)nx * sizeof(float));
     int32_t *y = malloc((size_t)(c->N * m->label_len) * sizeof(int32_t));

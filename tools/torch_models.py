@@ -302,11 +302,19 @@ class _Embedding(nn.Embedding):
         nn.init.normal_(self.weight, 0.0, EMBED_INIT_STD)
 
 
+# Benchmarks only (tools/torch_train_bench.py --sdpa): run causal attention without padding
+# through F.scaled_dot_product_attention (fused flash/memory-efficient kernels) instead of the
+# node-by-node form below. Same function, other rounding; never set for fixtures or comparisons.
+USE_SDPA = False
+
+
 def _attention(module, q, k, v, causal, key_pad=None):
     """softmax(q·kᵀ·alpha [causal | key padding mask]) · v over (N, H, T, D), with alpha =
     1.0f/sqrtf(D) in float32 as qsync computes it and module's optional attn_dropout on the
     probabilities. key_pad (N, Tk): True = masked. A query whose keys are all masked gets all-zero
     probabilities (qsync's softmax), not NaN."""
+    if USE_SDPA and key_pad is None and _TRACE is None and not hasattr(module, "attn_dropout"):
+        return _merge_heads(F.scaled_dot_product_attention(q, k, v, is_causal=causal))
     alpha = _f32(1.0 / _f32(math.sqrt(q.shape[-1])))
     for suffix, t in (("q", q), ("k", k), ("v", v)):
         _rec(module, suffix, t)

@@ -8,6 +8,10 @@ Usage: torch_train_bench.py --model cnn [--width 0] [--batch 128] [--steps 30] [
                             [--threads N] [--bf16] [--in 28x28x1] [--device cuda] [--channels-last]
 On a GPU (--device cuda) every window ends with a device synchronisation; --bf16 is then CUDA
 autocast (eager AMP), as PyTorch's usual mixed-precision training.
+Transformers (gpt*, bert*): --in 1x1xT (T tokens), --classes V (gpt: the vocabulary), random
+token ids, AdamW (lr 1e-4, weight decay 0.1), the mean cross-entropy over every position (gpt) or
+sample (bert); --layers/--heads as qsync's; --sdpa runs attention through
+F.scaled_dot_product_attention (fused kernels) instead of the node-by-node twin.
 """
 import argparse
 import json
@@ -32,6 +36,10 @@ def main():
     ap.add_argument("--in", dest="shape", default="28x28x1")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--channels-last", action="store_true", help="NHWC activations and weights")
+    ap.add_argument("--classes", type=int, default=10)
+    ap.add_argument("--layers", type=int, default=0)
+    ap.add_argument("--heads", type=int, default=0)
+    ap.add_argument("--sdpa", action="store_true", help="transformers: fused scaled_dot_product_attention")
     a = ap.parse_args()
     dev = torch.device(a.device)
     mf = torch.channels_last if a.channels_last else torch.contiguous_format
@@ -39,17 +47,30 @@ def main():
         torch.set_num_threads(a.threads)
     h, w, c = (int(v) for v in a.shape.split("x"))
     torch.manual_seed(0)
-    model = torch_models.build(a.model, h, w, c, 10, width=a.width).to(dev, memory_format=mf)
-    model.train()
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, nesterov=True, weight_decay=5e-4)
-    x = torch.randn(a.batch, c, h, w, device=dev).to(memory_format=mf)
-    y = torch.randint(0, 10, (a.batch,), device=dev)
     lossf = torch.nn.CrossEntropyLoss()
+    text = a.model.startswith(("gpt", "bert"))
+    if text:
+        if a.sdpa and not hasattr(torch.nn.functional, "scaled_dot_product_attention"):
+            sys.exit("torch_train_bench.py: --sdpa needs PyTorch 2.0 or later (this is %s)" % torch.__version__)
+        torch_models.USE_SDPA = a.sdpa
+        model = torch_models.build(a.model, h, w, c, a.classes, width=a.width, layers=a.layers,
+                                   heads=a.heads).to(dev)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1)
+        vocab = a.classes if a.model.startswith("gpt") else 256
+        x = torch.randint(1, vocab, (a.batch, c), device=dev)
+        y = torch.randint(0, a.classes, (a.batch, c) if a.model.startswith("gpt") else (a.batch,), device=dev)
+    else:
+        model = torch_models.build(a.model, h, w, c, a.classes, width=a.width).to(dev, memory_format=mf)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, nesterov=True, weight_decay=5e-4)
+        x = torch.randn(a.batch, c, h, w, device=dev).to(memory_format=mf)
+        y = torch.randint(0, a.classes, (a.batch,), device=dev)
+    model.train()
 
     def step():
         opt.zero_grad(set_to_none=True)
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=a.bf16):
-            loss = lossf(model(x), y)
+            out = model(x)
+            loss = lossf(out.reshape(-1, out.shape[-1]).float(), y.reshape(-1))
         loss.backward()
         opt.step()
 
@@ -70,7 +91,7 @@ def main():
     rates_sorted = sorted(rates)
     print(json.dumps({"framework": "pytorch", "torch": torch.__version__, "model": a.model, "width": a.width,
                       "batch": a.batch, "threads": torch.get_num_threads(), "bf16": a.bf16, "device": a.device,
-                      "channels_last": a.channels_last, "input": a.shape,
+                      "channels_last": a.channels_last, "input": a.shape, "sdpa": a.sdpa,
                       "images_per_s": rates, "median_images_per_s": rates_sorted[len(rates) // 2]}))
 
 

@@ -283,6 +283,10 @@ typedef struct qs_backend_ops {
     qs_status (*tanh_forward)(qs_backend *be, qs_stream *s, int64_t n, const float *x, float *y);
     qs_status (*tanh_backward)(qs_backend *be, qs_stream *s, int64_t n, const float *y, const float *dy,
                                float *dx, bool accumulate);
+    /* idx[r] = the first column holding row r's largest value of x (rows, cols), as a scan that
+     * replaces the best on `>`; a row with a NaN gives an unspecified column. Predictions for
+     * accuracy: the logits stay on the device, only one index per row travels. */
+    qs_status (*argmax_rows)(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const float *x, int32_t *idx);
     /* (N,H,W,C) → (N,C,H,W) and back (the inverse may accumulate into its destination). */
     qs_status (*nhwc_to_nchw)(qs_backend *be, qs_stream *s, int64_t N, int64_t H, int64_t W,
                               int64_t C, const float *x, float *y);

@@ -143,6 +143,7 @@ static const qs_backend_ops qs_cpu_ops = {
     .quantize = qs_cpu_quantize,
     .dequantize = qs_cpu_dequantize,
     .column_sums = qs_cpu_column_sums,
+    .argmax_rows = qs_cpu_argmax_rows,
     .batchnorm_forward_train = qs_cpu_batchnorm_forward_train,
     .batchnorm_forward_eval = qs_cpu_batchnorm_forward_eval,
     .batchnorm_backward = qs_cpu_batchnorm_backward,

@@ -113,6 +113,7 @@ qs_status qs_cpu_quantize(qs_backend *be, qs_stream *s, int64_t rows, int64_t co
                           const qs_sr *sr);
 qs_status qs_cpu_dequantize(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const qs_operand *src,
                             float *dst);
+qs_status qs_cpu_argmax_rows(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const float *x, int32_t *idx);
 qs_status qs_cpu_column_sums(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const float *x,
                              float *sums);
 /* Whether a storage dtype carries dequantization scales (S8, FP8). */

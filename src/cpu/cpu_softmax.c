@@ -57,3 +57,20 @@ qs_status qs_cpu_softmax_xent_backward(qs_backend *be, qs_stream *s, int64_t B, 
     }
     return QS_OK;
 }
+
+/* idx[b] = first argmax of row b (a sequential scan with `>`). */
+qs_status qs_cpu_argmax_rows(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const float *x, int32_t *idx) {
+    if (rows < 0 || cols < 1 || cols > INT32_MAX)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "argmax_rows: rows=%lld cols=%lld; need rows >= 0 and 1 <= cols < 2^31",
+                       (long long)rows, (long long)cols);
+    QS_TRY(qs_cpu_args_check("argmax_rows", rows, 2, (const void *[]){x, idx}));
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *row = x + r * cols;
+        int64_t best = 0;
+        for (int64_t c = 1; c < cols; c++)
+            if (row[c] > row[best]) best = c;
+        idx[r] = (int32_t)best;
+    }
+    return QS_OK;
+}

@@ -3,6 +3,7 @@
  * kernels record in the device flag word, precision support, plan dispatch and the
  * qs_backend_ops table. Host code only (C11); the kernels live in the .cu files. */
 #include "cuda/cuda_backend.h"
+#include "cuda/cuda_transformer.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -207,6 +208,7 @@ void qs_cuda_plan_destroy(qs_backend *be, void *plan) {
     case QS_CUDA_PLAN_LINEAR: qs_cuda_linear_plan_destroy(be, plan); break;
     case QS_CUDA_PLAN_CONV: qs_cuda_conv_plan_destroy(be, plan); break;
     case QS_CUDA_PLAN_POOL: qs_cuda_pool_plan_destroy(be, plan); break;
+    case QS_CUDA_PLAN_BMM: qs_cuda_bmm_plan_destroy(be, plan); break;
     }
 }
 
@@ -235,6 +237,10 @@ static const qs_backend_ops qs_cuda_ops = {
     .pool_forward = qs_cuda_pool_forward,
     .pool_backward = qs_cuda_pool_backward,
     .plan_destroy = qs_cuda_plan_destroy,
+    .bmm_plan = qs_cuda_bmm_plan,
+    .bmm_forward = qs_cuda_bmm_forward,
+    .bmm_backward_a = qs_cuda_bmm_backward_a,
+    .bmm_backward_b = qs_cuda_bmm_backward_b,
     .batchnorm_forward_train = qs_cuda_batchnorm_forward_train,
     .batchnorm_forward_eval = qs_cuda_batchnorm_forward_eval,
     .batchnorm_backward = qs_cuda_batchnorm_backward,
@@ -246,12 +252,25 @@ static const qs_backend_ops qs_cuda_ops = {
     .dropout_backward = qs_cuda_dropout_backward,
     .softmax_xent_forward = qs_cuda_softmax_xent_forward,
     .softmax_xent_backward = qs_cuda_softmax_xent_backward,
+    .layernorm_forward = qs_cuda_layernorm_forward,
+    .layernorm_backward = qs_cuda_layernorm_backward,
+    .gelu_forward = qs_cuda_gelu_forward,
+    .gelu_backward = qs_cuda_gelu_backward,
+    .embedding_forward = qs_cuda_embedding_forward,
+    .embedding_backward = qs_cuda_embedding_backward,
+    .add_broadcast = qs_cuda_add_broadcast,
+    .permute_heads = qs_cuda_permute_heads,
+    .softmax_forward = qs_cuda_softmax_forward,
+    .softmax_backward = qs_cuda_softmax_backward,
+    .tanh_forward = qs_cuda_tanh_forward,
+    .tanh_backward = qs_cuda_tanh_backward,
     .nhwc_to_nchw = qs_cuda_nhwc_to_nchw,
     .nchw_to_nhwc = qs_cuda_nchw_to_nhwc,
     .cast = qs_cuda_cast,
     .quantize = qs_cuda_quantize,
     .dequantize = qs_cuda_dequantize,
     .column_sums = qs_cuda_column_sums,
+    .argmax_rows = qs_cuda_argmax_rows,
     .sgd_step = qs_cuda_sgd_step,
     .adamw_step = qs_cuda_adamw_step,
     .sum_squares = qs_cuda_sum_squares,

@@ -10,8 +10,11 @@
  *   cuda_quant.cu       quantize / dequantize (INT8, FP8 E4M3/E5M2, BF16, FP16; RNE and
  *                       stochastic rounding, bit-identical to the CPU's core/numfmt.h)
  *   cuda_norm.cu        batch norm, pooling, softmax + cross-entropy
- *   cuda_linear.c       Linear through cuBLASLt (one wrapper for every GEMM precision)
+ *   cuda_linear.c       Linear and the batched matmul through cuBLASLt (one wrapper for every
+ *                       GEMM precision)
  *   cuda_linear_kernels.cu  the small kernels cuda_linear.c needs (FP8 transposes, bias sums)
+ *   cuda_transformer.cu the transformer's memory-bound ops: layer norm, GELU, tanh, embedding,
+ *                       position add, head permutes, masked softmax (cuda_transformer.h)
  *   cuda_conv.c         Conv2d through cuDNN
  * Host code is C (gcc); only kernels are CUDA C++ (nvcc), exported with C linkage.
  *
@@ -79,8 +82,13 @@ qs_stream *qs_cuda_default_stream(qs_backend *be);
 qs_prec_support qs_cuda_precision_support(qs_backend *be, qs_precision p);
 void qs_cuda_plan_destroy(qs_backend *be, void *plan); /* dispatches on the plan's kind tag */
 
-/* Every plan (linear, conv, pool) starts with this tag so plan_destroy can dispatch. */
-typedef enum qs_cuda_plan_kind { QS_CUDA_PLAN_LINEAR = 0x4c494e31, QS_CUDA_PLAN_CONV, QS_CUDA_PLAN_POOL } qs_cuda_plan_kind;
+/* Every plan (linear, conv, pool, bmm) starts with this tag so plan_destroy can dispatch. */
+typedef enum qs_cuda_plan_kind {
+    QS_CUDA_PLAN_LINEAR = 0x4c494e31,
+    QS_CUDA_PLAN_CONV,
+    QS_CUDA_PLAN_POOL,
+    QS_CUDA_PLAN_BMM
+} qs_cuda_plan_kind;
 
 /* ---- cuda_linear.c ---- */
 qs_status qs_cuda_linear_plan(qs_backend *be, const qs_linear_desc *d, void **plan, size_t *workspace);
@@ -92,6 +100,14 @@ qs_status qs_cuda_linear_backward_weights(qs_backend *be, void *plan, qs_stream 
                                           const qs_operand *x, float *dw, float *db, void *ws);
 void qs_cuda_linear_plan_destroy(qs_backend *be, void *plan);
 void qs_cuda_linear_release(qs_backend *be); /* the cuBLASLt handle, at destroy */
+qs_status qs_cuda_bmm_plan(qs_backend *be, const qs_bmm_desc *d, void **plan, size_t *workspace);
+qs_status qs_cuda_bmm_forward(qs_backend *be, void *plan, qs_stream *s, const qs_operand *a, const qs_operand *b,
+                              float *c, void *ws);
+qs_status qs_cuda_bmm_backward_a(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dc, const qs_operand *b,
+                                 float *da, bool accumulate, void *ws);
+qs_status qs_cuda_bmm_backward_b(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dc, const qs_operand *a,
+                                 float *db, bool accumulate, void *ws);
+void qs_cuda_bmm_plan_destroy(qs_backend *be, void *plan);
 
 /* ---- cuda_conv.c ---- */
 qs_status qs_cuda_conv_plan(qs_backend *be, const qs_conv_desc *d, void **plan, size_t *workspace);
@@ -144,6 +160,7 @@ qs_status qs_cuda_nchw_to_nhwc(qs_backend *be, qs_stream *s, int64_t N, int64_t 
                                const float *x, float *y, bool accumulate);
 qs_status qs_cuda_cast(qs_backend *be, qs_stream *s, int64_t n, const void *src, qs_dtype src_dt, void *dst,
                        qs_dtype dst_dt);
+qs_status qs_cuda_argmax_rows(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const float *x, int32_t *idx);
 qs_status qs_cuda_column_sums(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const float *x,
                               float *sums);
 qs_status qs_cuda_sgd_step(qs_backend *be, qs_stream *s, int64_t n, float *p, const float *g, float *buf, float lr,

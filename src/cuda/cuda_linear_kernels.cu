@@ -1,11 +1,14 @@
-/* src/cuda/cuda_linear_kernels.cu — defines: the small kernels around the Linear layer's
- * cuBLASLt products (declared, with their contracts, in cuda_linear_kernels.h):
+/* src/cuda/cuda_linear_kernels.cu — defines: the small kernels around the cuBLASLt products of
+ * cuda_linear.c (Linear and batched matmul; declared, with their contracts, in
+ * cuda_linear_kernels.h):
  *   transpose_u8   FP8 operand transposes (cuBLASLt's FP8 GEMMs take only the TN layout),
  *                  zero-filling the padding of both dimensions of the destination
  *   pad_u8         FP8 operand copies into a wider / taller row-major buffer, zero-filled
  *                  (cuBLASLt's FP8 GEMMs need 16-byte leading dimensions)
  *   unpad_f32      a padded FP32 GEMM result back into the caller's unpadded output, with
  *                  the bias and the accumulation that the product would have carried
+ *   (these three work on `batch` contiguous matrices at once: matrix b of a buffer starts at
+ *   b times the matrix size)
  *   bias_add       y += b for the FP8 forward (its FP32-output epilogue wants a BF16 bias)
  *   column sums    db of an FP32 dY, two passes over row blocks, double accumulation in a
  *                  fixed order (deterministic: no atomics)
@@ -18,14 +21,18 @@
 #define QS_LIN_TY 8
 
 /* One 32×32 tile at a time through shared memory: coalesced 32-byte row reads of src and
- * 32-byte row writes of dst. Tiles cover (rows_p, cols_p); source elements outside (rows, cols)
- * read as 0, so dst (cols_p, rows_p) is zero beyond column rows and beyond row cols. */
+ * 32-byte row writes of dst. Tiles cover (rows_p, cols_p) of each of the batch matrices
+ * (ntiles per matrix, visited matrix by matrix); source elements outside (rows, cols) read as 0,
+ * so dst (cols_p, rows_p) is zero beyond column rows and beyond row cols. */
 __global__ void __launch_bounds__(QS_LIN_TT *QS_LIN_TY)
-    qs_lin_transpose_u8(const uint8_t *__restrict__ src, int64_t rows, int64_t cols, uint8_t *__restrict__ dst,
-                        int64_t rows_p, int64_t cols_p, int64_t tiles_c, int64_t ntiles) {
+    qs_lin_transpose_u8(const uint8_t *__restrict__ src_all, int64_t rows, int64_t cols, uint8_t *__restrict__ dst_all,
+                        int64_t rows_p, int64_t cols_p, int64_t tiles_c, int64_t ntiles, int64_t batch) {
     __shared__ uint8_t tile[QS_LIN_TT][QS_LIN_TT + 1];
     const int tx = (int)threadIdx.x, ty = (int)threadIdx.y;
-    for (int64_t t = blockIdx.x; t < ntiles; t += gridDim.x) {
+    for (int64_t bt = blockIdx.x; bt < batch * ntiles; bt += gridDim.x) {
+        const int64_t b = bt / ntiles, t = bt % ntiles;
+        const uint8_t *src = src_all + b * rows * cols;
+        uint8_t *dst = dst_all + b * rows_p * cols_p;
         const int64_t r0 = (t / tiles_c) * QS_LIN_TT, c0 = (t % tiles_c) * QS_LIN_TT;
         for (int i = ty; i < QS_LIN_TT; i += QS_LIN_TY) {
             const int64_t r = r0 + i, c = c0 + tx;
@@ -47,11 +54,16 @@ __global__ void __launch_bounds__(QS_LIN_TT *QS_LIN_TY)
  * tile rows. */
 #define QS_LIN_TW 64
 __global__ void __launch_bounds__(256)
-    qs_lin_transpose_u8x4(const uint8_t *__restrict__ src, int64_t rows, int64_t cols, uint8_t *__restrict__ dst,
-                          int64_t rows_p, int64_t cols_p, int64_t tiles_c, int64_t ntiles) {
+    qs_lin_transpose_u8x4(const uint8_t *__restrict__ src_all, int64_t rows, int64_t cols,
+                          uint8_t *__restrict__ dst_all, int64_t rows_p, int64_t cols_p, int64_t tiles_c,
+                          int64_t ntiles, int64_t batch) {
     __shared__ __align__(16) uint8_t tile[QS_LIN_TW][QS_LIN_TW + 4];
     const int tx = (int)threadIdx.x, ty = (int)threadIdx.y; /* tx: 4-byte group, ty: row lane */
-    for (int64_t t = blockIdx.x; t < ntiles; t += gridDim.x) {
+    for (int64_t bt = blockIdx.x; bt < batch * ntiles; bt += gridDim.x) {
+        /* matrix starts stay 4-aligned: rows·cols and rows_p·cols_p are multiples of 4 */
+        const int64_t b = bt / ntiles, t = bt % ntiles;
+        const uint8_t *src = src_all + b * rows * cols;
+        uint8_t *dst = dst_all + b * rows_p * cols_p;
         const int64_t r0 = (t / tiles_c) * QS_LIN_TW, c0 = (t % tiles_c) * QS_LIN_TW;
         for (int i = ty; i < QS_LIN_TW; i += 16) {
             const int64_t r = r0 + i, c = c0 + 4 * tx;
@@ -71,43 +83,50 @@ __global__ void __launch_bounds__(256)
     }
 }
 
-/* dst (rows_p, cols_p) = src (rows, cols) with zeros beyond row rows and column cols; one
- * 4-byte destination word a thread (cols_p % 4 == 0, 4-aligned dst), its bytes read singly (src
- * rows have any length and alignment). */
+/* dst (rows_p, cols_p) = src (rows, cols) with zeros beyond row rows and column cols, for each
+ * of the batch matrices (the destination rows of all matrices form one sequence of rows_p·batch
+ * rows); one 4-byte destination word a thread (cols_p % 4 == 0, 4-aligned dst), its bytes read
+ * singly (src rows have any length and alignment). */
 __global__ void qs_lin_pad_u8x4(const uint8_t *__restrict__ src, int64_t rows, int64_t cols,
-                                uint32_t *__restrict__ dst, int64_t rows_p, int64_t words_per_row) {
-    const int64_t nwords = rows_p * words_per_row;
+                                uint32_t *__restrict__ dst, int64_t rows_p, int64_t words_per_row, int64_t batch) {
+    const int64_t nwords = batch * rows_p * words_per_row;
     for (int64_t w = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; w < nwords; w += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t r = w / words_per_row, c0 = (w % words_per_row) * 4;
+        const int64_t rr = w / words_per_row, c0 = (w % words_per_row) * 4;
+        const int64_t b = rr / rows_p, r = rr % rows_p;
+        const uint8_t *s = src + b * rows * cols;
         uint32_t v = 0u;
         if (r < rows)
             for (int j = 0; j < 4; j++) {
                 const int64_t c = c0 + j;
-                if (c < cols) v |= (uint32_t)src[r * cols + c] << (8 * j);
+                if (c < cols) v |= (uint32_t)s[r * cols + c] << (8 * j);
             }
-        dst[w] = v; /* byte offset 4·w = r·cols_p + c0 */
+        dst[w] = v; /* byte offset 4·w = (b·rows_p + r)·cols_p + c0 */
     }
 }
 
 /* The same a byte a thread, for any cols_p and alignment. */
 __global__ void qs_lin_pad_u8(const uint8_t *__restrict__ src, int64_t rows, int64_t cols, uint8_t *__restrict__ dst,
-                              int64_t rows_p, int64_t cols_p) {
-    const int64_t n = rows_p * cols_p;
+                              int64_t rows_p, int64_t cols_p, int64_t batch) {
+    const int64_t n = batch * rows_p * cols_p;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t r = i / cols_p, c = i % cols_p;
-        dst[i] = (r < rows && c < cols) ? src[r * cols + c] : (uint8_t)0;
+        const int64_t rr = i / cols_p, c = i % cols_p;
+        const int64_t b = rr / rows_p, r = rr % rows_p;
+        dst[i] = (r < rows && c < cols) ? src[(b * rows + r) * cols + c] : (uint8_t)0;
     }
 }
 
-/* dst (rows, cols) = [dst +] src (rows, cols; row stride ld) [+ b (cols)]: a thread an element;
+/* dst (rows, cols) = [dst +] src (rows, cols; row stride ld) [+ b (cols)] for each of the batch
+ * matrices (src matrix b at b·src_stride, dst matrix b at b·rows·cols): a thread an element;
  * the additions in this order, each rounded once, as the product's β = 1 epilogue and then
  * bias_add would round them. */
 __global__ void qs_lin_unpad_f32(int64_t rows, int64_t cols, const float *__restrict__ src, int64_t ld,
-                                 const float *__restrict__ b, int accumulate, float *__restrict__ dst) {
-    const int64_t n = rows * cols;
+                                 int64_t src_stride, int64_t batch, const float *__restrict__ b, int accumulate,
+                                 float *__restrict__ dst) {
+    const int64_t per = rows * cols, n = batch * per;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t r = i / cols, c = i % cols;
-        float v = src[r * ld + c];
+        const int64_t m = i / per, e = i % per;
+        const int64_t r = e / cols, c = e % cols;
+        float v = src[m * src_stride + r * ld + c];
         if (accumulate) v = dst[i] + v;
         if (b) v += b[c];
         dst[i] = v;
@@ -187,53 +206,60 @@ __global__ void qs_lin_colsum_final(const double *__restrict__ partial, int64_t 
 
 static unsigned grid_cap(int64_t want, int64_t cap) { return (unsigned)(want < 1 ? 1 : want > cap ? cap : want); }
 
-extern "C" qs_status qs_cuda_linear_transpose_u8(cudaStream_t stream, const void *src, int64_t rows, int64_t cols,
-                                                 void *dst, int64_t rows_padded, int64_t cols_padded) {
-    if (rows < 0 || cols < 0 || rows_padded < rows || cols_padded < cols)
+extern "C" qs_status qs_cuda_linear_transpose_u8(cudaStream_t stream, int64_t batch, const void *src, int64_t rows,
+                                                 int64_t cols, void *dst, int64_t rows_padded, int64_t cols_padded) {
+    if (batch < 0 || rows < 0 || cols < 0 || rows_padded < rows || cols_padded < cols)
         return QS_FAIL(QS_ERR_INTERNAL,
-                       "linear FP8 transpose: bad shape rows=%lld cols=%lld rows_padded=%lld cols_padded=%lld",
-                       (long long)rows, (long long)cols, (long long)rows_padded, (long long)cols_padded);
-    if (rows_padded == 0 || cols_padded == 0) return QS_OK;
+                       "FP8 GEMM operand transpose: bad shape batch=%lld rows=%lld cols=%lld rows_padded=%lld "
+                       "cols_padded=%lld",
+                       (long long)batch, (long long)rows, (long long)cols, (long long)rows_padded,
+                       (long long)cols_padded);
+    if (batch == 0 || rows_padded == 0 || cols_padded == 0) return QS_OK;
     if (cols % 4 == 0 && rows_padded % 4 == 0 && (uintptr_t)src % 4 == 0 && (uintptr_t)dst % 4 == 0) {
         const int64_t tr = (rows_padded + QS_LIN_TW - 1) / QS_LIN_TW, tc = (cols_padded + QS_LIN_TW - 1) / QS_LIN_TW;
-        qs_lin_transpose_u8x4<<<grid_cap(tr * tc, 1 << 16), dim3(16, 16), 0, stream>>>(
-            (const uint8_t *)src, rows, cols, (uint8_t *)dst, rows_padded, cols_padded, tc, tr * tc);
-        return qs_cuda_check_launch("linear FP8 operand transpose");
+        qs_lin_transpose_u8x4<<<grid_cap(batch * tr * tc, 1 << 16), dim3(16, 16), 0, stream>>>(
+            (const uint8_t *)src, rows, cols, (uint8_t *)dst, rows_padded, cols_padded, tc, tr * tc, batch);
+        return qs_cuda_check_launch("FP8 GEMM operand transpose");
     }
     const int64_t tiles_r = (rows_padded + QS_LIN_TT - 1) / QS_LIN_TT;
     const int64_t tiles_c = (cols_padded + QS_LIN_TT - 1) / QS_LIN_TT;
     const int64_t ntiles = tiles_r * tiles_c;
-    qs_lin_transpose_u8<<<grid_cap(ntiles, 1 << 16), dim3(QS_LIN_TT, QS_LIN_TY), 0, stream>>>(
-        (const uint8_t *)src, rows, cols, (uint8_t *)dst, rows_padded, cols_padded, tiles_c, ntiles);
-    return qs_cuda_check_launch("linear FP8 operand transpose");
+    qs_lin_transpose_u8<<<grid_cap(batch * ntiles, 1 << 16), dim3(QS_LIN_TT, QS_LIN_TY), 0, stream>>>(
+        (const uint8_t *)src, rows, cols, (uint8_t *)dst, rows_padded, cols_padded, tiles_c, ntiles, batch);
+    return qs_cuda_check_launch("FP8 GEMM operand transpose");
 }
 
-extern "C" qs_status qs_cuda_linear_pad_u8(cudaStream_t stream, const void *src, int64_t rows, int64_t cols, void *dst,
-                                           int64_t rows_padded, int64_t cols_padded) {
-    if (rows < 0 || cols < 0 || rows_padded < rows || cols_padded < cols)
-        return QS_FAIL(QS_ERR_INTERNAL, "linear FP8 pad: bad shape rows=%lld cols=%lld rows_padded=%lld cols_padded=%lld",
-                       (long long)rows, (long long)cols, (long long)rows_padded, (long long)cols_padded);
-    if (rows_padded == 0 || cols_padded == 0) return QS_OK;
+extern "C" qs_status qs_cuda_linear_pad_u8(cudaStream_t stream, int64_t batch, const void *src, int64_t rows,
+                                           int64_t cols, void *dst, int64_t rows_padded, int64_t cols_padded) {
+    if (batch < 0 || rows < 0 || cols < 0 || rows_padded < rows || cols_padded < cols)
+        return QS_FAIL(QS_ERR_INTERNAL,
+                       "FP8 GEMM operand pad: bad shape batch=%lld rows=%lld cols=%lld rows_padded=%lld "
+                       "cols_padded=%lld",
+                       (long long)batch, (long long)rows, (long long)cols, (long long)rows_padded,
+                       (long long)cols_padded);
+    if (batch == 0 || rows_padded == 0 || cols_padded == 0) return QS_OK;
     if (cols_padded % 4 == 0 && (uintptr_t)dst % 4 == 0) {
         const int64_t wpr = cols_padded / 4;
-        qs_lin_pad_u8x4<<<grid_cap((rows_padded * wpr + 255) / 256, 1 << 16), 256, 0, stream>>>(
-            (const uint8_t *)src, rows, cols, (uint32_t *)dst, rows_padded, wpr);
+        qs_lin_pad_u8x4<<<grid_cap((batch * rows_padded * wpr + 255) / 256, 1 << 16), 256, 0, stream>>>(
+            (const uint8_t *)src, rows, cols, (uint32_t *)dst, rows_padded, wpr, batch);
     } else {
-        qs_lin_pad_u8<<<grid_cap((rows_padded * cols_padded + 255) / 256, 1 << 16), 256, 0, stream>>>(
-            (const uint8_t *)src, rows, cols, (uint8_t *)dst, rows_padded, cols_padded);
+        qs_lin_pad_u8<<<grid_cap((batch * rows_padded * cols_padded + 255) / 256, 1 << 16), 256, 0, stream>>>(
+            (const uint8_t *)src, rows, cols, (uint8_t *)dst, rows_padded, cols_padded, batch);
     }
-    return qs_cuda_check_launch("linear FP8 operand pad");
+    return qs_cuda_check_launch("FP8 GEMM operand pad");
 }
 
-extern "C" qs_status qs_cuda_linear_unpad_f32(cudaStream_t stream, int64_t rows, int64_t cols, const float *src,
-                                              int64_t ld, const float *b, bool accumulate, float *dst) {
-    if (rows < 0 || cols < 0 || ld < cols)
-        return QS_FAIL(QS_ERR_INTERNAL, "linear unpad: bad shape rows=%lld cols=%lld ld=%lld", (long long)rows,
-                       (long long)cols, (long long)ld);
-    if (rows == 0 || cols == 0) return QS_OK;
-    qs_lin_unpad_f32<<<grid_cap((rows * cols + 255) / 256, 1 << 16), 256, 0, stream>>>(rows, cols, src, ld, b,
-                                                                                        accumulate ? 1 : 0, dst);
-    return qs_cuda_check_launch("linear padded result write-back");
+extern "C" qs_status qs_cuda_linear_unpad_f32(cudaStream_t stream, int64_t batch, int64_t rows, int64_t cols,
+                                              const float *src, int64_t ld, int64_t src_stride, const float *b,
+                                              bool accumulate, float *dst) {
+    if (batch < 0 || rows < 0 || cols < 0 || ld < cols || (batch > 1 && src_stride < rows * ld))
+        return QS_FAIL(QS_ERR_INTERNAL,
+                       "GEMM unpad: bad shape batch=%lld rows=%lld cols=%lld ld=%lld src_stride=%lld",
+                       (long long)batch, (long long)rows, (long long)cols, (long long)ld, (long long)src_stride);
+    if (batch == 0 || rows == 0 || cols == 0) return QS_OK;
+    qs_lin_unpad_f32<<<grid_cap((batch * rows * cols + 255) / 256, 1 << 16), 256, 0, stream>>>(
+        rows, cols, src, ld, src_stride, batch, b, accumulate ? 1 : 0, dst);
+    return qs_cuda_check_launch("GEMM padded result write-back");
 }
 
 extern "C" qs_status qs_cuda_linear_bias_add(cudaStream_t stream, int64_t M, int64_t N, const float *b, float *y) {

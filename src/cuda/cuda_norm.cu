@@ -386,6 +386,25 @@ __global__ void k_xent_bwd(int64_t B, int64_t K, const float *__restrict__ probs
     }
 }
 
+/* One warp per row: every lane scans its columns with `>` (so it keeps its first maximum), then
+ * the lanes' (value, column) pairs meet, the larger value or, on a tie, the smaller column. */
+__global__ void k_argmax_rows(int64_t rows, int64_t cols, const float *__restrict__ x, int32_t *__restrict__ idx) {
+    const int lane = threadIdx.x & 31;
+    const int64_t row = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (row >= rows) return; /* whole warps leave together */
+    const float *r = x + row * cols;
+    float best = -__int_as_float(0x7f800000);
+    int64_t at = cols; /* none yet */
+    for (int64_t c = lane; c < cols; c += 32)
+        if (at == cols || r[c] > best) best = r[c], at = c;
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+        const int64_t oa = __shfl_xor_sync(0xffffffffu, at, o);
+        if (ob > best || (ob == best && oa < at)) best = ob, at = oa;
+    }
+    if (lane == 0) idx[row] = (int32_t)(at < cols ? at : 0);
+}
+
 qs_status xent_check(const char *what, int64_t B, int64_t classes, int nptrs, const void *const *ptrs) {
     if (B < 0 || classes < 1)
         return QS_FAIL(QS_ERR_INVALID_ARG, "%s: B=%lld classes=%lld; need B >= 0 and classes >= 1", what,
@@ -555,4 +574,19 @@ extern "C" qs_status qs_cuda_softmax_xent_backward(qs_backend *be, qs_stream *s,
     if (B == 0) return QS_OK;
     k_xent_bwd<<<grid_for(B * classes), kBlock, 0, stream_of(be, s)>>>(B, classes, probs, labels, scale, dlogits);
     return qs_cuda_check_launch("softmax_xent_backward (gradient kernel)");
+}
+
+/* idx (rows) = the first column of each row's largest value of x (rows, cols). */
+extern "C" qs_status qs_cuda_argmax_rows(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const float *x,
+                                         int32_t *idx) {
+    const void *ptrs[] = {x, idx};
+    QS_TRY(xent_check("argmax_rows", rows, cols, 2, ptrs));
+    if (cols > INT32_MAX) return QS_FAIL(QS_ERR_INVALID_ARG, "argmax_rows: %lld columns exceed int32", (long long)cols);
+    if (rows == 0) return QS_OK;
+    const int rows_per_block = kBlock / 32;
+    const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
+    if (blocks > INT32_MAX)
+        return QS_FAIL(QS_ERR_UNSUPPORTED, "argmax_rows: %lld rows are too many for one launch", (long long)rows);
+    k_argmax_rows<<<(unsigned)blocks, kBlock, 0, stream_of(be, s)>>>(rows, cols, x, idx);
+    return qs_cuda_check_launch("argmax_rows (kernel)");
 }

@@ -126,8 +126,10 @@ static void qs_model_release_batch(qs_model *m) {
     }
     m->be->ops->free(m->be, m->workspace);
     m->be->ops->free(m->be, m->labels);
+    m->be->ops->free(m->be, m->predictions);
     m->workspace = NULL;
     m->labels = NULL;
+    m->predictions = NULL;
     m->workspace_bytes = 0;
 }
 
@@ -217,6 +219,7 @@ static qs_status qs_be_alloc(qs_model *m, size_t bytes, void **out) {
 static qs_status qs_model_setup_batch(qs_model *m, int64_t batch) {
     m->batch = batch;
     QS_TRY(qs_be_alloc(m, (size_t)(batch * m->label_len) * sizeof(int32_t), (void **)&m->labels));
+    QS_TRY(qs_be_alloc(m, (size_t)(batch * m->label_len) * sizeof(int32_t), (void **)&m->predictions));
     size_t ws = 0;
     for (int i = 0; i < m->n_nodes; i++) {
         qs_node *n = &m->nodes[i];
@@ -363,12 +366,13 @@ qs_status qs_model_loss_accuracy(qs_model *m, int64_t valid, double *mean_loss, 
     if (valid < 0 || valid > m->batch) valid = m->batch;
     const int64_t rows = m->batch * m->label_len, valid_rows = valid * m->label_len;
     float *loss = qs_host_alloc((size_t)rows * sizeof(float));
-    float *logits = qs_host_alloc((size_t)(rows * m->num_classes) * sizeof(float));
-    int32_t *labels = qs_host_alloc((size_t)rows * sizeof(int32_t));
-    qs_status st = (loss && logits && labels) ? QS_OK : QS_ERR_OOM;
+    int32_t *pred = qs_host_alloc((size_t)rows * sizeof(int32_t)), *labels = qs_host_alloc((size_t)rows * sizeof(int32_t));
+    qs_status st = (loss && pred && labels) ? QS_OK : QS_ERR_OOM;
     const qs_backend_ops *ops = m->be->ops;
+    if (st == QS_OK)
+        st = ops->argmax_rows(m->be, m->stream, rows, m->num_classes, m->nodes[m->logits_node].y, m->predictions);
     if (st == QS_OK) st = ops->copy_d2h(m->be, m->stream, loss, m->nodes[m->n_nodes - 1].y, (size_t)rows * sizeof(float));
-    if (st == QS_OK) st = qs_model_logits(m, logits);
+    if (st == QS_OK) st = ops->copy_d2h(m->be, m->stream, pred, m->predictions, (size_t)rows * sizeof(int32_t));
     if (st == QS_OK) st = ops->copy_d2h(m->be, m->stream, labels, m->labels, (size_t)rows * sizeof(int32_t));
     if (st == QS_OK) st = ops->stream_sync(m->be, m->stream);
     if (st == QS_OK) {
@@ -376,17 +380,13 @@ qs_status qs_model_loss_accuracy(qs_model *m, int64_t valid, double *mean_loss, 
         int64_t ok = 0;
         for (int64_t b = 0; b < valid_rows; b++) {
             sum += loss[b];
-            const float *row = logits + b * m->num_classes;
-            int64_t best = 0;
-            for (int64_t c = 1; c < m->num_classes; c++)
-                if (row[c] > row[best]) best = c;
-            ok += best == labels[b];
+            ok += pred[b] == labels[b];
         }
         if (mean_loss) *mean_loss = valid_rows ? sum / (double)valid_rows : 0.0;
         if (correct) *correct = ok;
     }
     qs_host_free(loss);
-    qs_host_free(logits);
+    qs_host_free(pred);
     qs_host_free(labels);
     return st;
 }
@@ -411,7 +411,7 @@ void qs_model_memory(const qs_model *m, qs_memory_report *r) {
     r->grads = m->params.bytes;
     r->buffers = m->buffers.bytes;
     r->workspace = m->workspace_bytes;
-    r->labels = m->be ? (size_t)(m->batch * m->label_len) * sizeof(int32_t) : 0;
+    r->labels = m->be ? 2 * (size_t)(m->batch * m->label_len) * sizeof(int32_t) : 0; /* labels, predictions */
     for (int i = 0; i < m->n_nodes; i++) {
         size_t out, grad, saved;
         qs_node_memory(m, &m->nodes[i], &out, &grad, &saved);

@@ -205,7 +205,7 @@ static inline bool qs_node_has_weights(const qs_node *n) { return n->n_params > 
 /* Memory accounting categories (bytes), reported by qs_model_memory(). */
 typedef struct qs_memory_report {
     size_t params, grads, optimizer, buffers, activations, activation_grads, saved, workspace;
-    size_t labels;             /* the batch's labels on the backend */
+    size_t labels;             /* the batch's labels and predictions on the backend */
 } qs_memory_report;
 
 /* An emulated slower device. Duty cycle (slowdown > 1): after every op the worker sleeps so
@@ -249,7 +249,8 @@ typedef struct qs_model {
     void *buffer_data;         /* buffers.bytes */
     void *workspace;           /* max over nodes */
     size_t workspace_bytes;
-    int32_t *labels;           /* (batch) on the backend */
+    int32_t *labels;           /* (batch·label_len) on the backend */
+    int32_t *predictions;      /* (batch·label_len) argmax of the logits, on the backend (accuracy) */
     void *grad_scratch;        /* per-op scratch for fan-in accumulation */
     bool training;
     uint64_t seed;

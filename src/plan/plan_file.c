@@ -596,7 +596,7 @@ qs_status qs_plan_validate(const qs_plan *p, const qs_model *m, qs_backend *be, 
         if (!qs_node_precision_selectable(nd->kind)) {
             const qs_layer_impl *impl = qs_layer_impl_for(nd->kind);
             return QS_FAIL(QS_ERR_INVALID_ARG, "plan %s: precisions[\"%s\"]: layer \"%s\" is a %s, whose precision "
-                           "cannot be chosen (only Linear and Conv2d layers can; normalizations, pooling and the loss "
+                           "cannot be chosen (only Linear, Conv2d and MatMul layers can; normalizations, pooling and the loss "
                            "stay fp32): remove it from the plan", p->origin, l->name, l->name,
                            impl && impl->kind_name ? impl->kind_name : "node of another kind");
         }
