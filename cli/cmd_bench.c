@@ -1,5 +1,7 @@
-/* cli/cmd_bench.c — `qsync bench gemm|layer|quantize|step`: throughput per precision on this
- * machine, medians of interleaved repetitions (cli/bench_common.h), marked native/emulated. */
+/* cli/cmd_bench.c — `qsync bench gemm|layer|quantize|step|allreduce`: throughput per precision on
+ * this machine, medians of interleaved repetitions (cli/bench_common.h), marked native/emulated.
+ * gemm and layer also take --device cuda[:N] (the CUDA backend; a build without CUDA, or no such
+ * GPU, fails with the backend's message and exit status 1) and --size / --shape (one Linear). */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,9 +19,51 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* Median, min and max of n sorted-in-place samples. */
+static qs_bench_stat stat_of(double *t, int n, int inner) {
+    qsort(t, (size_t)n, sizeof(double), cmp_double);
+    qs_bench_stat s = {.median_ms = t[n / 2], .min_ms = t[0], .max_ms = t[n - 1], .inner = inner};
+    if (n % 2 == 0) s.median_ms = 0.5 * (t[n / 2 - 1] + t[n / 2]);
+    return s;
+}
+
+/* The GPU method (bench_common.h): batches of inner[i] runs between stream_syncs. */
+static qs_status bench_run_device(const qs_bench_opts *o, int n, qs_bench_fn *fns, void **ctxs, double (*t)[QS_BENCH_MAX_REPS],
+                                  qs_bench_stat *stats) {
+    qs_backend *be = o->be;
+    int inner[QS_BENCH_MAX_PRECS * 8];
+    for (int i = 0; i < n; i++) QS_TRY(fns[i](ctxs[i])); /* first runs: handles, algorithms, pools */
+    QS_TRY(be->ops->stream_sync(be, NULL));
+    for (int i = 0; i < n; i++) {
+        if (o->inner > 0) {
+            inner[i] = o->inner;
+            continue;
+        }
+        double t0 = qs_now_ms();
+        QS_TRY(fns[i](ctxs[i]));
+        QS_TRY(be->ops->stream_sync(be, NULL));
+        double one = qs_now_ms() - t0, want = QS_BENCH_BATCH_MS / (one > 1e-3 ? one : 1e-3);
+        inner[i] = want < 1 ? 1 : want > QS_BENCH_MAX_INNER ? QS_BENCH_MAX_INNER : (int)(want + 0.999);
+    }
+    for (int r = 0; r < o->warmup; r++)
+        for (int i = 0; i < n; i++)
+            for (int k = 0; k < inner[i]; k++) QS_TRY(fns[i](ctxs[i]));
+    for (int r = 0; r < o->reps; r++)
+        for (int i = 0; i < n; i++) {
+            QS_TRY(be->ops->stream_sync(be, NULL)); /* the previous case's batch is not ours */
+            double t0 = qs_now_ms();
+            for (int k = 0; k < inner[i]; k++) QS_TRY(fns[i](ctxs[i]));
+            QS_TRY(be->ops->stream_sync(be, NULL));
+            t[i][r] = (qs_now_ms() - t0) / inner[i];
+        }
+    for (int i = 0; i < n; i++) stats[i] = stat_of(t[i], o->reps, inner[i]);
+    return QS_OK;
+}
+
 qs_status qs_bench_run(const qs_bench_opts *o, int n, qs_bench_fn *fns, void **ctxs, qs_bench_stat *stats) {
     static double t[QS_BENCH_MAX_PRECS * 8][QS_BENCH_MAX_REPS];
     if (n > QS_BENCH_MAX_PRECS * 8) return QS_FAIL(QS_ERR_INTERNAL, "bench: %d cases in one run, at most %d", n, QS_BENCH_MAX_PRECS * 8);
+    if (o->device_sync) return bench_run_device(o, n, fns, ctxs, t, stats);
     for (int r = 0; r < o->warmup; r++)
         for (int i = 0; i < n; i++) QS_TRY(fns[i](ctxs[i]));
     for (int r = 0; r < o->reps; r++)
@@ -28,11 +72,7 @@ qs_status qs_bench_run(const qs_bench_opts *o, int n, qs_bench_fn *fns, void **c
             QS_TRY(fns[i](ctxs[i]));
             t[i][r] = qs_now_ms() - t0;
         }
-    for (int i = 0; i < n; i++) {
-        qsort(t[i], (size_t)o->reps, sizeof(double), cmp_double);
-        stats[i] = (qs_bench_stat){.median_ms = t[i][o->reps / 2], .min_ms = t[i][0], .max_ms = t[i][o->reps - 1]};
-        if (o->reps % 2 == 0) stats[i].median_ms = 0.5 * (t[i][o->reps / 2 - 1] + t[i][o->reps / 2]);
-    }
+    for (int i = 0; i < n; i++) stats[i] = stat_of(t[i], o->reps, 1);
     return QS_OK;
 }
 
@@ -59,7 +99,47 @@ static const char *const qs_bench_summary =
     "throughput on one thread and on all), `step` (whole training steps of a model, synthetic data),\n"
     "`allreduce` (under mpirun: the bucketed gradient all-reduce against MPI_Allreduce called directly).\n"
     "Medians of --reps interleaved repetitions after --warmup; each precision marked native or emulated.\n"
+    "gemm and layer also run on a GPU (--device cuda[:N]: every sample a batch of runs between stream\n"
+    "syncs; TFLOP/s and ratios to bf16) and on one square (--size N) or any (--shape MxNxK) Linear shape.\n"
     "Usage: qsync bench gemm|layer|quantize|step|allreduce [options]";
+
+/* "cpu" → *cuda false; "cuda" → device 0; "cuda:N" → device N. False for anything else. */
+static bool parse_device(const char *text, bool *cuda, int *device) {
+    *cuda = false;
+    *device = 0;
+    if (strcmp(text, "cpu") == 0) return true;
+    *cuda = true;
+    if (strcmp(text, "cuda") == 0) return true;
+    if (strncmp(text, "cuda:", 5) != 0 || text[5] < '0' || text[5] > '9') return false;
+    char *end = NULL;
+    long n = strtol(text + 5, &end, 10);
+    *device = (int)n;
+    return *end == '\0' && n <= 1024;
+}
+
+/* --size / --shape into o->shape_*; 0, or 2 after a message. Each dimension 1..2^20 and every
+ * operand at most 2^32 elements. */
+static int parse_shape(int64_t size, const char *shape, qs_bench_opts *o) {
+    if (size && shape) {
+        fprintf(stderr, "qsync bench: give --size or --shape, not both\n");
+        return 2;
+    }
+    if (!size && !shape) return 0;
+    long long m = size, n = size, k = size;
+    int used = 0;
+    if (shape && (sscanf(shape, "%lldx%lldx%lld%n", &m, &n, &k, &used) != 3 || shape[used] != '\0')) {
+        fprintf(stderr, "qsync bench: --shape must be MxNxK, e.g. 8192x8192x8192 (got '%s')\n", shape);
+        return 2;
+    }
+    const long long lim = 1LL << 20, elim = 1LL << 32;
+    if (m < 1 || n < 1 || k < 1 || m > lim || n > lim || k > lim || m * k > elim || n * k > elim || m * n > elim) {
+        fprintf(stderr, "qsync bench: --size/--shape: M=%lld N=%lld K=%lld: each must be 1..%lld and each operand "
+                "at most %lld elements\n", m, n, k, lim, elim);
+        return 2;
+    }
+    o->shape_m = m, o->shape_n = n, o->shape_k = k;
+    return 0;
+}
 
 int qs_cmd_bench(int argc, char **argv) {
     if (argc < 3 || argv[2][0] == '-') {
@@ -72,26 +152,46 @@ int qs_cmd_bench(int argc, char **argv) {
     }
     const char *part = argv[2];
     qs_bench_opts o = {.reps = 9, .warmup = 2, .threads = 0, .model = "cnn", .width = 0, .batch = 128};
-    const char *precs = "fp32,bf16,int8";
+    const char *precs = NULL, *device = "cpu", *shape = NULL;
+    int64_t size = 0;
     const qs_cli_opt opts[] = {
-        {"precisions", QS_CLI_STR, &precs, "LIST", "comma-separated precisions (default fp32,bf16,int8)"},
+        {"precisions", QS_CLI_STR, &precs, "LIST", "comma-separated precisions (default fp32,bf16,int8; on cuda fp32,tf32,bf16,fp16,fp8)"},
         {"reps", QS_CLI_INT, &o.reps, "N", "timed repetitions per case (default 9; medians reported)"},
         {"warmup", QS_CLI_INT, &o.warmup, "N", "untimed repetitions first (default 2)"},
         {"threads", QS_CLI_INT, &o.threads, "N", "compute threads (default: OpenMP's)"},
         {"model", QS_CLI_STR, &o.model, "NAME", "step: built-in model (default cnn)"},
         {"width", QS_CLI_I64, &o.width, "W", "step: model width (0 = the model's default)"},
         {"batch", QS_CLI_I64, &o.batch, "B", "step: batch size (default 128)"},
+        {"device", QS_CLI_STR, &device, "D", "gemm, layer: cpu (default), cuda or cuda:N"},
+        {"size", QS_CLI_I64, &size, "N", "gemm, layer: one square Linear N x N x N instead of the built-in shapes"},
+        {"shape", QS_CLI_STR, &shape, "MxNxK", "gemm, layer: one Linear shape (Y MxN, K inner) instead of the built-in shapes"},
+        {"inner", QS_CLI_INT, &o.inner, "N", "cuda: runs per timed sample (default 0: enough for ~25 ms)"},
         {"json", QS_CLI_FLAG, &o.json, NULL, "print one JSON document instead of tables"},
     };
     char cmd[64];
     snprintf(cmd, sizeof cmd, "bench %s", part);
     int rc = qs_cli_parse(argc, argv, 3, opts, (int)(sizeof opts / sizeof *opts), cmd, qs_bench_summary);
     if (rc) return rc == 1 ? 0 : rc;
-    if (o.reps < 1 || o.reps > QS_BENCH_MAX_REPS || o.warmup < 0 || o.threads < 0 || o.batch < 1) {
-        fprintf(stderr, "qsync bench: --reps must be 1..%d, --warmup and --threads >= 0, --batch >= 1\n", QS_BENCH_MAX_REPS);
+    if (o.reps < 1 || o.reps > QS_BENCH_MAX_REPS || o.warmup < 0 || o.threads < 0 || o.batch < 1 || o.inner < 0 ||
+        o.inner > QS_BENCH_MAX_INNER) {
+        fprintf(stderr, "qsync bench: --reps must be 1..%d, --warmup and --threads >= 0, --batch >= 1, --inner 0..%d\n",
+                QS_BENCH_MAX_REPS, QS_BENCH_MAX_INNER);
         return 2;
     }
-    if (qs_bench_parse_precs(precs, &o) != QS_OK) {
+    bool cuda = false;
+    int dev = 0;
+    if (!parse_device(device, &cuda, &dev)) {
+        fprintf(stderr, "qsync bench: --device must be cpu, cuda or cuda:N (got '%s')\n", device);
+        return 2;
+    }
+    const bool products = strcmp(part, "gemm") == 0 || strcmp(part, "layer") == 0;
+    if ((cuda || size || shape) && !products) {
+        fprintf(stderr, "qsync bench: --device, --size and --shape apply to gemm and layer only (%s runs on the CPU "
+                "backend)\n", part);
+        return 2;
+    }
+    if ((rc = parse_shape(size, shape, &o))) return rc;
+    if (qs_bench_parse_precs(precs ? precs : cuda ? "fp32,tf32,bf16,fp16,fp8" : "fp32,bf16,int8", &o) != QS_OK) {
         fprintf(stderr, "qsync bench: %s\n", qs_last_error());
         return 2;
     }
@@ -105,27 +205,49 @@ int qs_cmd_bench(int argc, char **argv) {
         fprintf(stderr, "qsync bench: unknown part '%s' (gemm, layer, quantize, step, allreduce)\n", part);
         return 2;
     }
+    char devname[32];
+    snprintf(devname, sizeof devname, cuda ? "cuda:%d" : "cpu", dev);
+    o.device = devname;
+    o.device_sync = cuda;
     if (qs_comm_init(&argc, &argv, &o.comm) != QS_OK) return qs_cmd_fail("bench");
-    if (qs_backend_cpu_create(o.threads, &o.be) != QS_OK) return qs_cmd_fail("bench");
+    if ((cuda ? qs_backend_cuda_create(dev, &o.be) : qs_backend_cpu_create(o.threads, &o.be)) != QS_OK) {
+        rc = qs_cmd_fail("bench");
+        qs_comm_finalize(o.comm);
+        return rc;
+    }
     o.rows = cJSON_CreateArray();
+    o.skipped = cJSON_CreateArray();
     qs_status st = run(&o);
     const int rank = qs_comm_rank(o.comm);
     if (st == QS_OK && o.json && rank == 0) {
         cJSON *doc = cJSON_CreateObject();
         cJSON_AddStringToObject(doc, "part", part);
+        cJSON_AddStringToObject(doc, "device", o.device);
         cJSON_AddNumberToObject(doc, "threads", omp_get_max_threads());
         cJSON_AddNumberToObject(doc, "reps", o.reps);
+        cJSON_AddNumberToObject(doc, "warmup", o.warmup);
+        if (o.includes) cJSON_AddStringToObject(doc, "includes", o.includes);
+        if (cuda)
+            cJSON_AddStringToObject(doc, "timing",
+                                    "every sample: stream_sync, clock, `inner` runs (per row), stream_sync, clock; "
+                                    "elapsed / inner; median (min, max) of `reps` samples, precisions interleaved per "
+                                    "sample; before them one run of every case, then `warmup` untimed batches");
         cJSON *sup = cJSON_AddObjectToObject(doc, "support");
         for (int p = 0; p < QS_PREC_COUNT; p++)
             cJSON_AddStringToObject(sup, qs_precision_name((qs_precision)p), qs_bench_support(&o, (qs_precision)p));
         cJSON_AddItemToObject(doc, "results", o.rows);
         o.rows = NULL;
+        if (cJSON_GetArraySize(o.skipped) > 0) {
+            cJSON_AddItemToObject(doc, "skipped", o.skipped);
+            o.skipped = NULL;
+        }
         char *s = cJSON_Print(doc);
         puts(s);
         free(s);
         cJSON_Delete(doc);
     }
     cJSON_Delete(o.rows);
+    cJSON_Delete(o.skipped);
     o.be->ops->destroy(o.be);
     if (st != QS_OK && qs_comm_world(o.comm) > 1) {
         fprintf(stderr, "qsync bench: rank %d: error: %s\n", rank, qs_last_error());
