@@ -103,20 +103,6 @@ static const char *const qs_bench_summary =
     "syncs; TFLOP/s and ratios to bf16) and on one square (--size N) or any (--shape MxNxK) Linear shape.\n"
     "Usage: qsync bench gemm|layer|quantize|step|allreduce [options]";
 
-/* "cpu" → *cuda false; "cuda" → device 0; "cuda:N" → device N. False for anything else. */
-static bool parse_device(const char *text, bool *cuda, int *device) {
-    *cuda = false;
-    *device = 0;
-    if (strcmp(text, "cpu") == 0) return true;
-    *cuda = true;
-    if (strcmp(text, "cuda") == 0) return true;
-    if (strncmp(text, "cuda:", 5) != 0 || text[5] < '0' || text[5] > '9') return false;
-    char *end = NULL;
-    long n = strtol(text + 5, &end, 10);
-    *device = (int)n;
-    return *end == '\0' && n <= 1024;
-}
-
 /* --size / --shape into o->shape_*; 0, or 2 after a message. Each dimension 1..2^20 and every
  * operand at most 2^32 elements. */
 static int parse_shape(int64_t size, const char *shape, qs_bench_opts *o) {
@@ -180,7 +166,7 @@ int qs_cmd_bench(int argc, char **argv) {
     }
     bool cuda = false;
     int dev = 0;
-    if (!parse_device(device, &cuda, &dev)) {
+    if (!qs_cli_parse_device(device, &cuda, &dev)) {
         fprintf(stderr, "qsync bench: --device must be cpu, cuda or cuda:N (got '%s')\n", device);
         return 2;
     }

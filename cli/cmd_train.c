@@ -44,20 +44,6 @@ int qs_cli_precision_options(const char *cmd, const char *precision, const char 
     return 0;
 }
 
-/* "cpu" → *cuda false; "cuda" → device 0; "cuda:N" → device N. False for anything else. */
-static bool qs_train_parse_device(const char *text, bool *cuda, int *device) {
-    *cuda = false;
-    *device = 0;
-    if (strcmp(text, "cpu") == 0) return true;
-    *cuda = true;
-    if (strcmp(text, "cuda") == 0) return true;
-    if (strncmp(text, "cuda:", 5) != 0 || text[5] < '0' || text[5] > '9') return false;
-    char *end = NULL;
-    long n = strtol(text + 5, &end, 10);
-    *device = (int)n;
-    return *end == '\0' && n <= 1024;
-}
-
 /* Translate the textual options that need checking into the config; 0 or 2. */
 static int qs_train_check(qs_train_config *c, const char *optimizer, const char *precision, const char *device,
                           const char *grad_rounding, const char *weight_scales) {
@@ -84,7 +70,7 @@ static int qs_train_check(qs_train_config *c, const char *optimizer, const char 
         fprintf(stderr, "qsync train: --loss-scale-window must be ≥ 1\n");
         return 2;
     }
-    if (!qs_train_parse_device(device, &c->cuda, &c->cuda_device)) {
+    if (!qs_cli_parse_device(device, &c->cuda, &c->cuda_device)) {
         fprintf(stderr, "qsync train: --device must be cpu, cuda or cuda:N (got '%s')\n", device);
         return 2;
     }

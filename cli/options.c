@@ -96,3 +96,18 @@ int qs_cli_parse(int argc, char **argv, int first, const qs_cli_opt *opts, int n
     }
     return 0;
 }
+
+/* --device: "cpu" → *cuda false; "cuda" → device 0; "cuda:N" → device N. False for anything else. */
+bool qs_cli_parse_device(const char *text, bool *cuda, int *device) {
+    *cuda = false;
+    *device = 0;
+    if (strcmp(text, "cpu") == 0) return true;
+    *cuda = true;
+    if (strcmp(text, "cuda") == 0) return true;
+    if (strncmp(text, "cuda:", 5) != 0 || text[5] < '0' || text[5] > '9') return false;
+    char *end = NULL;
+    long n = strtol(text + 5, &end, 10);
+    *device = (int)n;
+    return *end == '\0' && n <= 1024;
+}
+

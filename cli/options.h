@@ -23,4 +23,7 @@ int qs_cli_parse(int argc, char **argv, int first, const qs_cli_opt *opts, int n
                  const char *summary);
 void qs_cli_usage(FILE *f, const char *cmd, const char *summary, const qs_cli_opt *opts, int n);
 
+/* --device: "cpu" → *cuda false; "cuda" → device 0; "cuda:N" → device N. False for anything else. */
+bool qs_cli_parse_device(const char *text, bool *cuda, int *device);
+
 #endif
