@@ -107,7 +107,7 @@ int qs_cmd_run(int argc, char **argv) {
         {"cluster", QS_CLI_STR, &cluster_path, "FILE", "the workers (docs/CLUSTERS.md; default " QS_RUN_DEFAULT_CLUSTER ")"},
         {"model", QS_CLI_STR, &c.train.model, "NAME", "model (default cnn)"},
         {"width", QS_CLI_I64, &c.train.model_opt.width, "N", "model width (0 = the architecture's default)"},
-        {"data", QS_CLI_STR, &c.train.data, "NAME", "fashion-mnist (default), cifar10, synthetic"},
+        {"data", QS_CLI_STR, &c.train.data, "NAME", "fashion-mnist (default), cifar10, synthetic[:HxWxC], fortunes[:T], fortune-topics[:T], tokens:PATH[:T[:V]], synthetic-text:V:T (docs/DATA.md)"},
         {"data-dir", QS_CLI_STR, &c.train.data_dir, "DIR", "dataset directory"},
         {"batch", QS_CLI_I64, &c.train.batch, "N", "global batch, split evenly over the workers (default 128)"},
         {"epochs", QS_CLI_I64, &c.train.epochs, "N", "epochs per run (default 1; ignored with --steps)"},

@@ -135,7 +135,7 @@ int qs_cmd_train(int argc, char **argv) {
     bool json = false, quiet = false, no_progress = false;
     qs_cli_opt opts[] = {
         {"model", QS_CLI_STR, &c.model, "NAME", "model: mlp, cnn, resnet18/34/50, vgg11/16, gpt, gpt-mini, bert, bert-mini (default cnn)"},
-        {"data", QS_CLI_STR, &c.data, "NAME", "fashion-mnist (default), cifar10, synthetic"},
+        {"data", QS_CLI_STR, &c.data, "NAME", "fashion-mnist (default), cifar10, synthetic[:HxWxC], fortunes[:T], fortune-topics[:T], tokens:PATH[:T[:V]], synthetic-text:V:T (docs/DATA.md)"},
         {"data-dir", QS_CLI_STR, &c.data_dir, "DIR", "dataset directory (default: the Debian package's)"},
         {"epochs", QS_CLI_I64, &c.epochs, "N", "epochs (default 1; ignored when --steps is given)"},
         {"steps", QS_CLI_I64, &c.steps, "N", "total optimizer steps"},
