@@ -100,7 +100,8 @@ static const char *const qs_bench_summary =
     "`allreduce` (under mpirun: the bucketed gradient all-reduce against MPI_Allreduce called directly).\n"
     "Medians of --reps interleaved repetitions after --warmup; each precision marked native or emulated.\n"
     "gemm and layer also run on a GPU (--device cuda[:N]: every sample a batch of runs between stream\n"
-    "syncs; TFLOP/s and ratios to bf16) and on one square (--size N) or any (--shape MxNxK) Linear shape.\n"
+    "syncs; TFLOP/s and ratios to bf16) and on one square (--size N) or any (--shape MxNxK) Linear shape;\n"
+    "allreduce on a GPU that every rank shares: CUDA IPC against host-staged MPI_Allreduce.\n"
     "Usage: qsync bench gemm|layer|quantize|step|allreduce [options]";
 
 /* --size / --shape into o->shape_*; 0, or 2 after a message. Each dimension 1..2^20 and every
@@ -148,7 +149,7 @@ int qs_cmd_bench(int argc, char **argv) {
         {"model", QS_CLI_STR, &o.model, "NAME", "step: built-in model (default cnn)"},
         {"width", QS_CLI_I64, &o.width, "W", "step: model width (0 = the model's default)"},
         {"batch", QS_CLI_I64, &o.batch, "B", "step: batch size (default 128)"},
-        {"device", QS_CLI_STR, &device, "D", "gemm, layer: cpu (default), cuda or cuda:N"},
+        {"device", QS_CLI_STR, &device, "D", "gemm, layer, allreduce: cpu (default), cuda or cuda:N"},
         {"size", QS_CLI_I64, &size, "N", "gemm, layer: one square Linear N x N x N instead of the built-in shapes"},
         {"shape", QS_CLI_STR, &shape, "MxNxK", "gemm, layer: one Linear shape (Y MxN, K inner) instead of the built-in shapes"},
         {"inner", QS_CLI_INT, &o.inner, "N", "cuda: runs per timed sample (default 0: enough for ~25 ms)"},
@@ -171,8 +172,12 @@ int qs_cmd_bench(int argc, char **argv) {
         return 2;
     }
     const bool products = strcmp(part, "gemm") == 0 || strcmp(part, "layer") == 0;
-    if ((cuda || size || shape) && !products) {
-        fprintf(stderr, "qsync bench: --device, --size and --shape apply to gemm and layer only (%s runs on the CPU "
+    if ((size || shape) && !products) {
+        fprintf(stderr, "qsync bench: --size and --shape apply to gemm and layer only\n");
+        return 2;
+    }
+    if (cuda && !products && strcmp(part, "allreduce") != 0) {
+        fprintf(stderr, "qsync bench: --device applies to gemm, layer and allreduce only (%s runs on the CPU "
                 "backend)\n", part);
         return 2;
     }

@@ -9,6 +9,7 @@
 #include "commands.h"
 #include "core/atomic_file.h"
 #include "dist/cluster.h"
+#include "dist/mps.h"
 #include "dist/comm.h"
 #include "options.h"
 #include "predict/profile_job.h"
@@ -64,7 +65,7 @@ static void qs_profile_out_path(const char *pattern, const char *type, char *buf
 
 int qs_cmd_profile(int argc, char **argv) {
     const char *model = NULL, *data = "fashion-mnist", *data_dir = NULL, *precs = NULL, *out_path = NULL;
-    const char *optimizer = "sgd", *cluster_path = NULL, *type = NULL;
+    const char *optimizer = "sgd", *cluster_path = NULL, *type = NULL, *device = "cpu";
     int64_t batch = 64, width = 0;
     int threads = 0, warmup = 3, reps = 10;
     double bucket_mb = 25;
@@ -79,6 +80,7 @@ int qs_cmd_profile(int argc, char **argv) {
         {"allow-emulated", QS_CLI_FLAG, &allow_emulated, NULL, "also profile precisions the backend only emulates"},
         {"optimizer", QS_CLI_STR, &optimizer, "NAME", "sgd (default, momentum 0.9) or adamw"},
         {"threads", QS_CLI_INT, &threads, "N", "compute threads (default OpenMP's)"},
+        {"device", QS_CLI_STR, &device, "D", "cpu (default), cuda or cuda:N (a cluster's cuda worker: its own)"},
         {"warmup", QS_CLI_INT, &warmup, "N", "untimed steps per precision (default 3)"},
         {"reps", QS_CLI_INT, &reps, "N", "timed steps per precision (default 10; medians)"},
         {"bucket-mb", QS_CLI_DOUBLE, &bucket_mb, "MB", "under mpirun: gradient bucket size, as in training (default 25)"},
@@ -106,6 +108,10 @@ int qs_cmd_profile(int argc, char **argv) {
         fprintf(stderr, "qsync profile: --precisions: %s\n", err);
         return 2;
     }
+    if (!qs_cli_parse_device(device, &job.cuda, &job.cuda_device)) {
+        fprintf(stderr, "qsync profile: --device must be cpu, cuda or cuda:N (got '%s')\n", device);
+        return 2;
+    }
     if (qs_optim_kind_parse(optimizer, &job.optimizer) != QS_OK) return qs_cmd_fail("profile");
     qs_comm *comm = NULL;
     if (qs_comm_init(&argc, &argv, &comm) != QS_OK) return qs_cmd_fail("profile");
@@ -123,6 +129,7 @@ int qs_cmd_profile(int argc, char **argv) {
     if (cluster_path) {
         st = qs_cluster_read(cluster_path, &cluster);
         if (st == QS_OK) st = qs_profile_worker(&cluster, type, rank, world, &job.worker);
+        if (st == QS_OK) st = qs_mps_apply(job.worker, rank); /* before any CUDA context */
         if (st == QS_OK) {
             own_type = job.worker->type;
             writer = type ? rank == 0 : true;

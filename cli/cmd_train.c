@@ -11,6 +11,7 @@
 #include "options.h"
 #include "stop_signals.h"
 #include "dist/cluster.h"
+#include "dist/mps.h"
 #include "dist/comm.h"
 #include "train/trainer.h"
 
@@ -164,7 +165,7 @@ int qs_cmd_train(int argc, char **argv) {
         {"weight-scales", QS_CLI_STR, &weight_scales, "S", "INT8 weight scales: tensor (default) or channel"},
         {"loss-scale", QS_CLI_STR, &c.loss_scale, "S", "auto (dynamic if any fp16), none, dynamic[:INIT], or N"},
         {"loss-scale-window", QS_CLI_I64, &c.loss_scale_window, "N", "dynamic loss scale doubles after N good steps (2000)"},
-        {"device", QS_CLI_STR, &device, "D", "cpu (default), cuda or cuda:N (one GPU, one process, for now)"},
+        {"device", QS_CLI_STR, &device, "D", "cpu (default), cuda or cuda:N (under mpirun every rank shares that GPU; a --cluster sets it per worker)"},
         {"seed", QS_CLI_U64, &c.seed, "N", "seed of initialisation, data order, dropout (default 1)"},
         {"threads", QS_CLI_INT, &c.threads, "N", "compute threads (default: all cores)"},
         {"train-subset", QS_CLI_I64, &c.train_subset, "N", "train on the first N samples only"},
@@ -224,6 +225,25 @@ int qs_cmd_train(int argc, char **argv) {
                 qs_comm_finalize(comm);
                 return 2;
             }
+        }
+        /* a GPU worker: its device, and its MPS limits set before the CUDA context exists */
+        static char cluster_device[24];
+        if (w->cuda) {
+            snprintf(cluster_device, sizeof cluster_device, "cuda:%d", w->cuda_device);
+            bool given_cuda = false;
+            int given_dev = 0;
+            if (strcmp(device, "cpu") != 0 && (!qs_cli_parse_device(device, &given_cuda, &given_dev) ||
+                                               !given_cuda || given_dev != w->cuda_device)) {
+                (void)QS_FAIL(QS_ERR_INVALID_ARG, "--device %s, but %s puts worker %d on %s: give one of them", device,
+                              cluster_path, rank, cluster_device);
+                qs_cluster_free(&cluster);
+                return qs_train_fail_early(comm, world);
+            }
+            device = cluster_device;
+        }
+        if (qs_mps_apply(w, rank) != QS_OK) {
+            qs_cluster_free(&cluster);
+            return qs_train_fail_early(comm, world);
         }
         if (w->precision[0]) precision = w->precision;
         if (w->plan[0]) c.plan = w->plan;

@@ -8,7 +8,8 @@
 #
 # The GPU machine (Ubuntu 24.04 + CUDA 13, no package registry) lacks the Debian libraries
 # qsync links (cJSON, oneDNN, GLPK, cmocka, ...). `bundle` copies the binaries — qsync, the
-# GPU test suites (GPU_SUITES: tests/test_cuda_ops, tests/test_cuda_transformer_ops) and the
+# GPU test suites (GPU_SUITES: tests/test_cuda_ops, tests/test_cuda_transformer_ops,
+# tests/test_cuda_dist) and the
 # CUDA benchmarks (bench/cuda/*) that were built — to <out>/bin and the shared libraries they
 # need, minus the ones that machine has itself, to <out>/lib. `run` puts <bundle>/lib on
 # LD_LIBRARY_PATH (the machine's own CUDA, cuBLASLt, cuDNN, NCCL and Open MPI are found as
@@ -41,9 +42,10 @@ SYSTEM_LIBS=(
     'libevent*.so.*'
 )
 
-# The GPU test suites (tests/<name>), run in this order: each compares CUDA ops with the CPU
-# backend and exits 77 (skipped) where there is no GPU.
-GPU_SUITES=(test_cuda_ops test_cuda_transformer_ops)
+# The GPU test suites (tests/<name>), run in this order; each exits 77 (skipped) where there is
+# no GPU. The ops suites compare CUDA ops with the CPU backend; test_cuda_dist runs the bundled
+# qsync (QS_BIN) on several ranks sharing the GPU under the machine's mpirun.
+GPU_SUITES=(test_cuda_ops test_cuda_transformer_ops test_cuda_dist)
 
 die() {
     echo "gpu-suite: $*" >&2
@@ -167,6 +169,8 @@ $missing"
     local out=${OUT:-} log rc all=0 name statuses=()
     [[ -n $out ]] && mkdir -p "$out"
     export QS_REQUIRE_GPU=1
+    QS_BIN=$(cd "$dir/bin" && pwd)/qsync
+    export QS_BIN
     for suite in "${GPU_SUITES[@]}"; do
         log=/dev/null
         unset QS_GPU_TESTS_JSON

@@ -20,8 +20,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 #include <cmocka.h>
 
+#include "dist/cluster.h"
+#include "dist/mps.h"
+#include "qsync/status.h"
+#include "dist_run.h"
 #include "run_cmd.h"
 #include "train/safetensors.h"
 
@@ -34,67 +42,6 @@
     "train --model cnn --width 8 --train-subset 2560 --eval-subset 256 --steps 20 --lr 0.01 --schedule constant "    \
     "--warmup 0 --threads 1 --no-progress --quiet --check-replicas 1"
 
-/* The command line `mpirun -np N --oversubscribe QS_BIN args` (N = 0: no launcher). */
-static void ranks_command(int n, const char *args, char *cmd, size_t cap) {
-    const char *bin = getenv("QS_BIN");
-    assert_non_null(bin);
-    if (n > 0) snprintf(cmd, cap, "mpirun -np %d --oversubscribe %s %s", n, bin, args);
-    else snprintf(cmd, cap, "%s %s", bin, args);
-}
-
-/* Run QS_BIN args on N ranks (see ranks_command); returns the exit code and fails the test
- * unless it equals want (-2: any non-zero code), printing the output. */
-static int run_ranks(int n, const char *args, int want, const char *needle) {
-    char cmd[4096];
-    ranks_command(n, args, cmd, sizeof cmd);
-    char *out = NULL;
-    int rc = qs_test_run_shell(cmd, &out);
-    bool ok = want == -2 ? rc != 0 : rc == want;
-    if (!ok || (needle && !strstr(out, needle)))
-        fail_msg("%s\n  exit %d (want %d), output:\n%s\n  (wanted: %s)", cmd, rc, want, out, needle ? needle : "-");
-    free(out);
-    return rc;
-}
-
-/* Run QS_BIN args on N ranks (see ranks_command), which must succeed; its output into *out
- * (caller frees). */
-static void run_ranks_output(int n, const char *args, char **out) {
-    char cmd[4096];
-    ranks_command(n, args, cmd, sizeof cmd);
-    int rc = qs_test_run_shell(cmd, out);
-    if (rc != 0) fail_msg("%s\n  exit %d, output:\n%s", cmd, rc, *out);
-}
-
-/* Largest |a - b| / max|a| over the tensors of two checkpoints' model.safetensors. */
-static double max_rel_diff(const char *dir_a, const char *dir_b) {
-    char pa[512], pb[512];
-    snprintf(pa, sizeof pa, "%s/model.safetensors", dir_a);
-    snprintf(pb, sizeof pb, "%s/model.safetensors", dir_b);
-    qs_st_file *fa = NULL, *fb = NULL;
-    assert_int_equal(qs_safetensors_open(pa, &fa), QS_OK);
-    assert_int_equal(qs_safetensors_open(pb, &fb), QS_OK);
-    double worst = 0;
-    for (int i = 0; i < qs_safetensors_count(fa); i++) {
-        qs_st_tensor ta, tb;
-        const char *name = qs_safetensors_name_at(fa, i);
-        assert_int_equal(qs_safetensors_get(fa, name, &ta), QS_OK);
-        assert_int_equal(qs_safetensors_get(fb, name, &tb), QS_OK);
-        if (ta.dtype != QS_F32) continue;
-        int64_t n = 1;
-        for (int d = 0; d < ta.ndim; d++) n *= ta.shape[d];
-        const float *a = ta.data, *b = tb.data;
-        double amax = 0, dmax = 0;
-        for (int64_t k = 0; k < n; k++) {
-            amax = fmax(amax, fabs(a[k]));
-            dmax = fmax(dmax, fabs((double)a[k] - b[k]));
-        }
-        if (amax > 0) worst = fmax(worst, dmax / amax);
-    }
-    qs_safetensors_close(fa);
-    qs_safetensors_close(fb);
-    return worst;
-}
-
 static int group_setup(void **state) {
     qs_test_mpi_env();
     return qs_test_tmpdir_setup(state);
@@ -104,23 +51,23 @@ static int group_setup(void **state) {
 static void test_fp32_equivalence(void **state) {
     char a[512], b[512];
     snprintf(a, sizeof a, QS_DIST_ARGS " --batch 64 --checkpoint-dir %s/one", qs_test_tmp);
-    run_ranks(0, a, 0, NULL);
+    qs_test_run_ranks(0, a, 0, NULL);
     snprintf(b, sizeof b, QS_DIST_ARGS " --batch 64 --checkpoint-dir %s/two", qs_test_tmp);
-    run_ranks(2, b, 0, NULL);
+    qs_test_run_ranks(2, b, 0, NULL);
     char d1[256], d2[256];
     snprintf(d1, sizeof d1, "%s/one", qs_test_tmp);
     snprintf(d2, sizeof d2, "%s/two", qs_test_tmp);
-    double r2 = max_rel_diff(d1, d2);
+    double r2 = qs_test_checkpoint_max_rel_diff(d1, d2);
     printf("  1 rank x 64 vs 2 ranks x 32, 20 steps: max relative weight difference %.3e (bound 1e-5)\n", r2);
     assert_true(r2 <= 1e-5);
     /* an odd count on 2 cores: 3 ranks x 16 against 1 rank x 48 */
     snprintf(a, sizeof a, QS_DIST_ARGS " --batch 48 --checkpoint-dir %s/one48", qs_test_tmp);
-    run_ranks(0, a, 0, NULL);
+    qs_test_run_ranks(0, a, 0, NULL);
     snprintf(b, sizeof b, QS_DIST_ARGS " --batch 48 --checkpoint-dir %s/three", qs_test_tmp);
-    run_ranks(3, b, 0, NULL);
+    qs_test_run_ranks(3, b, 0, NULL);
     snprintf(d1, sizeof d1, "%s/one48", qs_test_tmp);
     snprintf(d2, sizeof d2, "%s/three", qs_test_tmp);
-    double r3 = max_rel_diff(d1, d2);
+    double r3 = qs_test_checkpoint_max_rel_diff(d1, d2);
     printf("  1 rank x 48 vs 3 ranks x 16, 20 steps: max relative weight difference %.3e (bound 1e-5)\n", r3);
     assert_true(r3 <= 1e-5);
 }
@@ -133,11 +80,11 @@ static void test_unequal_batches(void **state) {
     char a[1024], d1[256], d2[256];
     snprintf(d1, sizeof d1, "%s/one64", qs_test_tmp);
     snprintf(a, sizeof a, QS_DIST_ARGS " --batch 64 --checkpoint-dir %s", d1);
-    run_ranks(0, a, 0, NULL);
+    qs_test_run_ranks(0, a, 0, NULL);
     snprintf(d2, sizeof d2, "%s/split40", qs_test_tmp);
     snprintf(a, sizeof a, QS_DIST_ARGS " --batch 64 --batch-split 40,24 --checkpoint-dir %s", d2);
-    run_ranks(2, a, 0, NULL);
-    double given = max_rel_diff(d1, d2);
+    qs_test_run_ranks(2, a, 0, NULL);
+    double given = qs_test_checkpoint_max_rel_diff(d1, d2);
     qs_test_write_tmp("slow3.json", "{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": ["
                              "{\"device\": \"cpu\", \"type\": \"fast\", \"threads\": 1},"
                              "{\"device\": \"cpu\", \"type\": \"slow\", \"threads\": 1,"
@@ -146,13 +93,13 @@ static void test_unequal_batches(void **state) {
     snprintf(a, sizeof a, QS_DIST_ARGS " --batch 64 --batch-split dynamic --rebalance-every 4 --json --cluster %s/slow3.json "
              "--checkpoint-dir %s", qs_test_tmp, d2);
     char *out = NULL;
-    run_ranks_output(2, a, &out);
+    qs_test_run_ranks_output(2, a, &out);
     const char *p = strstr(out, "\"rebalances\":"), *q = strstr(out, "\"batch_split\":");
     long long rebalances = 0, b0 = 0, b1 = 0;
     assert_true(p && sscanf(p, "\"rebalances\": %lld", &rebalances) == 1);
     assert_true(q && sscanf(q, "\"batch_split\": \"%lld,%lld\"", &b0, &b1) == 2);
     free(out);
-    double dynamic = max_rel_diff(d1, d2);
+    double dynamic = qs_test_checkpoint_max_rel_diff(d1, d2);
     printf("  1 x 64 vs 40 + 24: %.3e; vs dynamic batching (final split %lld,%lld after %lld changes): %.3e "
            "(bound 1e-5)\n", given, b0, b1, rebalances, dynamic);
     assert_true(given <= 1e-5);
@@ -175,9 +122,9 @@ static void test_int8_ranks(void **state) {
         snprintf(d[k], sizeof d[k], "%s/%s", qs_test_tmp, names[k]);
         snprintf(a, sizeof a, QS_DIST_ARGS " --batch 64 --allow-emulated --precision %s --checkpoint-dir %s",
                  k == 0 ? "fp32" : "int8", d[k]);
-        run_ranks(k == 2 ? 2 : 0, a, 0, NULL);
+        qs_test_run_ranks(k == 2 ? 2 : 0, a, 0, NULL);
     }
-    double ranks = max_rel_diff(d[1], d[2]), quant = max_rel_diff(d[0], d[1]);
+    double ranks = qs_test_checkpoint_max_rel_diff(d[1], d[2]), quant = qs_test_checkpoint_max_rel_diff(d[0], d[1]);
     printf("  int8 1 rank vs 2 ranks: %.3e; int8 vs fp32 (1 rank): %.3e (bound: twice that)\n", ranks, quant);
     assert_true(ranks > 1e-6); /* different quantization, visibly */
     assert_true(ranks <= 2 * quant);
@@ -185,10 +132,10 @@ static void test_int8_ranks(void **state) {
 
 /* Configurations refused before training: a global batch that does not split evenly. */
 static void test_refused(void **state) {
-    run_ranks(3, QS_DIST_ARGS " --batch 64", 1, "must be divisible by the 3 ranks");
-    run_ranks(2, QS_DIST_ARGS " --batch 64 --batch-split 40,20", 1, "sums to 60, but --batch (the global batch) is 64");
-    run_ranks(2, QS_DIST_ARGS " --batch 64 --batch-split 64", 1, "has 1 entry but the job has 2 ranks");
-    run_ranks(2, QS_DIST_ARGS " --batch 64 --batch-split 40,24,0", 1, "more entries than the job's 2 ranks");
+    qs_test_run_ranks(3, QS_DIST_ARGS " --batch 64", 1, "must be divisible by the 3 ranks");
+    qs_test_run_ranks(2, QS_DIST_ARGS " --batch 64 --batch-split 40,20", 1, "sums to 60, but --batch (the global batch) is 64");
+    qs_test_run_ranks(2, QS_DIST_ARGS " --batch 64 --batch-split 64", 1, "has 1 entry but the job has 2 ranks");
+    qs_test_run_ranks(2, QS_DIST_ARGS " --batch 64 --batch-split 40,24,0", 1, "more entries than the job's 2 ranks");
 }
 
 /* Checkpoints under mpirun: rank 0 writes the weights and state, every rank its own file (its
@@ -209,13 +156,13 @@ static void test_checkpoint_resume(void **state) {
     snprintf(base, sizeof base, QS_VGG_ARGS " --batch-split 40,24 --allow-emulated --cluster %s/types.json --plan "
              "%s/vgg-types.json", tmp, tmp);
     snprintf(a, sizeof a, "%s --checkpoint-dir %s/full", base, tmp);
-    run_ranks(2, a, 0, NULL);
+    qs_test_run_ranks(2, a, 0, NULL);
     snprintf(a, sizeof a, "%s --checkpoint-dir %s/part --stop-at 10", base, tmp);
-    run_ranks(2, a, 0, NULL);
+    qs_test_run_ranks(2, a, 0, NULL);
     snprintf(a, sizeof a, "cp -r %s/part %s/copy && rm %s/copy/complete.json", tmp, tmp, tmp);
     assert_int_equal(qs_test_run_shell(a, NULL), 0);
     snprintf(a, sizeof a, "%s --checkpoint-dir %s/part --resume %s/part", base, tmp, tmp);
-    run_ranks(2, a, 0, NULL);
+    qs_test_run_ranks(2, a, 0, NULL);
     const char *files[] = {"model.safetensors", "rank-0.safetensors", "rank-1.safetensors", "complete.json"};
     for (int i = 0; i < 4; i++) {
         snprintf(a, sizeof a, "cmp %s/full/%s %s/part/%s", tmp, files[i], tmp, files[i]);
@@ -223,14 +170,14 @@ static void test_checkpoint_resume(void **state) {
     }
     /* refused: without the marker, a marker of another step, another split, another rank count */
     snprintf(a, sizeof a, "%s --resume %s/copy", base, tmp);
-    run_ranks(2, a, 1, "has no complete.json: it was being written when the job stopped");
+    qs_test_run_ranks(2, a, 1, "has no complete.json: it was being written when the job stopped");
     qs_test_write_tmp("copy/complete.json", "{\"format\": \"qsync-checkpoint\", \"version\": 1, \"step\": 7, \"world\": 2}");
-    run_ranks(2, a, 1, "marks step 7 of 2 rank(s) complete, but the checkpoint's files are from step 10");
+    qs_test_run_ranks(2, a, 1, "marks step 7 of 2 rank(s) complete, but the checkpoint's files are from step 10");
     snprintf(a, sizeof a, QS_VGG_ARGS " --allow-emulated --cluster %s/types.json --plan %s/vgg-types.json --resume "
              "%s/full", tmp, tmp, tmp);
-    run_ranks(2, a, 1, "was trained with local batches 40,24, this run has 32,32");
+    qs_test_run_ranks(2, a, 1, "was trained with local batches 40,24, this run has 32,32");
     snprintf(a, sizeof a, QS_VGG_ARGS " --resume %s/full", tmp);
-    run_ranks(0, a, 1, "trained by 2 rank(s), this run has 1");
+    qs_test_run_ranks(0, a, 1, "trained by 2 rank(s), this run has 1");
 }
 
 /* Cluster files: each rank takes its entry (here rank 1 trains in INT8, emulated 1.5x slower);
@@ -247,21 +194,21 @@ static void test_cluster(void **state) {
     qs_test_write_tmp("broken.json", "{\"format\": \"qsync-cluster\",\n \"version\": 1 \"workers\": []}");
     char a[1024];
     snprintf(a, sizeof a, QS_DIST_ARGS " --batch 64 --allow-emulated --json --cluster %s/c2.json", qs_test_tmp);
-    run_ranks(2, a, 0, "\"emulated_slowdown\":\t1.5");
-    run_ranks(3, a, 1, "describes 2 worker(s) but the job has 3 rank(s)");
+    qs_test_run_ranks(2, a, 0, "\"emulated_slowdown\":\t1.5");
+    qs_test_run_ranks(3, a, 1, "describes 2 worker(s) but the job has 3 rank(s)");
     snprintf(a, sizeof a, QS_DIST_ARGS " --batch 64 --cluster %s/bad.json", qs_test_tmp);
-    run_ranks(1, a, 1, "unknown key \"slowdwn\" in workers[0]");
+    qs_test_run_ranks(1, a, 1, "unknown key \"slowdwn\" in workers[0]");
     snprintf(a, sizeof a, QS_DIST_ARGS " --batch 64 --cluster %s/v2.json", qs_test_tmp);
-    run_ranks(1, a, 1, "\"version\" must be 1");
+    qs_test_run_ranks(1, a, 1, "\"version\" must be 1");
     snprintf(a, sizeof a, QS_DIST_ARGS " --batch 64 --cluster %s/broken.json", qs_test_tmp);
-    run_ranks(1, a, 1, "malformed JSON at line 2");
+    qs_test_run_ranks(1, a, 1, "malformed JSON at line 2");
     /* one plan for both device types (examples/plans/cnn-by-device-type.json): rank 1
      * (cpu-slow) runs three layers in INT8, rank 0 (cpu-fast) none */
     const char *src = getenv("QS_SOURCE_DIR");
     snprintf(a, sizeof a, QS_DIST_ARGS " --batch 64 --json --plan %s/examples/plans/cnn-by-device-type.json --cluster "
              "%s/examples/clusters/cnn-2cpu-fp32-slow1.24.json", src, src);
     char *out = NULL;
-    run_ranks_output(2, a, &out);
+    qs_test_run_ranks_output(2, a, &out);
     const char *r1 = strstr(out, "\"type\":\t\"cpu-slow\"");
     assert_non_null(r1);
     assert_non_null(strstr(r1, "\"int8\":\t3"));
@@ -276,9 +223,191 @@ static void test_cluster(void **state) {
                             "{\"device\": \"cpu\", \"type\": \"cpu-slwo\", \"threads\": 1}]}");
     snprintf(a, sizeof a, QS_DIST_ARGS " --batch 64 --plan %s/examples/plans/cnn-by-device-type.json --cluster "
              "%s/typo.json", src, qs_test_tmp);
-    run_ranks(2, a, 1, "section for device type \"cpu-slow\", which no worker of the cluster is");
+    qs_test_run_ranks(2, a, 1, "section for device type \"cpu-slow\", which no worker of the cluster is");
     snprintf(a, sizeof a, QS_DIST_ARGS " --batch 64 --precision int8 --cluster %s/c2.json", qs_test_tmp);
-    run_ranks(2, a, -2, "do not also give --precision/--plan");
+    qs_test_run_ranks(2, a, -2, "do not also give --precision/--plan");
+}
+
+/* Write a one-file cluster {"format", "version": 1, "workers": [workers_json]} as
+ * qs_test_tmp/name and read it into *c; returns qs_cluster_read's status. */
+static qs_status read_cluster(const char *name, const char *workers_json, qs_cluster *c) {
+    char text[2048], path[512];
+    snprintf(text, sizeof text, "{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": [%s]}", workers_json);
+    qs_test_write_tmp(name, text);
+    snprintf(path, sizeof path, "%s/%s", qs_test_tmp, name);
+    return qs_cluster_read(path, c);
+}
+
+/* A cluster of one worker (worker_json) must be refused with QS_ERR_FORMAT and a message that
+ * names the file and contains needle. */
+static void expect_cluster_refused(const char *worker_json, const char *needle) {
+    qs_cluster c;
+    qs_status st = read_cluster("refused.json", worker_json, &c);
+    const char *msg = qs_last_error();
+    if (st != QS_ERR_FORMAT || !strstr(msg, needle) || !strstr(msg, "refused.json"))
+        fail_msg("worker %s: status %s, message \"%s\" (wanted QS_ERR_FORMAT and: %s)", worker_json,
+                 qs_status_name(st), msg, needle);
+    assert_null(c.workers);
+}
+
+/* GPU workers: "cuda" (= cuda:0) and "cuda:N" devices, an MPS SM share and pinned memory
+ * limit, host threads; method "mps" by default; cpu workers next to them keep their defaults. */
+static void test_cluster_cuda_workers(void **state) {
+    qs_cluster c;
+    assert_int_equal(read_cluster("gpu.json", "{\"device\": \"cuda\", \"type\": \"h200\"},"
+                                              "{\"device\": \"cuda:1\", \"type\": \"h200-sm30\", \"threads\": 4, "
+                                              "\"memory_mb\": 2048, \"emulation\": {\"sm_percent\": 30}},"
+                                              "{\"device\": \"cuda:12\", \"type\": \"x\", \"emulation\": "
+                                              "{\"sm_percent\": 100, \"method\": \"mps\"}},"
+                                              "{\"device\": \"cpu\", \"type\": \"c\"}", &c),
+                     QS_OK);
+    assert_int_equal(c.n_workers, 4);
+    const qs_cluster_worker *w = c.workers;
+    assert_true(w[0].cuda);
+    assert_int_equal(w[0].cuda_device, 0);
+    assert_int_equal(w[0].sm_percent, 0);
+    assert_string_equal(w[0].device, "cuda");
+    assert_string_equal(w[0].emulation_method, "mps");
+    assert_true(w[1].cuda);
+    assert_int_equal(w[1].cuda_device, 1);
+    assert_int_equal(w[1].sm_percent, 30);
+    assert_int_equal(w[1].memory_mb, 2048);
+    assert_int_equal(w[1].threads, 4);
+    assert_true(w[1].slowdown == 1);
+    assert_int_equal(w[1].calibration_steps, 0);
+    assert_int_equal(w[2].cuda_device, 12);
+    assert_int_equal(w[2].sm_percent, 100);
+    assert_false(w[3].cuda);
+    assert_int_equal(w[3].sm_percent, 0);
+    assert_string_equal(w[3].emulation_method, "auto");
+    assert_int_equal(w[3].calibration_steps, QS_CLUSTER_DEFAULT_CALIBRATION_STEPS);
+    qs_cluster_free(&c);
+}
+
+/* Refused: malformed devices, an SM share on a cpu worker or out of [1, 100], a slowdown, a
+ * calibration window or another method on a cuda worker, "mps" on a cpu worker. */
+static void test_cluster_cuda_refused(void **state) {
+    const char *bad_devices[] = {"cuda:x", "gpu", "cuda:", "cuda:-1", "cuda0", "CUDA", "cuda:1x", "cuda:1234567890"};
+    for (size_t k = 0; k < sizeof bad_devices / sizeof *bad_devices; k++) {
+        char wj[256], needle[128];
+        snprintf(wj, sizeof wj, "{\"device\": \"%s\", \"type\": \"a\"}", bad_devices[k]);
+        snprintf(needle, sizeof needle, "workers[0].device \"%s\" is not \"cpu\", \"cuda\" or \"cuda:N\"",
+                 bad_devices[k]);
+        expect_cluster_refused(wj, needle);
+    }
+    expect_cluster_refused("{\"device\": \"cpu\", \"type\": \"a\", \"emulation\": {\"sm_percent\": 30}}",
+                           "workers[0].emulation.sm_percent is an MPS SM share, for \"cuda\" workers only");
+    expect_cluster_refused("{\"device\": \"cuda\", \"type\": \"a\", \"emulation\": {\"slowdown\": 2}}",
+                           "workers[0].emulation.slowdown is for cpu workers");
+    expect_cluster_refused("{\"device\": \"cuda:0\", \"type\": \"a\", \"emulation\": {\"sm_percent\": 30, "
+                           "\"calibration_steps\": 5}}", "workers[0].emulation.calibration_steps is for cpu workers");
+    const char *methods[] = {"cgroup", "duty-cycle", "auto"};
+    for (int k = 0; k < 3; k++) {
+        char wj[256];
+        snprintf(wj, sizeof wj, "{\"device\": \"cuda\", \"type\": \"a\", \"emulation\": {\"method\": \"%s\"}}",
+                 methods[k]);
+        expect_cluster_refused(wj, "workers[0].emulation.method must be \"mps\" for a \"cuda\" worker");
+    }
+    expect_cluster_refused("{\"device\": \"cpu\", \"type\": \"a\", \"emulation\": {\"method\": \"mps\"}}",
+                           "workers[0].emulation.method must be \"auto\", \"cgroup\" or \"duty-cycle\" for a cpu worker");
+    const char *shares[] = {"0", "101", "-5", "\"30\""};
+    for (int k = 0; k < 4; k++) {
+        char wj[256];
+        snprintf(wj, sizeof wj, "{\"device\": \"cuda\", \"type\": \"a\", \"emulation\": {\"sm_percent\": %s}}",
+                 shares[k]);
+        expect_cluster_refused(wj, "workers[0].emulation.sm_percent must be a number in [1, 100]");
+    }
+    expect_cluster_refused("{\"device\": \"cuda\", \"type\": \"a\", \"emulation\": {\"sm_percent\": 30.5}}",
+                           "workers[0].emulation.sm_percent must be a whole number");
+}
+
+/* Point CUDA_MPS_PIPE_DIRECTORY at qs_test_tmp/name (made empty) and clear the two limits;
+ * the directory into dir. */
+static void mps_scratch(const char *name, char *dir, size_t cap) {
+    snprintf(dir, cap, "%s/%s", qs_test_tmp, name);
+    assert_int_equal(mkdir(dir, 0700), 0);
+    assert_int_equal(setenv("CUDA_MPS_PIPE_DIRECTORY", dir, 1), 0);
+    unsetenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
+    unsetenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT");
+}
+
+/* A UNIX socket bound at path (listening when listen_too), its descriptor. */
+static int bound_socket(const char *path, bool listen_too) {
+    struct sockaddr_un a;
+    memset(&a, 0, sizeof a);
+    a.sun_family = AF_UNIX;
+    assert_true(strlen(path) < sizeof a.sun_path);
+    strcpy(a.sun_path, path);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(bind(fd, (const struct sockaddr *)&a, sizeof a), 0);
+    if (listen_too) assert_int_equal(listen(fd, 4), 0);
+    return fd;
+}
+
+/* qs_mps_apply: refused with the way out when no daemon answers in the pipe directory; with a
+ * `control` FIFO (old releases) or a listening `control` socket it sets both limits; a stale
+ * socket (nothing listening: what a quit daemon leaves) counts as no daemon; a cpu worker and
+ * a cuda worker without limits set nothing. */
+static void test_mps_apply(void **state) {
+    const char *saved = getenv("CUDA_MPS_PIPE_DIRECTORY");
+    char *saved_copy = saved ? strdup(saved) : NULL;
+    qs_cluster_worker w;
+    memset(&w, 0, sizeof w);
+    snprintf(w.device, sizeof w.device, "cuda:1");
+    snprintf(w.type, sizeof w.type, "h200-sm30");
+    w.cuda = true;
+    w.cuda_device = 1;
+    w.sm_percent = 30;
+    w.memory_mb = 2048;
+    char dir[512], path[600];
+    mps_scratch("mps-empty", dir, sizeof dir);
+    assert_int_equal(qs_mps_apply(&w, 1), QS_ERR_UNSUPPORTED);
+    const char *msg = qs_last_error();
+    printf("  no daemon: %s\n", msg);
+    assert_non_null(strstr(msg, "rank 1"));
+    assert_non_null(strstr(msg, "an SM share of 30%"));
+    assert_non_null(strstr(msg, dir));
+    assert_non_null(strstr(msg, "start it: scripts/mps.sh start"));
+    assert_null(getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"));
+    assert_null(getenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"));
+    qs_cluster_worker none = w, cpu = w;
+    none.sm_percent = 0;
+    none.memory_mb = 0;
+    cpu.cuda = false;
+    assert_int_equal(qs_mps_apply(&none, 0), QS_OK);
+    assert_int_equal(qs_mps_apply(&cpu, 0), QS_OK);
+    assert_int_equal(qs_mps_apply(NULL, 0), QS_OK);
+    assert_null(getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"));
+    /* a FIFO */
+    mps_scratch("mps-fifo", dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/control", dir);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    char used[512];
+    assert_true(qs_mps_daemon_running(used, sizeof used));
+    assert_string_equal(used, dir);
+    assert_int_equal(qs_mps_apply(&w, 1), QS_OK);
+    assert_string_equal(getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), "30");
+    assert_string_equal(getenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), "1=2048M");
+    /* a stale socket, then a listening one (only the SM share asked: one variable set) */
+    mps_scratch("mps-sock", dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/control", dir);
+    int fd = bound_socket(path, false);
+    assert_false(qs_mps_daemon_running(NULL, 0));
+    assert_int_equal(qs_mps_apply(&w, 0), QS_ERR_UNSUPPORTED);
+    close(fd);
+    unlink(path);
+    fd = bound_socket(path, true);
+    w.memory_mb = 0;
+    assert_int_equal(qs_mps_apply(&w, 0), QS_OK);
+    assert_string_equal(getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), "30");
+    assert_null(getenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"));
+    close(fd);
+    unsetenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
+    unsetenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT");
+    if (saved_copy) setenv("CUDA_MPS_PIPE_DIRECTORY", saved_copy, 1);
+    else unsetenv("CUDA_MPS_PIPE_DIRECTORY");
+    free(saved_copy);
 }
 
 /* The emulated slowdown is measured against a calibration window: the first steps run
@@ -292,7 +421,7 @@ static void test_calibrated_emulation(void **state) {
     char a[1024], *out = NULL;
     snprintf(a, sizeof a, "train --model cnn --width 8 --batch 64 --train-subset 2560 --eval-subset 64 --steps 30 "
              "--threads 1 --no-progress --json --cluster %s/calib.json", qs_test_tmp);
-    run_ranks_output(0, a, &out);
+    qs_test_run_ranks_output(0, a, &out);
     const char *m = strstr(out, "\"emulated_slowdown_measured\":");
     double measured = 0;
     assert_true(m && sscanf(m, "\"emulated_slowdown_measured\": %lf", &measured) == 1);
@@ -303,7 +432,7 @@ static void test_calibrated_emulation(void **state) {
     qs_test_write_tmp("calib-bad.json", "{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": [{\"device\": \"cpu\","
                                  " \"type\": \"slow\", \"emulation\": {\"slowdown\": 3, \"calibration_steps\": 2.5}}]}");
     snprintf(a, sizeof a, QS_DIST_ARGS " --batch 64 --cluster %s/calib-bad.json", qs_test_tmp);
-    run_ranks(0, a, 1, "workers[0].emulation.calibration_steps must be a whole number");
+    qs_test_run_ranks(0, a, 1, "workers[0].emulation.calibration_steps must be a whole number");
 }
 
 /* Faults, made for real from outside: 2 s into training, rank 1 is stopped (SIGSTOP) or killed
@@ -348,6 +477,9 @@ int main(void) {
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_checkpoint_resume),
         cmocka_unit_test(test_cluster),
+        cmocka_unit_test(test_cluster_cuda_workers),
+        cmocka_unit_test(test_cluster_cuda_refused),
+        cmocka_unit_test(test_mps_apply),
         cmocka_unit_test(test_calibrated_emulation),
         cmocka_unit_test(test_stalled_rank),
         cmocka_unit_test(test_killed_rank),

@@ -349,6 +349,20 @@ qs_status qs_backend_cpu_create(int num_threads, qs_backend **out);
  * build without CUDA, QS_ERR_BACKEND when there is no such device or the driver refuses. */
 qs_status qs_backend_cuda_create(int device, qs_backend **out);
 
+/* The CUDA backend on cuda:device when `cuda`, else the CPU backend with num_threads. */
+qs_status qs_backend_open(bool cuda, int device, int num_threads, qs_backend **out);
+
+/* What a CUDA backend runs on: the GPU's name, its SMs as this process sees them (under an MPS
+ * SM share, possibly fewer) and its memory. QS_ERR_INVALID_ARG for another backend (and in a
+ * build without CUDA). */
+typedef struct qs_gpu_facts {
+    char name[256];
+    int sms;
+    size_t memory_bytes;
+    int cc_major, cc_minor;
+} qs_gpu_facts;
+qs_status qs_backend_cuda_facts(qs_backend *be, qs_gpu_facts *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -6,6 +6,7 @@
 #include "cuda/cuda_transformer.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -292,6 +293,19 @@ static const qs_backend_ops qs_cuda_ops = {
  * thread with this device current: one device per process), read its properties, create the
  * non-blocking stream and the zeroed flag word. The cuBLASLt and cuDNN handles (lt, dnn) are
  * created on first use by cuda_linear.c / cuda_conv.c. */
+qs_status qs_backend_cuda_facts(qs_backend *be, qs_gpu_facts *out) {
+    memset(out, 0, sizeof *out);
+    if (!be || strcmp(be->ops->name, "cuda") != 0)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "GPU facts asked of the %s backend", be ? be->ops->name : "(no)");
+    const qs_cuda_backend *cb = qs_cuda_be(be);
+    snprintf(out->name, sizeof out->name, "%s", cb->props.name);
+    out->sms = cb->props.multiProcessorCount;
+    out->memory_bytes = cb->props.totalGlobalMem;
+    out->cc_major = cb->props.major;
+    out->cc_minor = cb->props.minor;
+    return QS_OK;
+}
+
 qs_status qs_backend_cuda_create(int device, qs_backend **out) {
     if (!out) return QS_FAIL(QS_ERR_INVALID_ARG, "qs_backend_cuda_create: out is NULL");
     *out = NULL;

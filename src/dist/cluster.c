@@ -38,6 +38,17 @@ static qs_status get_num(const qs_cluster *c, const cJSON *obj, const char *path
     return QS_OK;
 }
 
+/* A whole number at obj[key] within [lo, hi] (optional; *out keeps its default when absent). */
+static qs_status get_whole(const qs_cluster *c, const cJSON *obj, const char *path, const char *key, int i, double lo,
+                           double hi, int64_t *out) {
+    double v = (double)*out;
+    QS_TRY(get_num(c, obj, path, key, i, lo, hi, &v));
+    if (v != (double)(int64_t)v)
+        return QS_FAIL(QS_ERR_FORMAT, "cluster %s: workers[%d].%s%s must be a whole number", c->origin, i, path, key);
+    *out = (int64_t)v;
+    return QS_OK;
+}
+
 /* Keys of obj must all be in `allowed` (NULL-terminated). */
 static qs_status only_keys(const qs_cluster *c, const cJSON *obj, const char *where, const char *const *allowed) {
     for (const cJSON *k = obj->child; k; k = k->next) {
@@ -48,22 +59,26 @@ static qs_status only_keys(const qs_cluster *c, const cJSON *obj, const char *wh
     return QS_OK;
 }
 
-static qs_status parse_worker(qs_cluster *c, const cJSON *w, int i, qs_cluster_worker *out) {
-    char where[48];
-    snprintf(where, sizeof where, "workers[%d]", i);
-    if (!cJSON_IsObject(w)) return QS_FAIL(QS_ERR_FORMAT, "cluster %s: %s must be an object", c->origin, where);
-    static const char *const keys[] = {"device", "type", "threads", "memory_mb", "precision", "plan", "emulation",
-                                       "comment", NULL};
-    QS_TRY(only_keys(c, w, where, keys));
-    memset(out, 0, sizeof *out);
-    out->slowdown = 1;
-    snprintf(out->emulation_method, sizeof out->emulation_method, "auto");
-    out->calibration_steps = QS_CLUSTER_DEFAULT_CALIBRATION_STEPS;
-    QS_TRY(get_str(c, w, "device", i, true, out->device, sizeof out->device));
-    if (strcmp(out->device, "cpu") != 0)
-        return QS_FAIL(QS_ERR_UNSUPPORTED, "cluster %s: workers[%d].device \"%s\": this build runs on \"cpu\" only",
-                       c->origin, i, out->device);
-    QS_TRY(get_str(c, w, "type", i, true, out->type, sizeof out->type));
+/* workers[i].device: "cpu", "cuda" (= "cuda:0") or "cuda:N" (N ≥ 0, at most 9 digits) into
+ * out->cuda and out->cuda_device; anything else is QS_ERR_FORMAT naming the accepted forms. */
+static qs_status parse_device(const qs_cluster *c, int i, qs_cluster_worker *out) {
+    const char *d = out->device;
+    out->cuda = false;
+    out->cuda_device = 0;
+    if (strcmp(d, "cpu") == 0) return QS_OK;
+    size_t n = strncmp(d, "cuda:", 5) == 0 ? strspn(d + 5, "0123456789") : 0;
+    if (strcmp(d, "cuda") == 0 || (n >= 1 && n <= 9 && d[5 + n] == '\0')) {
+        out->cuda = true;
+        out->cuda_device = n ? atoi(d + 5) : 0;
+        return QS_OK;
+    }
+    return QS_FAIL(QS_ERR_FORMAT, "cluster %s: workers[%d].device \"%s\" is not \"cpu\", \"cuda\" or \"cuda:N\" (N a "
+                   "device index >= 0; \"cuda\" is \"cuda:0\")", c->origin, i, d);
+}
+
+/* workers[i].precision and .plan (at most one; the plan resolved against the cluster file's
+ * directory). */
+static qs_status parse_precisions(const qs_cluster *c, const cJSON *w, int i, qs_cluster_worker *out) {
     QS_TRY(get_str(c, w, "precision", i, false, out->precision, sizeof out->precision));
     char plan[2048] = "";
     QS_TRY(get_str(c, w, "plan", i, false, plan, sizeof plan));
@@ -79,32 +94,83 @@ static qs_status parse_worker(qs_cluster *c, const cJSON *w, int i, qs_cluster_w
         if (plan[0] == '/' || !slash) snprintf(out->plan, sizeof out->plan, "%s", plan);
         else snprintf(out->plan, sizeof out->plan, "%.*s/%s", (int)(slash - c->origin), c->origin, plan);
     }
+    return QS_OK;
+}
+
+/* workers[i].emulation of a cpu worker: slowdown, method auto|cgroup|duty-cycle,
+ * calibration_steps; sm_percent (an MPS SM share) is refused. */
+static qs_status parse_cpu_emulation(const qs_cluster *c, const cJSON *emu, int i, qs_cluster_worker *out) {
+    if (cJSON_GetObjectItemCaseSensitive(emu, "sm_percent"))
+        return QS_FAIL(QS_ERR_FORMAT, "cluster %s: workers[%d].emulation.sm_percent is an MPS SM share, for \"cuda\" "
+                       "workers only; a cpu worker is made slower with emulation.slowdown", c->origin, i);
+    QS_TRY(get_num(c, emu, "emulation.", "slowdown", i, 1, 100, &out->slowdown));
+    QS_TRY(get_whole(c, emu, "emulation.", "calibration_steps", i, 0, 1e6, &out->calibration_steps));
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(emu, "method");
+    if (m && !(cJSON_IsString(m) && (strcmp(m->valuestring, "auto") == 0 || strcmp(m->valuestring, "cgroup") == 0 ||
+                                     strcmp(m->valuestring, "duty-cycle") == 0)))
+        return QS_FAIL(QS_ERR_FORMAT, "cluster %s: workers[%d].emulation.method must be \"auto\", \"cgroup\" or "
+                       "\"duty-cycle\" for a cpu worker (\"mps\" is for \"cuda\" workers)", c->origin, i);
+    if (m) snprintf(out->emulation_method, sizeof out->emulation_method, "%s", m->valuestring);
+    return QS_OK;
+}
+
+/* workers[i].emulation of a cuda worker: sm_percent (1..100) and method "mps" only; slowdown
+ * and calibration_steps are refused (the SM share holds from the CUDA context's creation: the
+ * slowdown it gives is measured against other workers, never asked or calibrated in-rank). */
+static qs_status parse_cuda_emulation(const qs_cluster *c, const cJSON *emu, int i, qs_cluster_worker *out) {
+    if (cJSON_GetObjectItemCaseSensitive(emu, "slowdown"))
+        return QS_FAIL(QS_ERR_FORMAT, "cluster %s: workers[%d].emulation.slowdown is for cpu workers: a \"cuda\" worker "
+                       "is made weaker with emulation.sm_percent (an MPS SM share, 1 to 100); the slowdown it gives "
+                       "is measured, not asked", c->origin, i);
+    if (cJSON_GetObjectItemCaseSensitive(emu, "calibration_steps"))
+        return QS_FAIL(QS_ERR_FORMAT, "cluster %s: workers[%d].emulation.calibration_steps is for cpu workers: an MPS "
+                       "SM share holds from the CUDA context's creation, so a \"cuda\" worker has no unslowed steps "
+                       "to calibrate against", c->origin, i);
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(emu, "method");
+    if (m && !(cJSON_IsString(m) && strcmp(m->valuestring, "mps") == 0))
+        return QS_FAIL(QS_ERR_FORMAT, "cluster %s: workers[%d].emulation.method must be \"mps\" for a \"cuda\" worker "
+                       "(\"auto\", \"cgroup\" and \"duty-cycle\" are for cpu workers)", c->origin, i);
+    int64_t sm = 0;
+    QS_TRY(get_whole(c, emu, "emulation.", "sm_percent", i, 1, 100, &sm));
+    out->sm_percent = (int)sm;
+    return QS_OK;
+}
+
+/* workers[i].emulation (optional), by the worker's device kind. */
+static qs_status parse_emulation(const qs_cluster *c, const cJSON *w, int i, qs_cluster_worker *out) {
+    const cJSON *emu = cJSON_GetObjectItemCaseSensitive(w, "emulation");
+    if (!emu) return QS_OK;
+    char where[48];
+    snprintf(where, sizeof where, "workers[%d].emulation", i);
+    if (!cJSON_IsObject(emu)) return QS_FAIL(QS_ERR_FORMAT, "cluster %s: %s must be an object", c->origin, where);
+    static const char *const ekeys[] = {"slowdown", "method", "calibration_steps", "sm_percent", NULL};
+    QS_TRY(only_keys(c, emu, where, ekeys));
+    return out->cuda ? parse_cuda_emulation(c, emu, i, out) : parse_cpu_emulation(c, emu, i, out);
+}
+
+/* workers[i] into *out (every field set; defaults for the absent keys). */
+static qs_status parse_worker(qs_cluster *c, const cJSON *w, int i, qs_cluster_worker *out) {
+    char where[48];
+    snprintf(where, sizeof where, "workers[%d]", i);
+    if (!cJSON_IsObject(w)) return QS_FAIL(QS_ERR_FORMAT, "cluster %s: %s must be an object", c->origin, where);
+    static const char *const keys[] = {"device", "type", "threads", "memory_mb", "precision", "plan", "emulation",
+                                       "comment", NULL};
+    QS_TRY(only_keys(c, w, where, keys));
+    memset(out, 0, sizeof *out);
+    out->slowdown = 1;
+    QS_TRY(get_str(c, w, "device", i, true, out->device, sizeof out->device));
+    QS_TRY(parse_device(c, i, out));
+    /* cuda workers: MPS only, and no in-rank calibration window (see parse_cuda_emulation) */
+    snprintf(out->emulation_method, sizeof out->emulation_method, "%s", out->cuda ? "mps" : "auto");
+    out->calibration_steps = out->cuda ? 0 : QS_CLUSTER_DEFAULT_CALIBRATION_STEPS;
+    QS_TRY(get_str(c, w, "type", i, true, out->type, sizeof out->type));
+    QS_TRY(parse_precisions(c, w, i, out));
     double threads = 0, mem = 0;
     QS_TRY(get_num(c, w, "", "threads", i, 0, 1024, &threads));
     QS_TRY(get_num(c, w, "", "memory_mb", i, 0, 1e9, &mem));
     out->threads = (int)threads;
     out->memory_mb = (int64_t)mem;
-    const cJSON *emu = cJSON_GetObjectItemCaseSensitive(w, "emulation");
-    if (emu) {
-        snprintf(where, sizeof where, "workers[%d].emulation", i);
-        if (!cJSON_IsObject(emu)) return QS_FAIL(QS_ERR_FORMAT, "cluster %s: %s must be an object", c->origin, where);
-        static const char *const ekeys[] = {"slowdown", "method", "calibration_steps", NULL};
-        QS_TRY(only_keys(c, emu, where, ekeys));
-        QS_TRY(get_num(c, emu, "emulation.", "slowdown", i, 1, 100, &out->slowdown));
-        double calib = QS_CLUSTER_DEFAULT_CALIBRATION_STEPS;
-        QS_TRY(get_num(c, emu, "emulation.", "calibration_steps", i, 0, 1e6, &calib));
-        if (calib != (double)(int64_t)calib)
-            return QS_FAIL(QS_ERR_FORMAT, "cluster %s: workers[%d].emulation.calibration_steps must be a whole number",
-                           c->origin, i);
-        out->calibration_steps = (int64_t)calib;
-        const cJSON *m = cJSON_GetObjectItemCaseSensitive(emu, "method");
-        if (m && !(cJSON_IsString(m) && (strcmp(m->valuestring, "auto") == 0 || strcmp(m->valuestring, "cgroup") == 0 ||
-                                         strcmp(m->valuestring, "duty-cycle") == 0)))
-            return QS_FAIL(QS_ERR_FORMAT, "cluster %s: workers[%d].emulation.method must be \"auto\", \"cgroup\" or "
-                           "\"duty-cycle\"", c->origin, i);
-        if (m) snprintf(out->emulation_method, sizeof out->emulation_method, "%s", m->valuestring);
-    }
-    return QS_OK;
+    return parse_emulation(c, w, i, out);
 }
 
 qs_status qs_cluster_read(const char *path, qs_cluster *out) {

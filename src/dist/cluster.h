@@ -7,14 +7,24 @@
  *      {"device": "cpu", "type": "fast", "threads": 1},
  *      {"device": "cpu", "type": "slow", "threads": 1, "memory_mb": 2048,
  *       "precision": "int8" | "plan": "plans/slow.json",
- *       "emulation": {"slowdown": 1.6, "method": "auto", "calibration_steps": 10}}]}
- * Rank i takes workers[i]; the job's world size must equal the number of workers. "type" is
- * the device-type label plans and reports use; "precision" (uniform) or "plan" (a plan file,
- * relative to the cluster file's directory) is that worker's own precision setup; "threads"
- * its compute threads; "memory_mb" a memory cap (checked against the model's measured
- * allocation); "emulation.slowdown" ≥ 1 makes the worker that much slower than it is (an
+ *       "emulation": {"slowdown": 1.6, "method": "auto", "calibration_steps": 10}},
+ *      {"device": "cuda:0", "type": "h200-sm30", "memory_mb": 40000,
+ *       "emulation": {"sm_percent": 30, "method": "mps"}}]}
+ * Rank i takes workers[i]; the job's world size must equal the number of workers. "device" is
+ * "cpu", "cuda" (= "cuda:0") or "cuda:N" (N ≥ 0, the CUDA device ordinal the rank opens).
+ * "type" is the device-type label plans and reports use; "precision" (uniform) or "plan" (a
+ * plan file, relative to the cluster file's directory) is that worker's own precision setup;
+ * "threads" its compute threads (host threads for a cuda worker); "memory_mb" a memory cap
+ * (checked against the model's measured allocation; on a cuda worker also the MPS pinned
+ * device memory limit, dist/mps.h).
+ * cpu workers: "emulation.slowdown" ≥ 1 makes the worker that much slower than it is (an
  * emulated weaker device, reported as emulation), by a cgroup CPU quota or a duty cycle
- * ("emulation.method"; "auto": the quota where the cgroup file system is writable). */
+ * ("emulation.method"; "auto": the quota where the cgroup file system is writable).
+ * cuda workers: "emulation.sm_percent" (1..100) is the share of the GPU's SMs the rank's
+ * context may use under NVIDIA MPS ("emulation.method" "mps", the default and only method for
+ * them); several such workers share one GPU (hybrid emulation). Their slowdown is measured,
+ * never asked: "emulation.slowdown" and "calibration_steps" are errors on a cuda worker, as
+ * "sm_percent" is on a cpu worker. */
 #ifndef QSYNC_DIST_CLUSTER_H
 #define QSYNC_DIST_CLUSTER_H
 
@@ -27,15 +37,20 @@
 #define QS_CLUSTER_DEFAULT_CALIBRATION_STEPS 10
 
 typedef struct qs_cluster_worker {
-    char device[16];     /* "cpu" (this build) */
+    char device[16];     /* as written: "cpu", "cuda" or "cuda:N" */
+    bool cuda;           /* device is "cuda" or "cuda:N" */
+    int cuda_device;     /* N of "cuda:N" ("cuda": 0); 0 for a cpu worker */
+    int sm_percent;      /* MPS active thread percentage (1..100) of a cuda worker; 0 = no MPS SM share */
     char type[48];       /* device-type label */
     int threads;         /* 0 = default */
-    int64_t memory_mb;   /* 0 = no cap */
+    int64_t memory_mb;   /* 0 = no cap; on a cuda worker also its MPS pinned device memory limit */
     char precision[8];   /* "" or a precision name */
     char plan[4096];     /* "" or a plan file path (resolved against the cluster file's directory) */
-    double slowdown;     /* 1 = none */
-    char emulation_method[16]; /* "auto" (cgroup quota where writable, else duty cycle), "cgroup", "duty-cycle" */
-    int64_t calibration_steps; /* unslowed steps measured first (train/emulator.h); default 10, 0 = none */
+    double slowdown;     /* 1 = none (always 1 on a cuda worker) */
+    char emulation_method[16]; /* cpu: "auto" (cgroup quota where writable, else duty cycle), "cgroup",
+                                * "duty-cycle"; cuda: "mps" */
+    int64_t calibration_steps; /* unslowed steps measured first (train/emulator.h); cpu default 10, 0 = none;
+                                * always 0 on a cuda worker */
 } qs_cluster_worker;
 
 typedef struct qs_cluster {

@@ -4,22 +4,29 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dist/ipc_reduce.h"
 #include "qsync/tensor.h"
 
 static qs_status start_bucket(qs_grad_sync *gs, qs_grad_bucket *b) {
-    QS_TRY(qs_comm_arrive(gs->comm, gs->m->step, 1 + (int)(b - gs->buckets))); /* named in timeouts */
-    float *base = (float *)((char *)gs->m->grad_data + b->offset);
+    const int k = (int)(b - gs->buckets);
+    QS_TRY(qs_comm_arrive(gs->comm, gs->m->step, 1 + k)); /* named in timeouts */
+    qs_model *m = gs->m;
+    float *base = (float *)((char *)m->grad_data + b->offset);
     const int64_t count = (int64_t)(b->bytes / sizeof(float));
     if (gs->weight != 1.0f) { /* unequal local batches: this rank's share of the global mean */
-        qs_model *m = gs->m;
         QS_TRY(m->be->ops->scale(m->be, m->stream, count, base, gs->weight));
-        QS_TRY(m->be->ops->stream_sync(m->be, m->stream));
+        if (!gs->ipc) QS_TRY(m->be->ops->stream_sync(m->be, m->stream));
+    }
+    if (gs->ipc) {
+        b->req = -2; /* the IPC reduction keeps its own state */
+        return qs_ipc_reduce_start(gs->ipc, m->stream, k, b->offset, b->bytes);
     }
     return qs_comm_iallreduce_sum_f32(gs->comm, base, count, &b->req);
 }
 
 /* Test every outstanding bucket once (progress). */
 static qs_status poll_buckets(qs_grad_sync *gs) {
+    if (gs->ipc) return qs_ipc_reduce_poll(gs->ipc);
     for (int k = 0; k < gs->n_buckets; k++) {
         qs_grad_bucket *b = &gs->buckets[k];
         if (b->req < 0) continue;
@@ -43,7 +50,7 @@ static qs_status on_grads_ready(void *ctx, int node) {
 static qs_status on_grads_done(void *ctx) {
     qs_grad_sync *gs = ctx;
     qs_model *m = gs->m;
-    QS_TRY(m->be->ops->stream_sync(m->be, m->stream));
+    if (!gs->ipc) QS_TRY(m->be->ops->stream_sync(m->be, m->stream));
     for (int k = 0; k < gs->n_buckets; k++) {
         qs_grad_bucket *b = &gs->buckets[k];
         if (b->pending != 0)
@@ -51,6 +58,7 @@ static qs_status on_grads_done(void *ctx) {
                            b->pending);
         if (!gs->overlap) QS_TRY(start_bucket(gs, b));
     }
+    if (gs->ipc) QS_TRY(qs_ipc_reduce_finish(gs->ipc, m->stream));
     for (int k = 0; k < gs->n_buckets; k++) {
         qs_grad_bucket *b = &gs->buckets[k];
         if (b->req >= 0) QS_TRY(qs_comm_wait(gs->comm, b->req, gs->timeout_s));
@@ -94,6 +102,13 @@ qs_status qs_grad_sync_init(qs_grad_sync *gs, qs_comm *comm, qs_model *m, size_t
         return QS_FAIL(QS_ERR_OOM, "out of memory for gradient buckets");
     }
     gs->n_buckets = qs_grad_buckets_form(t, bucket_bytes, gs->buckets, gs->entry_bucket);
+    if (strcmp(m->be->ops->name, "cuda") == 0) { /* gradients on a GPU: ranks share it through CUDA IPC */
+        qs_status st = qs_ipc_reduce_open(m->be, comm, m->grad_data, t->bytes, gs->n_buckets, timeout_s, &gs->ipc);
+        if (st != QS_OK) {
+            qs_grad_sync_free(gs);
+            return st;
+        }
+    }
     m->grads_ready = on_grads_ready;
     m->grads_done = on_grads_done;
     m->grads_ctx = gs;
@@ -106,6 +121,7 @@ void qs_grad_sync_free(qs_grad_sync *gs) {
         gs->m->grads_done = NULL;
         gs->m->grads_ctx = NULL;
     }
+    qs_ipc_reduce_close(gs->ipc);
     free(gs->buckets);
     free(gs->entry_bucket);
     memset(gs, 0, sizeof *gs);

@@ -12,7 +12,9 @@
  * 1/world — the gradient of the global-batch mean when ranks have equal local batches. With
  * unequal ones (qs_grad_sync_set_local_batch) each rank first multiplies its buckets by
  * world·b_r/B, so the result is Σ_r b_r·g_r / B, again the global-batch mean.
- * Without overlap every bucket starts at the end of backward. */
+ * Without overlap every bucket starts at the end of backward.
+ * Transport: MPI on host buffers (the CPU backend); on the CUDA backend every rank must share
+ * one GPU, and buckets are summed through CUDA IPC (dist/ipc_reduce.h) without host copies. */
 #ifndef QSYNC_DIST_GRAD_SYNC_H
 #define QSYNC_DIST_GRAD_SYNC_H
 
@@ -38,6 +40,7 @@ typedef struct qs_grad_sync {
     int n_buckets;
     int *entry_bucket;     /* parameter entry → bucket */
     float weight;          /* world·b_r/B: 1 with equal local batches (then no scaling) */
+    struct qs_ipc_reduce *ipc; /* the CUDA IPC transport, or NULL (MPI) */
 } qs_grad_sync;
 
 /* The buckets of a parameter table's gradients (see above) into buckets[] and, per entry, its

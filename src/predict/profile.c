@@ -60,7 +60,7 @@ static void qs_prof_run_free(qs_prof_run *r) {
 
 static qs_status qs_prof_run_setup(const qs_profile_options *o, qs_precision p, qs_prof_run *r) {
     memset(r, 0, sizeof *r);
-    QS_TRY(qs_backend_cpu_create(o->threads, &r->be));
+    QS_TRY(qs_backend_open(o->cuda, o->cuda_device, o->threads, &r->be));
     QS_TRY(qs_models_build(o->model, &o->model_opt, &r->m));
     qs_model_fuse(r->m);
     qs_precision_options po;
@@ -255,8 +255,28 @@ static cJSON *qs_prof_cast_fits(const qs_prof_casts *c) {
     return arr;
 }
 
+/* What a GPU profile was taken on: the GPU as this process sees it, and the MPS SM share the
+ * process was started with (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE), if any. */
+static cJSON *qs_prof_gpu(const qs_profile_options *o) {
+    cJSON *d = cJSON_CreateObject();
+    cJSON_AddStringToObject(d, "backend", "cuda");
+    cJSON_AddNumberToObject(d, "device", o->cuda_device);
+    qs_backend *be = NULL;
+    qs_gpu_facts f;
+    if (qs_backend_cuda_create(o->cuda_device, &be) == QS_OK && qs_backend_cuda_facts(be, &f) == QS_OK) {
+        cJSON_AddStringToObject(d, "gpu", f.name);
+        cJSON_AddNumberToObject(d, "sms", f.sms);
+        cJSON_AddNumberToObject(d, "memory_bytes", (double)f.memory_bytes);
+    }
+    if (be) be->ops->destroy(be);
+    const char *share = getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
+    if (share && share[0]) cJSON_AddNumberToObject(d, "mps_sm_percent", atof(share));
+    return d;
+}
+
 /* What the profile was taken on. */
 static cJSON *qs_prof_device(const qs_profile_options *o) {
+    if (o->cuda) return qs_prof_gpu(o);
     cJSON *d = cJSON_CreateObject();
     cJSON_AddStringToObject(d, "backend", "cpu");
     long cores = sysconf(_SC_NPROCESSORS_ONLN), pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);

@@ -30,7 +30,9 @@ typedef struct qs_profile_options {
     qs_model_options model_opt;   /* input shape, classes, width */
     const char *data;             /* the data the input shape comes from (recorded) */
     int64_t batch;                /* the local batch of the worker the profile is for */
-    int threads;                  /* compute threads (0 = OpenMP's default) */
+    int threads;                  /* compute threads (0 = OpenMP's default; host threads on a GPU) */
+    bool cuda;                    /* profile on the GPU cuda:cuda_device (else the CPU) */
+    int cuda_device;
     const qs_precision *precs;    /* precisions to profile (each must be supported, see below) */
     int n_precs;
     bool allow_emulated;          /* also profile precisions the backend only emulates */

@@ -3,8 +3,10 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "dist/grad_sync.h"
+#include "dist/ipc_reduce.h"
 
 #include "core/stats.h"
 #include "core/timer.h"
@@ -22,30 +24,79 @@ static int qs_prof_ar_sizes(double max_bytes, double *sizes) {
     return n;
 }
 
-qs_status qs_profile_allreduce(qs_comm *comm, int reps, double max_bytes, cJSON **out) {
+/* The buffer one size's reductions run on: host memory and MPI, or device memory of a CUDA
+ * backend and the IPC all-reduce (one slot: the whole buffer is one bucket). */
+typedef struct qs_prof_ar_buf {
+    qs_backend *be;       /* NULL: host */
+    float *host, *dev;
+    int64_t n;
+    qs_ipc_reduce *ipc;
+} qs_prof_ar_buf;
+
+static void qs_prof_ar_buf_free(qs_prof_ar_buf *b) {
+    qs_ipc_reduce_close(b->ipc);
+    if (b->dev) b->be->ops->free(b->be, b->dev);
+    qs_host_free(b->host);
+    b->ipc = NULL;
+    b->dev = b->host = NULL;
+}
+
+/* A buffer of n floats (collective on the GPU: the peers' buffers are mapped). */
+static qs_status qs_prof_ar_buf_make(qs_comm *comm, qs_backend *be, int64_t n, qs_prof_ar_buf *b) {
+    memset(b, 0, sizeof *b);
+    b->be = be;
+    b->n = n;
+    b->host = qs_host_alloc((size_t)n * sizeof(float));
+    if (!b->host) return QS_FAIL(QS_ERR_OOM, "out of memory for the all-reduce profile");
+    if (!be) return QS_OK;
+    QS_TRY(be->ops->alloc(be, (size_t)n * sizeof(float), (void **)&b->dev));
+    return qs_ipc_reduce_open(be, comm, b->dev, (size_t)n * sizeof(float), 1, QS_PROF_AR_TIMEOUT_S, &b->ipc);
+}
+
+/* Write the buffer (as backward writes the gradients a bucket holds), outside the timing. */
+static qs_status qs_prof_ar_fill(qs_prof_ar_buf *b, float v) {
+    for (int64_t i = 0; i < b->n; i++) b->host[i] = v;
+    if (!b->be) return QS_OK;
+    qs_stream *s = b->be->ops->default_stream(b->be);
+    QS_TRY(b->be->ops->copy_h2d(b->be, s, b->dev, b->host, (size_t)b->n * sizeof(float)));
+    return b->be->ops->stream_sync(b->be, s);
+}
+
+/* One timed reduction: started, then waited for (on the GPU until its result is on the device). */
+static qs_status qs_prof_ar_once(qs_comm *comm, qs_prof_ar_buf *b) {
+    if (!b->be) {
+        int req = -1;
+        QS_TRY(qs_comm_iallreduce_sum_f32(comm, b->host, b->n, &req));
+        return qs_comm_wait(comm, req, QS_PROF_AR_TIMEOUT_S);
+    }
+    qs_stream *s = b->be->ops->default_stream(b->be);
+    QS_TRY(qs_ipc_reduce_start(b->ipc, s, 0, 0, (size_t)b->n * sizeof(float)));
+    QS_TRY(qs_ipc_reduce_finish(b->ipc, s));
+    return b->be->ops->stream_sync(b->be, s);
+}
+
+qs_status qs_profile_allreduce(qs_comm *comm, qs_backend *be, int reps, double max_bytes, cJSON **out) {
     *out = NULL;
     const int world = qs_comm_world(comm), rank = qs_comm_rank(comm);
     if (world < 2) return QS_FAIL(QS_ERR_INVALID_ARG, "the all-reduce profile needs several ranks (run under mpirun)");
     if (reps < 3) return QS_FAIL(QS_ERR_INVALID_ARG, "the all-reduce profile needs at least 3 repetitions");
+    if (be && strcmp(be->ops->name, "cuda") != 0) be = NULL; /* host buffers on the CPU backend */
     double sizes[QS_PROF_AR_MAX_SIZES];
     const int n_sizes = qs_prof_ar_sizes(max_bytes, sizes);
-    const int64_t max_floats = (int64_t)sizes[n_sizes - 1] / (int64_t)sizeof(float);
-    float *buf = qs_host_alloc((size_t)max_floats * sizeof(float));
     double *t = calloc((size_t)reps, sizeof *t), *slowest = calloc((size_t)world * n_sizes, sizeof *slowest);
-    qs_status st = buf && t && slowest ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory for the all-reduce profile");
+    qs_status st = t && slowest ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory for the all-reduce profile");
     for (int s = 0; s < n_sizes && st == QS_OK; s++) {
-        int64_t n = (int64_t)sizes[s] / (int64_t)sizeof(float);
+        qs_prof_ar_buf b;
+        st = qs_prof_ar_buf_make(comm, be, (int64_t)sizes[s] / (int64_t)sizeof(float), &b);
         for (int k = -1; k < reps && st == QS_OK; k++) { /* k = -1: warm-up */
-            /* written just before, as backward writes the gradients a bucket holds */
-            for (int64_t i = 0; i < n; i++) buf[i] = 1e-3f * (float)(k + 2);
+            st = qs_prof_ar_fill(&b, 1e-3f * (float)(k + 2));
             uint64_t lo, hi;
-            st = qs_comm_allreduce_minmax_u64(comm, (uint64_t)k + 1, &lo, &hi, QS_PROF_AR_TIMEOUT_S);
-            int req = -1;
+            if (st == QS_OK) st = qs_comm_allreduce_minmax_u64(comm, (uint64_t)k + 1, &lo, &hi, QS_PROF_AR_TIMEOUT_S);
             double t0 = qs_now_ms();
-            if (st == QS_OK) st = qs_comm_iallreduce_sum_f32(comm, buf, n, &req);
-            if (st == QS_OK) st = qs_comm_wait(comm, req, QS_PROF_AR_TIMEOUT_S);
+            if (st == QS_OK) st = qs_prof_ar_once(comm, &b);
             if (k >= 0) t[k] = qs_now_ms() - t0;
         }
+        qs_prof_ar_buf_free(&b);
         if (st == QS_OK) slowest[(size_t)rank * n_sizes + s] = qs_median_inplace(t, reps);
     }
     if (st == QS_OK) st = qs_comm_allreduce_sum_f64(comm, slowest, world * n_sizes, QS_PROF_AR_TIMEOUT_S);
@@ -71,7 +122,6 @@ qs_status qs_profile_allreduce(qs_comm *comm, int reps, double max_bytes, cJSON 
         }
         *out = o;
     }
-    qs_host_free(buf);
     free(t);
     free(slowest);
     return st;

@@ -5,6 +5,7 @@
 
 #include <cjson/cJSON.h>
 #include "qsync/status.h"
+#include "core/backend.h"
 #include "dist/comm.h"
 #include "graph/graph.h"
 
@@ -14,8 +15,10 @@
  * gradient bytes, its largest possible bucket) is covered; `reps` times each after one
  * warm-up, the ranks aligned before every repetition. A size's time is the slowest rank's
  * median. Fitted as alpha + beta·bytes; every rank gets the same JSON object {"ranks", "reps",
- * "alpha_ms", "beta_ms_per_byte", "points": [[bytes, ms], ...]} in *out (caller deletes). */
-qs_status qs_profile_allreduce(qs_comm *comm, int reps, double max_bytes, cJSON **out);
+ * "alpha_ms", "beta_ms_per_byte", "points": [[bytes, ms], ...]} in *out (caller deletes).
+ * be: a CUDA backend — device buffers summed through CUDA IPC (every rank on that GPU), a
+ * reduction timed until its result is on the device — or NULL / the CPU backend (host, MPI). */
+qs_status qs_profile_allreduce(qs_comm *comm, qs_backend *be, int reps, double max_bytes, cJSON **out);
 
 /* Collective: the time m's gradient sync costs a rank, measured in place as training runs it
  * (src/dist/grad_sync.c: buckets of bucket_bytes, overlapped with backward or all started

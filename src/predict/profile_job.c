@@ -14,10 +14,10 @@
 #include "predict/profile_comm.h"
 #include "qsync/tensor.h"
 
-int qs_profile_native_precisions(qs_precision *out, int threads) {
+int qs_profile_native_precisions(qs_precision *out, bool cuda, int device, int threads) {
     qs_backend *be = NULL;
     int n = 0;
-    if (qs_backend_cpu_create(threads, &be) != QS_OK) return 0;
+    if (qs_backend_open(cuda, device, threads, &be) != QS_OK) return 0;
     for (int p = 0; p < QS_PREC_COUNT; p++)
         if (be->ops->precision_support(be, (qs_precision)p) == QS_PREC_NATIVE) out[n++] = (qs_precision)p;
     be->ops->destroy(be);
@@ -127,13 +127,18 @@ qs_status qs_profile_job_run(const qs_profile_job *j, cJSON **doc) {
     qs_profile_options o = {.model = j->model, .data = j->data, .batch = j->batch, .threads = j->threads,
                             .data_ms = -1, .allow_emulated = j->allow_emulated, .warmup = j->warmup, .reps = j->reps,
                             .optimizer = j->optimizer, .precs = j->precs, .n_precs = j->n_precs, .log = j->log,
-                            .comm = world > 1 ? j->comm : NULL, .bucket_bytes = j->bucket_bytes};
+                            .comm = world > 1 ? j->comm : NULL, .bucket_bytes = j->bucket_bytes,
+                            .cuda = j->cuda, .cuda_device = j->cuda_device};
     if (j->worker) {
         o.device_type = j->worker->type;
         if (j->worker->threads > 0 && j->threads == 0) o.threads = j->worker->threads;
+        if (j->worker->cuda) {
+            o.cuda = true;
+            o.cuda_device = j->worker->cuda_device;
+        }
     }
     if (o.n_precs == 0) {
-        o.n_precs = qs_profile_native_precisions(native, o.threads);
+        o.n_precs = qs_profile_native_precisions(native, o.cuda, o.cuda_device, o.threads);
         o.precs = native;
     }
     qs_status st = qs_profile_job_model(j, &o, doc);
@@ -149,7 +154,10 @@ qs_status qs_profile_job_run(const qs_profile_job *j, cJSON **doc) {
             st = qs_comm_allreduce_minmax_u64(j->comm, mine, &s_lo, &s_hi, 0);
             if (st == QS_OK) cJSON_AddNumberToObject(*doc, "co_running_slowdown", (double)s_hi / 1e6);
             cJSON *ar = NULL;
-            if (st == QS_OK) st = qs_profile_allreduce(j->comm, j->reps, qs_profile_grad_bytes(*doc), &ar);
+            qs_backend *be = NULL; /* the all-reduce on the device the gradients live on */
+            if (st == QS_OK && o.cuda) st = qs_backend_cuda_create(o.cuda_device, &be);
+            if (st == QS_OK) st = qs_profile_allreduce(j->comm, be, j->reps, qs_profile_grad_bytes(*doc), &ar);
+            if (be) be->ops->destroy(be);
             if (st == QS_OK) cJSON_AddItemToObject(*doc, "allreduce", ar);
             else cJSON_Delete(ar);
         }

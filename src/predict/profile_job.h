@@ -22,7 +22,9 @@ typedef struct qs_profile_job {
     int64_t width;              /* 0 = the architecture's default */
     int64_t batch;              /* the worker's local batch */
     const char *data, *data_dir; /* the dataset whose shape and samples are used (data_dir may be NULL) */
-    const qs_precision *precs;  /* precisions to profile; n_precs 0 → every one the CPU runs natively */
+    bool cuda;                  /* profile on the GPU cuda:cuda_device (a cuda worker's own device wins) */
+    int cuda_device;
+    const qs_precision *precs;  /* precisions to profile; n_precs 0 → every one the device runs natively */
     int n_precs;
     bool allow_emulated;
     qs_optim_kind optimizer;
@@ -38,7 +40,8 @@ typedef struct qs_profile_job {
  * deletes). Under mpirun a failure on any rank fails every rank (none is left waiting). */
 qs_status qs_profile_job_run(const qs_profile_job *j, cJSON **doc);
 
-/* The precisions the CPU backend runs natively, into out (QS_PREC_COUNT entries); their count. */
-int qs_profile_native_precisions(qs_precision *out, int threads);
+/* The precisions the backend (qs_backend_open's arguments) runs natively, into out
+ * (QS_PREC_COUNT entries), highest first; their count (0 when the backend cannot be made). */
+int qs_profile_native_precisions(qs_precision *out, bool cuda, int device, int threads);
 
 #endif

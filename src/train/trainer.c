@@ -296,11 +296,7 @@ static qs_status qs_train_build(const qs_train_config *c, qs_train_job *j, qs_mo
             return QS_FAIL(QS_ERR_MISMATCH, "--resume %s holds %s with \"%s\", but this run builds \"%s\": resume with "
                            "the same model options", c->resume, arch, have, j->m->config);
     }
-    if (c->cuda && qs_comm_world(c->comm) > 1)
-        return QS_FAIL(QS_ERR_UNSUPPORTED, "--device cuda:%d under mpirun: data parallelism between GPUs (NCCL, CUDA IPC) "
-                       "is not built yet; train on one GPU, or on CPUs under mpirun", c->cuda_device);
-    if (c->cuda) QS_TRY(qs_backend_cuda_create(c->cuda_device, &j->be));
-    else QS_TRY(qs_backend_cpu_create(c->threads, &j->be));
+    QS_TRY(qs_backend_open(c->cuda, c->cuda_device, c->threads, &j->be));
     if (!c->no_fuse) qs_model_fuse(j->m);
     QS_TRY(qs_train_precisions(c, j));
     j->rank = qs_comm_rank(c->comm);

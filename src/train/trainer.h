@@ -45,7 +45,7 @@ typedef struct qs_train_config {
     bool augment;
     uint64_t seed;
     int threads;                /* compute threads (0 = OpenMP default) */
-    bool cuda;                  /* train on CUDA device cuda_device (one process only, for now); else the CPU */
+    bool cuda;                  /* train on CUDA device cuda_device (ranks under mpirun share it: CUDA IPC); else the CPU */
     int cuda_device;
     const char *metrics_path;
     const char *checkpoint_dir; /* written at every epoch end and at the end; NULL → none */
