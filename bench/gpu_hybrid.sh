@@ -7,7 +7,7 @@
 #           share S), rank 1 at every precision in PRECS: the synchronized iteration, per-rank
 #           step and wait.
 # Plus, once: rank 0's configuration alone (the fast device by itself). One JSON document per
-# run in $OUT (or OUT_DIR) named <kind>-s<share>-<precision>.json (`qsync train --json`), and a
+# run in OUT_DIR (default: $OUT, else gpu_hybrid_out) named <kind>-s<share>-<precision>.json (`qsync train --json`), and a
 # summary table on stdout. The slowdowns an SM share gives are measured here, never assumed.
 # Usage: bench/gpu_hybrid.sh [BUNDLE]   env SHARES="100 50 30" PRECS="bf16 fp8" BASE=bf16 STEPS=30
 #        BATCH=16 MODEL_ARGS="--model gpt --data synthetic-text:50304:1024 --optimizer adamw --lr 3e-4"
@@ -20,7 +20,7 @@ BASE=${BASE:-bf16}
 STEPS=${STEPS:-30}
 BATCH=${BATCH:-16}
 MODEL_ARGS=${MODEL_ARGS:---model gpt --data synthetic-text:50304:1024 --optimizer adamw --lr 3e-4}
-OUT_DIR=${OUT:-${OUT_DIR:-gpu_hybrid_out}}
+OUT_DIR=${OUT_DIR:-${OUT:-gpu_hybrid_out}}
 mkdir -p "$OUT_DIR"
 export LD_LIBRARY_PATH=$(cd "$BUNDLE/lib" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0

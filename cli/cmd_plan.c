@@ -19,10 +19,11 @@
 static const char *const qs_plan_summary =
     "Choose the precision plan of a hybrid cluster: for every device type slower than the fastest,\n"
     "the per-layer precisions of least indicator cost (Σω) whose predicted synchronized iteration\n"
-    "is at most T (the fastest type's, all fp32, or --target-ms) within the workers' memory. Costs\n"
-    "come from the profiles (qsync profile) as the replayer (qsync simulate) charges them; the plan\n"
-    "is checked by a full replay and re-solved tighter while that misses T. Writes a plan file\n"
-    "(version 2, a section per device type) with its predictions for `qsync train --plan`.";
+    "is at most T (the fastest type's, every layer at the base precision, the profiles' highest; or\n"
+    "--target-ms) within the workers' memory. Costs come from the profiles (qsync profile) as the\n"
+    "replayer (qsync simulate) charges them; the plan is checked by a full replay and re-solved\n"
+    "tighter while that misses T. Writes a plan file (version 2, a section per device type) with its\n"
+    "predictions for `qsync train --plan`.";
 
 
 /* Whether the config string has the word "width=W". */
@@ -37,16 +38,17 @@ static bool qs_plan_config_has_width(const char *config, int64_t width) {
 
 static void qs_plan_print(const cJSON *doc, const char *out) {
     const cJSON *pred = cJSON_GetObjectItem(doc, "predictions"), *ty;
+    const char *base = cJSON_GetObjectItem(pred, "base_precision")->valuestring;
     printf("T = %.3f ms (%s); replayed synchronized iteration %.3f ms after %d round(s)\n",
            cJSON_GetObjectItem(pred, "target_ms")->valuedouble, cJSON_GetObjectItem(pred, "target_source")->valuestring,
            cJSON_GetObjectItem(pred, "synchronized_ms")->valuedouble, cJSON_GetObjectItem(pred, "rounds")->valueint);
     cJSON_ArrayForEach(ty, cJSON_GetObjectItem(pred, "types")) {
         const cJSON *solver = cJSON_GetObjectItem(ty, "solver");
-        printf("  %s: %d layer(s) below fp32, sum omega %.6g", ty->string,
-               cJSON_GetObjectItem(ty, "quantized_layers")->valueint, cJSON_GetObjectItem(ty, "omega")->valuedouble);
+        printf("  %s: %d layer(s) below %s, sum omega %.6g", ty->string,
+               cJSON_GetObjectItem(ty, "quantized_layers")->valueint, base, cJSON_GetObjectItem(ty, "omega")->valuedouble);
         if (solver) {
-            printf(" (%s; all fp32 would take %.3f ms; model %.3f ms at target %.3f ms", solver->valuestring,
-                   cJSON_GetObjectItem(ty, "fp32_synchronized_ms")->valuedouble,
+            printf(" (%s; all %s would take %.3f ms; model %.3f ms at target %.3f ms", solver->valuestring, base,
+                   cJSON_GetObjectItem(ty, "base_synchronized_ms")->valuedouble,
                    cJSON_GetObjectItem(ty, "model_ms")->valuedouble, cJSON_GetObjectItem(ty, "model_target_ms")->valuedouble);
             const cJSON *gap = cJSON_GetObjectItem(ty, "greedy_gap");
             if (gap) printf("; greedy %.6g, %.2f%% above the optimum", cJSON_GetObjectItem(ty, "greedy_omega")->valuedouble,
@@ -58,7 +60,7 @@ static void qs_plan_print(const cJSON *doc, const char *out) {
         printf("\n");
         const cJSON *sec = cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "device_types"), ty->string), *l;
         cJSON_ArrayForEach(l, cJSON_GetObjectItem(sec, "precisions"))
-            if (strcmp(l->valuestring, "fp32") != 0) printf("    %s: %s\n", l->string, l->valuestring);
+            if (strcmp(l->valuestring, base) != 0) printf("    %s: %s\n", l->string, l->valuestring);
     }
     const cJSON *w;
     cJSON_ArrayForEach(w, cJSON_GetObjectItem(pred, "workers")) {
@@ -83,7 +85,7 @@ int qs_cmd_plan(int argc, char **argv) {
         {"batch", QS_CLI_I64, &batch, "N", "the local batch of every worker (required; the profiles')"},
         {"profile", QS_CLI_STR, &profiles, "LIST", "TYPE=FILE,... per device type, or FILE for all (required)"},
         {"indicator", QS_CLI_STR, &indicator, "FILE", "per-layer ω (qsync indicate; required)"},
-        {"target-ms", QS_CLI_DOUBLE, &target_ms, "MS", "T (default: the fastest type's iteration, all fp32)"},
+        {"target-ms", QS_CLI_DOUBLE, &target_ms, "MS", "T (default: the fastest type's iteration, all at the base)"},
         {"exact", QS_CLI_FLAG, &exact, NULL, "solve exactly (GLPK) as well as greedily (the default)"},
         {"greedy-only", QS_CLI_FLAG, &greedy_only, NULL, "only the greedy"},
         {"tolerance", QS_CLI_DOUBLE, &tolerance_pct, "PCT", "a replay within T + PCT% meets T (default 0.5)"},

@@ -12,6 +12,7 @@
 
 #include "commands.h"
 #include "dist/cluster.h"
+#include "dist/mps.h"
 #include "dist/comm.h"
 #include "options.h"
 #include "run/run_job.h"
@@ -24,10 +25,13 @@ static const char *const qs_run_summary =
     "(least sum of omega within the fastest type's predicted iteration and the memory caps), broadcast\n"
     "the plan, then train the same job once per compared arm and seed and report predicted against\n"
     "measured iteration times, throughput, the gap closed, test accuracy and loss curves against\n"
-    "all-fp32 (docs/RUN.md). Arms: qsync (the plan), fp32 (all fp32, synchronous), int8 (uniform\n"
-    "--low-precision on the slower types), dynamic (all fp32, local batches by measured speed), ideal\n"
-    "(all fp32 without the emulated slowdowns). Started without mpirun it launches itself under mpirun\n"
-    "with one rank per worker. Outputs go to --out: profiles, indicator, plan, metrics, report.json.";
+    "training all at the base precision (--base-precision: fp32 on a CPU; on a GPU give\n"
+    "--base-precision bf16 --low-precision fp8; docs/RUN.md). Arms: qsync (the plan), base (named by\n"
+    "its precision, e.g. fp32: all at the base, synchronous), low (named by its precision, e.g. int8:\n"
+    "uniform --low-precision on the slower types), dynamic (all at the base, local batches by\n"
+    "measured speed), ideal (all at the base without the emulated slowdowns). Started without mpirun\n"
+    "it launches itself under mpirun with one rank per worker. Outputs go to --out: profiles,\n"
+    "indicator, plan, metrics, report.json.";
 
 #define QS_RUN_DEFAULT_CLUSTER "examples/clusters/cpu-hybrid.json"
 
@@ -98,8 +102,8 @@ int qs_cmd_run(int argc, char **argv) {
     c.profile_reps = 20;
     c.indicator_batches = 8;
     c.gamma = 4;
-    const char *cluster_path = NULL, *out_dir = "runs/qsync-run", *arms = "qsync,fp32,int8,dynamic,ideal";
-    const char *low = "int8", *method = "gvar", *optimizer = "sgd", *plot = NULL, *grad_rounding = NULL;
+    const char *cluster_path = NULL, *out_dir = "runs/qsync-run", *arms = "qsync,base,low,dynamic,ideal";
+    const char *base = "fp32", *low = "int8", *method = "gvar", *optimizer = "sgd", *plot = NULL, *grad_rounding = NULL;
     const char *weight_scales = NULL;
     double bucket_mb = 25;
     bool json = false, verbose = false, quiet = false, no_launch = false;
@@ -119,8 +123,12 @@ int qs_cmd_run(int argc, char **argv) {
         {"log-every", QS_CLI_I64, &c.train.log_every, "N", "loss records every N steps, for the curves (default 10)"},
         {"seed", QS_CLI_U64, &c.train.seed, "N", "first seed (default 1)"},
         {"seeds", QS_CLI_INT, &c.seeds, "N", "seeds per arm, paired across arms (default 1)"},
-        {"arms", QS_CLI_STR, &arms, "LIST", "compared arms (default qsync,fp32,int8,dynamic,ideal)"},
-        {"low-precision", QS_CLI_STR, &low, "P", "the int8 arm's uniform precision on slower workers (default int8)"},
+        {"arms", QS_CLI_STR, &arms, "LIST", "compared arms: qsync, base (or its precision, fp32), low (or its "
+         "precision, int8), dynamic, ideal (default all)"},
+        {"base-precision", QS_CLI_STR, &base, "P", "what every layer trains at outside the plan, profiled first "
+         "(default fp32; bf16 on a GPU)"},
+        {"low-precision", QS_CLI_STR, &low, "P", "the low arm's uniform precision on slower workers, below the base "
+         "(default int8; fp8 on a GPU)"},
         {"grad-rounding", QS_CLI_STR, &grad_rounding, "R", "low-precision gradients: stochastic (default) or nearest"},
         {"weight-scales", QS_CLI_STR, &weight_scales, "S", "INT8 weight scales: tensor (default) or channel"},
         {"indicator", QS_CLI_STR, &method, "NAME", "indicator method: gvar (default), qsync, wvar, hess, random"},
@@ -143,15 +151,21 @@ int qs_cmd_run(int argc, char **argv) {
     int rc = qs_cli_parse(argc, argv, 2, opts, (int)(sizeof opts / sizeof opts[0]), "run", qs_run_summary);
     if (rc) return rc == 1 ? 0 : rc;
     char err[160], default_cluster[PATH_MAX + 64];
-    if (!qs_run_arms_parse(arms, c.arms, err, sizeof err)) {
+    if (!qs_precision_parse(base, &c.base_precision) || c.base_precision == QS_PREC_INT8) {
+        fprintf(stderr, "qsync run: --base-precision must be a precision above the lowest (fp32, tf32, bf16, fp16, "
+                "fp8; got '%s')\n", base);
+        return 2;
+    }
+    if (!qs_precision_parse(low, &c.low_precision) || c.low_precision <= c.base_precision) {
+        fprintf(stderr, "qsync run: --low-precision must be a precision below the base precision %s (order: fp32, "
+                "tf32, bf16, fp16, fp8, int8; got '%s')\n", qs_precision_name(c.base_precision), low);
+        return 2;
+    }
+    if (!qs_run_arms_parse(&c, arms, c.arms, err, sizeof err)) {
         fprintf(stderr, "qsync run: --arms: %s\n", err);
         return 2;
     }
     c.arms[QS_ARM_QSYNC] = true;
-    if (!qs_precision_parse(low, &c.low_precision) || c.low_precision == QS_PREC_FP32) {
-        fprintf(stderr, "qsync run: --low-precision must be a precision below fp32 (bf16, int8, ...; got '%s')\n", low);
-        return 2;
-    }
     qs_precision unused;
     if ((rc = qs_cli_precision_options("run", "fp32", NULL, grad_rounding, weight_scales, &unused,
                                        &c.train.grad_rounding, &c.train.weight_scales)))
@@ -210,6 +224,13 @@ int qs_cmd_run(int argc, char **argv) {
         qs_cluster_free(&cluster);
         qs_comm_finalize(comm);
         return code;
+    }
+    if (qs_mps_apply(&cluster.workers[rank], rank) != QS_OK) { /* before any CUDA context of this process */
+        fprintf(stderr, "qsync run: error: %s\n", qs_last_error());
+        if (world > 1) qs_comm_abort(comm, 1);
+        qs_cluster_free(&cluster);
+        qs_comm_finalize(comm);
+        return 1;
     }
     qs_logger lg, tlg;
     qs_logger_init(&lg, rank, world, quiet || rank != 0 ? QS_LOG_WARN : QS_LOG_INFO);

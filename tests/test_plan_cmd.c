@@ -3,7 +3,9 @@
  * quantizes on the slow type only and replays within T; a generous T quantizes nothing; an
  * impossible T, one device type, a mismatched indicator or batch, and a memory cap no plan fits
  * are refused with precise messages and no file; the written plan loads and trains 2 steps
- * under mpirun -np 2. */
+ * under mpirun -np 2. Profiles taken with --precisions bf16,int8 plan with bf16 as the base
+ * (the plan's default, the fastest type's precision); profiles starting at different precisions
+ * are refused (QS_ERR_MISMATCH). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +21,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "plan/plan_build.h"
 #include "plan/plan_file.h"
 #include "run_cmd.h"
 
@@ -158,7 +161,9 @@ static void test_plan_cli(void **state) {
     assert_true(num(cJSON_GetObjectItem(cJSON_GetObjectItem(pred, "types"), "fast"), "quantized_layers") == 0);
     assert_non_null(cJSON_GetObjectItem(ps, "greedy_gap"));
     assert_true(num(ps, "greedy_gap") >= 0);
-    assert_true(num(ps, "fp32_synchronized_ms") > T); /* the slow type at fp32 would not keep pace */
+    assert_true(num(ps, "base_synchronized_ms") > T); /* the slow type at fp32 would not keep pace */
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(pred, "base_precision")), "fp32");
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(doc, "default")), "fp32");
     assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(pred, "workers")), 2);
     cJSON_Delete(doc);
     /* the plan reader takes it: the slow section quantizes, the fast one does not */
@@ -238,9 +243,108 @@ static void test_plan_cli(void **state) {
     qs_test_expect_qsync(2, "exclude each other", a);
 }
 
+/* The profile path and its config string of a made-up copy of `from` (make_profile) at `to`. */
+static void make_profile_config(const char *from, const char *to, const double factor[3], char *config, size_t cap) {
+    make_profile(from, to, 1.0, factor);
+    cJSON *prof = read_json(to);
+    assert_non_null(prof);
+    snprintf(config, cap, "%s", cJSON_GetStringValue(cJSON_GetObjectItem(prof, "config")));
+    cJSON_Delete(prof);
+}
+
+/* Profiles whose highest precision is bf16 (as a GPU's: base bf16, low fp8): the plan's default,
+ * the fastest type's section and the prediction's base are bf16, the slow type's layers are at
+ * bf16 or int8 only. A pair of profiles starting at fp32 and at bf16 is refused. */
+static void test_plan_bf16_base(void **state) {
+    (void)state;
+    const char *t = qs_test_tmp;
+    char a[4096], config[256], slow[300], fp32[300];
+    qs_test_mpi_env();
+    snprintf(a, sizeof a, "mpirun -np 2 --oversubscribe %s profile --model cnn --width 4 --batch 8 --data synthetic "
+             "--precisions bf16,int8 --reps 3 --warmup 1 --threads 1 --quiet --out %s/fast.json", getenv("QS_BIN"), t);
+    assert_int_equal(qs_test_run_shell(a, NULL), 0);
+    snprintf(a, sizeof a, "%s profile --model cnn --width 4 --batch 8 --data synthetic --precisions fp32,int8 "
+             "--reps 3 --warmup 1 --threads 1 --quiet --out %s/fp32.json", getenv("QS_BIN"), t);
+    assert_int_equal(qs_test_run_shell(a, NULL), 0);
+    snprintf(a, sizeof a, "%s/fast.json", t);
+    snprintf(slow, sizeof slow, "%s/slow.json", t);
+    snprintf(fp32, sizeof fp32, "%s/fp32.json", t);
+    /* the slow type's bf16 GEMMs 2x slower than the fast type's, its int8 ones the fastest */
+    make_profile_config(a, slow, (const double[3]){0, 2.4, 0.3}, config, sizeof config);
+    make_profile_config(a, a, (const double[3]){0, 1.2, 0.5}, config, sizeof config);
+    make_profile_config(fp32, fp32, (const double[3]){1, 0, 0.5}, config, sizeof config);
+    snprintf(a, sizeof a, "%s/ind.json", t);
+    make_indicator(a, config);
+    qs_test_write_tmp("c.json", "{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": ["
+                                "{\"device\": \"cpu\", \"type\": \"fast\", \"threads\": 1},"
+                                "{\"device\": \"cpu\", \"type\": \"slow\", \"threads\": 1}]}");
+    snprintf(a, sizeof a, "plan --cluster %s/c.json --model cnn --width 4 --batch 8 --profile fast=%s/fast.json,"
+             "slow=%s --indicator %s/ind.json --out %s/plan.json", t, t, slow, t, t);
+    qs_test_expect_qsync(0, "layer(s) below bf16", a);
+    snprintf(a, sizeof a, "%s/plan.json", t);
+    cJSON *doc = read_json(a);
+    assert_non_null(doc);
+    const cJSON *pred = cJSON_GetObjectItem(doc, "predictions"), *l;
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(doc, "default")), "bf16");
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(pred, "base_precision")), "bf16");
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(pred, "target_source")),
+                        "fastest device type, all bf16");
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(pred, "fastest_type")), "fast");
+    const cJSON *sections = cJSON_GetObjectItem(doc, "device_types");
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(sections, "fast"), "default")),
+                        "bf16");
+    int n = 0, low = 0;
+    cJSON_ArrayForEach(l, cJSON_GetObjectItem(cJSON_GetObjectItem(sections, "slow"), "precisions")) {
+        if (strcmp(l->valuestring, "bf16") != 0 && strcmp(l->valuestring, "int8") != 0)
+            fail_msg("layer %s at %s: the slow type's options are bf16 and int8", l->string, l->valuestring);
+        low += strcmp(l->valuestring, "int8") == 0;
+        n++;
+    }
+    assert_int_equal(n, 4);
+    const cJSON *ps = cJSON_GetObjectItem(cJSON_GetObjectItem(pred, "types"), "slow");
+    assert_true(low >= 1 && num(ps, "quantized_layers") == low);
+    assert_true(num(ps, "base_synchronized_ms") > num(pred, "target_ms")); /* all bf16 would not keep pace */
+    cJSON_Delete(doc);
+    /* the plan reader takes a bf16 default: the fast type trains every layer at bf16 */
+    qs_plan plan;
+    assert_int_equal(qs_plan_read(a, &plan), QS_OK);
+    assert_int_equal(qs_plan_select_device_type(&plan, "fast"), QS_OK);
+    assert_int_equal(plan.default_prec, QS_PREC_BF16);
+    for (int i = 0; i < plan.n_layers; i++) assert_int_equal(plan.layers[i].prec, QS_PREC_BF16);
+    qs_plan_free(&plan);
+
+    /* profiles starting at fp32 and at bf16: refused, naming both */
+    cJSON *pf = read_json(fp32), *pb = read_json(slow);
+    snprintf(a, sizeof a, "%s/ind.json", t);
+    cJSON *ind = read_json(a);
+    assert_non_null(pf);
+    assert_non_null(pb);
+    assert_non_null(ind);
+    const qs_planb_worker w[2] = {{.type = "fast", .profile = pf, .profile_path = fp32, .slowdown = 1},
+                                  {.type = "slow", .profile = pb, .profile_path = slow, .slowdown = 1}};
+    qs_planb_request rq = {.workers = w, .n_workers = 2, .arch = "cnn", .config = config, .batch = 8, .indicator = ind,
+                           .indicator_path = a, .tolerance = 0.005, .max_rounds = 4, .bucket_bytes = (size_t)25 << 20,
+                           .overlap = true};
+    cJSON *out = NULL;
+    assert_int_equal(qs_plan_build(&rq, &out), QS_ERR_MISMATCH);
+    assert_null(out);
+    if (!strstr(qs_last_error(), "(device type \"slow\") starts at bf16, but profile") ||
+        !strstr(qs_last_error(), "(device type \"fast\") starts at fp32"))
+        fail_msg("unexpected message: %s", qs_last_error());
+    cJSON_Delete(pf);
+    cJSON_Delete(pb);
+    cJSON_Delete(ind);
+    snprintf(a, sizeof a, "plan --cluster %s/c.json --model cnn --width 4 --batch 8 --profile fast=%s,slow=%s "
+             "--indicator %s/ind.json --out %s/mixed.json", t, fp32, slow, t, t);
+    qs_test_expect_qsync(1, "the profiles of one plan must share their highest precision", a);
+    snprintf(a, sizeof a, "%s/mixed.json", t);
+    assert_int_not_equal(access(a, F_OK), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         QS_TMPDIR_TEST(test_plan_cli),
+        QS_TMPDIR_TEST(test_plan_bf16_base),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

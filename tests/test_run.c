@@ -1,8 +1,10 @@
 /* tests/test_run.c — `qsync run`, the whole pipeline, through the binary: started without a
  * launcher it starts itself under mpirun; a tiny cnn on synthetic data is profiled, indicated,
  * planned and trained in every arm; the report, plan and plot are checked against each other.
- * And the refusals: a one-worker or homogeneous cluster, a wrong rank count, a cluster that sets
- * precisions, an unknown arm. */
+ * With --base-precision bf16 (a GPU's base) the profiles, the plan and the base arm are bf16 and
+ * the report compares against "bf16". And the refusals: a one-worker or homogeneous cluster, a
+ * wrong rank count, a cluster that sets precisions, an unknown arm, a low precision not below
+ * the base. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -193,6 +195,69 @@ static void test_run_given_plan(void **state) {
     qs_test_expect_qsync(1, "has a section for device type \"gpu\", which no worker of", a);
 }
 
+/* --base-precision bf16: profiles start at bf16, the plan's base is bf16, the base arm ("bf16")
+ * trains every layer at bf16 and the report's comparisons are against it. */
+static void test_run_bf16_base(void **state) {
+    (void)state;
+    const char *t = qs_test_tmp;
+    char a[4096], p[512];
+    qs_test_mpi_env();
+    write_cluster();
+    snprintf(a, sizeof a, "run " TINY " --cluster %s/c.json --base-precision bf16 --arms qsync,bf16 --out %s/out", t, t);
+    qs_test_expect_qsync(0, "test accuracy minus bf16's, paired by seed:  qsync", a);
+    const char *files[] = {"qsync-seed1.jsonl", "bf16-seed1.jsonl"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(p, sizeof p, "%s/out/%s", t, files[i]);
+        if (access(p, R_OK) != 0) fail_msg("missing %s", p);
+    }
+    snprintf(p, sizeof p, "%s/out/fp32-seed1.jsonl", t);
+    assert_int_not_equal(access(p, F_OK), 0);
+    /* the profiles start at the base, without fp32 */
+    snprintf(p, sizeof p, "%s/out/profile-slow.json", t);
+    cJSON *prof = read_json(p);
+    assert_non_null(prof);
+    const cJSON *runs = cJSON_GetObjectItem(prof, "runs");
+    assert_string_equal(runs->child->string, "bf16");
+    assert_null(cJSON_GetObjectItem(runs, "fp32"));
+    cJSON_Delete(prof);
+    snprintf(p, sizeof p, "%s/out/plan.json", t);
+    cJSON *plan = read_json(p);
+    assert_non_null(plan);
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(plan, "default")), "bf16");
+    const cJSON *pred = cJSON_GetObjectItem(plan, "predictions");
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(pred, "base_precision")), "bf16");
+    const char *fastest = cJSON_GetStringValue(cJSON_GetObjectItem(pred, "fastest_type"));
+    assert_non_null(fastest);
+    const int planned = strcmp(fastest, "fast") == 0 ? 1 : 0;
+    const char *ptype = planned == 1 ? "slow" : "fast";
+    assert_int_equal(plan_count(plan, ptype, "bf16") + plan_count(plan, ptype, "int8"), 4);
+    snprintf(p, sizeof p, "%s/out/report.json", t);
+    cJSON *rep = read_json(p);
+    assert_non_null(rep);
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(rep, "base_precision")), "bf16");
+    const cJSON *arms = cJSON_GetObjectItem(rep, "arms");
+    assert_null(cJSON_GetObjectItem(arms, "fp32"));
+    const cJSON *brun = cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(arms, "bf16"), "runs"), 0);
+    const cJSON *qrun = cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(arms, "qsync"), "runs"), 0);
+    assert_non_null(brun);
+    assert_non_null(qrun);
+    for (int r = 0; r < 2; r++) /* the base arm: every layer of every worker at bf16 */
+        assert_int_equal(count(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(brun, "workers"), r),
+                                                   "precisions"), "bf16"), 4);
+    /* the qsync arm: the fastest type at the base, the planned one its section */
+    const cJSON *qw = cJSON_GetObjectItem(qrun, "workers");
+    assert_int_equal(count(cJSON_GetObjectItem(cJSON_GetArrayItem(qw, 1 - planned), "precisions"), "bf16"), 4);
+    assert_int_equal(count(cJSON_GetObjectItem(cJSON_GetArrayItem(qw, planned), "precisions"), "int8"),
+                     plan_count(plan, ptype, "int8"));
+    assert_true(num(cJSON_GetObjectItem(arms, "bf16"), "predicted_synchronized_ms") > 0); /* the all-bf16 replay */
+    const cJSON *cmp = cJSON_GetObjectItem(rep, "comparison");
+    assert_non_null(cJSON_GetObjectItem(cJSON_GetObjectItem(cmp, "test_accuracy_minus_bf16"), "qsync"));
+    assert_true(cJSON_IsNumber(cJSON_GetObjectItem(cJSON_GetObjectItem(cmp, "loss_curve_distance_to_bf16"), "qsync")));
+    assert_null(cJSON_GetObjectItem(cmp, "test_accuracy_minus_fp32"));
+    cJSON_Delete(plan);
+    cJSON_Delete(rep);
+}
+
 static void test_run_refusals(void **state) {
     (void)state;
     const char *t = qs_test_tmp;
@@ -215,6 +280,11 @@ static void test_run_refusals(void **state) {
     write_cluster();
     snprintf(a, sizeof a, "run " TINY " --cluster %s/c.json --arms qsync,fp64 --out %s/o4", t, t);
     qs_test_expect_qsync(2, "--arms: unknown arm 'fp64'", a);
+    snprintf(a, sizeof a, "run " TINY " --cluster %s/c.json --base-precision bf16 --arms qsync,fp32 --out %s/o4", t, t);
+    qs_test_expect_qsync(2, "--arms: unknown arm 'fp32' (arms: qsync, bf16 or base, int8 or low, dynamic, ideal)", a);
+    snprintf(a, sizeof a, "run " TINY " --cluster %s/c.json --base-precision bf16 --low-precision bf16 --out %s/o4", t,
+             t);
+    qs_test_expect_qsync(2, "--low-precision must be a precision below the base precision bf16", a);
     snprintf(a, sizeof a, "run " TINY " --cluster %s/c.json --batch 33 --out %s/o5", t, t);
     qs_test_expect_qsync(1, "--batch 33 is not divisible by the 2 workers", a);
     /* three ranks for a cluster of two: refused by every rank alike, before any work */
@@ -235,6 +305,7 @@ int main(void) {
         QS_TMPDIR_TEST(test_run_pipeline),
         QS_TMPDIR_TEST(test_run_best_effort),
         QS_TMPDIR_TEST(test_run_given_plan),
+        QS_TMPDIR_TEST(test_run_bf16_base),
         QS_TMPDIR_TEST(test_run_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

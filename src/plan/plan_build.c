@@ -25,7 +25,7 @@ typedef struct qs_pb_type {
     qs_alloc_result greedy, exact;
     bool has_exact;
     const int32_t *choice;         /* the chosen plan (greedy's or exact's) */
-    double sync_fp32_ms;           /* replay with this type all fp32, the others fastest-type */
+    double sync_base_ms;           /* replay with this type all at the base, the others fastest-type */
     qs_precision *prec;            /* [L] chosen precision per layer */
     int32_t rounds_tightened;      /* times its target or cap was lowered after a replay */
     bool best_effort;              /* no plan met T: the fastest plan was taken (request best_effort) */
@@ -33,6 +33,7 @@ typedef struct qs_pb_type {
 
 typedef struct qs_pb_ctx {
     const qs_planb_request *rq;
+    qs_precision base;             /* the profiles' highest precision: what the fastest type trains at */
     int n_layers;
     char (*layer)[QS_NAME_MAX];    /* [L] selectable layer names, in order */
     int *first_consumer;           /* [L] the first layer reading the same input */
@@ -68,15 +69,16 @@ static qs_sim_worker qs_pb_sim_worker(const qs_planb_request *rq, int t, const q
 }
 
 /* Replay the cluster where worker r is played by template src[r] (NULL: itself) with layer
- * precisions prec[r] (NULL entries, or prec NULL: all fp32). *out: the simulation document. */
-static qs_status qs_pb_replay(const qs_planb_request *rq, const int *src, qs_precision *const *prec, cJSON **out) {
+ * precisions prec[r] (NULL entries, or prec NULL: all at the base). *out: the simulation document. */
+static qs_status qs_pb_replay(const qs_pb_ctx *c, const int *src, qs_precision *const *prec, cJSON **out) {
+    const qs_planb_request *rq = c->rq;
     int n = rq->n_workers;
     qs_sim_worker *w = calloc((size_t)n, sizeof *w);
     if (!w) return QS_FAIL(QS_ERR_OOM, "out of memory planning");
     qs_status st = QS_OK;
     for (int r = 0; r < n && st == QS_OK; r++) {
         qs_model *m = NULL;
-        st = qs_pb_model(rq, prec ? prec[r] : NULL, QS_PREC_FP32, &m);
+        st = qs_pb_model(rq, prec ? prec[r] : NULL, c->base, &m);
         if (st == QS_OK) w[r] = qs_pb_sim_worker(rq, src ? src[r] : r, m);
         if (st == QS_OK) w[r].type = rq->workers[r].type;
     }
@@ -91,8 +93,17 @@ static const cJSON *qs_pb_worker_doc(const cJSON *sim, int r) {
     return cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(sim, "workers"), r);
 }
 
-/* The inputs the request must agree on: profiles of this model, config and batch; ≥ 2 types. */
-static qs_status qs_pb_check(const qs_planb_request *rq, int *n_types, const char **types) {
+/* The highest precision (first in fp32, tf32, bf16, fp16, fp8, int8) worker w's profile has a
+ * run for: its base. QS_ERR_FORMAT when it has none. */
+static qs_status qs_pb_profile_base(const qs_planb_worker *w, qs_precision *base) {
+    if (qs_profile_top_precision(w->profile, base)) return QS_OK;
+    return QS_FAIL(QS_ERR_FORMAT, "profile %s (device type \"%s\") has no run at any precision (\"runs\"): profile "
+                   "again with qsync profile", w->profile_path, w->type);
+}
+
+/* The inputs the request must agree on: profiles of this model, config and batch, all with the
+ * same highest precision (*base); ≥ 2 types. */
+static qs_status qs_pb_check(const qs_planb_request *rq, int *n_types, const char **types, qs_precision *base) {
     if (rq->n_workers < 2)
         return QS_FAIL(QS_ERR_INVALID_ARG, "the cluster has %d worker: there is nothing to plan (a plan keeps several "
                        "device types in step)", rq->n_workers);
@@ -114,6 +125,15 @@ static qs_status qs_pb_check(const qs_planb_request *rq, int *n_types, const cha
             return QS_FAIL(QS_ERR_MISMATCH, "profile %s (device type \"%s\") was taken at batch %g, but the plan is for a "
                            "local batch of %lld: profile at that batch", w->profile_path, w->type, b,
                            (long long)rq->batch);
+        qs_precision top = QS_PREC_FP32;
+        QS_TRY(qs_pb_profile_base(w, &top));
+        if (r == 0) *base = top;
+        else if (top != *base)
+            return QS_FAIL(QS_ERR_MISMATCH, "profile %s (device type \"%s\") starts at %s, but profile %s (device type "
+                           "\"%s\") starts at %s: the profiles of one plan must share their highest precision (the base "
+                           "the fastest type trains at); profile every type with --precisions starting with the same one",
+                           w->profile_path, w->type, qs_precision_name(top), rq->workers[0].profile_path,
+                           rq->workers[0].type, qs_precision_name(*base));
         int k = 0;
         while (k < *n_types && strcmp(types[k], w->type) != 0) k++;
         if (k == *n_types) {
@@ -140,7 +160,8 @@ static qs_status qs_pb_check(const qs_planb_request *rq, int *n_types, const cha
     return QS_OK;
 }
 
-/* The layers (names, in order) and each one's first co-consumer of its input, from the fp32 model. */
+/* The layers (names, in order) and each one's first co-consumer of its input, from the model at
+ * fp32 (the graph without quantizing casts: only its structure is read). */
 static qs_status qs_pb_layers(qs_pb_ctx *c) {
     qs_model *m = NULL;
     QS_TRY(qs_pb_model(c->rq, NULL, QS_PREC_FP32, &m));
@@ -181,7 +202,7 @@ static int qs_pb_owner(const qs_pb_ctx *c, const qs_model *m, int i) {
     return -1;
 }
 
-/* ω of layer j at precision p from the indicator (fp32 may be absent: 0). */
+/* ω of layer j at precision p from the indicator (the base may be absent: 0). */
 static qs_status qs_pb_omega(const qs_pb_ctx *c, int j, qs_precision p, double *out) {
     const cJSON *layers = cJSON_GetObjectItemCaseSensitive(c->rq->indicator, "layers");
     const cJSON *l = cJSON_GetObjectItemCaseSensitive(layers, c->layer[j]);
@@ -189,7 +210,7 @@ static qs_status qs_pb_omega(const qs_pb_ctx *c, int j, qs_precision p, double *
         return QS_FAIL(QS_ERR_NOT_FOUND, "indicator %s has no layer \"%s\" (layers[\"%s\"].omega): make it for this "
                        "model with qsync indicate", c->rq->indicator_path, c->layer[j], c->layer[j]);
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(l, "omega"), qs_precision_name(p));
-    if (!v && p == QS_PREC_FP32) {
+    if (!v && p == c->base) {
         *out = 0;
         return QS_OK;
     }
@@ -200,8 +221,9 @@ static qs_status qs_pb_omega(const qs_pb_ctx *c, int j, qs_precision p, double *
     return QS_OK;
 }
 
-/* Type d's allocator problem: options from its profile's runs, costs as the replayer charges
- * them, fixed parts from a replay of d at fp32 among fastest-type workers (fast_tmpl). */
+/* Type d's allocator problem: options from its profile's runs (the base first: qs_pb_check),
+ * costs as the replayer charges them, fixed parts from a replay of d at the base among
+ * fastest-type workers (fast_tmpl). */
 static qs_status qs_pb_problem(const qs_pb_ctx *c, qs_pb_type *d, int fast_tmpl) {
     const qs_planb_request *rq = c->rq;
     const qs_planb_worker *w = &rq->workers[d->tmpl];
@@ -209,9 +231,6 @@ static qs_status qs_pb_problem(const qs_pb_ctx *c, qs_pb_type *d, int fast_tmpl)
     d->n_opts = 0;
     for (int p = 0; p < QS_PREC_COUNT; p++)
         if (cJSON_GetObjectItemCaseSensitive(runs, qs_precision_name((qs_precision)p))) d->menu[d->n_opts++] = (qs_precision)p;
-    if (d->n_opts == 0 || d->menu[0] != QS_PREC_FP32)
-        return QS_FAIL(QS_ERR_MISMATCH, "profile %s (device type \"%s\") has no fp32 run: profile with --precisions "
-                       "starting with fp32", w->profile_path, d->name);
     int L = c->n_layers, K = d->n_opts, E = 0;
     for (int j = 0; j < L; j++) E += c->first_consumer[j] != j;
     QS_TRY(qs_alloc_problem_alloc(&d->prob, L, K, E));
@@ -280,18 +299,18 @@ static qs_status qs_pb_problem(const qs_pb_ctx *c, qs_pb_type *d, int fast_tmpl)
     free(cast_own);
     free(mem);
     if (st != QS_OK) return st;
-    /* fixed parts: d at fp32, every other worker a fastest-type one */
+    /* fixed parts: d at the base, every other worker a fastest-type one */
     int *src = calloc((size_t)rq->n_workers, sizeof *src);
     if (!src) return QS_FAIL(QS_ERR_OOM, "out of memory planning");
     for (int r = 0; r < rq->n_workers; r++) src[r] = strcmp(rq->workers[r].type, d->name) == 0 ? r : fast_tmpl;
     cJSON *sim = NULL;
-    st = qs_pb_replay(rq, src, NULL, &sim);
+    st = qs_pb_replay(c, src, NULL, &sim);
     free(src);
     if (st != QS_OK) return st;
-    d->sync_fp32_ms = qs_pb_num(sim, "iteration_ms");
+    d->sync_base_ms = qs_pb_num(sim, "iteration_ms");
     double m_d = qs_pb_num(qs_pb_worker_doc(sim, d->tmpl), "memory_bytes");
     cJSON_Delete(sim);
-    d->prob.fixed_ms = fmax(0, d->sync_fp32_ms - sum0);
+    d->prob.fixed_ms = fmax(0, d->sync_base_ms - sum0);
     d->prob.fixed_mem = (int64_t)llround(fmax(0, m_d - (double)mem0));
     d->prob.mem_cap = QS_ALLOC_NO_CAP;
     for (int r = 0; r < rq->n_workers; r++)
@@ -345,10 +364,10 @@ static qs_status qs_pb_solve(const qs_pb_ctx *c, qs_pb_type *d, double T_sync) {
                            (double)r->min_mem / 1048576.0);
         double best = r->best_time_ms + (T_sync - d->prob.target_ms); /* back to the synchronized scale */
         return QS_FAIL(QS_ERR_INFEASIBLE, "no plan for device type \"%s\" meets T = %.3f ms: the fastest plan %s is "
-                       "predicted to take %.3f ms per synchronized iteration (all fp32: %.3f ms); give --target-ms "
+                       "predicted to take %.3f ms per synchronized iteration (all %s: %.3f ms); give --target-ms "
                        ">= %.3f, or profile lower precisions", d->name, T_sync,
                        d->prob.mem_cap != QS_ALLOC_NO_CAP ? "within the memory cap" : "(every layer at its fastest precision)",
-                       best, d->sync_fp32_ms, best);
+                       best, qs_precision_name(c->base), d->sync_base_ms, best);
     }
     if (st != QS_OK) return st;
     d->choice = d->has_exact ? d->exact.choice : d->greedy.choice;
@@ -368,12 +387,16 @@ static cJSON *qs_pb_document(const qs_pb_ctx *c, const char *const *types, int n
     const cJSON *be = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(rq->workers[0].profile, "device"),
                                                        "backend");
     if (cJSON_IsString(be)) cJSON_AddStringToObject(doc, "backend", be->valuestring);
-    cJSON_AddStringToObject(doc, "default", "fp32");
+    const char *base = qs_precision_name(c->base);
+    cJSON_AddStringToObject(doc, "default", base);
     cJSON_AddStringToObject(doc, "comment", "chosen by qsync plan (docs/PLANS.md)");
     cJSON *sections = cJSON_AddObjectToObject(doc, "device_types");
     cJSON *pred = cJSON_CreateObject();
     cJSON_AddNumberToObject(pred, "target_ms", T);
-    cJSON_AddStringToObject(pred, "target_source", target_given ? "--target-ms" : "fastest device type, all fp32");
+    char source[64];
+    snprintf(source, sizeof source, "fastest device type, all %s", base);
+    cJSON_AddStringToObject(pred, "target_source", target_given ? "--target-ms" : source);
+    cJSON_AddStringToObject(pred, "base_precision", base);
     cJSON_AddStringToObject(pred, "fastest_type", fast);
     cJSON_AddNumberToObject(pred, "synchronized_ms", qs_pb_num(sim, "iteration_ms"));
     cJSON_AddNumberToObject(pred, "rounds", rounds);
@@ -386,7 +409,7 @@ static cJSON *qs_pb_document(const qs_pb_ctx *c, const char *const *types, int n
         for (int k = 0; k < n_slow; k++)
             if (strcmp(t[k].name, types[i]) == 0) d = &t[k];
         if (!d) {
-            cJSON_AddStringToObject(s, "default", "fp32");
+            cJSON_AddStringToObject(s, "default", base);
             cJSON_AddNumberToObject(pt, "omega", 0);
             cJSON_AddNumberToObject(pt, "quantized_layers", 0);
             continue;
@@ -395,7 +418,7 @@ static cJSON *qs_pb_document(const qs_pb_ctx *c, const char *const *types, int n
         int quantized = 0;
         for (int j = 0; j < c->n_layers; j++) {
             cJSON_AddStringToObject(precs, c->layer[j], qs_precision_name(d->prec[j]));
-            quantized += d->prec[j] != QS_PREC_FP32;
+            quantized += d->prec[j] != c->base;
         }
         const qs_alloc_result *chosen = d->has_exact ? &d->exact : &d->greedy;
         cJSON_AddNumberToObject(pt, "omega", chosen->omega);
@@ -403,7 +426,7 @@ static cJSON *qs_pb_document(const qs_pb_ctx *c, const char *const *types, int n
         cJSON_AddStringToObject(pt, "solver", d->has_exact ? "exact" : "greedy");
         cJSON_AddNumberToObject(pt, "model_ms", chosen->time_ms); /* the additive model, at its (tightened) target */
         cJSON_AddNumberToObject(pt, "model_target_ms", d->prob.target_ms);
-        cJSON_AddNumberToObject(pt, "fp32_synchronized_ms", d->sync_fp32_ms);
+        cJSON_AddNumberToObject(pt, "base_synchronized_ms", d->sync_base_ms);
         cJSON_AddNumberToObject(pt, "greedy_omega", d->greedy.omega);
         if (d->has_exact) {
             cJSON_AddNumberToObject(pt, "exact_omega", d->exact.omega);
@@ -433,10 +456,10 @@ qs_status qs_plan_build(const qs_planb_request *rq, cJSON **plan_doc) {
     *plan_doc = NULL;
     const char *types[QS_PB_MAX_TYPES];
     int n_types = 0;
-    QS_TRY(qs_pb_check(rq, &n_types, types));
+    qs_pb_ctx c = {.rq = rq};
+    QS_TRY(qs_pb_check(rq, &n_types, types, &c.base));
     double tol = rq->tolerance >= 0 ? rq->tolerance : 0.005;
     int max_rounds = rq->max_rounds > 0 ? rq->max_rounds : 4, n = rq->n_workers;
-    qs_pb_ctx c = {.rq = rq};
     qs_pb_type t[QS_PB_MAX_TYPES];
     memset(t, 0, sizeof t);
     int n_slow = 0, fast_tmpl = -1, rounds = 0;
@@ -444,8 +467,8 @@ qs_status qs_plan_build(const qs_planb_request *rq, cJSON **plan_doc) {
     qs_precision **prec = calloc((size_t)n, sizeof *prec);
     int *src = calloc((size_t)n, sizeof *src);
     qs_status st = prec && src ? qs_pb_layers(&c) : QS_FAIL(QS_ERR_OOM, "out of memory planning");
-    /* the fastest type: least own compute (data to end of backward) at fp32 */
-    if (st == QS_OK) st = qs_pb_replay(rq, NULL, NULL, &sim);
+    /* the fastest type: least own compute (data to end of backward) at the base */
+    if (st == QS_OK) st = qs_pb_replay(&c, NULL, NULL, &sim);
     double best_own = INFINITY;
     for (int i = 0; i < n_types && st == QS_OK; i++) {
         double own = 0;
@@ -465,23 +488,24 @@ qs_status qs_plan_build(const qs_planb_request *rq, cJSON **plan_doc) {
     cJSON_Delete(sim);
     sim = NULL;
     const char *fast = fast_tmpl >= 0 ? rq->workers[fast_tmpl].type : "";
-    /* T: a cluster of fastest-type workers at fp32 */
+    /* T: a cluster of fastest-type workers at the base */
     double T = rq->target_ms, T_fast = NAN;
     if (st == QS_OK) {
         for (int r = 0; r < n; r++) src[r] = fast_tmpl;
-        st = qs_pb_replay(rq, src, NULL, &sim);
+        st = qs_pb_replay(&c, src, NULL, &sim);
         if (st == QS_OK) T_fast = qs_pb_num(sim, "iteration_ms");
         cJSON_Delete(sim);
         sim = NULL;
     }
     if (st == QS_OK && !(T > 0)) T = T_fast;
-    /* the fastest type trains fp32: the cluster cannot step faster than a cluster of it */
+    /* the fastest type trains at the base: the cluster cannot step faster than a cluster of it */
     const double T_asked = T;
     if (st == QS_OK && T < T_fast * (1 - tol) && rq->best_effort) T = T_fast;
     if (st == QS_OK && T < T_fast * (1 - tol))
-        st = QS_FAIL(QS_ERR_INFEASIBLE, "no plan meets T = %.3f ms: the fastest device type (\"%s\"), which stays fp32, "
+        st = QS_FAIL(QS_ERR_INFEASIBLE, "no plan meets T = %.3f ms: the fastest device type (\"%s\"), which stays %s, "
                      "is predicted to take %.3f ms per synchronized iteration by itself; the best achievable time is "
-                     "about %.3f ms (give --target-ms >= %.3f)", T, fast, T_fast, T_fast, T_fast);
+                     "about %.3f ms (give --target-ms >= %.3f)", T, fast, qs_precision_name(c.base), T_fast, T_fast,
+                     T_fast);
     for (int i = 0; i < n_types && st == QS_OK; i++) {
         if (strcmp(types[i], fast) == 0) continue;
         qs_pb_type *d = &t[n_slow++];
@@ -505,7 +529,7 @@ qs_status qs_plan_build(const qs_planb_request *rq, cJSON **plan_doc) {
         }
         cJSON_Delete(sim);
         sim = NULL;
-        if (st == QS_OK) st = qs_pb_replay(rq, NULL, prec, &sim);
+        if (st == QS_OK) st = qs_pb_replay(&c, NULL, prec, &sim);
         if (st != QS_OK) break;
         double sync = qs_pb_num(sim, "iteration_ms");
         miss = sync - T;

@@ -3,9 +3,14 @@
  * (src/plan/allocator.h), their solution, and the check of the chosen plan by the full replayer
  * (src/predict/simulate.h). docs/PLANS.md "Choosing a plan: qsync plan".
  *
+ * The base precision is the highest precision (first in fp32, tf32, bf16, fp16, fp8, int8) the
+ * profiles have runs for: fp32 on a CPU profiled with fp32,bf16,int8, bf16 on a GPU profiled with
+ * bf16,fp8. Every profile of the request must start at the same one. The fastest type trains
+ * every layer at the base.
+ *
  * Per device type d slower than the fastest type:
  *  - layers: the model's Conv2d/Linear in order; options: the precisions d's profile has runs
- *    for, highest first (fp32 must be one);
+ *    for, highest first (the base first);
  *  - t[l][k]: what the replayer charges layer l at precision k (qs_sim_node_charges on the
  *    model built with every layer at k): its forward, backward-data and backward-weights, the
  *    ops without a precision of their own that it feeds (costed from its run), the quantizing
@@ -14,11 +19,12 @@
  *  - edges: a cast shared by several consumers of one input is charged to the first consumer;
  *    each other consumer gets an edge from it whose cost is its own cast when the two
  *    precisions need different operand dtypes (none when they share the cast);
- *  - fixed_ms: the replayed synchronized iteration of a cluster where d's workers train all
- *    fp32 and every other worker is a fastest-type worker, less Σ t[l][fp32]; fixed_mem: d's
- *    replayed memory less Σ m[l][fp32]; mem_cap: the least memory_mb of d's workers;
- *  - ω from the indicator; T: the replayed synchronized iteration of the cluster made of
- *    fastest-type workers only (all fp32), or the target given.
+ *  - fixed_ms: the replayed synchronized iteration of a cluster where d's workers train all at
+ *    the base and every other worker is a fastest-type worker, less Σ t[l][base]; fixed_mem: d's
+ *    replayed memory less Σ m[l][base]; mem_cap: the least memory_mb of d's workers;
+ *  - ω from the indicator (ω of the base may be absent: 0); T: the replayed synchronized
+ *    iteration of the cluster made of fastest-type workers only (all at the base), or the target
+ *    given.
  * The greedy always runs, the exact ILP unless greedy_only. The chosen plans are replayed on the
  * real cluster; while that replay misses T (beyond the tolerance) or a worker's memory cap,
  * the missing types' problems are tightened by the miss and solved again (max_rounds). */
@@ -62,10 +68,11 @@ typedef struct qs_planb_request {
 } qs_planb_request;
 
 /* Build the problems, solve them, verify by replay. On QS_OK *plan_doc is a plan document
- * (format qsync-plan, version 2, a section per device type of the cluster, "predictions") the
- * caller writes and deletes. Errors: QS_ERR_INVALID_ARG (fewer than 2 workers or device types,
- * bad request), QS_ERR_MISMATCH (profiles of another model, options or batch, an indicator of
- * another model or config), QS_ERR_FORMAT / QS_ERR_NOT_FOUND (indicator content),
+ * (format qsync-plan, version 2, "default" the base, a section per device type of the cluster,
+ * "predictions" with "base_precision") the caller writes and deletes. Errors: QS_ERR_INVALID_ARG
+ * (fewer than 2 workers or device types, bad request), QS_ERR_MISMATCH (profiles of another
+ * model, options or batch, profiles starting at different precisions, an indicator of another
+ * model or config), QS_ERR_FORMAT / QS_ERR_NOT_FOUND (a profile without runs, indicator content),
  * QS_ERR_INFEASIBLE (no plan meets T or a memory cap: the message gives the best achievable
  * synchronized time); *plan_doc is NULL then. */
 qs_status qs_plan_build(const qs_planb_request *rq, cJSON **plan_doc);

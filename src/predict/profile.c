@@ -50,6 +50,7 @@ typedef struct qs_prof_run {
     qs_optimizer opt;
     bool opt_ready;
     qs_loss_scaler scaler;
+    float lr;  /* the optimizer's step size (see qs_prof_run_setup) */
 } qs_prof_run;
 
 static void qs_prof_run_free(qs_prof_run *r) {
@@ -69,7 +70,13 @@ static qs_status qs_prof_run_setup(const qs_profile_options *o, qs_precision p, 
     po.allow_emulated = o->allow_emulated;
     QS_TRY(qs_precision_setup(r->m, r->be, &po));
     QS_TRY(qs_model_setup(r->m, r->be, o->batch, 1));
-    qs_optim_config oc = qs_optim_config_default(o->optimizer, 0.01f);
+    /* The steps repeat one batch, and only their time counts: a step size that keeps the
+     * weights finite over every step a run takes (warm-up, reps, and under mpirun the
+     * gradient-sync measurement's). AdamW moves every weight by about lr per step whatever its
+     * gradient: at 0.01 a 4096-wide mlp's activations overflowed within ~35 FP8 steps on the
+     * H200 (a non-finite amax stopped the profile). */
+    r->lr = o->optimizer == QS_OPTIM_ADAMW ? 1e-5f : 0.01f;
+    qs_optim_config oc = qs_optim_config_default(o->optimizer, r->lr);
     if (o->optimizer == QS_OPTIM_SGD) oc.momentum = 0.9f;
     QS_TRY(qs_optimizer_init(&r->opt, r->be, &r->m->params, &oc));
     r->opt_ready = true;
@@ -84,7 +91,7 @@ static qs_status qs_prof_run_setup(const qs_profile_options *o, qs_precision p, 
 static qs_status qs_prof_step(const qs_profile_options *o, qs_prof_run *r, double *ms) {
     double t0 = qs_now_ms();
     QS_TRY(qs_model_forward(r->m, o->x, o->y, true));
-    QS_TRY(qs_loss_scaler_step(&r->scaler, r->m, &r->opt, 0.01f, NULL));
+    QS_TRY(qs_loss_scaler_step(&r->scaler, r->m, &r->opt, r->lr, NULL));
     QS_TRY(r->be->ops->stream_sync(r->be, r->m->stream));
     *ms = qs_now_ms() - t0;
     return QS_OK;

@@ -18,6 +18,26 @@ static double qs_sim_num(const cJSON *o, const char *key) {
     return cJSON_IsNumber(v) ? v->valuedouble : 0;
 }
 
+/* A profile's base run: the run of its highest precision (first in fp32, tf32, bf16, fp16, fp8,
+ * int8: fp32's in a CPU profile, bf16's in a GPU profile of bf16 and fp8; the planner's base,
+ * src/plan/plan_build.h), else its first run. */
+static const cJSON *qs_sim_top_run(const cJSON *profile) {
+    const cJSON *runs = cJSON_GetObjectItemCaseSensitive(profile, "runs");
+    qs_precision p;
+    if (qs_profile_top_precision(profile, &p)) return cJSON_GetObjectItemCaseSensitive(runs, qs_precision_name(p));
+    return runs ? runs->child : NULL;
+}
+
+bool qs_profile_top_precision(const cJSON *profile, qs_precision *out) {
+    const cJSON *runs = cJSON_GetObjectItemCaseSensitive(profile, "runs");
+    for (int p = 0; p < QS_PREC_COUNT; p++)
+        if (cJSON_GetObjectItemCaseSensitive(runs, qs_precision_name((qs_precision)p))) {
+            *out = (qs_precision)p;
+            return true;
+        }
+    return false;
+}
+
 /* The op named `name` in run `run`, or NULL. */
 static const cJSON *qs_sim_find_op(const cJSON *run, const char *name) {
     const cJSON *op;
@@ -47,8 +67,8 @@ static qs_status qs_sim_check_profile(const qs_sim_worker *w, int rank) {
     return QS_OK;
 }
 
-/* The run an op at precision p is costed from: p's own for Conv2d/Linear, else fp32's (or
- * the first run when there is no fp32 one). */
+/* The run an op at precision p is costed from: p's own for Conv2d/Linear, else the base run's
+ * (qs_sim_top_run). */
 static qs_status qs_sim_run_for(const qs_sim_worker *w, const qs_node *n, const cJSON **run) {
     const cJSON *runs = cJSON_GetObjectItemCaseSensitive(w->profile, "runs");
     if (qs_node_precision_selectable(n->kind)) {
@@ -59,14 +79,13 @@ static qs_status qs_sim_run_for(const qs_sim_worker *w, const qs_node *n, const 
         return QS_OK;
     }
     /* an op without a precision of its own runs beside its producer: cost it from the run of
-     * the nearest Conv2d/Linear upstream (its cache and memory state), else from fp32's */
+     * the nearest Conv2d/Linear upstream (its cache and memory state), else from the base run */
     const qs_node *up = n;
     while (up->n_inputs > 0 && !qs_node_precision_selectable(up->kind)) up = &w->m->nodes[up->inputs[0]];
     *run = NULL;
     if (qs_node_precision_selectable(up->kind))
         *run = cJSON_GetObjectItemCaseSensitive(runs, qs_precision_name(up->prec));
-    if (!*run) *run = cJSON_GetObjectItemCaseSensitive(runs, "fp32");
-    if (!*run) *run = runs->child;
+    if (!*run) *run = qs_sim_top_run(w->profile);
     return QS_OK;
 }
 
@@ -192,12 +211,8 @@ static double qs_sim_untimed(const qs_sim_worker *w, const cJSON *base) {
     return gap_base + extra;
 }
 
-/* The base run of a worker's profile: fp32's, else the first. */
-static const cJSON *qs_sim_base_run(const qs_sim_worker *w) {
-    const cJSON *runs = cJSON_GetObjectItemCaseSensitive(w->profile, "runs");
-    const cJSON *base = cJSON_GetObjectItemCaseSensitive(runs, "fp32");
-    return base ? base : runs->child;
-}
+/* The base run of a worker's profile (qs_sim_top_run). */
+static const cJSON *qs_sim_base_run(const qs_sim_worker *w) { return qs_sim_top_run(w->profile); }
 
 /* Every node's cost for this worker (cost: [m->n_nodes], zeroed by the caller; aliases stay 0),
  * as the replay charges them. */
@@ -360,13 +375,11 @@ static double qs_sim_corunning_slowdown(const cJSON *profile) {
 
 /* The model's own gradient sync measured in place between n ranks with these buckets
  * ("grad_sync" of a profile run, docs/PROFILE.md), in the mode asked: from the first worker's
- * fp32 run (else its first run) that holds one; < 0 when none does. */
+ * base run (qs_sim_top_run) that holds one; < 0 when none does. */
 static double qs_sim_measured_sync(const qs_sim_worker *w, int n, size_t bucket_bytes, int nb, bool overlap,
                                    const cJSON **from) {
     for (int r = 0; r < n; r++) {
-        const cJSON *runs = cJSON_GetObjectItemCaseSensitive(w[r].profile, "runs");
-        const cJSON *run = cJSON_GetObjectItemCaseSensitive(runs, "fp32");
-        if (!run) run = runs->child;
+        const cJSON *run = qs_sim_top_run(w[r].profile);
         const cJSON *gs = cJSON_GetObjectItemCaseSensitive(run, "grad_sync");
         const cJSON *ms = cJSON_GetObjectItemCaseSensitive(gs, overlap ? "overlap_ms" : "no_overlap_ms");
         if (gs && cJSON_IsNumber(ms) && (int)qs_sim_num(gs, "ranks") == n && (int)qs_sim_num(gs, "buckets") == nb &&
@@ -393,8 +406,8 @@ static double qs_sim_comm_scale(const qs_sim_worker *w, int n, const cJSON *sync
 
 #define QS_SIM_JITTER_DRAWS 65536
 
-/* Step-to-step jitter: each worker's measured steps ("step_samples_ms" of its fp32 run, else
- * its first) less their median, scaled by an emulated slowdown the profile does not hold, are
+/* Step-to-step jitter: each worker's measured steps ("step_samples_ms" of its base run,
+ * qs_sim_top_run) less their median, scaled by an emulated slowdown the profile does not hold, are
  * drawn independently per worker; the synchronized step waits for the latest backward, so it
  * grows by max_r(bwd_end_r + e_r) - max_r(bwd_end_r). *median and *mean: that growth's median
  * and mean over a fixed-seed set of draws; both 0 for one worker or without samples. */
@@ -408,9 +421,7 @@ static qs_status qs_sim_jitter(const qs_sim_worker *w, const qs_sim_timeline *tl
     qs_status st = samples && centre && scale && growth ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory replaying");
     bool all = st == QS_OK;
     for (int r = 0; r < n && all; r++) {
-        const cJSON *runs = cJSON_GetObjectItemCaseSensitive(w[r].profile, "runs");
-        const cJSON *run = cJSON_GetObjectItemCaseSensitive(runs, "fp32");
-        if (!run) run = runs->child;
+        const cJSON *run = qs_sim_top_run(w[r].profile);
         samples[r] = cJSON_GetObjectItemCaseSensitive(run, "step_samples_ms");
         int k = cJSON_GetArraySize(samples[r]);
         double *v = k > 0 ? calloc((size_t)k, sizeof *v) : NULL;

@@ -78,6 +78,11 @@ qs_status qs_sim_node_charges(const qs_sim_worker *w, qs_sim_charge *out);
  * (one process per worker, a compute and a communication thread) are appended to it.
  * Errors: a profile of another model, options or batch, a precision without a run in the
  * profile, several workers without an all-reduce measurement for that many ranks. */
+/* The highest precision (in the order fp32, tf32, bf16, fp16, fp8, int8) a profile has a run
+ * for, into *out: the profile's base (fp32 on a CPU profile, bf16 in a GPU profile of bf16 and
+ * fp8; the planner's base). false when it has none. */
+bool qs_profile_top_precision(const cJSON *profile, qs_precision *out);
+
 qs_status qs_simulate(const qs_sim_worker *w, int n, const qs_sim_options *o, cJSON *trace, cJSON **out);
 
 #endif

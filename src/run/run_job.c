@@ -15,19 +15,32 @@
 #include "predict/profile_job.h"
 #include "run/run_report.h"
 
-static const char *const qs_run_arm_names[QS_ARM_COUNT] = {"qsync", "fp32", "int8", "dynamic", "ideal"};
+const char *qs_run_arm_label(const qs_run_config *c, qs_run_arm a) {
+    switch (a) {
+    case QS_ARM_QSYNC: return "qsync";
+    case QS_ARM_BASE: return qs_precision_name(c->base_precision);
+    case QS_ARM_LOW: return qs_precision_name(c->low_precision);
+    case QS_ARM_DYNAMIC: return "dynamic";
+    case QS_ARM_IDEAL: return "ideal";
+    default: return "?";
+    }
+}
 
-const char *qs_run_arm_name(qs_run_arm a) { return a >= 0 && a < QS_ARM_COUNT ? qs_run_arm_names[a] : "?"; }
+/* Whether the n characters at s are the word w. */
+static bool qs_run_word_is(const char *s, size_t n, const char *w) { return strlen(w) == n && strncmp(s, w, n) == 0; }
 
-bool qs_run_arms_parse(const char *list, bool on[QS_ARM_COUNT], char *err, size_t cap) {
+bool qs_run_arms_parse(const qs_run_config *c, const char *list, bool on[QS_ARM_COUNT], char *err, size_t cap) {
     memset(on, 0, QS_ARM_COUNT * sizeof on[0]);
     for (const char *s = list; s && *s;) {
         const char *e = strchr(s, ',');
         size_t n = e ? (size_t)(e - s) : strlen(s);
         int a = 0;
-        while (a < QS_ARM_COUNT && !(strlen(qs_run_arm_names[a]) == n && strncmp(s, qs_run_arm_names[a], n) == 0)) a++;
+        while (a < QS_ARM_COUNT && !qs_run_word_is(s, n, qs_run_arm_label(c, (qs_run_arm)a))) a++;
+        if (a == QS_ARM_COUNT && qs_run_word_is(s, n, "base")) a = QS_ARM_BASE;
+        if (a == QS_ARM_COUNT && qs_run_word_is(s, n, "low")) a = QS_ARM_LOW;
         if (a == QS_ARM_COUNT) {
-            snprintf(err, cap, "unknown arm '%.*s' (arms: qsync, fp32, int8, dynamic, ideal)", (int)n, s);
+            snprintf(err, cap, "unknown arm '%.*s' (arms: qsync, %s or base, %s or low, dynamic, ideal)", (int)n, s,
+                     qs_run_arm_label(c, QS_ARM_BASE), qs_run_arm_label(c, QS_ARM_LOW));
             return false;
         }
         on[a] = true;
@@ -96,16 +109,32 @@ static qs_status qs_run_agree(qs_run_state *s, qs_status st, const char *what) {
     return lo == 1 ? QS_OK : QS_FAIL(QS_ERR_INTERNAL, "another rank failed during %s (that rank prints its message)", what);
 }
 
+/* The precisions stage 1 profiles on this rank, into out: with an fp32 base none (n_precs 0:
+ * every precision the device runs natively, fp32 first), else the base first and then every
+ * precision below it the device runs natively (the planner's base is the profiles' highest). */
+static int qs_run_profile_precisions(const qs_run_state *s, qs_precision out[QS_PREC_COUNT]) {
+    const qs_precision base = s->c->base_precision;
+    if (base == QS_PREC_FP32) return 0;
+    qs_precision native[QS_PREC_COUNT];
+    int n = qs_profile_native_precisions(native, s->me->cuda, s->me->cuda_device, s->me->threads), k = 0;
+    out[k++] = base;
+    for (int i = 0; i < n; i++)
+        if (native[i] > base) out[k++] = native[i];
+    return k;
+}
+
 /* Stage 1: profile in lockstep; the first rank of each type writes its profile and broadcasts
  * it, so every rank ends with every worker's profile. */
 static qs_status qs_run_profile(qs_run_state *s) {
     const qs_run_config *c = s->c;
     const qs_cluster *cl = c->cluster;
     qs_optim_kind opt = c->train.optim.kind;
+    qs_precision precs[QS_PREC_COUNT];
     qs_profile_job job = {.model = c->train.model, .width = c->train.model_opt.width, .batch = s->local_batch,
                           .data = c->train.data, .data_dir = c->train.data_dir, .optimizer = opt,
                           .warmup = c->profile_warmup, .reps = c->profile_reps, .bucket_bytes = c->train.bucket_bytes,
-                          .worker = s->me, .comm = s->comm, .log = c->log};
+                          .worker = s->me, .comm = s->comm, .log = c->log, .precs = precs,
+                          .n_precs = qs_run_profile_precisions(s, precs)};
     qs_log_info(c->log, "[1/4] profiling %s at local batch %lld on every worker (%d reps per precision)",
                 c->train.model, (long long)s->local_batch, c->profile_reps);
     cJSON *mine = NULL;
@@ -188,21 +217,22 @@ static qs_status qs_run_given_plan(qs_run_state *s) {
     return st;
 }
 
-/* The fastest device type: the plan's, else (a given plan) the type whose profiled fp32 step is
- * shortest. NULL when neither tells. */
+/* Worker r's profiled step at the base precision (NAN without that run). */
+static double qs_run_base_step_ms(const qs_run_state *s, int r) {
+    const cJSON *run = cJSON_GetObjectItem(cJSON_GetObjectItem(s->profiles[r], "runs"),
+                                           qs_precision_name(s->c->base_precision));
+    return cJSON_GetNumberValue(cJSON_GetObjectItem(run, "step_ms"));
+}
+
+/* The fastest device type: the plan's, else (a given plan) the type whose profiled step at the
+ * base precision is shortest. NULL when neither tells. */
 static const char *qs_run_fastest_type(const qs_run_state *s) {
     const char *f = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(s->plan, "predictions"),
                                                              "fastest_type"));
     double best = INFINITY;
-    for (int r = 0; !f && r < s->world; r++) {
-        const cJSON *fp32 = cJSON_GetObjectItem(cJSON_GetObjectItem(s->profiles[r], "runs"), "fp32");
-        double ms = cJSON_GetNumberValue(cJSON_GetObjectItem(fp32, "step_ms"));
-        if (ms < best) best = ms;
-    }
-    for (int r = 0; !f && r < s->world; r++) {
-        const cJSON *fp32 = cJSON_GetObjectItem(cJSON_GetObjectItem(s->profiles[r], "runs"), "fp32");
-        if (cJSON_GetNumberValue(cJSON_GetObjectItem(fp32, "step_ms")) == best) return s->c->cluster->workers[r].type;
-    }
+    for (int r = 0; !f && r < s->world; r++) best = fmin(best, qs_run_base_step_ms(s, r));
+    for (int r = 0; !f && r < s->world; r++)
+        if (qs_run_base_step_ms(s, r) == best) return s->c->cluster->workers[r].type;
     return f;
 }
 
@@ -252,12 +282,14 @@ static qs_status qs_run_plan(qs_run_state *s) {
     if (st == QS_OK) st = qs_comm_bcast_bytes(s->comm, 0, &s->plan_text, &n, c->train.collective_timeout_s);
     if (st == QS_OK) st = qs_json_parse(s->plan_text, "plan", "the broadcast plan", &s->plan);
     if (st == QS_OK && !(s->fastest = qs_run_fastest_type(s)))
-        st = QS_FAIL(QS_ERR_FORMAT, "no fastest device type: the profiles hold no fp32 run");
+        st = QS_FAIL(QS_ERR_FORMAT, "no fastest device type: the profiles hold no run at the base precision %s",
+                     qs_precision_name(c->base_precision));
     return st;
 }
 
 /* This rank's training job for one arm and seed: the template with its worker's threads,
- * emulation and memory cap, and the arm's precisions. */
+ * emulation and memory cap, and the arm's precisions (the plan; the low precision on a slower
+ * worker of the low arm; else every layer at the base). */
 static void qs_run_arm_config(const qs_run_state *s, qs_run_arm arm, uint64_t seed, const char *const *types,
                               char *metrics, size_t cap, char *plan_origin, qs_train_config *t) {
     const qs_run_config *c = s->c;
@@ -269,9 +301,12 @@ static void qs_run_arm_config(const qs_run_state *s, qs_run_arm arm, uint64_t se
     t->worker_types = types;
     t->memory_cap_mb = s->me->memory_mb;
     t->slowdown = arm == QS_ARM_IDEAL ? 1 : s->me->slowdown;
+    t->cuda = s->me->cuda;
+    t->cuda_device = s->me->cuda_device;
+    t->mps_sm_percent = s->me->sm_percent;
     t->emulation_method = s->me->emulation_method;
     t->emulation_calibration_steps = s->me->calibration_steps;
-    t->precision = QS_PREC_FP32;
+    t->precision = arm == QS_ARM_QSYNC ? QS_PREC_FP32 : c->base_precision; /* a plan sets every layer itself */
     t->plan = NULL;
     t->plan_text = NULL;
     t->batch_split = arm == QS_ARM_DYNAMIC ? "dynamic" : NULL;
@@ -280,8 +315,8 @@ static void qs_run_arm_config(const qs_run_state *s, qs_run_arm arm, uint64_t se
         t->plan = plan_origin;
         t->plan_text = s->plan_text;
     }
-    if (arm == QS_ARM_INT8 && strcmp(s->me->type, s->fastest) != 0) t->precision = c->low_precision;
-    snprintf(metrics, cap, "%s/%s-seed%llu.jsonl", c->out_dir, qs_run_arm_name(arm), (unsigned long long)seed);
+    if (arm == QS_ARM_LOW && strcmp(s->me->type, s->fastest) != 0) t->precision = c->low_precision;
+    snprintf(metrics, cap, "%s/%s-seed%llu.jsonl", c->out_dir, qs_run_arm_label(c, arm), (unsigned long long)seed);
     t->metrics_path = metrics;
 }
 
@@ -303,21 +338,21 @@ static qs_status qs_run_train(qs_run_state *s, qs_run_report *rep) {
             qs_train_config t;
             uint64_t seed = c->train.seed + (uint64_t)k;
             qs_run_arm_config(s, (qs_run_arm)a, seed, types, metrics, sizeof metrics, plan_origin, &t);
-            qs_log_info(c->log, "[4/4] training %d/%d: arm %s, seed %llu", ++done, total, qs_run_arm_name((qs_run_arm)a),
-                        (unsigned long long)seed);
+            qs_log_info(c->log, "[4/4] training %d/%d: arm %s, seed %llu", ++done, total,
+                        qs_run_arm_label(c, (qs_run_arm)a), (unsigned long long)seed);
             qs_train_result r;
             st = qs_train_run(&t, &r);
             if (st == QS_OK && s->rank == 0) st = qs_run_report_add(rep, (qs_run_arm)a, seed, metrics, &r);
             if (st == QS_OK && s->rank == 0)
                 qs_log_info(c->log, "      %s seed %llu: %.1f s, %.0f images/s, test accuracy %.2f%%, final loss %.4f",
-                            qs_run_arm_name((qs_run_arm)a), (unsigned long long)seed, r.wall_s, r.images_per_s,
+                            qs_run_arm_label(c, (qs_run_arm)a), (unsigned long long)seed, r.wall_s, r.images_per_s,
                             100 * r.test_accuracy, r.final_loss);
             cJSON_Delete(r.profile);
             cJSON_Delete(r.precision);
             cJSON_Delete(r.workers);
             if (r.interrupted)
                 st = QS_FAIL(QS_ERR_INTERNAL, "interrupted by signal %d during arm %s", r.interrupt_signal,
-                             qs_run_arm_name((qs_run_arm)a));
+                             qs_run_arm_label(c, (qs_run_arm)a));
         }
     free(types);
     return st;
@@ -343,6 +378,16 @@ qs_status qs_run_check(const qs_run_config *c, int world) {
         return QS_FAIL(QS_ERR_INVALID_ARG, "--batch %lld is not divisible by the %d workers", (long long)c->train.batch,
                        world);
     if (c->seeds < 1) return QS_FAIL(QS_ERR_INVALID_ARG, "--seeds must be >= 1");
+    for (int r = 0; r < cl->n_workers && c->arms[QS_ARM_IDEAL]; r++)
+        if (cl->workers[r].sm_percent > 0)
+            return QS_FAIL(QS_ERR_INVALID_ARG, "%s limits worker %d to %d%% of the GPU's SMs through MPS, which a process "
+                           "keeps for its life: the ideal arm (no emulated limits) cannot run in this job; leave it out "
+                           "of --arms and measure the unlimited cluster with qsync train (bench/gpu_hybrid.sh does)",
+                           cl->origin, r, cl->workers[r].sm_percent);
+    if (c->low_precision <= c->base_precision)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "the low precision %s is not below the base precision %s (order: fp32, "
+                       "tf32, bf16, fp16, fp8, int8): give --low-precision below --base-precision",
+                       qs_precision_name(c->low_precision), qs_precision_name(c->base_precision));
     return QS_OK;
 }
 

@@ -9,13 +9,17 @@
  *     → <out>/plan.json, broadcast to every rank (with a given plan, 2 is skipped and 3 only
  *     checks, copies and broadcasts it);
  *  4. train: the same training job once per compared arm and seed (src/train/trainer.h), each
- *     rank with its worker's precisions for that arm, metrics in <out>/<arm>-seed<S>.jsonl;
+ *     rank with its worker's precisions for that arm, metrics in <out>/<label>-seed<S>.jsonl;
  *  5. report (rank 0): <out>/report.json (src/run/run_report.h) and, when asked, a PNG plot.
  *
- * The arms: "qsync" (the plan), "fp32" (every worker all-FP32, synchronous), "int8" (uniform
- * low precision on every worker slower than the fastest type), "dynamic" (all FP32, local
- * batches by measured speed), "ideal" (all FP32 without the emulated slowdowns: every worker as
- * fast as it is, the reference of the gap closure). */
+ * Two precisions frame the comparison: the base (what an unplanned run trains at: fp32 on a CPU,
+ * bf16 on a GPU; the profiles' highest, so the plan's default) and the low precision (int8 on a
+ * CPU, fp8 on a GPU). The arms, labelled by qs_run_arm_label: "qsync" (the plan), the base arm
+ * (every worker all at the base, synchronous; labelled by the base's name, "fp32"), the low arm
+ * (the low precision uniformly on every worker slower than the fastest type, the base on the
+ * fastest; labelled "int8"), "dynamic" (all at the base, local batches by measured speed),
+ * "ideal" (all at the base without the emulated slowdowns: every worker as fast as it is, the
+ * reference of the gap closure). */
 #ifndef QSYNC_RUN_RUN_JOB_H
 #define QSYNC_RUN_RUN_JOB_H
 
@@ -29,12 +33,10 @@
 #include "qsync/status.h"
 #include "train/trainer.h"
 
-typedef enum qs_run_arm { QS_ARM_QSYNC = 0, QS_ARM_FP32, QS_ARM_INT8, QS_ARM_DYNAMIC, QS_ARM_IDEAL, QS_ARM_COUNT } qs_run_arm;
-
-/* "qsync", "fp32", "int8", "dynamic", "ideal". */
-const char *qs_run_arm_name(qs_run_arm a);
-/* A comma-separated list of arm names into on[] (all false first); false with a message in err. */
-bool qs_run_arms_parse(const char *list, bool on[QS_ARM_COUNT], char *err, size_t cap);
+/* The compared arms, in training order (labels: qs_run_arm_label). */
+typedef enum qs_run_arm {
+    QS_ARM_QSYNC = 0, QS_ARM_BASE, QS_ARM_LOW, QS_ARM_DYNAMIC, QS_ARM_IDEAL, QS_ARM_COUNT
+} qs_run_arm;
 
 typedef struct qs_run_config {
     /* The training job every arm runs: model, width, data, global batch, steps or epochs, the
@@ -45,7 +47,9 @@ typedef struct qs_run_config {
     const char *out_dir;         /* created if missing */
     bool arms[QS_ARM_COUNT];     /* the compared arms (qsync always runs) */
     int seeds;                   /* ≥ 1: seeds train.seed … train.seed + seeds − 1, paired across arms */
-    qs_precision low_precision;  /* the "int8" arm's uniform precision on slower workers */
+    qs_precision base_precision; /* what the base, dynamic and ideal arms and the fastest type train at,
+                                  * profiled first (default fp32, zeroed config) */
+    qs_precision low_precision;  /* the low arm's uniform precision on slower workers; below the base */
     int profile_warmup, profile_reps;
     qs_indicator_method method;  /* the indicator */
     int64_t indicator_batches;
@@ -59,9 +63,17 @@ typedef struct qs_run_config {
     qs_logger *train_log;        /* each training job's own log */
 } qs_run_config;
 
+/* The arm's label in file names, the report and messages: "qsync", the base precision's name
+ * (c->base_precision: "fp32", "bf16", ...), the low precision's name (c->low_precision: "int8",
+ * "fp8", ...), "dynamic", "ideal"; "?" for no arm. */
+const char *qs_run_arm_label(const qs_run_config *c, qs_run_arm a);
+/* A comma-separated list of arms into on[] (all false first): their labels under c's base and
+ * low precisions, or "base" and "low" for those two arms. False with a message in err. */
+bool qs_run_arms_parse(const qs_run_config *c, const char *list, bool on[QS_ARM_COUNT], char *err, size_t cap);
+
 /* The checks every rank makes alike before any work (so that a refusal needs no abort): the
  * cluster has ≥ 2 workers of ≥ 2 device types and sets no precisions, `world` ranks match it,
- * the global batch divides evenly, seeds ≥ 1. */
+ * the global batch divides evenly, seeds ≥ 1, the low precision is below the base. */
 qs_status qs_run_check(const qs_run_config *c, int world);
 
 /* Run the pipeline. On QS_OK rank 0's *report is the report document (also written to

@@ -13,6 +13,19 @@ static double qs_run_num(const cJSON *o, const char *key) {
     return cJSON_IsNumber(x) ? x->valuedouble : NAN;
 }
 
+/* The report's base precision, the base arm's label ("fp32" for a report without one). */
+static const char *qs_run_base_label(const cJSON *doc) {
+    const char *b = cJSON_GetStringValue(cJSON_GetObjectItem(doc, "base_precision"));
+    return b ? b : "fp32";
+}
+
+/* The comparison object `<prefix><base>` of the report (NULL when absent). */
+static const cJSON *qs_run_comparison(const cJSON *doc, const char *prefix) {
+    char key[64];
+    snprintf(key, sizeof key, "%s%s", prefix, qs_run_base_label(doc));
+    return cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "comparison"), key);
+}
+
 /* "  12.34" or "      —" in a field of width w. */
 static void qs_run_print_ms(FILE *f, double x, int w, int decimals) {
     if (isfinite(x)) fprintf(f, " %*.*f", w, decimals, x);
@@ -24,8 +37,8 @@ static void qs_run_print_plan(const cJSON *doc, FILE *f) {
     if (cJSON_IsTrue(cJSON_GetObjectItem(plan, "given")))
         fprintf(f, "plan: given (%s)\n", cJSON_GetStringValue(cJSON_GetObjectItem(doc, "plan_file")));
     else
-        fprintf(f, "plan: T = %.2f ms (the fastest type, %s, all fp32)%s\n", qs_run_num(plan, "target_ms"),
-                cJSON_GetStringValue(cJSON_GetObjectItem(plan, "fastest_type")),
+        fprintf(f, "plan: T = %.2f ms (the fastest type, %s, all %s)%s\n", qs_run_num(plan, "target_ms"),
+                cJSON_GetStringValue(cJSON_GetObjectItem(plan, "fastest_type")), qs_run_base_label(doc),
                 cJSON_IsTrue(cJSON_GetObjectItem(plan, "target_met")) ? "" : "; not met: the fastest plans were taken");
     cJSON_ArrayForEach(ty, cJSON_GetObjectItem(plan, "types")) {
         fprintf(f, "  %s (%s", ty->string, cJSON_GetStringValue(cJSON_GetObjectItem(ty, "solver")));
@@ -75,15 +88,16 @@ void qs_run_report_print(const cJSON *doc, FILE *f) {
     }
     fprintf(f, "(iteration: median step, slowest worker, median over seeds; predicted: the plan's replay)\n");
     const cJSON *cmp = cJSON_GetObjectItem(doc, "comparison");
-    fprintf(f, "gap closed, (T_fp32 - T_arm) / (T_fp32 - T_ideal):");
+    const char *base = qs_run_base_label(doc);
+    fprintf(f, "gap closed, (T_%s - T_arm) / (T_%s - T_ideal):", base, base);
     cJSON_ArrayForEach(x, cJSON_GetObjectItem(cmp, "gap_closure"))
         if (cJSON_IsNumber(x)) fprintf(f, "  %s %.2f", x->string, x->valuedouble);
-        else fprintf(f, "  %s - (needs the fp32 and ideal arms)", x->string);
-    fprintf(f, "\ntest accuracy minus fp32's, paired by seed:");
-    cJSON_ArrayForEach(x, cJSON_GetObjectItem(cmp, "test_accuracy_minus_fp32"))
+        else fprintf(f, "  %s - (needs the %s and ideal arms)", x->string, base);
+    fprintf(f, "\ntest accuracy minus %s's, paired by seed:", base);
+    cJSON_ArrayForEach(x, qs_run_comparison(doc, "test_accuracy_minus_"))
         fprintf(f, "  %s %+.2f pp", x->string, 100 * qs_run_num(x, "mean"));
-    fprintf(f, "\nmean |loss - fp32's loss| at the same steps:");
-    cJSON_ArrayForEach(x, cJSON_GetObjectItem(cmp, "loss_curve_distance_to_fp32"))
+    fprintf(f, "\nmean |loss - %s's loss| at the same steps:", base);
+    cJSON_ArrayForEach(x, qs_run_comparison(doc, "loss_curve_distance_to_"))
         if (cJSON_IsNumber(x)) fprintf(f, "  %s %.4f", x->string, x->valuedouble);
     fprintf(f, "\nqsync arm per worker: predicted vs measured iteration, memory\n");
     cJSON_ArrayForEach(x, cJSON_GetObjectItem(doc, "qsync_workers")) {
@@ -109,15 +123,16 @@ static qs_status qs_run_plot_data(const qs_run_report *r, char *cmd_time, char *
         qs_status st = text ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory writing the plot data");
         for (int k = 0; st == QS_OK && k < cv.n; k++)
             len += (size_t)snprintf(text + len, size - len, "%.3f %.0f %.6g\n", cv.train_s[k], cv.step[k], cv.loss[k]);
-        snprintf(path, sizeof path, "%s/curve-%s.dat", r->c->out_dir, qs_run_arm_name(e->arm));
+        const char *label = qs_run_arm_label(r->c, e->arm);
+        snprintf(path, sizeof path, "%s/curve-%s.dat", r->c->out_dir, label);
         if (st == QS_OK) st = qs_write_file_atomic(path, text, len);
         free(text);
         qs_run_curve_free(&cv);
         QS_TRY(st);
         lt += (size_t)snprintf(cmd_time + lt, cap - lt, "%s'%s' using 1:3 with lines lw 2 title '%s'", lt ? ", " : "",
-                               path, qs_run_arm_name(e->arm));
+                               path, label);
         ls += (size_t)snprintf(cmd_step + ls, cap - ls, "%s'%s' using 2:3 with lines lw 2 title '%s'", ls ? ", " : "",
-                               path, qs_run_arm_name(e->arm));
+                               path, label);
         if (lt >= cap || ls >= cap) return QS_FAIL(QS_ERR_INVALID_ARG, "plot: output directory path too long");
     }
     return QS_OK;

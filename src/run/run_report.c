@@ -127,8 +127,8 @@ static const qs_run_entry *qs_run_find(const qs_run_report *r, qs_run_arm arm, u
 }
 
 /* The plan's predicted synchronized iteration of an arm (NAN where the plan predicts none):
- * qsync its replay, fp32 the largest all-fp32 replay over the slower types, ideal T when T is
- * the fastest type's own time. */
+ * qsync its replay, the base arm the largest all-base replay over the slower types, ideal T when
+ * T is the fastest type's own time. */
 static double qs_run_predicted_ms(const cJSON *plan, qs_run_arm arm) {
     const cJSON *pred = cJSON_GetObjectItem(plan, "predictions"), *t;
     if (arm == QS_ARM_QSYNC) return cJSON_GetNumberValue(cJSON_GetObjectItem(pred, "synchronized_ms"));
@@ -136,10 +136,10 @@ static double qs_run_predicted_ms(const cJSON *plan, qs_run_arm arm) {
         const char *src = cJSON_GetStringValue(cJSON_GetObjectItem(pred, "target_source"));
         return src && strncmp(src, "fastest", 7) == 0 ? cJSON_GetNumberValue(cJSON_GetObjectItem(pred, "target_ms")) : NAN;
     }
-    if (arm != QS_ARM_FP32) return NAN;
+    if (arm != QS_ARM_BASE) return NAN;
     double worst = NAN;
     cJSON_ArrayForEach(t, cJSON_GetObjectItem(pred, "types")) {
-        double ms = cJSON_GetNumberValue(cJSON_GetObjectItem(t, "fp32_synchronized_ms"));
+        double ms = cJSON_GetNumberValue(cJSON_GetObjectItem(t, "base_synchronized_ms"));
         if (!isnan(ms) && !(worst >= ms)) worst = ms;
     }
     return worst;
@@ -249,19 +249,24 @@ static cJSON *qs_run_worker_predictions(const qs_run_report *r) {
     return out;
 }
 
-/* Per arm other than fp32, paired by seed with fp32: accuracy differences and the mean
- * loss-curve distance. */
+/* Per arm other than the base arm, paired by seed with it: accuracy differences
+ * ("test_accuracy_minus_<base>") and the mean loss-curve distance ("loss_curve_distance_to_<base>"),
+ * <base> the base arm's label ("fp32"). */
 static qs_status qs_run_paired(const qs_run_report *r, cJSON *cmp) {
-    cJSON *acc = cJSON_AddObjectToObject(cmp, "test_accuracy_minus_fp32");
-    cJSON *dist = cJSON_AddObjectToObject(cmp, "loss_curve_distance_to_fp32");
+    char key[64];
+    const char *base = qs_run_arm_label(r->c, QS_ARM_BASE);
+    snprintf(key, sizeof key, "test_accuracy_minus_%s", base);
+    cJSON *acc = cJSON_AddObjectToObject(cmp, key);
+    snprintf(key, sizeof key, "loss_curve_distance_to_%s", base);
+    cJSON *dist = cJSON_AddObjectToObject(cmp, key);
     for (int a = 0; a < QS_ARM_COUNT; a++) {
-        if (a == QS_ARM_FP32 || !r->c->arms[a]) continue;
+        if (a == QS_ARM_BASE || !r->c->arms[a]) continue;
         cJSON *diffs = cJSON_CreateArray();
         double sum = 0, dsum = 0;
         int n = 0, dn = 0;
         for (int k = 0; k < r->c->seeds; k++) {
             uint64_t seed = r->c->train.seed + (uint64_t)k;
-            const qs_run_entry *x = qs_run_find(r, (qs_run_arm)a, seed), *f = qs_run_find(r, QS_ARM_FP32, seed);
+            const qs_run_entry *x = qs_run_find(r, (qs_run_arm)a, seed), *f = qs_run_find(r, QS_ARM_BASE, seed);
             if (!x || !f) continue;
             cJSON_AddItemToArray(diffs, cJSON_CreateNumber(x->test_accuracy - f->test_accuracy));
             sum += x->test_accuracy - f->test_accuracy;
@@ -285,10 +290,10 @@ static qs_status qs_run_paired(const qs_run_report *r, cJSON *cmp) {
             cJSON_Delete(diffs);
             continue;
         }
-        cJSON *o = cJSON_AddObjectToObject(acc, qs_run_arm_name((qs_run_arm)a));
+        cJSON *o = cJSON_AddObjectToObject(acc, qs_run_arm_label(r->c, (qs_run_arm)a));
         cJSON_AddNumberToObject(o, "mean", sum / n);
         cJSON_AddItemToObject(o, "per_seed", diffs);
-        qs_run_add_num(dist, qs_run_arm_name((qs_run_arm)a), dn ? dsum / dn : NAN);
+        qs_run_add_num(dist, qs_run_arm_label(r->c, (qs_run_arm)a), dn ? dsum / dn : NAN);
     }
     return QS_OK;
 }
@@ -308,6 +313,7 @@ qs_status qs_run_report_finish(const qs_run_report *r, cJSON **doc) {
     cJSON_AddNumberToObject(d, "train_subset", (double)c->train.train_subset);
     cJSON_AddNumberToObject(d, "eval_subset", (double)c->train.eval_subset);
     cJSON_AddNumberToObject(d, "seeds", c->seeds);
+    cJSON_AddStringToObject(d, "base_precision", qs_precision_name(c->base_precision));
     cJSON_AddStringToObject(d, "low_precision", qs_precision_name(c->low_precision));
     cJSON_AddStringToObject(d, "grad_rounding", c->train.grad_rounding == QS_GRAD_ROUND_UNSET ? "stochastic"
                                                 : qs_grad_rounding_name(c->train.grad_rounding));
@@ -320,15 +326,16 @@ qs_status qs_run_report_finish(const qs_run_report *r, cJSON **doc) {
     double sync[QS_ARM_COUNT];
     for (int a = 0; a < QS_ARM_COUNT; a++) {
         sync[a] = NAN;
-        if (c->arms[a]) cJSON_AddItemToObject(arms, qs_run_arm_name((qs_run_arm)a), qs_run_arm_json(r, (qs_run_arm)a, &sync[a]));
+        if (c->arms[a])
+            cJSON_AddItemToObject(arms, qs_run_arm_label(c, (qs_run_arm)a), qs_run_arm_json(r, (qs_run_arm)a, &sync[a]));
     }
     cJSON_AddItemToObject(d, "qsync_workers", qs_run_worker_predictions(r));
     cJSON *cmp = cJSON_AddObjectToObject(d, "comparison");
     cJSON *gap = cJSON_AddObjectToObject(cmp, "gap_closure");
     for (int a = 0; a < QS_ARM_COUNT; a++)
-        if (a != QS_ARM_FP32 && a != QS_ARM_IDEAL && c->arms[a])
-            qs_run_add_num(gap, qs_run_arm_name((qs_run_arm)a), (sync[QS_ARM_FP32] - sync[a]) /
-                                                                 (sync[QS_ARM_FP32] - sync[QS_ARM_IDEAL]));
+        if (a != QS_ARM_BASE && a != QS_ARM_IDEAL && c->arms[a])
+            qs_run_add_num(gap, qs_run_arm_label(c, (qs_run_arm)a), (sync[QS_ARM_BASE] - sync[a]) /
+                                                                     (sync[QS_ARM_BASE] - sync[QS_ARM_IDEAL]));
     qs_status st = qs_run_paired(r, cmp);
     if (st != QS_OK) {
         cJSON_Delete(d);

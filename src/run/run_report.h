@@ -1,9 +1,11 @@
 /* src/run/run_report.h — defines: `qsync run`'s report (rank 0): the plan, every arm's runs
  * (per worker the measured median step against the plan's prediction, throughput, memory, test
- * accuracy, final loss), and the comparisons: the gap closure
- * (T_fp32 − T_qsync)/(T_fp32 − T_ideal) from the median synchronized iterations, each arm's
- * test accuracy paired by seed against fp32, and each arm's loss curve against fp32's at the
- * same steps (mean |Δloss| over the logged steps, paired by seed). Format: docs/RUN.md. */
+ * accuracy, final loss), and the comparisons against the base arm (labelled by the base
+ * precision, "fp32" on a CPU, "bf16" on a GPU: qs_run_arm_label): the gap closure
+ * (T_base − T_qsync)/(T_base − T_ideal) from the median synchronized iterations, each arm's
+ * test accuracy paired by seed against the base arm's, and each arm's loss curve against the
+ * base arm's at the same steps (mean |Δloss| over the logged steps, paired by seed). Arms, files
+ * and report keys carry the arms' labels. Format: docs/RUN.md. */
 #ifndef QSYNC_RUN_RUN_REPORT_H
 #define QSYNC_RUN_RUN_REPORT_H
 
