@@ -135,6 +135,8 @@ int qs_cmd_run(int argc, char **argv) {
         {"indicator-batches", QS_CLI_I64, &c.indicator_batches, "N", "batches the indicator averages (default 8)"},
         {"gamma", QS_CLI_DOUBLE, &c.gamma, "G", "the indicator's forward weight (default 4)"},
         {"target-ms", QS_CLI_DOUBLE, &c.target_ms, "MS", "the plan's T (default: the fastest type's iteration)"},
+        {"ideal-ms", QS_CLI_DOUBLE, &c.ideal_ms, "MS",
+         "the ideal iteration measured elsewhere, for the gap closure (MPS clusters; instead of the ideal arm)"},
         {"plan", QS_CLI_STR, &c.plan_path, "FILE", "compare this plan (a section per device type) instead of planning"},
         {"exact", QS_CLI_FLAG, &c.exact, NULL, "also solve the plan exactly (GLPK) and report the greedy's gap"},
         {"profile-reps", QS_CLI_INT, &c.profile_reps, "N", "timed profile steps per precision (default 20)"},
@@ -182,9 +184,9 @@ int qs_cmd_run(int argc, char **argv) {
     }
     if (c.seeds < 1 || c.seeds > 64 || c.train.batch < 2 || c.train.steps < 0 || c.train.epochs < 0 ||
         (c.train.steps == 0 && c.train.epochs == 0) || c.train.log_every < 1 || c.profile_reps < 3 || c.indicator_batches < 1 ||
-        !(bucket_mb > 0) || c.target_ms < 0 || !(c.gamma >= 0) || !(c.train.optim.lr > 0)) {
+        !(bucket_mb > 0) || c.target_ms < 0 || c.ideal_ms < 0 || !(c.gamma >= 0) || !(c.train.optim.lr > 0)) {
         fprintf(stderr, "qsync run: --seeds must be 1..64, --batch >= 2, --steps or --epochs > 0, --profile-reps >= 3, "
-                "--indicator-batches and --log-every >= 1, --bucket-mb, --lr > 0, --target-ms and --gamma >= 0\n");
+                "--indicator-batches and --log-every >= 1, --bucket-mb, --lr > 0, --target-ms, --ideal-ms and --gamma >= 0\n");
         return 2;
     }
     if (plot && system("gnuplot --version >/dev/null 2>&1") != 0) {

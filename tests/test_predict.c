@@ -362,7 +362,11 @@ static void test_profile_cli(void **state) {
     qs_test_expect_qsync(2, "--reps >= 3", "profile --model cnn --reps 1 --out x.json");
     qs_test_expect_qsync(2, "listed twice", "profile --model cnn --precisions int8,int8 --out x.json");
     snprintf(a, sizeof a, "profile --model cnn --batch 100000 --data synthetic --out %s/big.json", qs_test_tmp);
-    qs_test_expect_qsync(1, "is larger than the 2000 test samples", a);
+    qs_test_expect_qsync(1, "is larger than the 10000 samples of synthetic (test and training split)", a);
+    /* a batch beyond the 2000 test samples profiles on the training split's */
+    snprintf(a, sizeof a, "profile --model mlp --width 16 --batch 3000 --data synthetic --precisions fp32 --reps 3 "
+             "--warmup 1 --threads 1 --quiet --out %s/b3000.json", qs_test_tmp);
+    qs_test_expect_qsync(0, NULL, a);
     snprintf(a, sizeof a, "profile --model cnn --width 4 --batch 8 --data synthetic --reps 3 --out %s/no/such/dir.json",
              qs_test_tmp);
     qs_test_expect_qsync(1, "no/such/dir.json", a);

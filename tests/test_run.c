@@ -5,6 +5,7 @@
  * the report compares against "bf16". And the refusals: a one-worker or homogeneous cluster, a
  * wrong rank count, a cluster that sets precisions, an unknown arm, a low precision not below
  * the base. */
+#include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -203,7 +204,8 @@ static void test_run_bf16_base(void **state) {
     char a[4096], p[512];
     qs_test_mpi_env();
     write_cluster();
-    snprintf(a, sizeof a, "run " TINY " --cluster %s/c.json --base-precision bf16 --arms qsync,bf16 --out %s/out", t, t);
+    snprintf(a, sizeof a,
+             "run " TINY " --cluster %s/c.json --base-precision bf16 --arms qsync,bf16 --ideal-ms 0.5 --out %s/out", t, t);
     qs_test_expect_qsync(0, "test accuracy minus bf16's, paired by seed:  qsync", a);
     const char *files[] = {"qsync-seed1.jsonl", "bf16-seed1.jsonl"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
@@ -254,6 +256,12 @@ static void test_run_bf16_base(void **state) {
     assert_non_null(cJSON_GetObjectItem(cJSON_GetObjectItem(cmp, "test_accuracy_minus_bf16"), "qsync"));
     assert_true(cJSON_IsNumber(cJSON_GetObjectItem(cJSON_GetObjectItem(cmp, "loss_curve_distance_to_bf16"), "qsync")));
     assert_null(cJSON_GetObjectItem(cmp, "test_accuracy_minus_fp32"));
+    /* --ideal-ms stands in for the ideal arm: (T_bf16 - T_qsync) / (T_bf16 - 0.5) */
+    assert_true(num(rep, "ideal_ms_given") == 0.5);
+    const double tb = num(cJSON_GetObjectItem(arms, "bf16"), "synchronized_ms"),
+                 tq = num(cJSON_GetObjectItem(arms, "qsync"), "synchronized_ms");
+    const double gap = num(cJSON_GetObjectItem(cmp, "gap_closure"), "qsync");
+    assert_true(fabs(gap - (tb - tq) / (tb - 0.5)) <= 1e-9 * fabs(gap) + 1e-12);
     cJSON_Delete(plan);
     cJSON_Delete(rep);
 }
@@ -285,6 +293,14 @@ static void test_run_refusals(void **state) {
     snprintf(a, sizeof a, "run " TINY " --cluster %s/c.json --base-precision bf16 --low-precision bf16 --out %s/o4", t,
              t);
     qs_test_expect_qsync(2, "--low-precision must be a precision below the base precision bf16", a);
+    snprintf(a, sizeof a, "run " TINY " --cluster %s/c.json --arms qsync,ideal --ideal-ms 5 --out %s/o4", t, t);
+    qs_test_expect_qsync(1, "--ideal-ms gives the ideal iteration measured elsewhere: leave the ideal arm out", a);
+    /* MPS shares stay with a process: the ideal arm cannot run (refused before any GPU is touched) */
+    qs_test_write_tmp("mps.json", "{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": ["
+                                  "{\"device\": \"cuda:0\", \"type\": \"h200\"},"
+                                  "{\"device\": \"cuda:0\", \"type\": \"h200-sm30\", \"emulation\": {\"sm_percent\": 30}}]}");
+    snprintf(a, sizeof a, "run " TINY " --cluster %s/mps.json --out %s/o4", t, t);
+    qs_test_expect_qsync(1, "limits worker 1 to 30% of the GPU's SMs through MPS", a);
     snprintf(a, sizeof a, "run " TINY " --cluster %s/c.json --batch 33 --out %s/o5", t, t);
     qs_test_expect_qsync(1, "--batch 33 is not divisible by the 2 workers", a);
     /* three ranks for a cluster of two: refused by every rank alike, before any work */

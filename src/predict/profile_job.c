@@ -54,7 +54,7 @@ static qs_status qs_profile_loader_ms(const qs_dataset *ds, int64_t batch, int w
  * qs_host_free, also on failure). */
 static qs_status qs_profile_batch(const qs_dataset *ds, int64_t batch, float **x, int32_t **y) {
     if (ds->n < batch)
-        return QS_FAIL(QS_ERR_INVALID_ARG, "--batch %lld is larger than the %lld test samples of %s", (long long)batch,
+        return QS_FAIL(QS_ERR_INVALID_ARG, "--batch %lld is larger than the %lld samples of %s (test and training split)", (long long)batch,
                        (long long)ds->n, ds->name);
     int64_t per = ds->h * ds->w * ds->c, valid;
     *x = qs_host_alloc((size_t)(batch * per) * sizeof(float));
@@ -102,6 +102,10 @@ static qs_status qs_profile_job_model(const qs_profile_job *j, qs_profile_option
     if (st == QS_OK) { /* under mpirun every rank profiles at once, as they train: they share the memory system */
         qs_dataset ds;
         st = qs_dataset_load(j->data, j->data_dir, false, &ds);
+        if (st == QS_OK && ds.n < j->batch) { /* a test split smaller than one batch: the training split's samples */
+            qs_dataset_free(&ds);
+            st = qs_dataset_load(j->data, j->data_dir, true, &ds);
+        }
         if (st == QS_OK) {
             o->model_opt = qs_models_default_options(ds.h, ds.w, ds.c, ds.classes);
             o->model_opt.width = j->width;

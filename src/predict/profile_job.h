@@ -1,5 +1,6 @@
 /* src/predict/profile_job.h — defines: one rank's whole `qsync profile` job, shared by
- * `qsync profile` and `qsync run`: the dataset's first test batch and its loader time, the
+ * `qsync profile` and `qsync run`: the dataset's first test batch (of the training split when
+ * the test split is smaller than a batch) and its loader time, the
  * worker's emulated slowdown applied for the duration (cluster worker), the model profiled at
  * every precision asked (src/predict/profile.h), and under mpirun the all-reduce between the
  * ranks timed at sizes up to the model's gradient (src/predict/profile_comm.h).

@@ -378,11 +378,14 @@ qs_status qs_run_check(const qs_run_config *c, int world) {
         return QS_FAIL(QS_ERR_INVALID_ARG, "--batch %lld is not divisible by the %d workers", (long long)c->train.batch,
                        world);
     if (c->seeds < 1) return QS_FAIL(QS_ERR_INVALID_ARG, "--seeds must be >= 1");
+    if (c->ideal_ms > 0 && c->arms[QS_ARM_IDEAL])
+        return QS_FAIL(QS_ERR_INVALID_ARG, "--ideal-ms gives the ideal iteration measured elsewhere: leave the ideal "
+                       "arm out of --arms, or drop --ideal-ms");
     for (int r = 0; r < cl->n_workers && c->arms[QS_ARM_IDEAL]; r++)
         if (cl->workers[r].sm_percent > 0)
             return QS_FAIL(QS_ERR_INVALID_ARG, "%s limits worker %d to %d%% of the GPU's SMs through MPS, which a process "
                            "keeps for its life: the ideal arm (no emulated limits) cannot run in this job; leave it out "
-                           "of --arms and measure the unlimited cluster with qsync train (bench/gpu_hybrid.sh does)",
+                           "of --arms, measure the unlimited cluster's iteration with qsync train and give it as --ideal-ms",
                            cl->origin, r, cl->workers[r].sm_percent);
     if (c->low_precision <= c->base_precision)
         return QS_FAIL(QS_ERR_INVALID_ARG, "the low precision %s is not below the base precision %s (order: fp32, "

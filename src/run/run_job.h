@@ -55,6 +55,9 @@ typedef struct qs_run_config {
     int64_t indicator_batches;
     double gamma;
     double target_ms;            /* > 0: the plan's T; else the fastest type's predicted iteration */
+    double ideal_ms;             /* > 0: the ideal synchronized iteration, measured outside this job (a
+                                  * cluster under MPS shares, whose processes keep their shares, cannot
+                                  * run the ideal arm); the gap closure uses it. Excludes the ideal arm. */
     const char *plan_path;       /* non-NULL: compare this plan (a section per device type) instead of
                                   * indicating and planning */
     bool exact;                  /* also solve exactly (GLPK) and report the greedy's gap */

@@ -92,7 +92,7 @@ void qs_run_report_print(const cJSON *doc, FILE *f) {
     fprintf(f, "gap closed, (T_%s - T_arm) / (T_%s - T_ideal):", base, base);
     cJSON_ArrayForEach(x, cJSON_GetObjectItem(cmp, "gap_closure"))
         if (cJSON_IsNumber(x)) fprintf(f, "  %s %.2f", x->string, x->valuedouble);
-        else fprintf(f, "  %s - (needs the %s and ideal arms)", x->string, base);
+        else fprintf(f, "  %s - (needs the %s arm, and the ideal arm or --ideal-ms)", x->string, base);
     fprintf(f, "\ntest accuracy minus %s's, paired by seed:", base);
     cJSON_ArrayForEach(x, qs_run_comparison(doc, "test_accuracy_minus_"))
         fprintf(f, "  %s %+.2f pp", x->string, 100 * qs_run_num(x, "mean"));

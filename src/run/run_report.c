@@ -329,6 +329,10 @@ qs_status qs_run_report_finish(const qs_run_report *r, cJSON **doc) {
         if (c->arms[a])
             cJSON_AddItemToObject(arms, qs_run_arm_label(c, (qs_run_arm)a), qs_run_arm_json(r, (qs_run_arm)a, &sync[a]));
     }
+    if (!c->arms[QS_ARM_IDEAL] && c->ideal_ms > 0) { /* measured outside this job (--ideal-ms) */
+        sync[QS_ARM_IDEAL] = c->ideal_ms;
+        cJSON_AddNumberToObject(d, "ideal_ms_given", c->ideal_ms);
+    }
     cJSON_AddItemToObject(d, "qsync_workers", qs_run_worker_predictions(r));
     cJSON *cmp = cJSON_AddObjectToObject(d, "comparison");
     cJSON *gap = cJSON_AddObjectToObject(cmp, "gap_closure");
