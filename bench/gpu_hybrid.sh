@@ -9,12 +9,12 @@
 # Plus, once: rank 0's configuration alone (the fast device by itself). One JSON document per
 # run in OUT_DIR (default: $OUT, else gpu_hybrid_out) named <kind>-s<share>-<precision>.json (`qsync train --json`), and a
 # summary table on stdout. The slowdowns an SM share gives are measured here, never assumed.
-# Usage: bench/gpu_hybrid.sh [BUNDLE]   env SHARES="100 50 30" PRECS="bf16 fp8" BASE=bf16 STEPS=30
+# Usage: bench/gpu_hybrid.sh [BUNDLE]   env SHARES="100 50 25" PRECS="bf16 fp8" BASE=bf16 STEPS=30
 #        BATCH=16 MODEL_ARGS="--model gpt --data synthetic-text:50304:1024 --optimizer adamw --lr 3e-4"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUNDLE=${1:-gpu-bundle}
-SHARES=${SHARES:-100 50 30}
+SHARES=${SHARES:-100 50 25}
 PRECS=${PRECS:-bf16 fp8}
 BASE=${BASE:-bf16}
 STEPS=${STEPS:-30}
@@ -22,7 +22,8 @@ BATCH=${BATCH:-16}
 MODEL_ARGS=${MODEL_ARGS:---model gpt --data synthetic-text:50304:1024 --optimizer adamw --lr 3e-4}
 OUT_DIR=${OUT_DIR:-${OUT:-gpu_hybrid_out}}
 mkdir -p "$OUT_DIR"
-export LD_LIBRARY_PATH=$(cd "$BUNDLE/lib" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+LIB=$(cd "$BUNDLE/lib" && pwd)
+export LD_LIBRARY_PATH=$LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
 Q=$(cd "$BUNDLE/bin" && pwd)/qsync
 TMP=$(mktemp -d)

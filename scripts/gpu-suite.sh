@@ -5,6 +5,7 @@
 #   scripts/gpu-suite.sh bundle [build-dir] [out-dir]  # defaults: build/  gpu-bundle/
 #   scripts/gpu-suite.sh run [bundle-dir]              # default: gpu-bundle/
 #   scripts/gpu-suite.sh train [bundle] [steps] [models] [precisions]  # short GPU trainings
+#   scripts/gpu-suite.sh mps [bundle] [shares]        # the op suites under MPS SM shares (default "50 40")
 #
 # The GPU machine (Ubuntu 24.04 + CUDA 13, no package registry) lacks the Debian libraries
 # qsync links (cJSON, oneDNN, GLPK, cmocka, ...). `bundle` copies the binaries — qsync, the
@@ -206,9 +207,10 @@ $missing"
 # (or the current directory) and one line per run; exits non-zero when any run fails.
 train() {
     local dir=${1:-gpu-bundle} steps=${2:-100} models=${3:-cnn,resnet18} precs=${4:-fp32,tf32,bf16,fp16,fp8}
-    local out=${OUT:-.} rc=0 model p args
+    local out=${OUT:-.} rc=0 model p args lib
     [[ -x $dir/bin/qsync ]] || die "no $dir/bin/qsync: make the bundle here first and carry it"
-    export LD_LIBRARY_PATH=$(cd "$dir/lib" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    lib=$(cd "$dir/lib" && pwd)
+    export LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     for model in ${models//,/ }; do
         args=(--model "$model" --data synthetic --batch 128 --steps "$steps" --lr 0.01 --eval-subset 1024 --seed 1
               --no-progress --quiet --json --profile-steps 10)
@@ -226,13 +228,44 @@ train() {
     return "$rc"
 }
 
+# mps [bundle-dir] [shares]: the op suites (every suite but test_cuda_dist) again inside MPS
+# clients limited to each SM share (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE), the daemon started by
+# scripts/mps.sh (and stopped again if this started it). An emulated weaker GPU is only as good
+# as the kernels' results under its share: on the H200 (2026-12-03) cuBLASLt GEMMs left outputs
+# unwritten under 40% and 75% shares while 25%, 50% and 100% passed. Logs go to
+# $OUT/gpu-mps-<share>-<suite>.log, a summary to $OUT/gpu-mps-status.json; exits non-zero when
+# any suite fails under any share.
+mps() {
+    local dir=${1:-gpu-bundle} shares=${2:-50 40} out=${OUT:-.} share suite rc all=0 rows=() started=0 lib
+    lib=$(cd "$dir/lib" && pwd)
+    export LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    export QS_REQUIRE_GPU=1
+    scripts/mps.sh status >/dev/null 2>&1 || { scripts/mps.sh start && started=1; }
+    for share in $shares; do
+        for suite in "${GPU_SUITES[@]}"; do
+            [[ $suite == test_cuda_dist ]] && continue
+            set +e
+            CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$share "$dir/bin/$suite" >"$out/gpu-mps-$share-${suite#test_}.log" 2>&1
+            rc=$?
+            set -e
+            echo "share $share%: $suite exit code $rc ($(grep -c 'FAIL ' "$out/gpu-mps-$share-${suite#test_}.log") failed cases)"
+            [[ $rc == 0 ]] || all=1
+            rows+=("$(printf '{"share": %d, "suite": "%s", "exit_code": %d}' "$share" "$suite" "$rc")")
+        done
+    done
+    ((started)) && scripts/mps.sh stop >/dev/null
+    printf '{"mps_shares": [%s], "exit_code": %d}\n' "$(IFS=,; echo "${rows[*]}")" "$all" >"$out/gpu-mps-status.json"
+    return "$all"
+}
+
 cd "$(dirname "$0")/.."
 case ${1:-} in
 bundle) shift; bundle "$@" ;;
 run) shift; run "$@" ;;
 train) shift; train "$@" ;;
+mps) shift; mps "$@" ;;
 *)
-    sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac
