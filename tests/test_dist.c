@@ -301,22 +301,23 @@ static void test_cluster_cuda_refused(void **state) {
                            "workers[0].emulation.slowdown is for cpu workers");
     expect_cluster_refused("{\"device\": \"cuda:0\", \"type\": \"a\", \"emulation\": {\"sm_percent\": 30, "
                            "\"calibration_steps\": 5}}", "workers[0].emulation.calibration_steps is for cpu workers");
-    const char *methods[] = {"cgroup", "duty-cycle", "auto"};
-    for (int k = 0; k < 3; k++) {
+    /* one emulation field of a cuda worker, then the message */
+    static const struct { const char *field, *want; } bad[] = {
+        {"\"method\": \"cgroup\"", "workers[0].emulation.method must be \"mps\" for a \"cuda\" worker"},
+        {"\"method\": \"duty-cycle\"", "workers[0].emulation.method must be \"mps\" for a \"cuda\" worker"},
+        {"\"method\": \"auto\"", "workers[0].emulation.method must be \"mps\" for a \"cuda\" worker"},
+        {"\"sm_percent\": 0", "workers[0].emulation.sm_percent must be a number in [1, 100]"},
+        {"\"sm_percent\": 101", "workers[0].emulation.sm_percent must be a number in [1, 100]"},
+        {"\"sm_percent\": -5", "workers[0].emulation.sm_percent must be a number in [1, 100]"},
+        {"\"sm_percent\": \"30\"", "workers[0].emulation.sm_percent must be a number in [1, 100]"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         char wj[256];
-        snprintf(wj, sizeof wj, "{\"device\": \"cuda\", \"type\": \"a\", \"emulation\": {\"method\": \"%s\"}}",
-                 methods[k]);
-        expect_cluster_refused(wj, "workers[0].emulation.method must be \"mps\" for a \"cuda\" worker");
+        snprintf(wj, sizeof wj, "{\"device\": \"cuda\", \"type\": \"a\", \"emulation\": {%s}}", bad[k].field);
+        expect_cluster_refused(wj, bad[k].want);
     }
     expect_cluster_refused("{\"device\": \"cpu\", \"type\": \"a\", \"emulation\": {\"method\": \"mps\"}}",
                            "workers[0].emulation.method must be \"auto\", \"cgroup\" or \"duty-cycle\" for a cpu worker");
-    const char *shares[] = {"0", "101", "-5", "\"30\""};
-    for (int k = 0; k < 4; k++) {
-        char wj[256];
-        snprintf(wj, sizeof wj, "{\"device\": \"cuda\", \"type\": \"a\", \"emulation\": {\"sm_percent\": %s}}",
-                 shares[k]);
-        expect_cluster_refused(wj, "workers[0].emulation.sm_percent must be a number in [1, 100]");
-    }
     expect_cluster_refused("{\"device\": \"cuda\", \"type\": \"a\", \"emulation\": {\"sm_percent\": 30.5}}",
                            "workers[0].emulation.sm_percent must be a whole number");
 }
