@@ -383,10 +383,24 @@ static void test_profile_cli(void **state) {
     free(out);
 }
 
+/* Every time of a profile's runs (the run's own figures and its ops') times f. */
+static void scale_op_times(cJSON *profile, double f) {
+    cJSON *run, *op;
+    cJSON_ArrayForEach(run, cJSON_GetObjectItem(profile, "runs")) {
+        for (cJSON *v = run->child; v; v = v->next)
+            if (cJSON_IsNumber(v) && strstr(v->string, "_ms")) cJSON_SetNumberValue(v, v->valuedouble * f);
+        cJSON_ArrayForEach(op, cJSON_GetObjectItem(run, "ops")) {
+            for (cJSON *v = op->child; v; v = v->next)
+                if (cJSON_IsNumber(v) && strstr(v->string, "_ms")) cJSON_SetNumberValue(v, v->valuedouble * f);
+        }
+    }
+}
+
 /* A sync measured beside a quota-limited worker (co_running_slowdown 2) costs half as much
  * between two unslowed workers, as much again when one of the replayed workers' profiles was
- * taken under that quota, and without the record it is taken as measured beside the replayed
- * workers themselves. */
+ * taken under that quota and that worker ends its backward last, half again when it ends it
+ * first (the transfers start with the last worker, at its pace), and without the record it is
+ * taken as measured beside the replayed workers themselves. */
 static void test_simulate_sync_beside_slow_worker(void **state) {
     (void)state;
     cJSON *fast = small_profile();
@@ -395,14 +409,19 @@ static void test_simulate_sync_beside_slow_worker(void **state) {
     cJSON *slow = cJSON_Duplicate(fast, true);
     cJSON_AddItemToObject(slow, "emulation", cJSON_Parse("{\"slowdown\": 2, \"method\": \"cgroup-quota\"}"));
     qs_sim_options so = {.bucket_bytes = 1024, .overlap = true};
-    const double want[3] = {6, 3, 6}; /* no record; two fast workers; a fast and a quota-limited one */
-    for (int k = 0; k < 3; k++) {
+    cJSON *slow_early = cJSON_Duplicate(slow, true); /* quota-limited, but a quarter of the work */
+    scale_op_times(slow_early, 0.25);
+    cJSON_AddNumberToObject(slow_early, "co_running_slowdown", 2);
+    /* no record; two fast workers; a fast and a quota-limited one ending last; ... ending first */
+    const double want[4] = {6, 3, 6, 3};
+    for (int k = 0; k < 4; k++) {
         if (k == 1) {
             cJSON_AddNumberToObject(fast, "co_running_slowdown", 2);
             cJSON_AddNumberToObject(slow, "co_running_slowdown", 2);
         }
         qs_sim_worker w[2] = {{.profile = fast, .profile_path = "fast", .m = m0, .batch = 8},
-                              {.profile = k == 2 ? slow : fast, .profile_path = "w1", .m = m1, .batch = 8}};
+                              {.profile = k == 2 ? slow : k == 3 ? slow_early : fast, .profile_path = "w1", .m = m1,
+                               .batch = 8}};
         cJSON *out = NULL;
         assert_int_equal(qs_simulate(w, 2, &so, NULL, &out), QS_OK);
         const cJSON *comm = cJSON_GetObjectItem(out, "comm");
@@ -414,6 +433,7 @@ static void test_simulate_sync_beside_slow_worker(void **state) {
     qs_model_free(m1);
     cJSON_Delete(fast);
     cJSON_Delete(slow);
+    cJSON_Delete(slow_early);
 }
 
 int main(void) {

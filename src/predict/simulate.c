@@ -392,16 +392,23 @@ static double qs_sim_measured_sync(const qs_sim_worker *w, int n, size_t bucket_
 }
 
 /* The factor on a measured sync (or all-reduce) on the CPU, where the transfers are made by the
- * workers' own cores inside their polls: a CPU quota slows them as much as its compute, so the
- * measurement scales by the replayed cluster's largest whole-step slowdown
- * (qs_sim_whole_step_slowdown) over the one it was measured beside (the profile's
- * co_running_slowdown). Profiles without co_running_slowdown were measured beside the replayed
- * workers' quotas: only slowdowns the replayer applies count then. */
-static double qs_sim_comm_scale(const qs_sim_worker *w, int n, const cJSON *sync_from) {
-    double beside = qs_sim_corunning_slowdown(sync_from), slowest = 1;
-    for (int r = 0; r < n; r++)
-        slowest = fmax(slowest, beside > 0 ? qs_sim_whole_step_slowdown(&w[r]) : w[r].slow_whole_step ? w[r].slowdown : 1);
-    return slowest / (beside > 0 ? beside : 1);
+ * workers' own cores inside their polls: a CPU quota slows them as much as its compute. The
+ * transfers start when the last worker ends its backward, so the measurement scales by the
+ * whole-step slowdown (qs_sim_whole_step_slowdown) of that worker — the largest among those
+ * ending last (bwd_end within 10⁻⁹ relative of latest_bwd) — over the one it was measured beside
+ * (the profile's co_running_slowdown; in a profile the quota-limited rank is the last to arrive).
+ * Measured on the README's cnn pair (cpu-slow at 1.29×, 2026-12-03): 13.2 ms in the profile,
+ * the same in the all-fp32 arm (the slowed rank last), about 8.5 ms when the slowed rank was
+ * quantized and arrived first. Profiles without co_running_slowdown were measured beside the
+ * replayed workers' quotas: only slowdowns the replayer applies count then. */
+static double qs_sim_comm_scale(const qs_sim_worker *w, const qs_sim_timeline *tl, int n, double latest_bwd,
+                                const cJSON *sync_from) {
+    double beside = qs_sim_corunning_slowdown(sync_from), last = 1;
+    for (int r = 0; r < n; r++) {
+        if (tl[r].bwd_end < latest_bwd - 1e-9 * fabs(latest_bwd)) continue; /* arrived before the last */
+        last = fmax(last, beside > 0 ? qs_sim_whole_step_slowdown(&w[r]) : w[r].slow_whole_step ? w[r].slowdown : 1);
+    }
+    return last / (beside > 0 ? beside : 1);
 }
 
 #define QS_SIM_JITTER_DRAWS 65536
@@ -496,7 +503,7 @@ qs_status qs_simulate(const qs_sim_worker *w, int n, const qs_sim_options *o, cJ
         const cJSON *sync_from = ar_from;
         done = latest_bwd;
         measured_sync = qs_sim_measured_sync(w, n, o->bucket_bytes, nb, o->overlap, &sync_from);
-        double comm_scale = serial ? qs_sim_comm_scale(w, n, sync_from) : 1;
+        double comm_scale = serial ? qs_sim_comm_scale(w, tl, n, latest_bwd, sync_from) : 1;
         if (measured_sync >= 0) { /* the whole sync, averaging included, as measured in place */
             double d = measured_sync * comm_scale;
             for (int r = 0; r < n; r++) qs_sim_event(trace, "gradient sync", "comm", r, 1, done, d);
