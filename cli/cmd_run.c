@@ -102,7 +102,7 @@ int qs_cmd_run(int argc, char **argv) {
     c.profile_reps = 20;
     c.indicator_batches = 8;
     c.gamma = 4;
-    const char *cluster_path = NULL, *out_dir = "runs/qsync-run", *arms = "qsync,base,low,dynamic,ideal";
+    const char *menu = NULL, *cluster_path = NULL, *out_dir = "runs/qsync-run", *arms = "qsync,base,low,dynamic,ideal";
     const char *base = "fp32", *low = "int8", *method = "gvar", *optimizer = "sgd", *plot = NULL, *grad_rounding = NULL;
     const char *weight_scales = NULL;
     double bucket_mb = 25;
@@ -129,6 +129,8 @@ int qs_cmd_run(int argc, char **argv) {
          "(default fp32; bf16 on a GPU)"},
         {"low-precision", QS_CLI_STR, &low, "P", "the low arm's uniform precision on slower workers, below the base "
          "(default int8; fp8 on a GPU)"},
+        {"precisions", QS_CLI_STR, &menu, "LIST", "the precisions profiled and planned from, the base first (default: "
+         "the base and every lower one the device runs natively; e.g. bf16,fp8 on a GPU)"},
         {"grad-rounding", QS_CLI_STR, &grad_rounding, "R", "low-precision gradients: stochastic (default) or nearest"},
         {"weight-scales", QS_CLI_STR, &weight_scales, "S", "INT8 weight scales: tensor (default) or channel"},
         {"indicator", QS_CLI_STR, &method, "NAME", "indicator method: gvar (default), qsync, wvar, hess, random"},
@@ -161,6 +163,10 @@ int qs_cmd_run(int argc, char **argv) {
     if (!qs_precision_parse(low, &c.low_precision) || c.low_precision <= c.base_precision) {
         fprintf(stderr, "qsync run: --low-precision must be a precision below the base precision %s (order: fp32, "
                 "tf32, bf16, fp16, fp8, int8; got '%s')\n", qs_precision_name(c.base_precision), low);
+        return 2;
+    }
+    if (menu && !qs_precision_list_parse(menu, c.menu, QS_PREC_COUNT, &c.n_menu, err, sizeof err)) {
+        fprintf(stderr, "qsync run: --precisions: %s\n", err);
         return 2;
     }
     if (!qs_run_arms_parse(&c, arms, c.arms, err, sizeof err)) {

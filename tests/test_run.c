@@ -205,7 +205,8 @@ static void test_run_bf16_base(void **state) {
     qs_test_mpi_env();
     write_cluster();
     snprintf(a, sizeof a,
-             "run " TINY " --cluster %s/c.json --base-precision bf16 --arms qsync,bf16 --ideal-ms 0.5 --out %s/out", t, t);
+             "run " TINY " --cluster %s/c.json --base-precision bf16 --precisions bf16,int8 --arms qsync,bf16 --ideal-ms 0.5 "
+             "--out %s/out", t, t);
     qs_test_expect_qsync(0, "test accuracy minus bf16's, paired by seed:  qsync", a);
     const char *files[] = {"qsync-seed1.jsonl", "bf16-seed1.jsonl"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
@@ -221,6 +222,7 @@ static void test_run_bf16_base(void **state) {
     const cJSON *runs = cJSON_GetObjectItem(prof, "runs");
     assert_string_equal(runs->child->string, "bf16");
     assert_null(cJSON_GetObjectItem(runs, "fp32"));
+    assert_int_equal(cJSON_GetArraySize(runs), 2); /* --precisions bf16,int8 */
     cJSON_Delete(prof);
     snprintf(p, sizeof p, "%s/out/plan.json", t);
     cJSON *plan = read_json(p);
@@ -293,6 +295,12 @@ static void test_run_refusals(void **state) {
     snprintf(a, sizeof a, "run " TINY " --cluster %s/c.json --base-precision bf16 --low-precision bf16 --out %s/o4", t,
              t);
     qs_test_expect_qsync(2, "--low-precision must be a precision below the base precision bf16", a);
+    snprintf(a, sizeof a, "run " TINY " --cluster %s/c.json --precisions bf16,int8 --out %s/o4", t, t);
+    qs_test_expect_qsync(1, "--precisions must start with the base precision fp32 (got bf16 first)", a);
+    snprintf(a, sizeof a, "run " TINY " --cluster %s/c.json --precisions fp32,bf16 --out %s/o4", t, t);
+    qs_test_expect_qsync(1, "--precisions lacks the low arm's precision int8", a);
+    snprintf(a, sizeof a, "run " TINY " --cluster %s/c.json --base-precision bf16 --precisions bf16,fp32 --out %s/o4", t, t);
+    qs_test_expect_qsync(1, "--precisions: fp32 is not below the base precision bf16", a);
     snprintf(a, sizeof a, "run " TINY " --cluster %s/c.json --arms qsync,ideal --ideal-ms 5 --out %s/o4", t, t);
     qs_test_expect_qsync(1, "--ideal-ms gives the ideal iteration measured elsewhere: leave the ideal arm out", a);
     /* MPS shares stay with a process: the ideal arm cannot run (refused before any GPU is touched) */

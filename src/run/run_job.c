@@ -109,11 +109,16 @@ static qs_status qs_run_agree(qs_run_state *s, qs_status st, const char *what) {
     return lo == 1 ? QS_OK : QS_FAIL(QS_ERR_INTERNAL, "another rank failed during %s (that rank prints its message)", what);
 }
 
-/* The precisions stage 1 profiles on this rank, into out: with an fp32 base none (n_precs 0:
- * every precision the device runs natively, fp32 first), else the base first and then every
- * precision below it the device runs natively (the planner's base is the profiles' highest). */
+/* The precisions stage 1 profiles on this rank, into out: the menu given (--precisions), else
+ * with an fp32 base none (n_precs 0: every precision the device runs natively, fp32 first),
+ * else the base first and then every precision below it the device runs natively (the
+ * planner's base is the profiles' highest). */
 static int qs_run_profile_precisions(const qs_run_state *s, qs_precision out[QS_PREC_COUNT]) {
     const qs_precision base = s->c->base_precision;
+    if (s->c->n_menu > 0) {
+        memcpy(out, s->c->menu, (size_t)s->c->n_menu * sizeof *out);
+        return s->c->n_menu;
+    }
     if (base == QS_PREC_FP32) return 0;
     qs_precision native[QS_PREC_COUNT];
     int n = qs_profile_native_precisions(native, s->me->cuda, s->me->cuda_device, s->me->threads), k = 0;
@@ -378,6 +383,21 @@ qs_status qs_run_check(const qs_run_config *c, int world) {
         return QS_FAIL(QS_ERR_INVALID_ARG, "--batch %lld is not divisible by the %d workers", (long long)c->train.batch,
                        world);
     if (c->seeds < 1) return QS_FAIL(QS_ERR_INVALID_ARG, "--seeds must be >= 1");
+    if (c->n_menu > 0) { /* the base first, the rest below it, the low precision among them */
+        bool low = false;
+        if (c->menu[0] != c->base_precision)
+            return QS_FAIL(QS_ERR_INVALID_ARG, "--precisions must start with the base precision %s (got %s first)",
+                           qs_precision_name(c->base_precision), qs_precision_name(c->menu[0]));
+        for (int i = 1; i < c->n_menu; i++) {
+            if (c->menu[i] <= c->base_precision)
+                return QS_FAIL(QS_ERR_INVALID_ARG, "--precisions: %s is not below the base precision %s",
+                               qs_precision_name(c->menu[i]), qs_precision_name(c->base_precision));
+            low |= c->menu[i] == c->low_precision;
+        }
+        if (!low && c->arms[QS_ARM_LOW])
+            return QS_FAIL(QS_ERR_INVALID_ARG, "--precisions lacks the low arm's precision %s: add it, or leave the "
+                           "low arm out of --arms", qs_precision_name(c->low_precision));
+    }
     if (c->ideal_ms > 0 && c->arms[QS_ARM_IDEAL])
         return QS_FAIL(QS_ERR_INVALID_ARG, "--ideal-ms gives the ideal iteration measured elsewhere: leave the ideal "
                        "arm out of --arms, or drop --ideal-ms");

@@ -50,6 +50,9 @@ typedef struct qs_run_config {
     qs_precision base_precision; /* what the base, dynamic and ideal arms and the fastest type train at,
                                   * profiled first (default fp32, zeroed config) */
     qs_precision low_precision;  /* the low arm's uniform precision on slower workers; below the base */
+    qs_precision menu[QS_PREC_COUNT]; /* n_menu > 0: the precisions profiled, hence the plan's menu: the
+                                  * base first, then lower ones (the low precision among them) */
+    int n_menu;
     int profile_warmup, profile_reps;
     qs_indicator_method method;  /* the indicator */
     int64_t indicator_batches;
