@@ -27,38 +27,18 @@
 #include <initializer_list>
 
 #include "core/numfmt.h"
+#include "cuda/cuda_launch.cuh"
 #include "qsync/rng.h"
 
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kBlocksPerSM = 16; /* grid cap of grid-stride loops: 2 full waves at 2048 threads/SM */
+using qs_cuda::args_check;
+using qs_cuda::grid_cap;
+using qs_cuda::stream_of;
 
-cudaStream_t stream_of(qs_backend *be, qs_stream *s) { return s ? s->s : qs_cuda_be(be)->stream.s; }
-
-/* Blocks for a grid-stride loop over `blocks_wanted` blocks' worth of work: all of them, up to
- * what fills the GPU. */
-unsigned int grid_cap(qs_backend *be, int64_t blocks_wanted) {
-    const int64_t cap = (int64_t)qs_cuda_be(be)->props.multiProcessorCount * kBlocksPerSM;
-    int64_t b = blocks_wanted < cap ? blocks_wanted : cap;
-    return (unsigned int)(b < 1 ? 1 : b);
-}
 /* Blocks of kThreads threads for `items` work items (one per thread per pass). */
-unsigned int grid_for(qs_backend *be, int64_t items) { return grid_cap(be, (items + kThreads - 1) / kThreads); }
-
-/* n >= 0 and, when n > 0, no NULL pointer among ptrs (numbered from 1 in the message). */
-qs_status args_check(const char *what, int64_t n, std::initializer_list<const void *> ptrs) {
-    if (n < 0) return QS_FAIL(QS_ERR_INVALID_ARG, "%s: negative element count %lld", what, (long long)n);
-    if (n == 0) return QS_OK;
-    int k = 0;
-    for (const void *p : ptrs) {
-        k++;
-        if (!p)
-            return QS_FAIL(QS_ERR_INVALID_ARG, "%s: pointer argument %d is NULL for %lld elements; pass a buffer", what,
-                           k, (long long)n);
-    }
-    return QS_OK;
-}
+unsigned int grid_for(qs_backend *be, int64_t items) { return qs_cuda::grid_for(be, items, kThreads); }
 
 bool aligned(const void *p, uintptr_t bytes) { return ((uintptr_t)p & (bytes - 1)) == 0; }
 bool aligned16(std::initializer_list<const void *> ptrs) {

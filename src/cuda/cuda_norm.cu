@@ -23,6 +23,7 @@
 #include <stdlib.h>
 
 #include "cuda/cuda_backend.h"
+#include "cuda/cuda_launch.cuh"
 
 namespace {
 
@@ -37,41 +38,11 @@ unsigned grid_for(int64_t n) {
     return (unsigned)b;
 }
 
-cudaStream_t stream_of(qs_backend *be, qs_stream *s) { return s ? s->s : qs_cuda_be(be)->stream.s; }
+using qs_cuda::Scratch;
+using qs_cuda::stream_of;
 
-/* NULL pointers among nptrs when n > 0 elements are to be touched. */
-qs_status args_check(const char *what, int64_t n, int nptrs, const void *const *ptrs) {
-    if (n < 0) return QS_FAIL(QS_ERR_INVALID_ARG, "%s: negative element count %lld", what, (long long)n);
-    if (n == 0) return QS_OK;
-    for (int i = 0; i < nptrs; i++)
-        if (!ptrs[i])
-            return QS_FAIL(QS_ERR_INVALID_ARG, "%s: pointer argument %d is NULL for %lld elements; pass a buffer",
-                           what, i + 1, (long long)n);
-    return QS_OK;
-}
+using qs_cuda::args_check;
 
-/* A stream-ordered scratch allocation, freed (stream-ordered) when it goes out of scope. */
-struct Scratch {
-    void *p = nullptr;
-    cudaStream_t s;
-    explicit Scratch(cudaStream_t st) : s(st) {}
-    ~Scratch() {
-        if (p) cudaFreeAsync(p, s);
-    }
-    Scratch(const Scratch &) = delete;
-    Scratch &operator=(const Scratch &) = delete;
-};
-
-qs_status scratch_alloc(Scratch &sc, size_t bytes, const char *what) {
-    cudaError_t e = cudaMallocAsync(&sc.p, bytes, sc.s);
-    if (e != cudaSuccess) {
-        sc.p = nullptr;
-        return QS_FAIL(e == cudaErrorMemoryAllocation ? QS_ERR_OOM : QS_ERR_BACKEND,
-                       "%s: cudaMallocAsync of %zu bytes of per-channel partial sums failed: %s (%s)", what, bytes,
-                       cudaGetErrorName(e), cudaGetErrorString(e));
-    }
-    return QS_OK;
-}
 
 /* ================================================================== pooling */
 
@@ -341,11 +312,11 @@ __global__ void k_bn_bwd_dx(int64_t rows, int64_t C, const float *__restrict__ x
     }
 }
 
-qs_status bn_check(const char *what, int64_t rows, int64_t C, int nptrs, const void *const *ptrs) {
+qs_status bn_check(const char *what, int64_t rows, int64_t C, std::initializer_list<const void *> ptrs) {
     if (rows < 0 || C < 1)
         return QS_FAIL(QS_ERR_INVALID_ARG, "%s: rows=%lld C=%lld; need rows >= 0 and C >= 1", what, (long long)rows,
                        (long long)C);
-    return args_check(what, rows * C, nptrs, ptrs);
+    return args_check(what, rows * C, ptrs);
 }
 
 /* ================================================================== softmax + cross-entropy */
@@ -405,11 +376,11 @@ __global__ void k_argmax_rows(int64_t rows, int64_t cols, const float *__restric
     if (lane == 0) idx[row] = (int32_t)(at < cols ? at : 0);
 }
 
-qs_status xent_check(const char *what, int64_t B, int64_t classes, int nptrs, const void *const *ptrs) {
+qs_status xent_check(const char *what, int64_t B, int64_t classes, std::initializer_list<const void *> ptrs) {
     if (B < 0 || classes < 1)
         return QS_FAIL(QS_ERR_INVALID_ARG, "%s: B=%lld classes=%lld; need B >= 0 and classes >= 1", what,
                        (long long)B, (long long)classes);
-    return args_check(what, B, nptrs, ptrs);
+    return args_check(what, B, ptrs);
 }
 
 } // namespace
@@ -475,8 +446,7 @@ extern "C" qs_status qs_cuda_batchnorm_forward_train(qs_backend *be, qs_stream *
                                                      float *save_mean, float *save_invstd, float *running_mean,
                                                      float *running_var, float momentum, float eps, bool relu) {
     const char *what = "batchnorm_forward_train";
-    const void *ptrs[] = {x, y, save_mean, save_invstd};
-    QS_TRY(bn_check(what, rows, C, 4, ptrs));
+    QS_TRY(bn_check(what, rows, C, {x, y, save_mean, save_invstd}));
     if (rows < 2)
         return QS_FAIL(QS_ERR_INVALID_ARG,
                        "%s: %lld value(s) per channel; training-mode batch norm needs at least 2 (like PyTorch)", what,
@@ -485,7 +455,8 @@ extern "C" qs_status qs_cuda_batchnorm_forward_train(qs_backend *be, qs_stream *
     const int64_t nch = bn_chunks(rows, C);
     const unsigned cb = (unsigned)((C + kTx - 1) / kTx);
     Scratch sc(st);
-    QS_TRY(scratch_alloc(sc, (size_t)(nch + 1) * (size_t)C * sizeof(double), what));
+    QS_TRY(qs_cuda::scratch_alloc(sc, (size_t)(nch + 1) * (size_t)C * sizeof(double), what,
+                                  "per-channel partial sums"));
     double *part = static_cast<double *>(sc.p), *mean = part + nch * C;
     const dim3 blk(kTx, kTy), grid_stats(cb, (unsigned)nch);
     const unsigned gc = grid_for(C);
@@ -509,8 +480,7 @@ extern "C" qs_status qs_cuda_batchnorm_forward_eval(qs_backend *be, qs_stream *s
                                                     const float *running_mean, const float *running_var, float eps,
                                                     float *y, bool relu) {
     const char *what = "batchnorm_forward_eval";
-    const void *ptrs[] = {x, y, running_mean, running_var};
-    QS_TRY(bn_check(what, rows, C, 4, ptrs));
+    QS_TRY(bn_check(what, rows, C, {x, y, running_mean, running_var}));
     if (rows == 0) return QS_OK;
     const unsigned cb = (unsigned)((C + kTx - 1) / kTx);
     k_bn_apply<<<dim3(cb, bn_row_blocks(rows, C)), dim3(kTx, kTy), 0, stream_of(be, s)>>>(
@@ -526,15 +496,15 @@ extern "C" qs_status qs_cuda_batchnorm_backward(qs_backend *be, qs_stream *s, in
                                                 const float *save_mean, const float *save_invstd, float *dx,
                                                 bool accumulate, float *dgamma, float *dbeta, const float *y_relu) {
     const char *what = "batchnorm_backward";
-    const void *ptrs[] = {x, dy, save_mean, save_invstd};
-    QS_TRY(bn_check(what, rows, C, 4, ptrs));
+    QS_TRY(bn_check(what, rows, C, {x, dy, save_mean, save_invstd}));
     if (rows < 1) return QS_OK;
     if (!dx && !dgamma && !dbeta) return QS_OK;
     cudaStream_t st = stream_of(be, s);
     const int64_t nch = bn_chunks(rows, C);
     const unsigned cb = (unsigned)((C + kTx - 1) / kTx);
     Scratch sc(st);
-    QS_TRY(scratch_alloc(sc, (size_t)(2 * nch) * (size_t)C * sizeof(double) + (size_t)(3 * C) * sizeof(float), what));
+    QS_TRY(qs_cuda::scratch_alloc(sc, (size_t)(2 * nch) * (size_t)C * sizeof(double) + (size_t)(3 * C) * sizeof(float),
+                                  what, "per-channel partial sums"));
     double *part = static_cast<double *>(sc.p);
     float *kap = dx ? reinterpret_cast<float *>(part + 2 * nch * C) : nullptr;
     const dim3 blk(kTx, kTy);
@@ -554,8 +524,7 @@ extern "C" qs_status qs_cuda_batchnorm_backward(qs_backend *be, qs_stream *s, in
 extern "C" qs_status qs_cuda_softmax_xent_forward(qs_backend *be, qs_stream *s, int64_t B, int64_t classes,
                                                   const float *logits, const int32_t *labels, float *loss,
                                                   float *probs) {
-    const void *ptrs[] = {logits, labels, loss, probs};
-    QS_TRY(xent_check("softmax_xent_forward", B, classes, 4, ptrs));
+    QS_TRY(xent_check("softmax_xent_forward", B, classes, {logits, labels, loss, probs}));
     if (B == 0) return QS_OK;
     const int rows_per_block = kBlock / 32;
     const int64_t blocks = (B + rows_per_block - 1) / rows_per_block;
@@ -569,8 +538,7 @@ extern "C" qs_status qs_cuda_softmax_xent_forward(qs_backend *be, qs_stream *s, 
 extern "C" qs_status qs_cuda_softmax_xent_backward(qs_backend *be, qs_stream *s, int64_t B, int64_t classes,
                                                    const float *probs, const int32_t *labels, float scale,
                                                    float *dlogits) {
-    const void *ptrs[] = {probs, labels, dlogits};
-    QS_TRY(xent_check("softmax_xent_backward", B, classes, 3, ptrs));
+    QS_TRY(xent_check("softmax_xent_backward", B, classes, {probs, labels, dlogits}));
     if (B == 0) return QS_OK;
     k_xent_bwd<<<grid_for(B * classes), kBlock, 0, stream_of(be, s)>>>(B, classes, probs, labels, scale, dlogits);
     return qs_cuda_check_launch("softmax_xent_backward (gradient kernel)");
@@ -579,8 +547,7 @@ extern "C" qs_status qs_cuda_softmax_xent_backward(qs_backend *be, qs_stream *s,
 /* idx (rows) = the first column of each row's largest value of x (rows, cols). */
 extern "C" qs_status qs_cuda_argmax_rows(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const float *x,
                                          int32_t *idx) {
-    const void *ptrs[] = {x, idx};
-    QS_TRY(xent_check("argmax_rows", rows, cols, 2, ptrs));
+    QS_TRY(xent_check("argmax_rows", rows, cols, {x, idx}));
     if (cols > INT32_MAX) return QS_FAIL(QS_ERR_INVALID_ARG, "argmax_rows: %lld columns exceed int32", (long long)cols);
     if (rows == 0) return QS_OK;
     const int rows_per_block = kBlock / 32;

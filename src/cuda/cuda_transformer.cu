@@ -23,44 +23,25 @@
 #include <initializer_list>
 
 #include "cuda/cuda_backend.h"
+#include "cuda/cuda_launch.cuh"
 
 namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;   /* rows per block of the one-warp-per-row kernels */
-constexpr int kBlocksPerSM = 16;        /* grid cap of grid-stride loops */
 constexpr int kTx = 32;                 /* channels per block of the column reductions */
 constexpr int kTy = 8;                  /* row lanes per block of the column reductions */
 constexpr unsigned kFull = 0xffffffffu;
 
-cudaStream_t stream_of(qs_backend *be, qs_stream *s) { return s ? s->s : qs_cuda_be(be)->stream.s; }
+using qs_cuda::args_check;
+using qs_cuda::grid_cap;
+using qs_cuda::Scratch;
+using qs_cuda::stream_of;
 
-/* Blocks for a grid-stride loop over `blocks_wanted` blocks' worth of work, capped at what fills
- * the GPU (at least 1). */
-unsigned grid_cap(qs_backend *be, int64_t blocks_wanted) {
-    const int64_t cap = (int64_t)qs_cuda_be(be)->props.multiProcessorCount * kBlocksPerSM;
-    const int64_t b = blocks_wanted < cap ? blocks_wanted : cap;
-    return (unsigned)(b < 1 ? 1 : b);
-}
 /* Blocks of kThreads threads for `items` work items (one per thread per pass). */
-unsigned grid_for(qs_backend *be, int64_t items) { return grid_cap(be, (items + kThreads - 1) / kThreads); }
+unsigned grid_for(qs_backend *be, int64_t items) { return qs_cuda::grid_for(be, items, kThreads); }
 /* Blocks for one warp per row over `rows` rows. */
 unsigned grid_rows(qs_backend *be, int64_t rows) { return grid_cap(be, (rows + kWarps - 1) / kWarps); }
-
-/* Each size >= 0 and, when their product (the element count n) is > 0, no NULL pointer among
- * ptrs (numbered from 1 in the message). */
-qs_status args_check(const char *what, int64_t n, std::initializer_list<const void *> ptrs) {
-    if (n < 0) return QS_FAIL(QS_ERR_INVALID_ARG, "%s: negative size (%lld elements)", what, (long long)n);
-    if (n == 0) return QS_OK;
-    int k = 0;
-    for (const void *p : ptrs) {
-        k++;
-        if (!p)
-            return QS_FAIL(QS_ERR_INVALID_ARG, "%s: pointer argument %d is NULL for %lld elements; pass a buffer", what,
-                           k, (long long)n);
-    }
-    return QS_OK;
-}
 
 /* Shapes given as several sizes: all >= 0. */
 qs_status dims_check(const char *what, std::initializer_list<int64_t> dims) {
@@ -69,29 +50,6 @@ qs_status dims_check(const char *what, std::initializer_list<int64_t> dims) {
     return QS_OK;
 }
 
-/* A stream-ordered temporary, freed (stream-ordered) when it goes out of scope. */
-struct Scratch {
-    void *p = nullptr;
-    cudaStream_t s;
-    explicit Scratch(cudaStream_t st) : s(st) {}
-    ~Scratch() {
-        if (p) (void)cudaFreeAsync(p, s);
-    }
-    Scratch(const Scratch &) = delete;
-    Scratch &operator=(const Scratch &) = delete;
-};
-
-qs_status scratch_alloc(Scratch &sc, size_t bytes, const char *what) {
-    const cudaError_t e = cudaMallocAsync(&sc.p, bytes ? bytes : 1, sc.s);
-    if (e != cudaSuccess) {
-        sc.p = nullptr;
-        (void)cudaGetLastError();
-        return QS_FAIL(e == cudaErrorMemoryAllocation ? QS_ERR_OOM : QS_ERR_BACKEND,
-                       "%s: cudaMallocAsync of %zu bytes of temporaries failed: %s (%s)", what, bytes,
-                       cudaGetErrorName(e), cudaGetErrorString(e));
-    }
-    return QS_OK;
-}
 
 /* Warp-wide sum and maximum by xor butterfly: every lane ends with the same bits. */
 __device__ __forceinline__ double warp_sum(double v) {
@@ -502,7 +460,8 @@ extern "C" qs_status qs_cuda_layernorm_backward(qs_backend *be, qs_stream *s, in
     if (cb > INT32_MAX) return QS_FAIL(QS_ERR_UNSUPPORTED, "%s: C=%lld exceeds the CUDA grid", what, (long long)C);
     const int64_t nch = ln_chunks(rows, C);
     Scratch sc(st);
-    QS_TRY(scratch_alloc(sc, (size_t)(2 * nch) * (size_t)C * sizeof(double), what));
+    QS_TRY(qs_cuda::scratch_alloc(sc, (size_t)(2 * nch) * (size_t)C * sizeof(double), what,
+                                  "per-channel partial sums"));
     double *part = static_cast<double *>(sc.p);
     k_ln_bwd_param<<<dim3((unsigned)cb, (unsigned)nch), dim3(kTx, kTy), 0, st>>>(rows, C, x, dy, save_mean, save_rstd,
                                                                                 part);
@@ -573,7 +532,7 @@ extern "C" qs_status qs_cuda_embedding_backward(qs_backend *be, qs_stream *s, in
     /* keys in, keys out, rows in, rows out (4 bytes each per row, 256-byte aligned regions), then CUB's */
     const size_t region = ((size_t)rows * 4 + 255) / 256 * 256;
     Scratch sc(st);
-    QS_TRY(scratch_alloc(sc, 4 * region + sort_bytes, what));
+    QS_TRY(qs_cuda::scratch_alloc(sc, 4 * region + sort_bytes, what, "sort temporaries"));
     char *base = static_cast<char *>(sc.p);
     uint32_t *keys_in = reinterpret_cast<uint32_t *>(base), *keys = reinterpret_cast<uint32_t *>(base + region);
     int32_t *rows_in = reinterpret_cast<int32_t *>(base + 2 * region);
