@@ -16,6 +16,9 @@
  *   cuda_transformer.cu the transformer's memory-bound ops: layer norm, GELU, tanh, embedding,
  *                       position add, head permutes, masked softmax (cuda_transformer.h)
  *   cuda_conv.c         Conv2d through cuDNN
+ *   cuda_ipc.c, cuda_ipc_sum.cu  the IPC all-reduce between ranks on one GPU (dist/ipc_reduce.h)
+ *   cuda_launch.cuh     what the kernel files share: the op's stream, grid caps, argument checks,
+ *                       stream-ordered scratch
  * Host code is C (gcc); only kernels are CUDA C++ (nvcc), exported with C linkage.
  *
  * Errors inside kernels that the CPU backend reports at once (non-finite input to an INT8/FP8
