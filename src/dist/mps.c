@@ -42,20 +42,21 @@ static bool socket_answers(const char *path) {
     return socket_answers_as(path, SOCK_STREAM) || socket_answers_as(path, SOCK_SEQPACKET);
 }
 
-/* Whether the pid file the control daemon writes into its pipe directory names a live process. */
-static bool pid_file_alive(const char *dir) {
+/* The control daemon's pid file in its pipe directory: -1 absent or unreadable, 0 naming no live
+ * process (a stale file), 1 naming a live one. */
+static int pid_file_state(const char *dir) {
     char path[4096];
-    if (snprintf(path, sizeof path, "%s/nvidia-cuda-mps-control.pid", dir) >= (int)sizeof path) return false;
+    if (snprintf(path, sizeof path, "%s/nvidia-cuda-mps-control.pid", dir) >= (int)sizeof path) return -1;
     FILE *f = fopen(path, "r");
-    if (!f) return false;
+    if (!f) return -1;
     long pid = 0;
     const bool read = fscanf(f, "%ld", &pid) == 1;
     fclose(f);
-    if (!read || pid <= 0) return false;
+    if (!read || pid <= 0) return 0;
     char proc[64];
     snprintf(proc, sizeof proc, "/proc/%ld", pid);
     struct stat st;
-    return stat(proc, &st) == 0;
+    return stat(proc, &st) == 0 ? 1 : 0;
 }
 
 bool qs_mps_daemon_running(char *pipe_dir, size_t cap) {
@@ -65,8 +66,9 @@ bool qs_mps_daemon_running(char *pipe_dir, size_t cap) {
     if (snprintf(control, sizeof control, "%s/control", dir) >= (int)sizeof control) return false;
     struct stat st;
     if (stat(control, &st) != 0) return false;
-    if (S_ISFIFO(st.st_mode) || pid_file_alive(dir)) return true;
-    return S_ISSOCK(st.st_mode) && socket_answers(control);
+    const int pid = pid_file_state(dir);
+    if (pid >= 0) return pid == 1; /* the daemon's own record decides */
+    return S_ISFIFO(st.st_mode) || (S_ISSOCK(st.st_mode) && socket_answers(control));
 }
 
 /* setenv(name, value, overwrite), failing with QS_ERR_OOM. */

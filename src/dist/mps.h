@@ -27,12 +27,12 @@
 #define QS_MPS_DEFAULT_PIPE_DIRECTORY "/tmp/nvidia-mps"
 
 /* Whether an MPS control daemon is reachable: the pipe directory ($CUDA_MPS_PIPE_DIRECTORY
- * when set and non-empty, else QS_MPS_DEFAULT_PIPE_DIRECTORY) holds a `control` entry that is
- * a FIFO, or a UNIX socket while the daemon's pid file there (nvidia-cuda-mps-control.pid)
- * names a live process or the socket accepts a connection (stream or sequenced-packet; the
- * daemon leaves its socket behind when it quits, and a refused connection means no daemon).
- * Writes the directory used into pipe_dir (cap bytes, truncated; nothing when pipe_dir is NULL
- * or cap 0). Never fails; sets no error. */
+ * when set and non-empty, else QS_MPS_DEFAULT_PIPE_DIRECTORY) holds a `control` entry, and the
+ * daemon's pid file there (nvidia-cuda-mps-control.pid) names a live process — or, without a
+ * pid file, `control` is a FIFO or a UNIX socket that accepts a connection (stream or
+ * sequenced-packet; the daemon leaves its socket behind when it quits). A pid file naming no
+ * live process means no daemon. Writes the directory used into pipe_dir (cap bytes, truncated;
+ * nothing when pipe_dir is NULL or cap 0). Never fails; sets no error. */
 bool qs_mps_daemon_running(char *pipe_dir, size_t cap);
 
 /* Set this process's MPS limits for worker w of rank `rank` (w NULL: no cluster, no-op).
