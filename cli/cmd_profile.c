@@ -128,6 +128,7 @@ int qs_cmd_profile(int argc, char **argv) {
     qs_status st = QS_OK;
     if (cluster_path) {
         st = qs_cluster_read(cluster_path, &cluster);
+        if (st == QS_OK) st = qs_cluster_check_devices(&cluster);
         if (st == QS_OK) st = qs_profile_worker(&cluster, type, rank, world, &job.worker);
         if (st == QS_OK) st = qs_mps_apply(job.worker, rank); /* before any CUDA context */
         if (st == QS_OK) {

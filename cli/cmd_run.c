@@ -126,9 +126,9 @@ int qs_cmd_run(int argc, char **argv) {
         {"arms", QS_CLI_STR, &arms, "LIST", "compared arms: qsync, base (or its precision, fp32), low (or its "
          "precision, int8), dynamic, ideal (default all)"},
         {"base-precision", QS_CLI_STR, &base, "P", "what every layer trains at outside the plan, profiled first "
-         "(default fp32; bf16 on a GPU)"},
+         "(default fp32; give bf16 on a GPU)"},
         {"low-precision", QS_CLI_STR, &low, "P", "the low arm's uniform precision on slower workers, below the base "
-         "(default int8; fp8 on a GPU)"},
+         "(default int8; give fp8 on a GPU)"},
         {"precisions", QS_CLI_STR, &menu, "LIST", "the precisions profiled and planned from, the base first (default: "
          "the base and every lower one the device runs natively; e.g. bf16,fp8 on a GPU)"},
         {"grad-rounding", QS_CLI_STR, &grad_rounding, "R", "low-precision gradients: stochastic (default) or nearest"},

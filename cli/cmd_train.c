@@ -209,7 +209,8 @@ int qs_cmd_train(int argc, char **argv) {
     memset(&cluster, 0, sizeof cluster);
     if (cluster_path) { /* this rank's worker: its precisions, threads, memory cap, emulation */
         const qs_cluster_worker *w = NULL;
-        if (qs_cluster_read(cluster_path, &cluster) != QS_OK || qs_cluster_worker_for(&cluster, rank, world, &w) != QS_OK) {
+        if (qs_cluster_read(cluster_path, &cluster) != QS_OK || qs_cluster_worker_for(&cluster, rank, world, &w) != QS_OK ||
+            qs_cluster_check_devices(&cluster) != QS_OK) {
             qs_cluster_free(&cluster);
             return qs_train_fail_early(comm, world);
         }

@@ -284,6 +284,20 @@ static void test_cluster_cuda_workers(void **state) {
     qs_cluster_free(&c);
 }
 
+/* A job runs on CPUs or on one GPU: train refuses a cluster that mixes them or spans GPUs, on
+ * every rank alike, before touching a GPU. */
+static void test_cluster_devices_refused(void **state) {
+    char a[1024];
+    qs_test_write_tmp("mixed.json", "{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": ["
+                                    "{\"device\": \"cpu\", \"type\": \"a\"}, {\"device\": \"cuda:0\", \"type\": \"b\"}]}");
+    snprintf(a, sizeof a, QS_DIST_ARGS " --batch 64 --cluster %s/mixed.json", qs_test_tmp);
+    qs_test_run_ranks(2, a, -2, "worker 0 is on cpu and worker 1 on cuda:0: one job runs on CPUs or on a GPU");
+    qs_test_write_tmp("gpus.json", "{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": ["
+                                   "{\"device\": \"cuda:0\", \"type\": \"a\"}, {\"device\": \"cuda:1\", \"type\": \"b\"}]}");
+    snprintf(a, sizeof a, QS_DIST_ARGS " --batch 64 --cluster %s/gpus.json", qs_test_tmp);
+    qs_test_run_ranks(2, a, -2, "needs the NCCL transport, which this qsync does not have yet");
+}
+
 /* Refused: malformed devices, an SM share on a cpu worker or out of [1, 100], a slowdown, a
  * calibration window or another method on a cuda worker, "mps" on a cpu worker. */
 static void test_cluster_cuda_refused(void **state) {
@@ -480,6 +494,7 @@ int main(void) {
         cmocka_unit_test(test_cluster),
         cmocka_unit_test(test_cluster_cuda_workers),
         cmocka_unit_test(test_cluster_cuda_refused),
+        cmocka_unit_test(test_cluster_devices_refused),
         cmocka_unit_test(test_mps_apply),
         cmocka_unit_test(test_calibrated_emulation),
         cmocka_unit_test(test_stalled_rank),

@@ -105,23 +105,32 @@ static qs_status open_peer(qs_ipc_reduce *x, int p, const char *blob, const ipc_
     return QS_OK;
 }
 
-/* Publish this rank's blob and open every peer's (one broadcast per rank). */
-static qs_status exchange(qs_ipc_reduce *x, char *mine) {
+/* Publish this rank's blob (an empty one when `ok` is false: this rank could not set up) and
+ * open every peer's, one broadcast per rank. Every rank takes part in every broadcast even after
+ * a local failure, so that none is left waiting; the first failure is returned (a failed
+ * broadcast at once). */
+static qs_status exchange(qs_ipc_reduce *x, char *mine, bool ok) {
     const size_t n = blob_bytes(x->n_slots);
     ipc_card card;
     memcpy(&card, mine, sizeof card);
+    qs_status first = QS_OK;
     for (int root = 0; root < x->world; root++) {
         char *blob = root == x->rank ? mine : NULL;
-        size_t len = n;
+        size_t len = root == x->rank && !ok ? 0 : n;
         QS_TRY(qs_comm_bcast_bytes(x->comm, root, &blob, &len, x->timeout_s));
         if (root == x->rank) continue;
-        qs_status st = len == n ? open_peer(x, root, blob, &card)
-                                : QS_FAIL(QS_ERR_MISMATCH, "rank %d published %zu bytes of IPC handles, rank %d "
-                                          "expected %zu: the ranks built different models", root, len, x->rank, n);
+        qs_status st = QS_OK;
+        if (len == 0)
+            st = QS_FAIL(QS_ERR_BACKEND, "rank %d could not set up the IPC all-reduce (its own message says why)", root);
+        else if (len != n)
+            st = QS_FAIL(QS_ERR_MISMATCH, "rank %d published %zu bytes of IPC handles, rank %d expected %zu: the ranks "
+                         "built different models", root, len, x->rank, n);
+        else if (ok && first == QS_OK)
+            st = open_peer(x, root, blob, &card);
         free(blob);
-        QS_TRY(st);
+        if (first == QS_OK) first = st;
     }
-    return QS_OK;
+    return first;
 }
 
 qs_status qs_ipc_reduce_open(qs_backend *be, qs_comm *comm, void *buf, size_t bytes, int n_slots, double timeout_s,
@@ -149,9 +158,17 @@ qs_status qs_ipc_reduce_open(qs_backend *be, qs_comm *comm, void *buf, size_t by
     x->slots = calloc((size_t)n_slots, sizeof *x->slots);
     char *blob = calloc(1, blob_bytes(n_slots));
     qs_status st = x->ready && x->read && x->slots && blob ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory for IPC handles");
-    if (st == QS_OK) st = create_own(x, buf, bytes, blob);
-    if (st == QS_OK) st = exchange(x, blob);
+    if (st == QS_OK && blob) st = create_own(x, buf, bytes, blob);
+    if (blob) { /* taken part in even after a local failure (see exchange) */
+        const qs_status ex = exchange(x, blob, st == QS_OK);
+        if (st == QS_OK) st = ex;
+    }
     free(blob);
+    uint64_t lo = 1, hi = 1; /* all ranks fail alike, or none does */
+    const qs_status agreed = qs_comm_allreduce_minmax_u64(comm, st == QS_OK, &lo, &hi, timeout_s);
+    if (st == QS_OK && agreed != QS_OK) st = agreed;
+    if (st == QS_OK && lo == 0)
+        st = QS_FAIL(QS_ERR_BACKEND, "another rank could not set up the IPC all-reduce (its own message says why)");
     if (st != QS_OK) {
         qs_ipc_reduce_close(x);
         return st;
@@ -198,7 +215,7 @@ static qs_status phase_sum(qs_ipc_reduce *x, int k) {
         QS_CUDA_TRY(cudaStreamWaitEvent(x->stream, x->ready[p * x->n_slots + k], 0));
         src[p] = x->bufs[p] + first;
     }
-    QS_TRY(qs_cuda_sum_ranks(x->stream, src, x->world, x->scratch + first, (int64_t)(sl->bytes / sizeof(float))));
+    QS_TRY(qs_cuda_sum_ranks(x->be, x->stream, src, x->world, x->scratch + first, (int64_t)(sl->bytes / sizeof(float))));
     QS_CUDA_TRY(cudaEventRecord(x->read[x->rank * x->n_slots + k], x->stream));
     return issue_barrier(x, k, SLOT_READING);
 }

@@ -205,6 +205,21 @@ qs_status qs_cluster_read(const char *path, qs_cluster *out) {
     return QS_OK;
 }
 
+qs_status qs_cluster_check_devices(const qs_cluster *c) {
+    for (int i = 1; i < c->n_workers; i++) {
+        const qs_cluster_worker *a = &c->workers[0], *b = &c->workers[i];
+        if (a->cuda != b->cuda)
+            return QS_FAIL(QS_ERR_UNSUPPORTED, "cluster %s: worker 0 is on %s and worker %d on %s: one job runs on CPUs "
+                           "or on a GPU, not on both", c->origin, a->device, i, b->device);
+        if (a->cuda && a->cuda_device != b->cuda_device)
+            return QS_FAIL(QS_ERR_UNSUPPORTED, "cluster %s: worker 0 is on cuda:%d and worker %d on cuda:%d: data "
+                           "parallelism between GPUs needs the NCCL transport, which this qsync does not have yet; put "
+                           "every worker on one GPU (weaker ones emulated by an MPS sm_percent)", c->origin,
+                           a->cuda_device, i, b->cuda_device);
+    }
+    return QS_OK;
+}
+
 void qs_cluster_free(qs_cluster *c) {
     free(c->workers);
     c->workers = NULL;

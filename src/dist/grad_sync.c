@@ -102,12 +102,19 @@ qs_status qs_grad_sync_init(qs_grad_sync *gs, qs_comm *comm, qs_model *m, size_t
         return QS_FAIL(QS_ERR_OOM, "out of memory for gradient buckets");
     }
     gs->n_buckets = qs_grad_buckets_form(t, bucket_bytes, gs->buckets, gs->entry_bucket);
-    if (strcmp(m->be->ops->name, "cuda") == 0) { /* gradients on a GPU: ranks share it through CUDA IPC */
-        qs_status st = qs_ipc_reduce_open(m->be, comm, m->grad_data, t->bytes, gs->n_buckets, timeout_s, &gs->ipc);
-        if (st != QS_OK) {
-            qs_grad_sync_free(gs);
-            return st;
-        }
+    /* every rank must take the same transport (their collectives differ): agree first */
+    const bool gpu = strcmp(m->be->ops->name, "cuda") == 0;
+    uint64_t lo = 0, hi = 0;
+    qs_status st = qs_comm_allreduce_minmax_u64(comm, gpu, &lo, &hi, timeout_s);
+    if (st == QS_OK && lo != hi)
+        st = QS_FAIL(QS_ERR_UNSUPPORTED, "rank %d trains on %s while another rank trains on %s: the ranks of one job "
+                     "all run on CPUs or all on one GPU", qs_comm_rank(comm), gpu ? "a GPU" : "the CPU",
+                     gpu ? "the CPU" : "a GPU");
+    if (st == QS_OK && gpu) /* gradients on a GPU: ranks share it through CUDA IPC */
+        st = qs_ipc_reduce_open(m->be, comm, m->grad_data, t->bytes, gs->n_buckets, timeout_s, &gs->ipc);
+    if (st != QS_OK) {
+        qs_grad_sync_free(gs);
+        return st;
     }
     m->grads_ready = on_grads_ready;
     m->grads_done = on_grads_done;

@@ -375,6 +375,7 @@ qs_status qs_run_check(const qs_run_config *c, int world) {
                        "plan for (a homogeneous cluster trains with qsync train)", cl->origin, cl->workers[0].type);
     const qs_cluster_worker *w = NULL;
     QS_TRY(qs_cluster_worker_for(cl, 0, world, &w));
+    QS_TRY(qs_cluster_check_devices(cl));
     for (int r = 0; r < cl->n_workers; r++)
         if (cl->workers[r].precision[0] || cl->workers[r].plan[0])
             return QS_FAIL(QS_ERR_INVALID_ARG, "%s sets the precisions of worker %d: qsync run chooses them (remove "

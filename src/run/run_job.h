@@ -12,9 +12,9 @@
  *     rank with its worker's precisions for that arm, metrics in <out>/<label>-seed<S>.jsonl;
  *  5. report (rank 0): <out>/report.json (src/run/run_report.h) and, when asked, a PNG plot.
  *
- * Two precisions frame the comparison: the base (what an unplanned run trains at: fp32 on a CPU,
- * bf16 on a GPU; the profiles' highest, so the plan's default) and the low precision (int8 on a
- * CPU, fp8 on a GPU). The arms, labelled by qs_run_arm_label: "qsync" (the plan), the base arm
+ * Two precisions frame the comparison: the base (what an unplanned run trains at; the caller's
+ * choice — fp32 by default, bf16 is the one to give on a GPU; the profiles' highest, so the
+ * plan's default) and the low precision (int8 by default, fp8 to give on a GPU). The arms, labelled by qs_run_arm_label: "qsync" (the plan), the base arm
  * (every worker all at the base, synchronous; labelled by the base's name, "fp32"), the low arm
  * (the low precision uniformly on every worker slower than the fastest type, the base on the
  * fastest; labelled "int8"), "dynamic" (all at the base, local batches by measured speed),
