@@ -79,7 +79,7 @@ static double max_rel_diff(const float *a, const float *b, int64_t n) {
 /* ------------------------------------------------------------------ conv: im2col variant */
 
 /* An FP32 operand of the backend's GEMM-like ops. */
-#define F32OP(p) (&(qs_operand){(p), QS_F32, NULL, false})
+#define F32OP(p) (&(qs_operand){(p), QS_F32, NULL, false, NULL})
 
 typedef struct im2col_conv {
     qs_conv_desc d;

@@ -22,6 +22,7 @@ BATCH=${BATCH:-16}
 MODEL_ARGS=${MODEL_ARGS:---model gpt --data synthetic-text:50304:1024 --optimizer adamw --lr 3e-4}
 OUT_DIR=${OUT_DIR:-${OUT:-gpu_hybrid_out}}
 mkdir -p "$OUT_DIR"
+scripts/gpu-suite.sh unpack "$BUNDLE"
 LIB=$(cd "$BUNDLE/lib" && pwd)
 export LD_LIBRARY_PATH=$LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0

@@ -45,7 +45,8 @@ static const char *const G_LAYER_INCLUDES =
     "the gradient dtype with stochastic rounding (fp8: E5M2 with its own amax and scale), backward-data "
     "dX = dY·W (FP32 output), backward-weights dW = dYᵀ·X (FP32 output); includes any operand copies the "
     "backend makes inside these ops (CUDA fp8: the transposed copies Wᵀ, Xᵀ, dYᵀ that cuBLASLt's TN-only FP8 "
-    "layout needs, zero-padded where a dimension is not a multiple of 16); fp32 and tf32 run the three "
+    "layout needs, written by quantize in the same pass as the operand, as a Linear node keeps them, or made "
+    "by the product, zero-padded, where a dimension is not a multiple of 16); fp32 and tf32 run the three "
     "products on the masters (no quantization, no casts); no bias, no optimizer; Conv2d rows the same through "
     "conv_*; FLOPs 3·2·M·N·K per run";
 
@@ -65,6 +66,7 @@ typedef struct layer_case {
     int64_t xr, xc, wr, wc, yr, yc;  /* X, W, Y/dY as 2-D (rows, cols) */
     float *x, *w, *dy, *y, *dx, *dw;
     void *qx, *qw, *qdy;
+    void *tx, *tw, *tdy;   /* transposed FP8 copies, when the backend reads them (else NULL) */
     float *dscales;        /* dev: the three dequantization scales, 16 floats (64 B) apart */
     float sx, sw, sdy;     /* host: the three scales */
     uint64_t step;
@@ -81,19 +83,26 @@ static qs_operand op_of(const void *data, qs_dtype dt, const float *scale) {
     return (qs_operand){.data = data, .dt = dt, .scale = scaled ? scale : NULL};
 }
 
-/* quantize into the case's buffer; FP32 keeps the master */
-static qs_status quant(layer_case *c, const float *src, int64_t r, int64_t k, bool grad, void *dst, float *scale,
-                       const qs_sr *sr) {
-    qs_dtype dt = qs_precision_operand_dtype(c->prec, grad);
+/* Operand `which` (0 x, 1 w, 2 dy) quantized into the case's buffers (and its transposed
+ * copy when the case keeps one); FP32 keeps the master. */
+static qs_status quant(layer_case *c, int which, const qs_sr *sr) {
+    const float *src[3] = {c->x, c->w, c->dy};
+    void *dst[3] = {c->qx, c->qw, c->qdy}, *dst_t[3] = {c->tx, c->tw, c->tdy};
+    const int64_t rows[3] = {c->xr, c->wr, c->yr}, cols[3] = {c->xc, c->wc, c->yc};
+    qs_dtype dt = qs_precision_operand_dtype(c->prec, which == 2);
     if (dt == QS_F32) return QS_OK;
-    return c->be->ops->quantize(c->be, NULL, r, k, src, NULL, dt, dst, scale, false, sr);
+    return c->be->ops->quantize(c->be, NULL, rows[which], cols[which], src[which], NULL, dt, dst[which],
+                                scale_of(c, which), false, sr, dst_t[which]);
 }
 
 static qs_operand operand(layer_case *c, int which) { /* 0 x, 1 w, 2 dy */
     qs_dtype dt = qs_precision_operand_dtype(c->prec, which == 2);
     const float *master = which == 0 ? c->x : which == 1 ? c->w : c->dy;
     void *q = which == 0 ? c->qx : which == 1 ? c->qw : c->qdy;
-    return dt == QS_F32 ? qs_operand_f32(master) : op_of(q, dt, scale_of(c, which));
+    if (dt == QS_F32) return qs_operand_f32(master);
+    qs_operand op = op_of(q, dt, scale_of(c, which));
+    op.data_t = which == 0 ? c->tx : which == 1 ? c->tw : c->tdy;
+    return op;
 }
 
 static qs_status run_forward(void *ctx) {
@@ -109,10 +118,10 @@ static qs_status run_layer(void *ctx) {
     layer_case *c = ctx;
     const qs_backend_ops *o = c->be->ops;
     qs_sr sr = {.key = 3, .counter = ++c->step};
-    QS_TRY(quant(c, c->x, c->xr, c->xc, false, c->qx, scale_of(c, 0), NULL));
-    QS_TRY(quant(c, c->w, c->wr, c->wc, false, c->qw, scale_of(c, 1), NULL));
+    QS_TRY(quant(c, 0, NULL));
+    QS_TRY(quant(c, 1, NULL));
     QS_TRY(run_forward(c));
-    QS_TRY(quant(c, c->dy, c->yr, c->yc, true, c->qdy, scale_of(c, 2), &sr));
+    QS_TRY(quant(c, 2, &sr));
     qs_operand x = operand(c, 0), w = operand(c, 1), dy = operand(c, 2);
     if (c->conv) {
         QS_TRY(o->conv_backward_data(c->be, c->plan, NULL, &dy, &w, c->dx, false, c->ws));
@@ -138,7 +147,7 @@ static qs_status buf_alloc(layer_case *c, size_t bytes, void **p) {
 
 static void case_free(layer_case *c) {
     if (c->plan) c->be->ops->plan_destroy(c->be, c->plan);
-    void *bufs[] = {c->ws, c->x, c->w, c->dy, c->y, c->dx, c->dw, c->qx, c->qw, c->qdy, c->dscales};
+    void *bufs[] = {c->ws, c->x, c->w, c->dy, c->y, c->dx, c->dw, c->qx, c->qw, c->qdy, c->tx, c->tw, c->tdy, c->dscales};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) buf_free(c, bufs[i]);
     memset(c, 0, sizeof *c);
 }
@@ -202,12 +211,17 @@ static qs_status case_init(layer_case *c, const qs_bench_opts *o, qs_precision p
     QS_TRY(buf_alloc(c, (size_t)(c->xr * c->xc) * 2, &c->qx));
     QS_TRY(buf_alloc(c, (size_t)(c->wr * c->wc) * 2, &c->qw));
     QS_TRY(buf_alloc(c, (size_t)(c->yr * c->yc) * 2, &c->qdy));
+    if (!cs && p == QS_PREC_FP8 && be->fp8_wants_transposed) { /* what a Linear node keeps (gemm_quant.h) */
+        QS_TRY(buf_alloc(c, (size_t)(c->xr * c->xc), &c->tx));
+        QS_TRY(buf_alloc(c, (size_t)(c->wr * c->wc), &c->tw));
+        QS_TRY(buf_alloc(c, (size_t)(c->yr * c->yc), &c->tdy));
+    }
     if (c->dev) QS_TRY(buf_alloc(c, 3 * 16 * sizeof(float), (void **)&c->dscales));
     /* gemm mode times the product alone: quantize once here */
-    QS_TRY(quant(c, c->x, c->xr, c->xc, false, c->qx, scale_of(c, 0), NULL));
-    QS_TRY(quant(c, c->w, c->wr, c->wc, false, c->qw, scale_of(c, 1), NULL));
+    QS_TRY(quant(c, 0, NULL));
+    QS_TRY(quant(c, 1, NULL));
     qs_sr sr = {.key = 3};
-    QS_TRY(quant(c, c->dy, c->yr, c->yc, true, c->qdy, scale_of(c, 2), &sr));
+    QS_TRY(quant(c, 2, &sr));
     return c->dev ? be->ops->stream_sync(be, NULL) : QS_OK;
 }
 

@@ -149,8 +149,9 @@ int qs_cmd_bench(int argc, char **argv) {
         {"model", QS_CLI_STR, &o.model, "NAME", "step: built-in model (default cnn)"},
         {"width", QS_CLI_I64, &o.width, "W", "step: model width (0 = the model's default)"},
         {"batch", QS_CLI_I64, &o.batch, "B", "step: batch size (default 128)"},
-        {"device", QS_CLI_STR, &device, "D", "gemm, layer, allreduce: cpu (default), cuda or cuda:N"},
-        {"size", QS_CLI_I64, &size, "N", "gemm, layer: one square Linear N x N x N instead of the built-in shapes"},
+        {"device", QS_CLI_STR, &device, "D", "gemm, layer, quantize, allreduce: cpu (default), cuda or cuda:N"},
+        {"size", QS_CLI_I64, &size, "N", "gemm, layer: one square Linear N x N x N instead of the built-in shapes; "
+                                         "quantize on cuda: an N x N tensor (default 8192)"},
         {"shape", QS_CLI_STR, &shape, "MxNxK", "gemm, layer: one Linear shape (Y MxN, K inner) instead of the built-in shapes"},
         {"inner", QS_CLI_INT, &o.inner, "N", "cuda: runs per timed sample (default 0: enough for ~25 ms)"},
         {"json", QS_CLI_FLAG, &o.json, NULL, "print one JSON document instead of tables"},
@@ -172,12 +173,13 @@ int qs_cmd_bench(int argc, char **argv) {
         return 2;
     }
     const bool products = strcmp(part, "gemm") == 0 || strcmp(part, "layer") == 0;
-    if ((size || shape) && !products) {
-        fprintf(stderr, "qsync bench: --size and --shape apply to gemm and layer only\n");
+    const bool quant = strcmp(part, "quantize") == 0;
+    if ((size || shape) && !products && !(quant && cuda && !shape)) {
+        fprintf(stderr, "qsync bench: --size and --shape apply to gemm and layer (and --size to quantize --device cuda) only\n");
         return 2;
     }
-    if (cuda && !products && strcmp(part, "allreduce") != 0) {
-        fprintf(stderr, "qsync bench: --device applies to gemm, layer and allreduce only (%s runs on the CPU "
+    if (cuda && !products && !quant && strcmp(part, "allreduce") != 0) {
+        fprintf(stderr, "qsync bench: --device applies to gemm, layer, quantize and allreduce only (%s runs on the CPU "
                 "backend)\n", part);
         return 2;
     }

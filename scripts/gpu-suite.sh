@@ -6,6 +6,7 @@
 #   scripts/gpu-suite.sh run [bundle-dir]              # default: gpu-bundle/
 #   scripts/gpu-suite.sh train [bundle] [steps] [models] [precisions]  # short GPU trainings
 #   scripts/gpu-suite.sh mps [bundle] [shares]        # the op suites under MPS SM shares (default "50 40")
+#   scripts/gpu-suite.sh unpack [bundle]               # unpack <bundle>.tar.xz (run/train/mps do it themselves)
 #
 # The GPU machine (Ubuntu 24.04 + CUDA 13, no package registry) lacks the Debian libraries
 # qsync links (cJSON, oneDNN, GLPK, cmocka, ...). `bundle` copies the binaries — qsync, the
@@ -21,10 +22,13 @@
 # gpu-tests-cuda_transformer_ops.json), and every suite's exit status to
 # $OUT/gpu-tests-status.json. Exits non-zero when any suite fails.
 #
-# Typical use (gpu-bundle/ is git-ignored, so name it in the device call's `carry`):
+# bundle also packs <out> into <out>.tar.xz (about a fifth of its size: the device tool carries
+# at most 64 MiB, which the unpacked bundle exceeds); run, train and mps unpack <bundle>.tar.xz
+# over <bundle> when the archive is there. Typical use (both are git-ignored, so name the
+# archive in the device call's `carry`):
 #   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j
 #   scripts/gpu-suite.sh bundle
-#   device: command "scripts/gpu-suite.sh run", carry ["gpu-bundle"]
+#   device: command "scripts/gpu-suite.sh run", carry ["gpu-bundle.tar.xz"]
 set -euo pipefail
 
 # Libraries every Ubuntu 24.04 + CUDA 13 GPU image provides itself; they, and everything only
@@ -145,12 +149,25 @@ bundle() {
         echo "left to the GPU machine: $(printf '%s\n' "${skipped[@]}" | sort -u | tr '\n' ' ')"
     } >"$out/MANIFEST"
     cat "$out/MANIFEST"
-    echo "bundle size: $(du -sh "$out" | cut -f1) in $out (the device tool carries at most 64 MiB)"
+    echo "bundle size: $(du -sh "$out" | cut -f1) in $out"
+    # what travels: the device tool carries at most 64 MiB, more than the unpacked bundle
+    tar -cJf "$out.tar.xz" -C "$(dirname "$out")" "$(basename "$out")"
+    echo "archive: $out.tar.xz, $(du -sh "$out.tar.xz" | cut -f1) (carry this; run/train/mps unpack it)"
+}
+
+# unpack DIR: when DIR.tar.xz exists (the archive bundle writes, which is what travels), replace
+# DIR by its contents — an older unpacked bundle left on the machine never runs.
+unpack() {
+    local dir=$1
+    [[ -f $dir.tar.xz ]] || return 0
+    rm -rf "$dir"
+    tar -xJf "$dir.tar.xz" -C "$(dirname "$dir")"
 }
 
 # run [bundle-dir]: run every GPU test suite from a bundle; exit status 0 when all pass.
 run() {
     local dir=${1:-gpu-bundle} suite
+    unpack "$dir"
     for suite in "${GPU_SUITES[@]}"; do
         [[ -x $dir/bin/$suite ]] || die "no $dir/bin/$suite: make the bundle here first (scripts/gpu-suite.sh bundle) and carry it"
     done
@@ -207,6 +224,7 @@ $missing"
 # (or the current directory) and one line per run; exits non-zero when any run fails.
 train() {
     local dir=${1:-gpu-bundle} steps=${2:-100} models=${3:-cnn,resnet18} precs=${4:-fp32,tf32,bf16,fp16,fp8}
+    unpack "$dir"
     local out=${OUT:-.} rc=0 model p args lib
     [[ -x $dir/bin/qsync ]] || die "no $dir/bin/qsync: make the bundle here first and carry it"
     lib=$(cd "$dir/lib" && pwd)
@@ -237,6 +255,7 @@ train() {
 # any suite fails under any share.
 mps() {
     local dir=${1:-gpu-bundle} shares=${2:-50 40} out=${OUT:-.} share suite rc all=0 rows=() started=0 lib
+    unpack "$dir"
     lib=$(cd "$dir/lib" && pwd)
     export LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     export QS_REQUIRE_GPU=1
@@ -264,6 +283,7 @@ bundle) shift; bundle "$@" ;;
 run) shift; run "$@" ;;
 train) shift; train "$@" ;;
 mps) shift; mps "$@" ;;
+unpack) shift; unpack "${1:-gpu-bundle}" ;;
 *)
     sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
     exit 2

@@ -28,7 +28,7 @@
 /* ------------------------------------------------------------------ fixtures and helpers */
 
 /* An FP32 operand of the backend's GEMM-like ops. */
-#define F32OP(p) (&(qs_operand){(p), QS_F32, NULL, false})
+#define F32OP(p) (&(qs_operand){(p), QS_F32, NULL, false, NULL})
 
 static qs_backend *g_be;
 #define OPS (g_be->ops)

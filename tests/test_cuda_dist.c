@@ -1,7 +1,9 @@
 /* tests/test_cuda_dist.c — data parallelism between ranks that share one GPU (the CUDA IPC
  * all-reduce, src/dist/ipc_reduce.h) under the real launcher: 1 rank × batch B against 2 ranks
  * × B/2 and 3 ranks × B/3 at FP32, replicas compared after every step at FP32, BF16 and FP8
- * and for a transformer (tied embedding), and a stalled rank ending the job with a message.
+ * and for a transformer (tied embedding), FP8 products reading the layers' transposed copies
+ * against products making their own (bitwise equal), and a stalled rank ending the job with a
+ * message.
  * Runs on the GPU machine (scripts/gpu-suite.sh run); elsewhere it says why and exits 77
  * (QS_REQUIRE_GPU=1 makes that a failure).
  *
@@ -74,6 +76,34 @@ static void test_low_precision_replicas(void **state) {
     printf("  gpt-mini bf16 (tied embedding), 2 ranks on one GPU: replicas identical after each of 10 steps\n");
 }
 
+/* FP8 training reading the layers' transposed copies (the default) against the same run with
+ * QS_CUDA_FP8_TRANSPOSED=0 (every product transposes its operands itself): the checkpoints must
+ * be bitwise equal — the products read the same bytes either way. One process each. */
+static void test_fp8_transposed_copies(void **state) {
+    (void)state;
+    static const char *const runs[][2] = {
+        {"mlp", "train --device cuda:0 --model mlp --data synthetic --batch 64 --steps 10 --train-subset 1280 "
+                "--eval-subset 256 --precision fp8 --no-progress --quiet"},
+        {"gpt-mini", "train --device cuda:0 --model gpt-mini --data synthetic-text:256:64 --batch 16 --steps 10 "
+                     "--optimizer adamw --lr 1e-3 --precision fp8 --eval-subset 64 --no-progress --quiet"},
+    };
+    for (size_t k = 0; k < sizeof runs / sizeof *runs; k++) {
+        char a[768], d_on[256], d_off[256];
+        snprintf(d_on, sizeof d_on, "%s/%s-fp8-transposed", qs_test_tmp, runs[k][0]);
+        snprintf(d_off, sizeof d_off, "%s/%s-fp8-own-copies", qs_test_tmp, runs[k][0]);
+        snprintf(a, sizeof a, "%s --checkpoint-dir %s", runs[k][1], d_on);
+        qs_test_run_ranks(0, a, 0, NULL);
+        setenv("QS_CUDA_FP8_TRANSPOSED", "0", 1);
+        snprintf(a, sizeof a, "%s --checkpoint-dir %s", runs[k][1], d_off);
+        qs_test_run_ranks(0, a, 0, NULL);
+        unsetenv("QS_CUDA_FP8_TRANSPOSED");
+        double diff = qs_test_checkpoint_max_rel_diff(d_on, d_off);
+        printf("  %s fp8, 10 steps: transposed copies vs products' own: max relative weight difference %.3e "
+               "(must be 0)\n", runs[k][0], diff);
+        assert_true(diff == 0.0);
+    }
+}
+
 /* 2 s into training rank 1 is stopped (SIGSTOP): rank 0 must end the job through the
  * collective timeout, naming rank 1. `timeout 180` only turns a hang into a failure. */
 static void test_stalled_rank(void **state) {
@@ -119,6 +149,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fp32_equivalence),
         cmocka_unit_test(test_low_precision_replicas),
+        cmocka_unit_test(test_fp8_transposed_copies),
         cmocka_unit_test(test_stalled_rank),
     };
     return cmocka_run_group_tests(tests, group_setup, qs_test_tmpdir_teardown);

@@ -256,8 +256,12 @@ typedef struct lin_case {
     bool bias;
 } lin_case;
 
+static void linear_data_t_case(void *gplan, void *gws, const qmat *qx, const qmat *qw, const qmat *qdy, int64_t M,
+                               int64_t N, int64_t K, const char *shape);
+
 /* Forward, backward-data (overwrite and accumulate) and backward-weights (+ bias gradient when
- * dY is FP32) of one Linear shape at precision p, GPU against CPU. */
+ * dY is FP32) of one Linear shape at precision p, GPU against CPU; FP8 also with transposed
+ * copies (linear_data_t_case). */
 static void run_linear(qs_precision p, lin_case lc) {
     const int64_t M = lc.M, N = lc.N, K = lc.K;
     const qs_dtype fdt = qs_precision_operand_dtype(p, false), gdt = qs_precision_operand_dtype(p, true);
@@ -317,6 +321,40 @@ static void run_linear(qs_precision p, lin_case lc) {
         if (want_db && dget(hdb, gdb, (size_t)N * 4, what))
             check_nmse(what, hdb, cdb, N, gemm_budget(GEMM_LINEAR, p, (double)M));
     }
+    if (p == QS_PREC_FP8) linear_data_t_case(gplan, gws, &qx, &qw, &qdy, M, N, K, shape);
+}
+
+/* A host (rows, cols) byte matrix transposed, on the GPU. */
+static void *gpu_transposed(const void *host, int64_t rows, int64_t cols) {
+    const uint8_t *h = host;
+    uint8_t *t = halloc((size_t)(rows * cols));
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) t[c * rows + r] = h[r * cols + c];
+    return dup_gpu(t, (size_t)(rows * cols));
+}
+
+/* FP8: backward-data and backward-weights reading the operands' transposed copies
+ * (qs_operand.data_t, as a Linear node keeps them) give the bits of the same products making
+ * their own copies. */
+static void linear_data_t_case(void *gplan, void *gws, const qmat *qx, const qmat *qw, const qmat *qdy, int64_t M,
+                               int64_t N, int64_t K, const char *shape) {
+    char what[192];
+    qs_operand tx = qx->gpu, tw = qw->gpu, tdy = qdy->gpu;
+    tx.data_t = gpu_transposed(qx->cpu.data, M, K);
+    tw.data_t = gpu_transposed(qw->cpu.data, N, K);
+    tdy.data_t = gpu_transposed(qdy->cpu.data, M, N);
+    float *a = dalloc_f(M * K), *b = dalloc_f(M * K), *ha = hf(M * K), *hb = hf(M * K);
+    snprintf(what, sizeof what, "linear fp8  bwd_data    data_t %s", shape);
+    if (gpu_ok_(GOPS->linear_backward_data(g_gpu, gplan, GST, &qdy->gpu, &qw->gpu, a, false, gws), what) &&
+        gpu_ok_(GOPS->linear_backward_data(g_gpu, gplan, GST, &tdy, &tw, b, false, gws), what) &&
+        dget(ha, a, (size_t)(M * K) * 4, what) && dget(hb, b, (size_t)(M * K) * 4, what))
+        check_bits(what, hb, ha, M * K, 4, NULL);
+    float *c = dalloc_f(N * K), *d = dalloc_f(N * K), *hc = hf(N * K), *hd = hf(N * K);
+    snprintf(what, sizeof what, "linear fp8  bwd_weights data_t %s", shape);
+    if (gpu_ok_(GOPS->linear_backward_weights(g_gpu, gplan, GST, &qdy->gpu, &qx->gpu, c, NULL, gws), what) &&
+        gpu_ok_(GOPS->linear_backward_weights(g_gpu, gplan, GST, &tdy, &tx, d, NULL, gws), what) &&
+        dget(hc, c, (size_t)(N * K) * 4, what) && dget(hd, d, (size_t)(N * K) * 4, what))
+        check_bits(what, hd, hc, N * K, 4, NULL);
 }
 
 static const lin_case k_lin[] = {
@@ -508,6 +546,27 @@ static float *quant_input(int64_t rows, int64_t cols, bool nonfinite) {
     return x;
 }
 
+/* The same quantization with a transposed copy (dst_t): the GPU's codes are still cq (the
+ * CPU's, without dst_t) and its transposed copy is the CPU's, bit for bit. */
+static void quant_transposed_case(const float *x, const float *gx, int64_t rows, int64_t cols, const float *col_scale,
+                                  const float *gcol, qs_dtype dt, const qs_sr *sr, const void *cq, const char *what0) {
+    const int64_t n = rows * cols;
+    char what[224];
+    snprintf(what, sizeof what, "%s +dst_t", what0);
+    void *cq2 = halloc((size_t)n), *ct = halloc((size_t)n);
+    float cs[1];
+    ASSERT_OK(COPS->quantize(g_cpu, CST, rows, cols, x, col_scale, dt, cq2, cs, false, sr, ct));
+    check_bits(what, cq2, cq, n, 1, NULL);
+    void *gq = dalloc((size_t)n, POISON), *gt = dalloc((size_t)n, POISON);
+    float *gs = dalloc_f(1);
+    if (!gpu_ok_(GOPS->quantize(g_gpu, GST, rows, cols, gx, gcol, dt, gq, gs, false, sr, gt), what)) return;
+    void *hq = halloc((size_t)n), *ht = halloc((size_t)n);
+    if (!dget(hq, gq, (size_t)n, what) || !dget(ht, gt, (size_t)n, what)) return;
+    check_bits(what, hq, cq, n, 1, NULL);
+    snprintf(what, sizeof what, "%s +dst_t: the transposed copy", what0);
+    check_bits(what, ht, ct, n, 1, NULL);
+}
+
 /* GPU quantize against CPU quantize on the same input (codes and scales bit for bit), then GPU
  * dequantize against CPU dequantize of the same (CPU) codes when `deq`. */
 static void quant_case(const float *x, const float *gx, int64_t rows, int64_t cols, const float *col_scale,
@@ -521,10 +580,10 @@ static void quant_case(const float *x, const float *gx, int64_t rows, int64_t co
              sr && sr->offset ? " offset" : "");
     void *cq = halloc(bytes);
     float *cs = scaled ? hf(ns) : NULL;
-    ASSERT_OK(COPS->quantize(g_cpu, CST, rows, cols, x, col_scale, dt, cq, cs, per_row, sr));
+    ASSERT_OK(COPS->quantize(g_cpu, CST, rows, cols, x, col_scale, dt, cq, cs, per_row, sr, NULL));
     void *gq = dalloc(bytes, POISON);
     float *gs = scaled ? dalloc_f(ns) : NULL; /* scales unused (NULL) for bf16/f16/f32 */
-    if (!gpu_ok_(GOPS->quantize(g_gpu, GST, rows, cols, gx, gcol, dt, gq, gs, per_row, sr), what)) return;
+    if (!gpu_ok_(GOPS->quantize(g_gpu, GST, rows, cols, gx, gcol, dt, gq, gs, per_row, sr, NULL), what)) return;
     void *hq = halloc(bytes);
     if (!dget(hq, gq, bytes, what)) return;
     check_bits(what, hq, cq, n, es, col_scale ? NULL : x);
@@ -534,9 +593,10 @@ static void quant_case(const float *x, const float *gx, int64_t rows, int64_t co
         snprintf(sw, sizeof sw, "%s: scales", what);
         if (dget(hs, gs, (size_t)ns * 4, sw)) check_bits(sw, hs, cs, ns, 4, NULL);
     }
+    if (dt != QS_BF16 && dt != QS_F16 && dt != QS_F32 && !per_row) quant_transposed_case(x, gx, rows, cols, col_scale, gcol, dt, sr, cq, what);
     if (!deq) return;
-    qs_operand cop = {cq, dt, scaled ? cs : NULL, per_row};
-    qs_operand gop = {dup_gpu(cq, bytes), dt, scaled ? dup_gpu_f(cs, ns) : NULL, per_row};
+    qs_operand cop = {cq, dt, scaled ? cs : NULL, per_row, NULL};
+    qs_operand gop = {dup_gpu(cq, bytes), dt, scaled ? dup_gpu_f(cs, ns) : NULL, per_row, NULL};
     float *cd = hf(n), *gd = dalloc_f(n), *hd = hf(n);
     ASSERT_OK(COPS->dequantize(g_cpu, CST, rows, cols, &cop, cd));
     snprintf(what, sizeof what, "dequantize %-6s%s %lldx%lld", qs_dtype_name(dt), per_row ? " per-row" : "", (long long)rows,
@@ -547,7 +607,9 @@ static void quant_case(const float *x, const float *gx, int64_t rows, int64_t co
 
 static void test_quantize(void **state) {
     BEGIN();
-    const int64_t shapes[][2] = {{1, 1}, {3, 7}, {5, 40}, {64, 1000}, {257, 1031}, {2, 100003}};
+    /* {130, 256}, {64, 128}: whole 64-column groups (one Philox call per tile row, GROUPED in
+     * cuda_quant.cu) with a partial row tile and without */
+    const int64_t shapes[][2] = {{1, 1}, {3, 7}, {5, 40}, {64, 1000}, {257, 1031}, {2, 100003}, {130, 256}, {64, 128}};
     const struct {
         qs_dtype dt;
         bool per_row;
@@ -609,11 +671,11 @@ static void test_quantize_nonfinite(void **state) {
             snprintf(what, sizeof what, "quantize %s%s with %s: non-finite error", qs_dtype_name(kinds[k].dt),
                      kinds[k].per_row ? " per-row" : "", bad_name[b]);
             qs_error_clear();
-            qs_status cst = COPS->quantize(g_cpu, CST, rows, cols, xb, NULL, kinds[k].dt, cq, cs, kinds[k].per_row, NULL);
+            qs_status cst = COPS->quantize(g_cpu, CST, rows, cols, xb, NULL, kinds[k].dt, cq, cs, kinds[k].per_row, NULL, NULL);
             bool cpu_ok = cst == QS_ERR_INVALID_ARG && strstr(qs_last_error(), "non-finite");
             float *gxb = dup_gpu_f(xb, n);
             qs_error_clear();
-            qs_status st = GOPS->quantize(g_gpu, GST, rows, cols, gxb, NULL, kinds[k].dt, gq, gs, kinds[k].per_row, NULL);
+            qs_status st = GOPS->quantize(g_gpu, GST, rows, cols, gxb, NULL, kinds[k].dt, gq, gs, kinds[k].per_row, NULL, NULL);
             const char *where = "call";
             if (st == QS_OK) {
                 st = GOPS->stream_sync(g_gpu, GST);
@@ -628,9 +690,9 @@ static void test_quantize_nonfinite(void **state) {
             snprintf(what, sizeof what, "  ...then stream_sync is clean (%s)", bad_name[b]);
             check_fact(what, again == QS_OK, qs_status_name(again));
         }
-    ASSERT_OK(COPS->quantize(g_cpu, CST, rows, cols, x, NULL, QS_F8E4M3, cq, cs, false, NULL));
+    ASSERT_OK(COPS->quantize(g_cpu, CST, rows, cols, x, NULL, QS_F8E4M3, cq, cs, false, NULL, NULL));
     void *hq = halloc((size_t)n);
-    if (GPU_OK(GOPS->quantize(g_gpu, GST, rows, cols, gx, NULL, QS_F8E4M3, gq, gs, false, NULL)) &&
+    if (GPU_OK(GOPS->quantize(g_gpu, GST, rows, cols, gx, NULL, QS_F8E4M3, gq, gs, false, NULL, NULL)) &&
         dget(hq, gq, (size_t)n, "quantize after the errors"))
         check_bits("quantize f8e4m3 after the errors", hq, cq, n, 1, x);
     /* BF16 / F16: non-finite values are converted, no error */
@@ -640,9 +702,9 @@ static void test_quantize_nonfinite(void **state) {
     void *g16 = dalloc((size_t)n * 2, POISON), *c16 = halloc((size_t)n * 2), *h16 = halloc((size_t)n * 2);
     const qs_dtype d16[2] = {QS_BF16, QS_F16};
     for (int i = 0; i < 2; i++) {
-        ASSERT_OK(COPS->quantize(g_cpu, CST, rows, cols, xb, NULL, d16[i], c16, NULL, false, NULL));
+        ASSERT_OK(COPS->quantize(g_cpu, CST, rows, cols, xb, NULL, d16[i], c16, NULL, false, NULL, NULL));
         snprintf(what, sizeof what, "quantize %s with NaN/Inf (no error)", qs_dtype_name(d16[i]));
-        if (gpu_ok_(GOPS->quantize(g_gpu, GST, rows, cols, gxb, NULL, d16[i], g16, NULL, false, NULL), what) &&
+        if (gpu_ok_(GOPS->quantize(g_gpu, GST, rows, cols, gxb, NULL, d16[i], g16, NULL, false, NULL, NULL), what) &&
             dget(h16, g16, (size_t)n * 2, what))
             check_bits(what, h16, c16, n, 2, xb);
     }
@@ -1219,8 +1281,8 @@ static void test_arg_errors(void **state) {
            GOPS->adamw_step(g_gpu, GST, 4, gb, gb, gb, gb, 0.1f, 0.9, 0.99, 1e-8f, 0, 0));
     PARITY("batchnorm train rows=1", COPS->batchnorm_forward_train(g_cpu, CST, 1, 1, cb, NULL, NULL, cb, cb, cb, NULL, NULL, 0.1f, 1e-5f, false),
            GOPS->batchnorm_forward_train(g_gpu, GST, 1, 1, gb, NULL, NULL, gb, gb, gb, NULL, NULL, 0.1f, 1e-5f, false));
-    PARITY("quantize f8e4m3 per-row", COPS->quantize(g_cpu, CST, 2, 2, cb, NULL, QS_F8E4M3, cb, cb, true, NULL),
-           GOPS->quantize(g_gpu, GST, 2, 2, gb, NULL, QS_F8E4M3, gb, gb, true, NULL));
+    PARITY("quantize f8e4m3 per-row", COPS->quantize(g_cpu, CST, 2, 2, cb, NULL, QS_F8E4M3, cb, cb, true, NULL, NULL),
+           GOPS->quantize(g_gpu, GST, 2, 2, gb, NULL, QS_F8E4M3, gb, gb, true, NULL, NULL));
     /* a plan's operand of the wrong dtype */
     qs_linear_desc ld = {.M = 4, .N = 3, .K = 2, .has_bias = false, .prec = QS_PREC_FP16};
     void *cplan = NULL, *gplan = NULL;

@@ -162,12 +162,12 @@ static void test_quantize_op(void **state) {
     for (int64_t i = 0; i < R * C; i++) xs[i] = x[i] * cs[i % C];
     int8_t *a = qs_th_alloc((size_t)(R * C)), *bq = qs_th_alloc((size_t)(R * C));
     float sa, sb;
-    ASSERT_OK(OPS->quantize(qs_th_be, STREAM, R, C, x, cs, QS_S8, a, &sa, false, NULL));
-    ASSERT_OK(OPS->quantize(qs_th_be, STREAM, R, C, xs, NULL, QS_S8, bq, &sb, false, NULL));
+    ASSERT_OK(OPS->quantize(qs_th_be, STREAM, R, C, x, cs, QS_S8, a, &sa, false, NULL, NULL));
+    ASSERT_OK(OPS->quantize(qs_th_be, STREAM, R, C, xs, NULL, QS_S8, bq, &sb, false, NULL, NULL));
     assert_memory_equal(a, bq, (size_t)(R * C));
     assert_float_equal(sa, sb, 0);
     x[3] = INFINITY;
-    assert_int_equal(OPS->quantize(qs_th_be, STREAM, R, C, x, NULL, QS_F8E5M2, a, &sa, false, NULL), QS_ERR_INVALID_ARG);
+    assert_int_equal(OPS->quantize(qs_th_be, STREAM, R, C, x, NULL, QS_F8E5M2, a, &sa, false, NULL, NULL), QS_ERR_INVALID_ARG);
     assert_non_null(strstr(qs_last_error(), "non-finite"));
     /* column sums */
     float *sums = qs_th_floats(C);
@@ -177,6 +177,33 @@ static void test_quantize_op(void **state) {
         for (int64_t r = 0; r < R; r++) s += xs[r * C + c];
         assert_float_equal(sums[c], (float)s, 0);
     }
+}
+
+/* quantize's transposed copy: the codes of dst (unchanged by asking for it) transposed, for
+ * every 1-byte dtype, with stochastic rounding and a col_scale; refused for 2- and 4-byte
+ * dtypes and per-row scales. */
+static void test_quantize_transposed_copy(void **state) {
+    qs_th_seed(qs_rng_key(3, "quantize_t", 0));
+    const int64_t R = 7, C = 33;
+    float *x = qs_th_uniform(R * C, -3, 3), *cs = qs_th_uniform(C, 0.5f, 2);
+    uint8_t *q = qs_th_alloc((size_t)(R * C)), *q2 = qs_th_alloc((size_t)(R * C)), *t = qs_th_alloc((size_t)(R * C));
+    float s1, s2;
+    const qs_dtype dts[] = {QS_S8, QS_F8E4M3, QS_F8E5M2};
+    const qs_sr sr = {.key = 11, .counter = 4, .offset = 5};
+    for (int k = 0; k < 3; k++) {
+        ASSERT_OK(OPS->quantize(qs_th_be, STREAM, R, C, x, cs, dts[k], q, &s1, false, &sr, NULL));
+        memset(t, 0xA5, (size_t)(R * C));
+        ASSERT_OK(OPS->quantize(qs_th_be, STREAM, R, C, x, cs, dts[k], q2, &s2, false, &sr, t));
+        assert_memory_equal(q2, q, (size_t)(R * C));
+        assert_float_equal(s2, s1, 0);
+        for (int64_t r = 0; r < R; r++)
+            for (int64_t c = 0; c < C; c++) assert_int_equal(t[c * R + r], q[r * C + c]);
+    }
+    assert_int_equal(OPS->quantize(qs_th_be, STREAM, R, C, x, NULL, QS_BF16, q, NULL, false, NULL, t), QS_ERR_INVALID_ARG);
+    assert_non_null(strstr(qs_last_error(), "transposed copy"));
+    float rs[7];
+    assert_int_equal(OPS->quantize(qs_th_be, STREAM, R, C, x, NULL, QS_S8, q, rs, true, NULL, t), QS_ERR_INVALID_ARG);
+    assert_non_null(strstr(qs_last_error(), "per-row"));
 }
 
 /* The support table: FP32 native, FP16/FP8 emulated, TF32 unsupported; BF16/INT8 native or
@@ -197,6 +224,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_linear_int8_chunked_reduction, qs_th_teardown),
         cmocka_unit_test_teardown(test_operand_errors, qs_th_teardown),
         cmocka_unit_test_teardown(test_quantize_op, qs_th_teardown),
+        cmocka_unit_test_teardown(test_quantize_transposed_copy, qs_th_teardown),
         cmocka_unit_test_teardown(test_precision_support, qs_th_teardown),
     };
     return cmocka_run_group_tests(tests, qs_th_group_setup, qs_th_group_teardown);

@@ -183,6 +183,40 @@ static void test_memory_report(void **state) {
     qs_model_free(q);
 }
 
+/* A backend that reads transposed FP8 copies (fp8_wants_transposed, the CUDA backend's
+ * setting, switched on here for the CPU, which does not read them): the Linear nodes keep Wᵀ
+ * and dYᵀ and the quantizing casts feeding them keep Xᵀ — counted in the saved bytes exactly —
+ * and training is bitwise the same as without them (the scales after the copies are found). */
+static void test_fp8_transposed_copies(void **state) {
+    float *x = malloc(sizeof(float) * BATCH * 28 * 28);
+    int32_t y[BATCH];
+    batch(x, y);
+    qs_model *a = build(ARCH, 64, QS_PREC_FP8, NULL);
+    g_be->fp8_wants_transposed = true;
+    qs_model *b = build(ARCH, 64, QS_PREC_FP8, NULL);
+    g_be->fp8_wants_transposed = false;
+    size_t expect = 0;
+    for (int i = 0; i < b->n_nodes; i++) {
+        const qs_node *n = &b->nodes[i];
+        int64_t numel = BATCH;
+        for (int d = 1; d < n->out_ndim; d++) numel *= n->out_shape[d];
+        if (n->kind == QS_NODE_CAST) expect += (size_t)numel; /* Xᵀ, one byte per element */
+        if (n->kind != QS_NODE_LINEAR) continue;
+        expect += ((size_t)b->params.entries[n->param[0]].numel + 63) & ~(size_t)63; /* Wᵀ, padded like W */
+        expect += ((size_t)numel + 63) & ~(size_t)63;                                /* dYᵀ */
+    }
+    qs_memory_report ra, rb;
+    qs_model_memory(a, &ra);
+    qs_model_memory(b, &rb);
+    assert_int_equal(rb.saved - ra.saved, expect);
+    double la = train(a, 5, x, y), lb = train(b, 5, x, y);
+    printf("  %s fp8, 5 steps: loss %.6f without transposed copies, %.6f with\n", ARCH, la, lb);
+    assert_memory_equal(a->param_data, b->param_data, a->params.bytes);
+    free(x);
+    qs_model_free(a);
+    qs_model_free(b);
+}
+
 /* The report is the measured allocation: the backend's bytes in use grow by exactly the
  * report's total when a model is set up, at every precision. */
 static void test_memory_report_matches_allocation(void **state) {
@@ -209,6 +243,7 @@ int main(void) {
         cmocka_unit_test(test_forward_close_to_fp32),
         cmocka_unit_test(test_int8_training_learns_and_reproduces),
         cmocka_unit_test(test_memory_report),
+        cmocka_unit_test(test_fp8_transposed_copies),
         cmocka_unit_test(test_memory_report_matches_allocation),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

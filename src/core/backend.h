@@ -38,17 +38,23 @@ typedef struct qs_stream qs_stream;
 /* A GEMM operand: value[i] = decode(data[i]) · scale (scale[row] when per_row).
  * dt: F32 / BF16 / F16 (scale NULL) or S8 / F8E4M3 / F8E5M2 (scale required: 1 entry, or
  * one per row when per_row — only weights, whose rows are output channels, may be per_row).
- * scale points to backend memory (host memory on the CPU). */
+ * scale points to backend memory (host memory on the CPU).
+ * data_t: NULL, or the same elements transposed — the operand's 2-D (rows, cols) matrix as a
+ * (cols, rows) row-major one, in dt (what quantize's dst_t writes; 1-byte dtypes only). A
+ * backend may read it where a product needs the operand transposed instead of making the
+ * copy itself (the CUDA FP8 GEMMs, which take only the TN layout); the values are the same,
+ * so results do not change. */
 typedef struct qs_operand {
     const void *data;
     qs_dtype dt;
     const float *scale;
     bool per_row;
+    const void *data_t;
 } qs_operand;
 
 /* An unscaled FP32 operand. */
 static inline qs_operand qs_operand_f32(const void *data) {
-    qs_operand o = {data, QS_F32, NULL, false};
+    qs_operand o = {data, QS_F32, NULL, false, NULL};
     return o;
 }
 
@@ -109,6 +115,9 @@ qs_status qs_pool_desc_finish(qs_pool_desc *d);
 qs_status qs_conv_plan_args(const qs_conv_desc *d, void **plan, size_t *workspace);
 qs_status qs_pool_plan_args(const qs_pool_desc *d, void **plan, size_t *workspace);
 
+/* quantize's rule for dst_t (NULL, or a 1-byte dtype with per-tensor scales); QS_ERR_INVALID_ARG
+ * naming the case otherwise. */
+qs_status qs_quantize_dst_t_check(qs_dtype dt, bool per_row, const void *dst_t);
 /* The bias-gradient rule of backward_weights (see linear_plan's comment below): with an F32
  * dY, db is required exactly when the plan has a bias; with a low-precision dY it must be
  * NULL. `what` names the op in the message. */
@@ -308,10 +317,13 @@ typedef struct qs_backend_ops {
      * per-output-channel weight scale is folded into dY for backward-data). sr NULL: round to
      * nearest even; else stochastic rounding with that stream (element index r·cols + c).
      * Non-finite input fails (QS_ERR_INVALID_ARG, "non-finite") for S8/FP8 — loss scaling
-     * must see overflow rather than silently clamped values. */
+     * must see overflow rather than silently clamped values.
+     * dst_t: NULL, or a second output (cols, rows) row-major receiving the same quantized
+     * elements transposed (dst_t[c·rows + r] = dst[r·cols + c]), written in the same pass on
+     * the GPU; only for the 1-byte dtypes S8 (per-tensor) and F8E4M3 / F8E5M2. */
     qs_status (*quantize)(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const float *src,
                           const float *col_scale, qs_dtype dt, void *dst, float *scales, bool per_row,
-                          const qs_sr *sr);
+                          const qs_sr *sr, void *dst_t);
     /* dst (rows, cols) FP32 = value of operand src (see qs_operand). */
     qs_status (*dequantize)(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const qs_operand *src,
                             float *dst);
@@ -340,6 +352,8 @@ typedef struct qs_backend_ops {
 struct qs_backend {
     const qs_backend_ops *ops;
     int num_threads;      /* CPU compute threads (0 = library default) */
+    bool fp8_wants_transposed; /* FP8 products read qs_operand.data_t (layers then keep the
+                                  transposed copies quantize can write); false: never read */
 };
 
 /* Create the CPU backend (oneDNN). num_threads 0 keeps the OpenMP default. */

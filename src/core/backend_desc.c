@@ -85,6 +85,15 @@ qs_status qs_bias_grad_check(qs_dtype dy_dt, const float *db, bool has_bias, con
     return QS_OK;
 }
 
+qs_status qs_quantize_dst_t_check(qs_dtype dt, bool per_row, const void *dst_t) {
+    if (!dst_t) return QS_OK;
+    if (dt != QS_S8 && dt != QS_F8E4M3 && dt != QS_F8E5M2)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "quantize to %s: a transposed copy (dst_t) exists only for s8 and fp8",
+                       qs_dtype_name(dt));
+    if (per_row) return QS_FAIL(QS_ERR_INVALID_ARG, "quantize: a transposed copy (dst_t) with per-row scales");
+    return QS_OK;
+}
+
 /* P,Q given against P,Q computed: the descriptor must have been finished. */
 static qs_status qs_plan_pq_check(int64_t P, int64_t Q, int64_t P2, int64_t Q2, const char *what, const char *finish) {
     if (P2 != P || Q2 != Q)

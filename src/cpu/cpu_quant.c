@@ -97,9 +97,14 @@ static float fp8_encode_scale(qs_dtype dt, float amax) {
     return ldexpf(1.0f, e);
 }
 
+static qs_status cpu_quantize_direct(qs_backend *be, int64_t rows, int64_t cols, const float *src,
+                                     const float *col_scale, qs_dtype dt, void *dst, float *scales, bool per_row,
+                                     const qs_sr *sr);
+
+/* Contract: core/backend.h quantize; dst_t is written after dst, from its bytes. */
 qs_status qs_cpu_quantize(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const float *src,
                           const float *col_scale, qs_dtype dt, void *dst, float *scales, bool per_row,
-                          const qs_sr *sr) {
+                          const qs_sr *sr, void *dst_t) {
     if (rows < 0 || cols < 0) return QS_FAIL(QS_ERR_INVALID_ARG, "quantize: negative shape (%lld, %lld)", (long long)rows, (long long)cols);
     const int64_t n = rows * cols;
     if (n == 0) return QS_OK;
@@ -108,6 +113,22 @@ qs_status qs_cpu_quantize(qs_backend *be, qs_stream *s, int64_t rows, int64_t co
     if (scaled && !scales) return QS_FAIL(QS_ERR_INVALID_ARG, "quantize to %s: NULL scales", qs_dtype_name(dt));
     if (per_row && dt != QS_S8)
         return QS_FAIL(QS_ERR_INVALID_ARG, "quantize: per-row scales exist only for s8 (got %s)", qs_dtype_name(dt));
+    QS_TRY(qs_quantize_dst_t_check(dt, per_row, dst_t));
+    QS_TRY(cpu_quantize_direct(be, rows, cols, src, col_scale, dt, dst, scales, per_row, sr));
+    if (!dst_t) return QS_OK;
+    const uint8_t *q = dst;
+    uint8_t *qt = dst_t;
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < cols; c++)
+        for (int64_t r = 0; r < rows; r++) qt[c * rows + r] = q[r * cols + c];
+    return QS_OK;
+}
+
+/* quantize without the transposed copy; arguments checked by the caller. */
+static qs_status cpu_quantize_direct(qs_backend *be, int64_t rows, int64_t cols, const float *src,
+                                     const float *col_scale, qs_dtype dt, void *dst, float *scales, bool per_row,
+                                     const qs_sr *sr) {
+    const int64_t n = rows * cols;
     if (col_scale) { /* fold: quantize src·col_scale from a scratch copy */
         float *tmp;
         QS_TRY(qs_cpu_scratch(qs_cpu_be(be), (size_t)n * sizeof(float), (void **)&tmp));

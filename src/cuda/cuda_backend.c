@@ -332,6 +332,11 @@ qs_status qs_backend_cuda_create(int device, qs_backend **out) {
     }
     cb->base.ops = &qs_cuda_ops;
     cb->base.num_threads = 0;
+    /* FP8 products read the layers' transposed copies (core/backend.h); QS_CUDA_FP8_TRANSPOSED=0
+     * makes every product transpose its operands itself (same results: tests and benchmarks
+     * compare the two) */
+    const char *tr = getenv("QS_CUDA_FP8_TRANSPOSED");
+    cb->base.fp8_wants_transposed = !(tr && strcmp(tr, "0") == 0);
     cb->device = device;
     cb->lt = NULL;
     cb->dnn = NULL;

@@ -779,7 +779,7 @@ static int time_paths(qs_backend *be, qs_cuda_conv_plan_t *cp, int dir, conv_dir
     if (cudaMemsetAsync(a, 0, sa, st) != cudaSuccess || cudaMemsetAsync(b, 0, sb, st) != cudaSuccess ||
         cudaMemcpyAsync(sc, ones, sizeof ones, cudaMemcpyHostToDevice, st) != cudaSuccess)
         goto done;
-    const qs_operand oa = {a, a_dt, (const float *)sc, false}, ob = {b, b_dt, (const float *)sc + 1, false};
+    const qs_operand oa = {a, a_dt, (const float *)sc, false, NULL}, ob = {b, b_dt, (const float *)sc + 1, false, NULL};
     for (int i = 0; i < n; i++) {
         cp->dir[dir] = paths[i];
         if (conv_run(be, cp, dir, NULL, &oa, &ob, NULL, o, false, w) != QS_OK) { /* warm-up */

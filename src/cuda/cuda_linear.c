@@ -39,7 +39,10 @@
  * exactly nothing). An operand is read straight from the caller's buffer when it already has
  * that layout (not transposed, k % 16 == 0); otherwise (a_tr / b_tr, or padding) it is copied,
  * batch by batch, into the workspace by cuda_linear_kernels.cu (transpose_u8 for a transposed
- * source, pad_u8 for a row-major one), zero-filled, every call. E.g. for a Linear (Mp, Np, Kp:
+ * source, pad_u8 for a row-major one), zero-filled, every call — except that a Linear's
+ * transposed operand is read in place from the caller's transposed copy (qs_operand.data_t,
+ * which quantize writes in the same pass as the operand) when one is given and no padding is
+ * needed (k % 16 == 0 and, for the padded-D plans, m or n already a multiple of 16). E.g. for a Linear (Mp, Np, Kp:
  * M, N, K rounded up to 16): forward reads W and X in place when K % 16 == 0; backward-data
  * always copies Wᵀ (K×Np), and dY when N % 16 != 0; backward-weights always copies Xᵀ (K×Mp) and
  * dYᵀ (N×Mp). For a bmm, the forward with trans_b (QKᵀ) and backward-a without (dc·Vᵀ) read both
@@ -715,12 +718,13 @@ static qs_status fp8_operand(cudaStream_t stream, int64_t batch, const void *src
 
 /* Direction dir of p: out (+)= α · B·Aᵀ per batch (file comment, "Products"), then + bias (a
  * Linear forward's b, or NULL). a_src, b_src: the caller's A and B buffers (as stored, per
- * gemm_dir); sa, sb: their FP8 scales (ignored otherwise); out: the caller's FP32 output (n×m per
+ * gemm_dir); a_t, b_t: NULL or their transposed copies (qs_operand.data_t, batch 1 only),
+ * which an FP8 direction reads in place of making its own when it needs no padding; sa, sb: their FP8 scales (ignored otherwise); out: the caller's FP32 output (n×m per
  * batch); accumulate: out += instead of out =. FP8 operands go through their workspace copies
  * and a padded D is written back, as fp8_layout decided. */
 static qs_status lt_run(lt_plan *p, int dir, cublasLtHandle_t lt, cudaStream_t stream, const void *a_src,
-                        const void *b_src, const float *sa, const float *sb, float *out, bool accumulate,
-                        const float *bias, void *ws) {
+                        const void *b_src, const void *a_t, const void *b_t, const float *sa, const float *sb,
+                        float *out, bool accumulate, const float *bias, void *ws) {
     const gemm_dir *d = &p->dir[dir];
     const float beta = accumulate ? 1.0f : 0.0f;
     if (!p->fp8) {
@@ -730,12 +734,16 @@ static qs_status lt_run(lt_plan *p, int dir, cublasLtHandle_t lt, cudaStream_t s
     }
     const fp8_dir *f = &p->f8[dir];
     const void *A = a_src, *B = b_src;
-    if (f->a_copy) {
+    if (f->a_copy && d->a_tr && a_t && f->kp == d->k && f->mp == d->m) {
+        A = a_t; /* the caller's transposed copy is the issued layout */
+    } else if (f->a_copy) {
         void *a = (char *)ws + f->off_a;
         QS_TRY(fp8_operand(stream, p->batch, a_src, d->a_tr, d->m, d->k, f->mp, f->kp, a));
         A = a;
     }
-    if (f->b_copy) {
+    if (f->b_copy && d->b_tr && b_t && f->kp == d->k && f->np == d->n) {
+        B = b_t;
+    } else if (f->b_copy) {
         void *b = (char *)ws + f->off_b;
         QS_TRY(fp8_operand(stream, p->batch, b_src, d->b_tr, d->n, d->k, f->np, f->kp, b));
         B = b;
@@ -762,7 +770,7 @@ qs_status qs_cuda_linear_forward(qs_backend *be, void *plan, qs_stream *s, const
     QS_TRY(ws_check(&lp->lt, ws, "linear_forward"));
     cublasLtHandle_t lt;
     QS_TRY(lt_handle(be, &lt));
-    return lt_run(&lp->lt, DIR_FWD, lt, stream_of(be, s), w->data, x->data, w->scale, x->scale, y, false,
+    return lt_run(&lp->lt, DIR_FWD, lt, stream_of(be, s), w->data, x->data, NULL, NULL, w->scale, x->scale, y, false,
                   lp->d.has_bias ? b : NULL, ws);
 }
 
@@ -778,7 +786,7 @@ qs_status qs_cuda_linear_backward_data(qs_backend *be, void *plan, qs_stream *s,
     QS_TRY(ws_check(&lp->lt, ws, "linear_backward_data"));
     cublasLtHandle_t lt;
     QS_TRY(lt_handle(be, &lt));
-    return lt_run(&lp->lt, DIR_BWD1, lt, stream_of(be, s), w->data, dy->data, w->scale, dy->scale, dx, accumulate, NULL,
+    return lt_run(&lp->lt, DIR_BWD1, lt, stream_of(be, s), w->data, dy->data, w->data_t, NULL, w->scale, dy->scale, dx, accumulate, NULL,
                   ws);
 }
 
@@ -796,7 +804,7 @@ qs_status qs_cuda_linear_backward_weights(qs_backend *be, void *plan, qs_stream 
     cublasLtHandle_t lt;
     QS_TRY(lt_handle(be, &lt));
     const cudaStream_t st = stream_of(be, s);
-    QS_TRY(lt_run(&lp->lt, DIR_BWD2, lt, st, x->data, dy->data, x->scale, dy->scale, dw, false, NULL, ws));
+    QS_TRY(lt_run(&lp->lt, DIR_BWD2, lt, st, x->data, dy->data, x->data_t, dy->data_t, x->scale, dy->scale, dw, false, NULL, ws));
     if (!db) return QS_OK;
     return qs_cuda_linear_column_sums(st, lp->d.M, lp->d.N, dy->data, lp->colsum_chunks,
                                       lp->colsum_chunks > 1 ? (double *)ws : NULL, db);
@@ -826,7 +834,7 @@ qs_status qs_cuda_bmm_forward(qs_backend *be, void *plan, qs_stream *s, const qs
     cublasLtHandle_t lt;
     QS_TRY(lt_handle(be, &lt));
     /* A = b, B = a in either layout (file comment, "Products") */
-    return lt_run(&bp->lt, DIR_FWD, lt, stream_of(be, s), b->data, a->data, b->scale, a->scale, c, false, NULL, ws);
+    return lt_run(&bp->lt, DIR_FWD, lt, stream_of(be, s), b->data, a->data, NULL, NULL, b->scale, a->scale, c, false, NULL, ws);
 }
 
 /* Contract (backend.h bmm_backward_a): da_b (M,K) (+)= alpha · dc_b (M,N) · op(b_b)ᵀ; dc in the
@@ -838,7 +846,7 @@ qs_status qs_cuda_bmm_backward_a(qs_backend *be, void *plan, qs_stream *s, const
     cublasLtHandle_t lt;
     QS_TRY(lt_handle(be, &lt));
     /* A = b, B = dc in either layout */
-    return lt_run(&bp->lt, DIR_BWD1, lt, stream_of(be, s), b->data, dc->data, b->scale, dc->scale, da, accumulate,
+    return lt_run(&bp->lt, DIR_BWD1, lt, stream_of(be, s), b->data, dc->data, NULL, NULL, b->scale, dc->scale, da, accumulate,
                   NULL, ws);
 }
 
@@ -852,7 +860,7 @@ qs_status qs_cuda_bmm_backward_b(qs_backend *be, void *plan, qs_stream *s, const
     QS_TRY(lt_handle(be, &lt));
     const cudaStream_t st = stream_of(be, s);
     if (bp->d.trans_b) /* A = a (k,m), B = dc (k,n) */
-        return lt_run(&bp->lt, DIR_BWD2, lt, st, a->data, dc->data, a->scale, dc->scale, db, accumulate, NULL, ws);
+        return lt_run(&bp->lt, DIR_BWD2, lt, st, a->data, dc->data, NULL, NULL, a->scale, dc->scale, db, accumulate, NULL, ws);
     /* A = dc (k,m), B = a (k,n) */
-    return lt_run(&bp->lt, DIR_BWD2, lt, st, dc->data, a->data, dc->scale, a->scale, db, accumulate, NULL, ws);
+    return lt_run(&bp->lt, DIR_BWD2, lt, st, dc->data, a->data, NULL, NULL, dc->scale, a->scale, db, accumulate, NULL, ws);
 }

@@ -43,6 +43,8 @@ typedef struct qq_args {
     const float *scales;
     int64_t n, cols;
     uint64_t key, counter, offset;
+    int64_t rows;  /* the tiled kernel's shape (n = rows·cols) */
+    void *dst_t;   /* NULL or (cols, rows) row-major: the tiled kernel's transposed copy */
 } qq_args;
 
 /* ------------------------------------------------------------------ host helpers */
@@ -92,23 +94,36 @@ static __device__ __forceinline__ float qq_mul_like_x86(float a, float b) {
  * atomicMax of max_k |x[s·len + k]| (as bits) into bits[s], which the caller zeroed. x is
  * src·col_scale[c] when col_scale is given (the CPU's folded copy, one FP32 product); c = k
  * for per-row segments (len == cols), k % cols for the single per-tensor segment.
- * Grid: x splits a segment, y walks segments (both grid-stride). */
-template <bool HAS_CS, bool PER_ROW>
+ * Grid: x splits a segment, y walks segments (both grid-stride). VEC4 (no col_scale, len a
+ * multiple of 4, every segment 16-byte aligned): float4 loads. */
+template <bool HAS_CS, bool PER_ROW, bool VEC4>
 static __global__ void qq_amax_kernel(const float *src, const float *col_scale, int64_t nseg, int64_t len,
                                       int64_t cols, unsigned *bits) {
     for (int64_t s = blockIdx.y; s < nseg; s += gridDim.y) {
         const float *x = src + s * len;
         unsigned m = 0;
-        for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < len; k += (int64_t)gridDim.x * blockDim.x) {
-            float v = x[k];
-            if constexpr (HAS_CS) v = __fmul_rn(v, col_scale[PER_ROW ? k : k % cols]);
-            unsigned b = __float_as_uint(v) & 0x7FFFFFFFu;
-            m = b > m ? b : m;
+        const int64_t start = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
+        if constexpr (VEC4) {
+            const float4 *x4 = reinterpret_cast<const float4 *>(x);
+            for (int64_t k = start; k < len / 4; k += stride) {
+                const float4 f = x4[k];
+                const unsigned b0 = __float_as_uint(f.x) & 0x7FFFFFFFu, b1 = __float_as_uint(f.y) & 0x7FFFFFFFu;
+                const unsigned b2 = __float_as_uint(f.z) & 0x7FFFFFFFu, b3 = __float_as_uint(f.w) & 0x7FFFFFFFu;
+                m = max(m, max(max(b0, b1), max(b2, b3)));
+            }
+        } else {
+            for (int64_t k = start; k < len; k += stride) {
+                float v = x[k];
+                if constexpr (HAS_CS) v = __fmul_rn(v, col_scale[PER_ROW ? k : k % cols]);
+                unsigned b = __float_as_uint(v) & 0x7FFFFFFFu;
+                m = b > m ? b : m;
+            }
         }
         m = qq_block_max(m);
         if (threadIdx.x == 0 && m != 0) atomicMax(bits + s, m);
     }
     (void)cols;
+    (void)col_scale;
 }
 
 /* INT8 scales in place: scales[s] holds amax bits on entry and
@@ -183,6 +198,22 @@ typedef struct qq_row_cache {
     float inv;
 } qq_row_cache;
 
+/* The 1-byte code of x (already multiplied by col_scale) in format F (S8, E4M3, E5M2): mul is
+ * the tensor's multiplier (qq_tensor_mul, or the row's for per-row S8), rnd the random word
+ * when SR. */
+template <qq_fmt F, bool SR>
+static __device__ __forceinline__ uint8_t qq_byte(float x, float mul, uint32_t rnd) {
+    if constexpr (F == QQ_S8) {
+        return (uint8_t)(SR ? qs_q8_sr(x, mul, rnd) : qs_q8_rne(x, mul));
+    } else if constexpr (F == QQ_E4M3) {
+        return qs_nf_f32_to_fp8(qs_nf_f32_bits(qq_mul_like_x86(x, mul)), rnd, SR ? 1 : 0, QS_E4M3_M, QS_E4M3_EMIN,
+                                QS_E4M3_MAXBITS, QS_E4M3_NAN);
+    } else {
+        return qs_nf_f32_to_fp8(qs_nf_f32_bits(qq_mul_like_x86(x, mul)), rnd, SR ? 1 : 0, QS_E5M2_M, QS_E5M2_EMIN,
+                                QS_E5M2_MAXBITS, QS_E5M2_NAN);
+    }
+}
+
 /* Quantize element i of a (random word rnd when SR). */
 template <qq_fmt F, bool SR, bool HAS_CS, bool PER_ROW>
 static __device__ __forceinline__ void qq_quant_one(const qq_args &a, int64_t i, uint32_t rnd, float mul,
@@ -209,14 +240,8 @@ static __device__ __forceinline__ void qq_quant_one(const qq_args &a, int64_t i,
     } else if constexpr (F == QQ_F16) {
         uint32_t u = qs_nf_f32_bits(x);
         static_cast<uint16_t *>(a.dst)[i] = (uint16_t)(SR ? qs_nf_f32_to_f16_sr(u, rnd) : qs_nf_f32_to_f16_rne(u));
-    } else if constexpr (F == QQ_S8) {
-        static_cast<int8_t *>(a.dst)[i] = SR ? qs_q8_sr(x, mul, rnd) : qs_q8_rne(x, mul);
-    } else if constexpr (F == QQ_E4M3) {
-        static_cast<uint8_t *>(a.dst)[i] = qs_nf_f32_to_fp8(qs_nf_f32_bits(qq_mul_like_x86(x, mul)), rnd, SR ? 1 : 0, QS_E4M3_M,
-                                                            QS_E4M3_EMIN, QS_E4M3_MAXBITS, QS_E4M3_NAN);
     } else {
-        static_cast<uint8_t *>(a.dst)[i] = qs_nf_f32_to_fp8(qs_nf_f32_bits(qq_mul_like_x86(x, mul)), rnd, SR ? 1 : 0, QS_E5M2_M,
-                                                            QS_E5M2_EMIN, QS_E5M2_MAXBITS, QS_E5M2_NAN);
+        static_cast<uint8_t *>(a.dst)[i] = qq_byte<F, SR>(x, mul, rnd);
     }
     (void)c;
     (void)rnd;
@@ -253,6 +278,127 @@ static __global__ void qq_quant_sr_kernel(qq_args a, uint64_t units) {
     }
 }
 
+/* Tiled quantization of the 1-byte per-tensor formats (S8, E4M3, E5M2): QQ_TILE × QQ_TILE
+ * tiles of the (rows, cols) source, QQ_THREADS threads each (any shape: edge tiles are
+ * bounds-checked). Every element goes through qq_byte with the word of its global index
+ * (qs_sr_word), so the codes are those of qq_quant_one. Thread t handles tile rows 16p + t/16
+ * (p < 4), 4 consecutive columns 4·(t%16) .. +3 each: one float4 load (VEC: cols % 4 == 0 and
+ * 16-byte aligned rows) or four scalar ones, all issued before any conversion, and one 4-byte
+ * store to dst; the codes also go to a shared tile from which, when a.dst_t is set, they are
+ * written transposed (4 source rows per thread and store).
+ * SR, GROUPED (cols and offset multiples of 64): a 64-element tile row is one Philox group,
+ * whose 16 blocks the row's 16 threads compute once (block l holds the words of columns
+ * l + 16w) and exchange through shared memory; otherwise one block per element. */
+#define QQ_TILE 64
+template <qq_fmt F, bool SR, bool HAS_CS, bool GROUPED, bool VEC>
+static __global__ void __launch_bounds__(QQ_THREADS) qq_quant_tile_kernel(qq_args a) {
+    __shared__ __align__(16) uint8_t tile[QQ_TILE][QQ_TILE + 4];
+    __shared__ uint32_t words[GROUPED ? QQ_TILE : 1][GROUPED ? QQ_TILE + 1 : 1];
+    const float mul = qq_tensor_mul<F, false>(a.scales);
+    const int64_t rows = a.rows, cols = a.cols;
+    const int64_t tiles_c = (cols + QQ_TILE - 1) / QQ_TILE, ntiles = (rows + QQ_TILE - 1) / QQ_TILE * tiles_c;
+    const int tr = (int)(threadIdx.x >> 4), l = (int)(threadIdx.x & 15u);
+    uint8_t *dst = static_cast<uint8_t *>(a.dst), *dst_t = static_cast<uint8_t *>(a.dst_t);
+    const bool vec_t = rows % 4 == 0 && (uintptr_t)dst_t % 4 == 0;
+    for (int64_t t = blockIdx.x; t < ntiles; t += gridDim.x) {
+        const int64_t r0 = t / tiles_c * QQ_TILE, c0 = t % tiles_c * QQ_TILE;
+        if constexpr (SR && GROUPED) {
+#pragma unroll
+            for (int p = 0; p < QQ_TILE / 16; p++) {
+                const int r = 16 * p + tr;
+                if (r0 + r >= rows) continue;
+                uint32_t w4[4];
+                qs_sr_block(a.key, a.counter, (a.offset + (uint64_t)((r0 + r) * cols + c0)) >> 6, (uint32_t)l, w4);
+#pragma unroll
+                for (int w = 0; w < 4; w++) words[r][l + 16 * w] = w4[w];
+            }
+            __syncthreads();
+        }
+        float v[QQ_TILE / 16][4];
+        const int c = 4 * l;
+        const int64_t gc = c0 + c;
+#pragma unroll
+        for (int p = 0; p < QQ_TILE / 16; p++) { /* loads first */
+            const int64_t gr = r0 + 16 * p + tr;
+            const float *x = a.src + gr * cols + gc;
+            if (VEC && gr < rows && gc + 3 < cols) {
+                const float4 f = *reinterpret_cast<const float4 *>(x);
+                v[p][0] = f.x, v[p][1] = f.y, v[p][2] = f.z, v[p][3] = f.w;
+            } else {
+#pragma unroll
+                for (int k = 0; k < 4; k++) v[p][k] = gr < rows && gc + k < cols ? x[k] : 0.0f;
+            }
+        }
+#pragma unroll
+        for (int p = 0; p < QQ_TILE / 16; p++) {
+            const int r = 16 * p + tr;
+            const int64_t gr = r0 + r;
+            uint32_t code = 0;
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                float x = v[p][k];
+                if constexpr (HAS_CS) x = gc + k < cols ? qq_mul_like_x86(x, a.col_scale[gc + k]) : 0.0f;
+                uint32_t rnd = 0;
+                if constexpr (SR && GROUPED) rnd = words[r][c + k];
+                if constexpr (SR && !GROUPED) rnd = qs_sr_word_inline(a.key, a.counter, a.offset + (uint64_t)(gr * cols + gc + k));
+                code |= (uint32_t)qq_byte<F, SR>(x, mul, rnd) << (8 * k);
+            }
+            *reinterpret_cast<uint32_t *>(&tile[r][c]) = code;
+            if (gr >= rows || gc >= cols) continue;
+            uint8_t *out = dst + gr * cols + gc;
+            if (VEC && gc + 3 < cols) {
+                *reinterpret_cast<uint32_t *>(out) = code;
+            } else {
+                for (int k = 0; k < 4 && gc + k < cols; k++) out[k] = (uint8_t)(code >> (8 * k));
+            }
+        }
+        __syncthreads();
+        if (dst_t) {
+#pragma unroll
+            for (int p = 0; p < QQ_TILE / 16; p++) { /* transposed: source column 16p + tr, rows 4l .. 4l+3 */
+                const int cc = 16 * p + tr;
+                const int64_t gcc = c0 + cc, gr = r0 + 4 * l;
+                if (gcc >= cols || gr >= rows) continue;
+                uint8_t *out = dst_t + gcc * rows + gr;
+                if (vec_t && gr + 3 < rows) {
+                    const uint32_t b = (uint32_t)tile[4 * l][cc] | (uint32_t)tile[4 * l + 1][cc] << 8 |
+                                       (uint32_t)tile[4 * l + 2][cc] << 16 | (uint32_t)tile[4 * l + 3][cc] << 24;
+                    *reinterpret_cast<uint32_t *>(out) = b;
+                } else {
+                    for (int k = 0; k < 4 && gr + k < rows; k++) out[k] = tile[4 * l + k][cc];
+                }
+            }
+            __syncthreads();
+        }
+    }
+}
+
+/* Launch the tiled kernel of format F (1-byte, per-tensor) for the runtime choices. */
+template <qq_fmt F>
+static qs_status qq_launch_tiles(qs_backend *be, cudaStream_t st, const qq_args &a, bool sr) {
+    const uint64_t ntiles = (uint64_t)((a.rows + QQ_TILE - 1) / QQ_TILE) * (uint64_t)((a.cols + QQ_TILE - 1) / QQ_TILE);
+    const int sms = qs_cuda_be(be)->props.multiProcessorCount;
+    const uint64_t cap = (uint64_t)(sms > 0 ? sms : 1) * QQ_BLOCKS_PER_SM;
+    const unsigned grid = (unsigned)(ntiles < cap ? ntiles : cap);
+    const bool cs = a.col_scale != NULL, grouped = a.cols % 64 == 0 && a.offset % 64 == 0;
+    const bool vec = a.cols % 4 == 0 && (uintptr_t)a.src % 16 == 0 && (uintptr_t)a.dst % 4 == 0;
+#define QQ_TILES(SR_, CS_, G_)                                                                                   \
+    (vec ? qq_quant_tile_kernel<F, SR_, CS_, G_, true><<<grid, QQ_THREADS, 0, st>>>(a)                         \
+         : qq_quant_tile_kernel<F, SR_, CS_, G_, false><<<grid, QQ_THREADS, 0, st>>>(a))
+    if (!sr) {
+        if (cs) QQ_TILES(false, true, false);
+        else QQ_TILES(false, false, false);
+    } else if (grouped) {
+        if (cs) QQ_TILES(true, true, true);
+        else QQ_TILES(true, false, true);
+    } else {
+        if (cs) QQ_TILES(true, true, false);
+        else QQ_TILES(true, false, false);
+    }
+#undef QQ_TILES
+    return qs_cuda_check_launch("quantize: tiled kernel");
+}
+
 /* Launch the quantize kernel of format F for the runtime choices (per-row only for S8). */
 template <qq_fmt F, bool HAS_CS, bool PER_ROW>
 static qs_status qq_launch3(qs_backend *be, cudaStream_t st, const qq_args &a, bool sr) {
@@ -276,6 +422,19 @@ static qs_status qq_launch(qs_backend *be, cudaStream_t st, const qq_args &a, bo
     return cs ? qq_launch3<F, true, false>(be, st, a, sr) : qq_launch3<F, false, false>(be, st, a, sr);
 }
 
+/* A 1-byte per-tensor quantization: the tiled kernel; a flat tensor (fewer rows than a tile,
+ * no transposed copy, no col_scale) is viewed as rows of 64 when it divides (the element
+ * indices, hence the codes, are the same), else goes element by element. */
+template <qq_fmt F>
+static qs_status qq_launch_bytes(qs_backend *be, cudaStream_t st, qq_args a, bool sr) {
+    if (a.rows < QQ_TILE && !a.dst_t && !a.col_scale) {
+        if (a.n % 64 != 0) return qq_launch<F>(be, st, a, false, sr);
+        a.rows = a.n / 64;
+        a.cols = 64;
+    }
+    return qq_launch_tiles<F>(be, st, a, sr);
+}
+
 /* Amax of the (rows, cols) input — per row into scales[0..rows), else into scales[0] — as
  * bits, after zeroing them (step 1 of the header comment). */
 static qs_status qq_amax(qs_backend *be, cudaStream_t st, const qq_args &a, int64_t rows, bool per_row,
@@ -292,12 +451,15 @@ static qs_status qq_amax(qs_backend *be, cudaStream_t st, const qq_args &a, int6
     uint64_t gx_cap = target / gy > 0 ? target / gy : 1u;
     dim3 grid((unsigned)(per_seg < gx_cap ? per_seg : gx_cap), (unsigned)gy);
     bool cs = a.col_scale != NULL;
+    const bool vec4 = !cs && len % 4 == 0 && (uintptr_t)a.src % 16 == 0;
     if (per_row) {
-        if (cs) qq_amax_kernel<true, true><<<grid, threads, 0, st>>>(a.src, a.col_scale, nseg, len, a.cols, bits);
-        else qq_amax_kernel<false, true><<<grid, threads, 0, st>>>(a.src, a.col_scale, nseg, len, a.cols, bits);
+        if (cs) qq_amax_kernel<true, true, false><<<grid, threads, 0, st>>>(a.src, a.col_scale, nseg, len, a.cols, bits);
+        else if (vec4) qq_amax_kernel<false, true, true><<<grid, threads, 0, st>>>(a.src, a.col_scale, nseg, len, a.cols, bits);
+        else qq_amax_kernel<false, true, false><<<grid, threads, 0, st>>>(a.src, a.col_scale, nseg, len, a.cols, bits);
     } else {
-        if (cs) qq_amax_kernel<true, false><<<grid, threads, 0, st>>>(a.src, a.col_scale, nseg, len, a.cols, bits);
-        else qq_amax_kernel<false, false><<<grid, threads, 0, st>>>(a.src, a.col_scale, nseg, len, a.cols, bits);
+        if (cs) qq_amax_kernel<true, false, false><<<grid, threads, 0, st>>>(a.src, a.col_scale, nseg, len, a.cols, bits);
+        else if (vec4) qq_amax_kernel<false, false, true><<<grid, threads, 0, st>>>(a.src, a.col_scale, nseg, len, a.cols, bits);
+        else qq_amax_kernel<false, false, false><<<grid, threads, 0, st>>>(a.src, a.col_scale, nseg, len, a.cols, bits);
     }
     return qs_cuda_check_launch("quantize: amax kernel");
 }
@@ -310,7 +472,7 @@ static qs_status qq_amax(qs_backend *be, cudaStream_t st, const qq_args &a, int6
  * reported at once (as the CPU does); non-finite S8/FP8 input at the next stream_sync. */
 qs_status qs_cuda_quantize(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const float *src,
                            const float *col_scale, qs_dtype dt, void *dst, float *scales, bool per_row,
-                           const qs_sr *sr) {
+                           const qs_sr *sr, void *dst_t) {
     if (rows < 0 || cols < 0)
         return QS_FAIL(QS_ERR_INVALID_ARG, "quantize: negative shape (%lld, %lld)", (long long)rows, (long long)cols);
     if (cols > 0 && rows > INT64_MAX / cols)
@@ -322,6 +484,7 @@ qs_status qs_cuda_quantize(qs_backend *be, qs_stream *s, int64_t rows, int64_t c
     if (qq_scaled(dt) && !scales) return QS_FAIL(QS_ERR_INVALID_ARG, "quantize to %s: NULL scales", qs_dtype_name(dt));
     if (per_row && dt != QS_S8)
         return QS_FAIL(QS_ERR_INVALID_ARG, "quantize: per-row scales exist only for s8 (got %s)", qs_dtype_name(dt));
+    QS_TRY(qs_quantize_dst_t_check(dt, per_row, dst_t));
     cudaStream_t st = qq_stream(be, s);
     unsigned *flags = qs_cuda_be(be)->flags;
     qq_args a;
@@ -334,6 +497,8 @@ qs_status qs_cuda_quantize(qs_backend *be, qs_stream *s, int64_t rows, int64_t c
     a.key = sr ? sr->key : 0u;
     a.counter = sr ? sr->counter : 0u;
     a.offset = sr ? sr->offset : 0u;
+    a.rows = rows;
+    a.dst_t = dst_t;
     const bool use_sr = sr != NULL;
     switch (dt) {
     case QS_F32: /* a copy (of src·col_scale); no rounding, so no SR */
@@ -349,6 +514,7 @@ qs_status qs_cuda_quantize(qs_backend *be, qs_stream *s, int64_t rows, int64_t c
         const int64_t nseg = per_row ? rows : 1;
         qq_int8_scale_kernel<<<qq_grid(be, (uint64_t)nseg), QQ_THREADS, 0, st>>>(scales, nseg, flags);
         QS_TRY(qs_cuda_check_launch("quantize to s8: scale kernel"));
+        if (!per_row) return qq_launch_bytes<QQ_S8>(be, st, a, use_sr);
         return qq_launch<QQ_S8>(be, st, a, per_row, use_sr);
     }
     case QS_F8E4M3:
@@ -356,8 +522,8 @@ qs_status qs_cuda_quantize(qs_backend *be, qs_stream *s, int64_t rows, int64_t c
         QS_TRY(qq_amax(be, st, a, rows, false, scales));
         qq_fp8_scale_kernel<<<1, 1, 0, st>>>(scales, qs_fp8_max(dt), flags);
         QS_TRY(qs_cuda_check_launch("quantize to fp8: scale kernel"));
-        return dt == QS_F8E4M3 ? qq_launch<QQ_E4M3>(be, st, a, false, use_sr)
-                               : qq_launch<QQ_E5M2>(be, st, a, false, use_sr);
+        return dt == QS_F8E4M3 ? qq_launch_bytes<QQ_E4M3>(be, st, a, use_sr)
+                               : qq_launch_bytes<QQ_E5M2>(be, st, a, use_sr);
     }
     default:
         return QS_FAIL(QS_ERR_UNSUPPORTED, "quantize: no conversion to %s", qs_dtype_name(dt));

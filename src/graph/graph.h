@@ -161,6 +161,8 @@ typedef struct qs_node {
     size_t saved_bytes[QS_MAX_NODE_SAVED];
     void *plan;                /* backend plan for GEMM-like and pooling nodes */
     int64_t quant_step;        /* GEMM nodes: model step at which dY was last quantized */
+    bool keeps_transposed;     /* GEMM nodes: FP8 copies of W and dY carry transposed copies
+                                  (layers/gemm_quant.h; decided at setup) */
     size_t workspace;
 
     /* planner metadata, per sample, filled by the layer's infer() */

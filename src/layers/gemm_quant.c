@@ -13,18 +13,37 @@ static size_t data_bytes(int64_t rows, int64_t cols, qs_dtype dt) {
     return align64((size_t)(rows * cols) * qs_dtype_size(dt));
 }
 
-qs_status qs_gemm_dy_setup(qs_model *m, qs_node *n, int64_t rows, int64_t cols) {
+static bool is_fp8(qs_dtype dt) { return dt == QS_F8E4M3 || dt == QS_F8E5M2; }
+
+/* Whether the node's quantized copy in dtype dt carries a transposed copy. */
+static bool keeps_t(const qs_node *n, qs_dtype dt) { return n->keeps_transposed && is_fp8(dt); }
+
+/* Bytes of a quantized operand's data, with its transposed copy when the node keeps one. */
+static size_t operand_bytes(const qs_node *n, int64_t rows, int64_t cols, qs_dtype dt) {
+    return data_bytes(rows, cols, dt) * (keeps_t(n, dt) ? 2u : 1u);
+}
+
+/* saved[1]: dY's quantized copy (and transposed copy) and its scale; decides
+ * keeps_transposed (gemm_quant.h). */
+static qs_status gemm_dy_alloc(qs_model *m, qs_node *n, qs_gemm_shape sh) {
     n->quant_step = -1;
+    n->keeps_transposed = sh.transposable && m->be->fp8_wants_transposed &&
+                          is_fp8(qs_precision_operand_dtype(n->prec, false));
     if (!low_precision(n)) return QS_OK;
-    n->saved_bytes[1] = data_bytes(rows, cols, qs_precision_operand_dtype(n->prec, true)) + sizeof(float);
+    n->saved_bytes[1] = operand_bytes(n, sh.dy_rows, sh.dy_cols, qs_precision_operand_dtype(n->prec, true)) +
+                        sizeof(float);
     return m->be->ops->alloc(m->be, n->saved_bytes[1], &n->saved[1]);
 }
 
+qs_status qs_gemm_dy_setup(qs_model *m, qs_node *n, int64_t rows, int64_t cols) {
+    return gemm_dy_alloc(m, n, (qs_gemm_shape){.dy_rows = rows, .dy_cols = cols});
+}
+
 qs_status qs_gemm_quant_setup(qs_model *m, qs_node *n, qs_gemm_shape sh) {
-    QS_TRY(qs_gemm_dy_setup(m, n, sh.dy_rows, sh.dy_cols));
+    QS_TRY(gemm_dy_alloc(m, n, sh));
     if (!low_precision(n)) return QS_OK;
     const qs_dtype fdt = qs_precision_operand_dtype(n->prec, false);
-    const size_t wdata = data_bytes(sh.w_rows, sh.w_cols, fdt);
+    const size_t wdata = operand_bytes(n, sh.w_rows, sh.w_cols, fdt);
     n->saved_bytes[0] = wdata + (size_t)(sh.w_rows + 1) * sizeof(float);
     n->saved_bytes[2] = per_channel(m, n) ? n->saved_bytes[1] : 0;
     for (int k = 0; k < 3; k += 2)
@@ -40,12 +59,18 @@ qs_operand qs_gemm_input_operand(qs_model *m, const qs_node *n, int slot) {
     qs_operand x = qs_operand_f32(in->y);
     x.dt = in->out_dtype;
     if (x.dt == QS_S8 || x.dt == QS_F8E4M3 || x.dt == QS_F8E5M2) x.scale = in->saved[0];
+    if (in->kind == QS_NODE_CAST) x.data_t = in->saved[1]; /* Xᵀ where the cast keeps one */
     return x;
 }
 
-/* Scales of saved[0]: after the weight data. */
+/* The transposed copy inside a [data | data_t | ...] block, or NULL when the node keeps none. */
+static void *data_t_of(const qs_node *n, void *block, int64_t rows, int64_t cols, qs_dtype dt) {
+    return keeps_t(n, dt) ? (char *)block + data_bytes(rows, cols, dt) : NULL;
+}
+
+/* Scales of saved[0]: after the weight data (and its transposed copy). */
 static float *w_scales(const qs_node *n, qs_gemm_shape sh) {
-    return (float *)((char *)n->saved[0] + data_bytes(sh.w_rows, sh.w_cols, qs_precision_operand_dtype(n->prec, false)));
+    return (float *)((char *)n->saved[0] + operand_bytes(n, sh.w_rows, sh.w_cols, qs_precision_operand_dtype(n->prec, false)));
 }
 
 /* The weight for forward: quantized now from the FP32 parameter when the precision needs it. */
@@ -56,9 +81,10 @@ static qs_status qs_gemm_w_forward(qs_model *m, qs_node *n, qs_gemm_shape sh, qs
     const qs_dtype fdt = qs_precision_operand_dtype(n->prec, false);
     const bool pc = per_channel(m, n);
     float *scales = w_scales(n, sh);
+    void *wt = data_t_of(n, n->saved[0], sh.w_rows, sh.w_cols, fdt);
     QS_TRY(m->be->ops->quantize(m->be, m->stream, sh.w_rows, sh.w_cols, master, NULL, fdt, n->saved[0], scales, pc,
-                                NULL));
-    *w = (qs_operand){.data = n->saved[0], .dt = fdt, .scale = scales, .per_row = pc};
+                                NULL, wt));
+    *w = (qs_operand){.data = n->saved[0], .dt = fdt, .scale = scales, .per_row = pc, .data_t = wt};
     if (fdt == QS_BF16 || fdt == QS_F16) w->scale = NULL;
     return QS_OK;
 }
@@ -68,7 +94,8 @@ static qs_operand qs_gemm_w_backward(qs_model *m, const qs_node *n, qs_gemm_shap
     if (!low_precision(n)) return qs_operand_f32(qs_model_param_ptr(m, qs_node_weight_param(n)));
     const qs_dtype fdt = qs_precision_operand_dtype(n->prec, false);
     float *scales = w_scales(n, sh);
-    qs_operand w = {.data = n->saved[0], .dt = fdt, .scale = scales, .per_row = false};
+    qs_operand w = {.data = n->saved[0], .dt = fdt, .scale = scales, .per_row = false,
+                    .data_t = data_t_of(n, n->saved[0], sh.w_rows, sh.w_cols, fdt)};
     if (per_channel(m, n)) w.scale = scales + sh.w_rows; /* the stored 1.0f */
     if (fdt == QS_BF16 || fdt == QS_F16) w.scale = NULL;
     return w;
@@ -82,16 +109,17 @@ static qs_status qs_gemm_dy(qs_model *m, qs_node *n, qs_gemm_shape sh, bool fold
     const qs_dtype gdt = qs_precision_operand_dtype(n->prec, true);
     const bool fold = folded && per_channel(m, n);
     const int slot = fold ? 2 : 1;
-    const size_t gdata = data_bytes(sh.dy_rows, sh.dy_cols, gdt);
+    const size_t gdata = fold ? data_bytes(sh.dy_rows, sh.dy_cols, gdt) : operand_bytes(n, sh.dy_rows, sh.dy_cols, gdt);
     float *scale = (float *)((char *)n->saved[slot] + gdata);
-    *dy = (qs_operand){.data = n->saved[slot], .dt = gdt, .scale = scale};
+    void *dyt = fold ? NULL : data_t_of(n, n->saved[slot], sh.dy_rows, sh.dy_cols, gdt);
+    *dy = (qs_operand){.data = n->saved[slot], .dt = gdt, .scale = scale, .data_t = dyt};
     if (gdt == QS_BF16 || gdt == QS_F16) dy->scale = NULL;
     if (!fold && n->quant_step == m->step) return QS_OK; /* already quantized in this step */
     const uint64_t node_index = (uint64_t)(n - m->nodes);
     const qs_sr sr = {.key = qs_rng_key(m->seed, "sr", 4 * node_index + (fold ? 1 : 0)), .counter = (uint64_t)m->step};
     const float *col_scale = fold ? w_scales(n, sh) : NULL;
     QS_TRY(m->be->ops->quantize(m->be, m->stream, sh.dy_rows, sh.dy_cols, n->dy, col_scale, gdt, n->saved[slot], scale,
-                                false, m->grad_round_nearest ? NULL : &sr));
+                                false, m->grad_round_nearest ? NULL : &sr, dyt));
     if (!fold) n->quant_step = m->step;
     return QS_OK;
 }

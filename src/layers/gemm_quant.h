@@ -5,10 +5,13 @@
  * straight-through quantizing cast node feeds it, see graph/precision.h; that cast's output
  * is the low-precision copy of X that backward reuses). The node itself owns:
  *   saved[0]  W quantized from the FP32 master weight at every training forward (round to
- *             nearest), [data | scales (1, or one per output channel) | 1.0f] — kept for
- *             backward-data;
+ *             nearest), [data | data_t | scales (1, or one per output channel) | 1.0f] — kept
+ *             for backward-data;
  *   saved[1]  dY quantized once per step (stochastic rounding unless the model asks for
- *             round-to-nearest gradients), [data | scale], shared by both backward ops;
+ *             round-to-nearest gradients), [data | data_t | scale], shared by both backward ops;
+ * data_t, only where the node keeps_transposed (and only FP8 data): the transposed copy quantize writes in the same
+ * pass (qs_operand.data_t), which the CUDA FP8 products read instead of transposing per call;
+ * it is counted in saved_bytes like the rest. The input cast keeps Xᵀ the same way (reshape.c). 
  *   saved[2]  per-output-channel weights only: dY·s_w[n] quantized for backward-data (the
  *             channel scale varies along that product's reduction axis, so it is folded
  *             into dY and W is used with unit scale).
@@ -24,6 +27,9 @@
  * output gradient (dy_rows, dy_cols = output channels), batch included. */
 typedef struct qs_gemm_shape {
     int64_t w_rows, w_cols, dy_rows, dy_cols;
+    bool transposable; /* a plain 2-D product (Linear): at setup, the node keeps transposed
+                          copies of its FP8 W and dY when the backend reads them
+                          (fp8_wants_transposed), recorded in qs_node.keeps_transposed */
 } qs_gemm_shape;
 
 /* Allocate the node's quantized copies for its precision (nothing at FP32). */

@@ -63,7 +63,7 @@ static qs_gemm_shape linear_shape(qs_model *m, const qs_node *n) {
     const qs_node *x = qs_layer_input(m, n, 0);
     const int64_t out = n->out_shape[n->out_ndim - 1], in = x->out_shape[x->out_ndim - 1];
     return (qs_gemm_shape){.w_rows = out, .w_cols = in, .dy_rows = m->batch * linear_rows_per_sample(m, n),
-                           .dy_cols = out};
+                           .dy_cols = out, .transposable = true};
 }
 
 static qs_status linear_setup(qs_model *m, qs_node *n) {

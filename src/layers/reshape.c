@@ -61,18 +61,47 @@ static qs_status cast_infer(qs_model *m, qs_node *n) {
     return QS_OK;
 }
 
+/* Whether a quantizing cast keeps its output transposed in saved[1] (Xᵀ for the FP8 products
+ * of the Linear nodes it feeds, gemm_quant.h): the output is FP8, the backend reads
+ * transposed copies, and every consumer is a Linear (which sees the output as a 2-D matrix). */
+static bool cast_keeps_transposed(const qs_model *m, const qs_node *n) {
+    if (!n->cfg.cast.straight_through || !m->be->fp8_wants_transposed) return false;
+    if (n->out_dtype != QS_F8E4M3 && n->out_dtype != QS_F8E5M2) return false;
+    const int self = (int)(n - m->nodes);
+    int linear = 0;
+    for (int i = 0; i < m->n_nodes; i++)
+        for (int k = 0; k < m->nodes[i].n_inputs; k++)
+            if (m->nodes[i].inputs[k] == self) {
+                if (m->nodes[i].kind != QS_NODE_LINEAR) return false;
+                linear++;
+            }
+    return linear > 0;
+}
+
+/* The cast's output as a 2-D (rows, last dimension) matrix. */
+static void cast_matrix(const qs_model *m, const qs_node *n, int64_t *rows, int64_t *cols) {
+    *cols = n->out_shape[n->out_ndim - 1];
+    *rows = m->batch * qs_layer_out_numel_per_sample(n) / *cols;
+}
+
 static qs_status cast_setup(qs_model *m, qs_node *n) {
     if (!cast_scaled(n->out_dtype)) return QS_OK;
     n->saved_bytes[0] = sizeof(float);
-    return m->be->ops->alloc(m->be, n->saved_bytes[0], &n->saved[0]);
+    QS_TRY(m->be->ops->alloc(m->be, n->saved_bytes[0], &n->saved[0]));
+    if (!cast_keeps_transposed(m, n)) return QS_OK;
+    n->saved_bytes[1] = (size_t)(m->batch * qs_layer_out_numel_per_sample(n));
+    return m->be->ops->alloc(m->be, n->saved_bytes[1], &n->saved[1]);
 }
 
 static qs_status cast_forward(qs_model *m, qs_node *n) {
     const qs_node *in = qs_layer_input(m, n, 0);
     const int64_t count = m->batch * qs_layer_out_numel_per_sample(n);
-    if (n->cfg.cast.straight_through) /* round to nearest: forward values must not be noisy */
-        return m->be->ops->quantize(m->be, m->stream, 1, count, in->y, NULL, n->out_dtype, n->y, n->saved[0], false,
-                                    NULL);
+    if (n->cfg.cast.straight_through) { /* round to nearest: forward values must not be noisy */
+        int64_t rows, cols;
+        cast_matrix(m, n, &rows, &cols);
+        return m->be->ops->quantize(m->be, m->stream, rows, cols, in->y, NULL, n->out_dtype, n->y, n->saved[0], false,
+                                    NULL, n->saved[1]);
+    }
     return m->be->ops->cast(m->be, m->stream, count, in->y, in->out_dtype, n->y, n->out_dtype);
 }
 
