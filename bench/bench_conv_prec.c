@@ -78,11 +78,11 @@ static void run(prec_run *r) {
     case 0: CHECK(o->conv_forward(be, r->plan, s, &r->x, &r->w, r->b, r->y, r->ws)); break;
     case 1: CHECK(o->conv_backward_data(be, r->plan, s, &r->dy, &r->w, r->dx, false, r->ws)); break;
     case 2: CHECK(o->conv_backward_weights(be, r->plan, s, &r->dy, &r->x, r->dw, r->db, r->ws)); break;
-    case 3: CHECK(o->quantize(be, s, d->N * d->H * d->W, d->C, r->fx, NULL, fdt, r->qbuf, sc, false, NULL, NULL)); break;
-    case 4: CHECK(o->quantize(be, s, d->K, d->C * d->R * d->S, r->fw, NULL, fdt, r->qbuf, sc, false, NULL, NULL)); break;
+    case 3: CHECK(o->quantize(be, s, d->N * d->H * d->W, d->C, r->fx, NULL, fdt, r->qbuf, sc, false, NULL, NULL, NULL)); break;
+    case 4: CHECK(o->quantize(be, s, d->K, d->C * d->R * d->S, r->fw, NULL, fdt, r->qbuf, sc, false, NULL, NULL, NULL)); break;
     case 5: {
         qs_sr sr = {.key = 5, .counter = 1, .offset = 0};
-        CHECK(o->quantize(be, s, d->N * d->P * d->Q, d->K, r->fdy, NULL, gdt, r->qbuf, sc, false, &sr, NULL));
+        CHECK(o->quantize(be, s, d->N * d->P * d->Q, d->K, r->fdy, NULL, gdt, r->qbuf, sc, false, &sr, NULL, NULL));
         break;
     }
     }
@@ -119,9 +119,9 @@ static void prec_init(prec_run *r, qs_backend *be, qs_precision p, qs_conv_desc 
     void *qdy = balloc((size_t)ny * qs_dtype_size(gdt));
     r->xs = balloc(sizeof(float)), r->ws_ = balloc(sizeof(float)), r->dys = balloc(sizeof(float));
     qs_sr sr = {.key = 5, .counter = 1, .offset = 0};
-    CHECK(be->ops->quantize(be, s, d.N * d.H * d.W, d.C, x, NULL, fdt, qx, r->xs, false, NULL, NULL));
-    CHECK(be->ops->quantize(be, s, d.K, d.C * d.R * d.S, w, NULL, fdt, qw, r->ws_, false, NULL, NULL));
-    CHECK(be->ops->quantize(be, s, d.N * d.P * d.Q, d.K, dy, NULL, gdt, qdy, r->dys, false, &sr, NULL));
+    CHECK(be->ops->quantize(be, s, d.N * d.H * d.W, d.C, x, NULL, fdt, qx, r->xs, false, NULL, NULL, NULL));
+    CHECK(be->ops->quantize(be, s, d.K, d.C * d.R * d.S, w, NULL, fdt, qw, r->ws_, false, NULL, NULL, NULL));
+    CHECK(be->ops->quantize(be, s, d.N * d.P * d.Q, d.K, dy, NULL, gdt, qdy, r->dys, false, &sr, NULL, NULL));
     const bool scaled = fdt == QS_S8 || fdt == QS_F8E4M3;
     r->x = (qs_operand){qx, fdt, scaled ? r->xs : NULL, false, NULL};
     r->w = (qs_operand){qw, fdt, scaled ? r->ws_ : NULL, false, NULL};

@@ -43,6 +43,7 @@ typedef struct qs_bench_opts {
     bool device_sync;    /* the backend queues asynchronously: time batches between stream_syncs */
     int inner;           /* runs per timed batch (0: chosen per case, QS_BENCH_BATCH_MS) */
     int64_t shape_m, shape_n, shape_k;  /* --size / --shape: one Linear shape instead of the built-in list (0: list) */
+    bool fp8_delayed;    /* layer: FP8 delayed scaling (--fp8-scaling delayed) */
 } qs_bench_opts;
 
 /* One timed case: fn(ctx) runs it once. */

@@ -22,6 +22,8 @@
 #include "qsync/tensor.h"
 
 typedef struct gemm_shape { const char *name; int64_t M, N, K; } gemm_shape;
+/* Length of the amax histories of --fp8-scaling delayed (the runs before warm-up fill it). */
+#define QS_BENCH_AMAX_LEN 8
 static const gemm_shape g_linear_shapes[] = {
     {"square 1024^3", 1024, 1024, 1024},
     {"cnn fc1", 128, 1024, 3136},
@@ -67,6 +69,8 @@ typedef struct layer_case {
     float *x, *w, *dy, *y, *dx, *dw;
     void *qx, *qw, *qdy;
     void *tx, *tw, *tdy;   /* transposed FP8 copies, when the backend reads them (else NULL) */
+    float *amax;           /* FP8 delayed scaling: three amax histories (QS_BENCH_AMAX_LEN + 1
+                              floats each, 16 floats apart), else NULL */
     float *dscales;        /* dev: the three dequantization scales, 16 floats (64 B) apart */
     float sx, sw, sdy;     /* host: the three scales */
     uint64_t step;
@@ -84,15 +88,18 @@ static qs_operand op_of(const void *data, qs_dtype dt, const float *scale) {
 }
 
 /* Operand `which` (0 x, 1 w, 2 dy) quantized into the case's buffers (and its transposed
- * copy when the case keeps one); FP32 keeps the master. */
+ * copy when the case keeps one; with its amax history when the case has them); FP32 keeps
+ * the master. */
 static qs_status quant(layer_case *c, int which, const qs_sr *sr) {
     const float *src[3] = {c->x, c->w, c->dy};
     void *dst[3] = {c->qx, c->qw, c->qdy}, *dst_t[3] = {c->tx, c->tw, c->tdy};
     const int64_t rows[3] = {c->xr, c->wr, c->yr}, cols[3] = {c->xc, c->wc, c->yc};
     qs_dtype dt = qs_precision_operand_dtype(c->prec, which == 2);
     if (dt == QS_F32) return QS_OK;
+    const qs_quant_delayed dl = {.amax = c->amax ? c->amax + 16 * which : NULL, .len = QS_BENCH_AMAX_LEN,
+                                 .slot = (int)(c->step % QS_BENCH_AMAX_LEN), .record = true};
     return c->be->ops->quantize(c->be, NULL, rows[which], cols[which], src[which], NULL, dt, dst[which],
-                                scale_of(c, which), false, sr, dst_t[which]);
+                                scale_of(c, which), false, sr, dst_t[which], c->amax ? &dl : NULL);
 }
 
 static qs_operand operand(layer_case *c, int which) { /* 0 x, 1 w, 2 dy */
@@ -147,7 +154,8 @@ static qs_status buf_alloc(layer_case *c, size_t bytes, void **p) {
 
 static void case_free(layer_case *c) {
     if (c->plan) c->be->ops->plan_destroy(c->be, c->plan);
-    void *bufs[] = {c->ws, c->x, c->w, c->dy, c->y, c->dx, c->dw, c->qx, c->qw, c->qdy, c->tx, c->tw, c->tdy, c->dscales};
+    void *bufs[] = {c->ws, c->x, c->w, c->dy, c->y, c->dx, c->dw, c->qx, c->qw, c->qdy, c->tx, c->tw, c->tdy, c->dscales,
+                    c->amax};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) buf_free(c, bufs[i]);
     memset(c, 0, sizeof *c);
 }
@@ -217,6 +225,7 @@ static qs_status case_init(layer_case *c, const qs_bench_opts *o, qs_precision p
         QS_TRY(buf_alloc(c, (size_t)(c->yr * c->yc), &c->tdy));
     }
     if (c->dev) QS_TRY(buf_alloc(c, 3 * 16 * sizeof(float), (void **)&c->dscales));
+    if (o->fp8_delayed && p == QS_PREC_FP8) QS_TRY(buf_alloc(c, 3 * 16 * sizeof(float), (void **)&c->amax)); /* zeroed */
     /* gemm mode times the product alone: quantize once here */
     QS_TRY(quant(c, 0, NULL));
     QS_TRY(quant(c, 1, NULL));
@@ -352,6 +361,9 @@ static qs_status bench_products(qs_bench_opts *o, bool layer) {
                "before them one run per case and %d untimed batches. Ratios: bf16 (fp32) median / this median, "
                "same run.\n",
                layer ? "layer" : "gemm", o->device, layer ? G_LAYER_INCLUDES : G_GEMM_INCLUDES, o->reps, o->warmup);
+    if (!o->json && o->fp8_delayed)
+        printf("fp8: delayed scaling — each tensor's scale from the amax history of the previous %d runs (no amax pass), "
+               "its own amax recorded in the same pass as the cast\n", QS_BENCH_AMAX_LEN);
     const bool one = o->shape_m > 0;
     gemm_shape custom = {"", o->shape_m, o->shape_n, o->shape_k};
     char cname[64];

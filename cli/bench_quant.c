@@ -30,7 +30,7 @@ static qs_status run_quant(void *ctx) {
     quant_case *c = ctx;
     qs_sr sr = {.key = 5, .counter = ++c->counter};
     return c->be->ops->quantize(c->be, NULL, c->rows, c->cols, c->x, NULL, c->dt, c->q, c->dscale ? c->dscale : &c->scale,
-                                false, c->sr ? &sr : NULL, c->q_t);
+                                false, c->sr ? &sr : NULL, c->q_t, NULL);
 }
 
 /* The GPU part (file comment): every buffer in backend memory. */

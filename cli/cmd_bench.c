@@ -139,7 +139,7 @@ int qs_cmd_bench(int argc, char **argv) {
     }
     const char *part = argv[2];
     qs_bench_opts o = {.reps = 9, .warmup = 2, .threads = 0, .model = "cnn", .width = 0, .batch = 128};
-    const char *precs = NULL, *device = "cpu", *shape = NULL;
+    const char *precs = NULL, *device = "cpu", *shape = NULL, *fp8_scaling = "current";
     int64_t size = 0;
     const qs_cli_opt opts[] = {
         {"precisions", QS_CLI_STR, &precs, "LIST", "comma-separated precisions (default fp32,bf16,int8; on cuda fp32,tf32,bf16,fp16,fp8)"},
@@ -154,6 +154,8 @@ int qs_cmd_bench(int argc, char **argv) {
                                          "quantize on cuda: an N x N tensor (default 8192)"},
         {"shape", QS_CLI_STR, &shape, "MxNxK", "gemm, layer: one Linear shape (Y MxN, K inner) instead of the built-in shapes"},
         {"inner", QS_CLI_INT, &o.inner, "N", "cuda: runs per timed sample (default 0: enough for ~25 ms)"},
+        {"fp8-scaling", QS_CLI_STR, &fp8_scaling, "MODE", "layer: current (default: each tensor's own amax) or delayed "
+                                                          "(the amax history of the previous runs, docs/PRECISION.md)"},
         {"json", QS_CLI_FLAG, &o.json, NULL, "print one JSON document instead of tables"},
     };
     char cmd[64];
@@ -164,6 +166,15 @@ int qs_cmd_bench(int argc, char **argv) {
         o.inner > QS_BENCH_MAX_INNER) {
         fprintf(stderr, "qsync bench: --reps must be 1..%d, --warmup and --threads >= 0, --batch >= 1, --inner 0..%d\n",
                 QS_BENCH_MAX_REPS, QS_BENCH_MAX_INNER);
+        return 2;
+    }
+    if (strcmp(fp8_scaling, "current") != 0 && strcmp(fp8_scaling, "delayed") != 0) {
+        fprintf(stderr, "qsync bench: --fp8-scaling must be current or delayed (got '%s')\n", fp8_scaling);
+        return 2;
+    }
+    o.fp8_delayed = strcmp(fp8_scaling, "delayed") == 0;
+    if (o.fp8_delayed && strcmp(part, "layer") != 0) {
+        fprintf(stderr, "qsync bench: --fp8-scaling applies to layer only\n");
         return 2;
     }
     bool cuda = false;
@@ -220,6 +231,7 @@ int qs_cmd_bench(int argc, char **argv) {
         cJSON_AddNumberToObject(doc, "reps", o.reps);
         cJSON_AddNumberToObject(doc, "warmup", o.warmup);
         if (o.includes) cJSON_AddStringToObject(doc, "includes", o.includes);
+        if (strcmp(part, "layer") == 0) cJSON_AddStringToObject(doc, "fp8_scaling", fp8_scaling);
         if (cuda)
             cJSON_AddStringToObject(doc, "timing",
                                     "every sample: stream_sync, clock, `inner` runs (per row), stream_sync, clock; "

@@ -48,6 +48,11 @@ static void test_bench(void **state) {
     expect_run("bench", 2, "name a part");
     expect_run("bench frobnicate", 2, "unknown part 'frobnicate'");
     expect_run("bench gemm --precisions fp32,int4", 2, "unknown precision 'int4'");
+    expect_run("bench layer --size 32 --precisions fp8 --fp8-scaling delayed --reps 1 --warmup 0 --threads 1 --json", 0,
+               "\"fp8_scaling\":\t\"delayed\"");
+    expect_run("bench layer --fp8-scaling late", 2, "--fp8-scaling must be current or delayed");
+    expect_run("bench gemm --fp8-scaling delayed", 2, "applies to layer only");
+    expect_run("bench quantize --device cpu --size 64", 2, "--size and --shape apply to");
     expect_run("bench step --model nosuchnet --reps 1", 1, "nosuchnet");
 }
 

@@ -559,11 +559,11 @@ static void quant_transposed_case(const float *x, const float *gx, int64_t rows,
     snprintf(what, sizeof what, "%s +dst_t", what0);
     void *cq2 = halloc((size_t)n), *ct = halloc((size_t)n);
     float cs[1];
-    ASSERT_OK(COPS->quantize(g_cpu, CST, rows, cols, x, col_scale, dt, cq2, cs, false, sr, ct));
+    ASSERT_OK(COPS->quantize(g_cpu, CST, rows, cols, x, col_scale, dt, cq2, cs, false, sr, ct, NULL));
     check_bits(what, cq2, cq, n, 1, NULL);
     void *gq = dalloc((size_t)n, POISON), *gt = dalloc((size_t)n, POISON);
     float *gs = dalloc_f(1);
-    if (!gpu_ok_(GOPS->quantize(g_gpu, GST, rows, cols, gx, gcol, dt, gq, gs, false, sr, gt), what)) return;
+    if (!gpu_ok_(GOPS->quantize(g_gpu, GST, rows, cols, gx, gcol, dt, gq, gs, false, sr, gt, NULL), what)) return;
     void *hq = halloc((size_t)n), *ht = halloc((size_t)n);
     if (!dget(hq, gq, (size_t)n, what) || !dget(ht, gt, (size_t)n, what)) return;
     check_bits(what, hq, cq, n, 1, NULL);
@@ -584,10 +584,10 @@ static void quant_case(const float *x, const float *gx, int64_t rows, int64_t co
              sr && sr->offset ? " offset" : "");
     void *cq = halloc(bytes);
     float *cs = scaled ? hf(ns) : NULL;
-    ASSERT_OK(COPS->quantize(g_cpu, CST, rows, cols, x, col_scale, dt, cq, cs, per_row, sr, NULL));
+    ASSERT_OK(COPS->quantize(g_cpu, CST, rows, cols, x, col_scale, dt, cq, cs, per_row, sr, NULL, NULL));
     void *gq = dalloc(bytes, POISON);
     float *gs = scaled ? dalloc_f(ns) : NULL; /* scales unused (NULL) for bf16/f16/f32 */
-    if (!gpu_ok_(GOPS->quantize(g_gpu, GST, rows, cols, gx, gcol, dt, gq, gs, per_row, sr, NULL), what)) return;
+    if (!gpu_ok_(GOPS->quantize(g_gpu, GST, rows, cols, gx, gcol, dt, gq, gs, per_row, sr, NULL, NULL), what)) return;
     void *hq = halloc(bytes);
     if (!dget(hq, gq, bytes, what)) return;
     check_bits(what, hq, cq, n, es, col_scale ? NULL : x);
@@ -650,6 +650,68 @@ static void test_quantize(void **state) {
     END();
 }
 
+/* FP8 delayed scaling: a sequence of quantizations of growing and shrinking tensors through
+ * one amax history (len 3), GPU against CPU: codes, scales and the history bit for bit after
+ * every call, with nearest and stochastic rounding, a col_scale, a transposed copy, a call
+ * that does not record, and a flat tensor; then non-finite input reported by stream_sync. */
+static void test_quantize_delayed(void **state) {
+    BEGIN();
+    const int64_t rows = 70, cols = 130, n = rows * cols;
+    const float gain[] = {1.0f, 3.0f, 0.25f, 8.0f, 1.0f, 0.5f}; /* 3 and 8: beyond the history: saturate */
+    seed("quantize_delayed", 0);
+    float *x0 = rnd(n, -2, 2), *colsc = rnd(cols, 0.5f, 2.0f), *gcol = dup_gpu_f(colsc, cols);
+    const qs_dtype dts[] = {QS_F8E4M3, QS_F8E5M2};
+    for (int d = 0; d < 2; d++) {
+        float ch[4] = {0, 0, 0, 0}, *gh = dup_gpu_f(ch, 4), hh[4];
+        for (int step = 0; step < 6; step++) {
+            float *x = hcopy(x0, n);
+            for (int64_t i = 0; i < n; i++) x[i] *= gain[step];
+            const bool sr_on = step % 2 == 1, cs_on = step == 2, flat = step == 4, record = step != 3;
+            const qs_sr sr = {.key = 77, .counter = (uint64_t)step, .offset = 0};
+            const qs_quant_delayed cdl = {.amax = ch, .len = 3, .slot = step % 3, .record = record};
+            const qs_quant_delayed gdl = {.amax = gh, .len = 3, .slot = step % 3, .record = record};
+            const int64_t r = flat ? 1 : rows, c = flat ? n : cols;
+            char what[160];
+            snprintf(what, sizeof what, "quantize %s delayed step %d%s%s%s%s", qs_dtype_name(dts[d]), step,
+                     sr_on ? " SR" : "", cs_on ? " col_scale" : "", record ? "" : " no-record", flat ? " flat" : "");
+            uint8_t *cq = halloc((size_t)n), *ct = halloc((size_t)n), *hq = halloc((size_t)n), *ht = halloc((size_t)n);
+            float cs, hs;
+            ASSERT_OK(COPS->quantize(g_cpu, CST, r, c, x, cs_on ? colsc : NULL, dts[d], cq, &cs, false, sr_on ? &sr : NULL,
+                                     flat ? NULL : ct, &cdl));
+            void *gq = dalloc((size_t)n, POISON), *gt = dalloc((size_t)n, POISON);
+            float *gs = dalloc_f(1);
+            if (!gpu_ok_(GOPS->quantize(g_gpu, GST, r, c, dup_gpu_f(x, n), cs_on ? gcol : NULL, dts[d], gq, gs, false,
+                                        sr_on ? &sr : NULL, flat ? NULL : gt, &gdl),
+                         what))
+                break;
+            if (!dget(hq, gq, (size_t)n, what) || !dget(&hs, gs, 4, what) || !dget(hh, gh, 12, what)) break;
+            check_bits(what, hq, cq, n, 1, NULL);
+            char w2[200];
+            snprintf(w2, sizeof w2, "%s: scale", what);
+            check_bits(w2, &hs, &cs, 1, 4, NULL);
+            snprintf(w2, sizeof w2, "%s: amax history", what);
+            check_bits(w2, hh, ch, 3, 4, NULL);
+            if (!flat && dget(ht, gt, (size_t)n, what)) {
+                snprintf(w2, sizeof w2, "%s: transposed copy", what);
+                check_bits(w2, ht, ct, n, 1, NULL);
+            }
+        }
+    }
+    /* non-finite input with a history: reported by the next stream_sync */
+    float h[4] = {1.0f, 0, 0, 0}, *gh = dup_gpu_f(h, 4);
+    float *xb = hcopy(x0, n);
+    xb[100] = NAN;
+    const qs_quant_delayed gdl = {.amax = gh, .len = 3, .slot = 1, .record = true};
+    qs_error_clear();
+    qs_status st = GOPS->quantize(g_gpu, GST, rows, cols, dup_gpu_f(xb, n), NULL, QS_F8E4M3, dalloc((size_t)n, POISON),
+                                  dalloc_f(1), false, NULL, NULL, &gdl);
+    if (st == QS_OK) st = GOPS->stream_sync(g_gpu, GST);
+    check_fact("quantize f8e4m3 delayed with NaN: non-finite error at stream_sync",
+               st == QS_ERR_INVALID_ARG && strstr(qs_last_error(), "non-finite"), qs_status_name(st));
+    check_fact("  ...then stream_sync is clean", GOPS->stream_sync(g_gpu, GST) == QS_OK, "");
+    END();
+}
+
 /* A non-finite input to an INT8/FP8 quantize is QS_ERR_INVALID_ARG with "non-finite": from the
  * call itself or, for the asynchronous GPU, from the next stream_sync, which also clears the
  * condition; BF16/F16 pass NaN/Inf through without error. */
@@ -675,11 +737,11 @@ static void test_quantize_nonfinite(void **state) {
             snprintf(what, sizeof what, "quantize %s%s with %s: non-finite error", qs_dtype_name(kinds[k].dt),
                      kinds[k].per_row ? " per-row" : "", bad_name[b]);
             qs_error_clear();
-            qs_status cst = COPS->quantize(g_cpu, CST, rows, cols, xb, NULL, kinds[k].dt, cq, cs, kinds[k].per_row, NULL, NULL);
+            qs_status cst = COPS->quantize(g_cpu, CST, rows, cols, xb, NULL, kinds[k].dt, cq, cs, kinds[k].per_row, NULL, NULL, NULL);
             bool cpu_ok = cst == QS_ERR_INVALID_ARG && strstr(qs_last_error(), "non-finite");
             float *gxb = dup_gpu_f(xb, n);
             qs_error_clear();
-            qs_status st = GOPS->quantize(g_gpu, GST, rows, cols, gxb, NULL, kinds[k].dt, gq, gs, kinds[k].per_row, NULL, NULL);
+            qs_status st = GOPS->quantize(g_gpu, GST, rows, cols, gxb, NULL, kinds[k].dt, gq, gs, kinds[k].per_row, NULL, NULL, NULL);
             const char *where = "call";
             if (st == QS_OK) {
                 st = GOPS->stream_sync(g_gpu, GST);
@@ -694,9 +756,9 @@ static void test_quantize_nonfinite(void **state) {
             snprintf(what, sizeof what, "  ...then stream_sync is clean (%s)", bad_name[b]);
             check_fact(what, again == QS_OK, qs_status_name(again));
         }
-    ASSERT_OK(COPS->quantize(g_cpu, CST, rows, cols, x, NULL, QS_F8E4M3, cq, cs, false, NULL, NULL));
+    ASSERT_OK(COPS->quantize(g_cpu, CST, rows, cols, x, NULL, QS_F8E4M3, cq, cs, false, NULL, NULL, NULL));
     void *hq = halloc((size_t)n);
-    if (GPU_OK(GOPS->quantize(g_gpu, GST, rows, cols, gx, NULL, QS_F8E4M3, gq, gs, false, NULL, NULL)) &&
+    if (GPU_OK(GOPS->quantize(g_gpu, GST, rows, cols, gx, NULL, QS_F8E4M3, gq, gs, false, NULL, NULL, NULL)) &&
         dget(hq, gq, (size_t)n, "quantize after the errors"))
         check_bits("quantize f8e4m3 after the errors", hq, cq, n, 1, x);
     /* BF16 / F16: non-finite values are converted, no error */
@@ -706,9 +768,9 @@ static void test_quantize_nonfinite(void **state) {
     void *g16 = dalloc((size_t)n * 2, POISON), *c16 = halloc((size_t)n * 2), *h16 = halloc((size_t)n * 2);
     const qs_dtype d16[2] = {QS_BF16, QS_F16};
     for (int i = 0; i < 2; i++) {
-        ASSERT_OK(COPS->quantize(g_cpu, CST, rows, cols, xb, NULL, d16[i], c16, NULL, false, NULL, NULL));
+        ASSERT_OK(COPS->quantize(g_cpu, CST, rows, cols, xb, NULL, d16[i], c16, NULL, false, NULL, NULL, NULL));
         snprintf(what, sizeof what, "quantize %s with NaN/Inf (no error)", qs_dtype_name(d16[i]));
-        if (gpu_ok_(GOPS->quantize(g_gpu, GST, rows, cols, gxb, NULL, d16[i], g16, NULL, false, NULL, NULL), what) &&
+        if (gpu_ok_(GOPS->quantize(g_gpu, GST, rows, cols, gxb, NULL, d16[i], g16, NULL, false, NULL, NULL, NULL), what) &&
             dget(h16, g16, (size_t)n * 2, what))
             check_bits(what, h16, c16, n, 2, xb);
     }
@@ -1285,8 +1347,8 @@ static void test_arg_errors(void **state) {
            GOPS->adamw_step(g_gpu, GST, 4, gb, gb, gb, gb, 0.1f, 0.9, 0.99, 1e-8f, 0, 0));
     PARITY("batchnorm train rows=1", COPS->batchnorm_forward_train(g_cpu, CST, 1, 1, cb, NULL, NULL, cb, cb, cb, NULL, NULL, 0.1f, 1e-5f, false),
            GOPS->batchnorm_forward_train(g_gpu, GST, 1, 1, gb, NULL, NULL, gb, gb, gb, NULL, NULL, 0.1f, 1e-5f, false));
-    PARITY("quantize f8e4m3 per-row", COPS->quantize(g_cpu, CST, 2, 2, cb, NULL, QS_F8E4M3, cb, cb, true, NULL, NULL),
-           GOPS->quantize(g_gpu, GST, 2, 2, gb, NULL, QS_F8E4M3, gb, gb, true, NULL, NULL));
+    PARITY("quantize f8e4m3 per-row", COPS->quantize(g_cpu, CST, 2, 2, cb, NULL, QS_F8E4M3, cb, cb, true, NULL, NULL, NULL),
+           GOPS->quantize(g_gpu, GST, 2, 2, gb, NULL, QS_F8E4M3, gb, gb, true, NULL, NULL, NULL));
     /* a plan's operand of the wrong dtype */
     qs_linear_desc ld = {.M = 4, .N = 3, .K = 2, .has_bias = false, .prec = QS_PREC_FP16};
     void *cplan = NULL, *gplan = NULL;
@@ -1337,6 +1399,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_conv_fp8, teardown),
         cmocka_unit_test_teardown(test_quantize, teardown),
         cmocka_unit_test_teardown(test_quantize_nonfinite, teardown),
+        cmocka_unit_test_teardown(test_quantize_delayed, teardown),
         cmocka_unit_test_teardown(test_cast, teardown),
         cmocka_unit_test_teardown(test_eltwise, teardown),
         cmocka_unit_test_teardown(test_dropout, teardown),

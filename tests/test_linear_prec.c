@@ -162,12 +162,12 @@ static void test_quantize_op(void **state) {
     for (int64_t i = 0; i < R * C; i++) xs[i] = x[i] * cs[i % C];
     int8_t *a = qs_th_alloc((size_t)(R * C)), *bq = qs_th_alloc((size_t)(R * C));
     float sa, sb;
-    ASSERT_OK(OPS->quantize(qs_th_be, STREAM, R, C, x, cs, QS_S8, a, &sa, false, NULL, NULL));
-    ASSERT_OK(OPS->quantize(qs_th_be, STREAM, R, C, xs, NULL, QS_S8, bq, &sb, false, NULL, NULL));
+    ASSERT_OK(OPS->quantize(qs_th_be, STREAM, R, C, x, cs, QS_S8, a, &sa, false, NULL, NULL, NULL));
+    ASSERT_OK(OPS->quantize(qs_th_be, STREAM, R, C, xs, NULL, QS_S8, bq, &sb, false, NULL, NULL, NULL));
     assert_memory_equal(a, bq, (size_t)(R * C));
     assert_float_equal(sa, sb, 0);
     x[3] = INFINITY;
-    assert_int_equal(OPS->quantize(qs_th_be, STREAM, R, C, x, NULL, QS_F8E5M2, a, &sa, false, NULL, NULL), QS_ERR_INVALID_ARG);
+    assert_int_equal(OPS->quantize(qs_th_be, STREAM, R, C, x, NULL, QS_F8E5M2, a, &sa, false, NULL, NULL, NULL), QS_ERR_INVALID_ARG);
     assert_non_null(strstr(qs_last_error(), "non-finite"));
     /* column sums */
     float *sums = qs_th_floats(C);
@@ -191,19 +191,59 @@ static void test_quantize_transposed_copy(void **state) {
     const qs_dtype dts[] = {QS_S8, QS_F8E4M3, QS_F8E5M2};
     const qs_sr sr = {.key = 11, .counter = 4, .offset = 5};
     for (int k = 0; k < 3; k++) {
-        ASSERT_OK(OPS->quantize(qs_th_be, STREAM, R, C, x, cs, dts[k], q, &s1, false, &sr, NULL));
+        ASSERT_OK(OPS->quantize(qs_th_be, STREAM, R, C, x, cs, dts[k], q, &s1, false, &sr, NULL, NULL));
         memset(t, 0xA5, (size_t)(R * C));
-        ASSERT_OK(OPS->quantize(qs_th_be, STREAM, R, C, x, cs, dts[k], q2, &s2, false, &sr, t));
+        ASSERT_OK(OPS->quantize(qs_th_be, STREAM, R, C, x, cs, dts[k], q2, &s2, false, &sr, t, NULL));
         assert_memory_equal(q2, q, (size_t)(R * C));
         assert_float_equal(s2, s1, 0);
         for (int64_t r = 0; r < R; r++)
             for (int64_t c = 0; c < C; c++) assert_int_equal(t[c * R + r], q[r * C + c]);
     }
-    assert_int_equal(OPS->quantize(qs_th_be, STREAM, R, C, x, NULL, QS_BF16, q, NULL, false, NULL, t), QS_ERR_INVALID_ARG);
+    assert_int_equal(OPS->quantize(qs_th_be, STREAM, R, C, x, NULL, QS_BF16, q, NULL, false, NULL, t, NULL), QS_ERR_INVALID_ARG);
     assert_non_null(strstr(qs_last_error(), "transposed copy"));
     float rs[7];
-    assert_int_equal(OPS->quantize(qs_th_be, STREAM, R, C, x, NULL, QS_S8, q, rs, true, NULL, t), QS_ERR_INVALID_ARG);
+    assert_int_equal(OPS->quantize(qs_th_be, STREAM, R, C, x, NULL, QS_S8, q, rs, true, NULL, t, NULL), QS_ERR_INVALID_ARG);
     assert_non_null(strstr(qs_last_error(), "per-row"));
+}
+
+/* FP8 delayed scaling: the first call (empty history) scales like current scaling and records
+ * its amax; the next scales from the history — a tensor 4× larger saturates there, coded
+ * exactly as qs_f32_to_fp8 with the old scale — and records its own; record = false leaves
+ * the history; non-FP8 dtypes and bad slots are refused. */
+static void test_quantize_delayed_scaling(void **state) {
+    qs_th_seed(qs_rng_key(3, "quantize_delayed", 0));
+    const int64_t R = 6, C = 50, n = R * C;
+    float *x = qs_th_uniform(n, -1, 1), *x4 = qs_th_floats(n);
+    x[0] = 1.0f; /* amax 1 */
+    for (int64_t i = 0; i < n; i++) x4[i] = 4.0f * x[i];
+    uint8_t *q = qs_th_alloc((size_t)n), *ref = qs_th_alloc((size_t)n);
+    float s_cur, s_del, hist[3] = {0, 0, 0};
+    qs_quant_delayed dl = {.amax = hist, .len = 2, .slot = 0, .record = true};
+    ASSERT_OK(OPS->quantize(qs_th_be, STREAM, R, C, x, NULL, QS_F8E4M3, ref, &s_cur, false, NULL, NULL, NULL));
+    ASSERT_OK(OPS->quantize(qs_th_be, STREAM, R, C, x, NULL, QS_F8E4M3, q, &s_del, false, NULL, NULL, &dl));
+    assert_memory_equal(q, ref, (size_t)n);
+    assert_float_equal(s_del, s_cur, 0);
+    assert_float_equal(hist[0], 1.0f, 0);
+    dl.slot = 1;
+    ASSERT_OK(OPS->quantize(qs_th_be, STREAM, R, C, x4, NULL, QS_F8E4M3, q, &s_del, false, NULL, NULL, &dl));
+    assert_float_equal(s_del, s_cur, 0); /* the history's scale, not x4's */
+    ASSERT_OK(qs_f32_to_fp8(QS_F8E4M3, n, x4, 1.0f / s_cur, ref, NULL));
+    assert_memory_equal(q, ref, (size_t)n);
+    int saturated = 0;
+    for (int64_t i = 0; i < n; i++) saturated += (q[i] & 0x7F) == 0x7E; /* 448 */
+    assert_true(saturated > 0);
+    assert_float_equal(hist[1], 4.0f, 0);
+    dl.slot = 0;
+    dl.record = false;
+    ASSERT_OK(OPS->quantize(qs_th_be, STREAM, R, C, x, NULL, QS_F8E4M3, q, &s_del, false, NULL, NULL, &dl));
+    assert_float_equal(hist[0], 1.0f, 0);
+    assert_true(s_del > s_cur); /* scaled for amax 4 */
+    assert_int_equal(OPS->quantize(qs_th_be, STREAM, R, C, x, NULL, QS_BF16, q, NULL, false, NULL, NULL, &dl),
+                     QS_ERR_INVALID_ARG);
+    dl.slot = 2;
+    assert_int_equal(OPS->quantize(qs_th_be, STREAM, R, C, x, NULL, QS_F8E4M3, q, &s_del, false, NULL, NULL, &dl),
+                     QS_ERR_INVALID_ARG);
+    assert_non_null(strstr(qs_last_error(), "slot"));
 }
 
 /* The support table: FP32 native, FP16/FP8 emulated, TF32 unsupported; BF16/INT8 native or
@@ -225,6 +265,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_operand_errors, qs_th_teardown),
         cmocka_unit_test_teardown(test_quantize_op, qs_th_teardown),
         cmocka_unit_test_teardown(test_quantize_transposed_copy, qs_th_teardown),
+        cmocka_unit_test_teardown(test_quantize_delayed_scaling, qs_th_teardown),
         cmocka_unit_test_teardown(test_precision_support, qs_th_teardown),
     };
     return cmocka_run_group_tests(tests, qs_th_group_setup, qs_th_group_teardown);

@@ -115,9 +115,25 @@ qs_status qs_pool_desc_finish(qs_pool_desc *d);
 qs_status qs_conv_plan_args(const qs_conv_desc *d, void **plan, size_t *workspace);
 qs_status qs_pool_plan_args(const qs_pool_desc *d, void **plan, size_t *workspace);
 
+/* Delayed scaling of an FP8 quantize (F8E4M3 / F8E5M2, per tensor): the scale is chosen from
+ * the largest amax of the history amax[0..len) — what earlier calls recorded — instead of
+ * from this tensor's own amax, which saves the pass over the tensor that finds it; values
+ * beyond the range that scale gives saturate to the format's largest finite value. An
+ * all-zero history (nothing recorded yet) falls back to this tensor's amax. With record,
+ * this tensor's amax (of src·col_scale) is then written to amax[slot]. amax: backend memory,
+ * len + 1 floats, zero before the first use; amax[len] is the call's working word.
+ * 1 <= len, 0 <= slot < len. Non-finite input fails as without it. */
+typedef struct qs_quant_delayed {
+    float *amax;
+    int len, slot;
+    bool record;
+} qs_quant_delayed;
+
 /* quantize's rule for dst_t (NULL, or a 1-byte dtype with per-tensor scales); QS_ERR_INVALID_ARG
  * naming the case otherwise. */
 qs_status qs_quantize_dst_t_check(qs_dtype dt, bool per_row, const void *dst_t);
+/* quantize's rule for delayed (NULL, or an FP8 dtype with a well-formed history). */
+qs_status qs_quantize_delayed_check(qs_dtype dt, const qs_quant_delayed *delayed);
 /* The bias-gradient rule of backward_weights (see linear_plan's comment below): with an F32
  * dY, db is required exactly when the plan has a bias; with a low-precision dY it must be
  * NULL. `what` names the op in the message. */
@@ -320,10 +336,12 @@ typedef struct qs_backend_ops {
      * must see overflow rather than silently clamped values.
      * dst_t: NULL, or a second output (cols, rows) row-major receiving the same quantized
      * elements transposed (dst_t[c·rows + r] = dst[r·cols + c]), written in the same pass on
-     * the GPU; only for the 1-byte dtypes S8 (per-tensor) and F8E4M3 / F8E5M2. */
+     * the GPU; only for the 1-byte dtypes S8 (per-tensor) and F8E4M3 / F8E5M2.
+     * delayed: NULL (the scale from this tensor's amax), or FP8 delayed scaling
+     * (qs_quant_delayed). */
     qs_status (*quantize)(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const float *src,
                           const float *col_scale, qs_dtype dt, void *dst, float *scales, bool per_row,
-                          const qs_sr *sr, void *dst_t);
+                          const qs_sr *sr, void *dst_t, const qs_quant_delayed *delayed);
     /* dst (rows, cols) FP32 = value of operand src (see qs_operand). */
     qs_status (*dequantize)(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const qs_operand *src,
                             float *dst);

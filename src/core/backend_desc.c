@@ -94,6 +94,16 @@ qs_status qs_quantize_dst_t_check(qs_dtype dt, bool per_row, const void *dst_t) 
     return QS_OK;
 }
 
+qs_status qs_quantize_delayed_check(qs_dtype dt, const qs_quant_delayed *delayed) {
+    if (!delayed) return QS_OK;
+    if (dt != QS_F8E4M3 && dt != QS_F8E5M2)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "quantize to %s: delayed scaling exists only for fp8", qs_dtype_name(dt));
+    if (!delayed->amax || delayed->len < 1 || delayed->slot < 0 || delayed->slot >= delayed->len)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "quantize: delayed scaling needs an amax history (len %d >= 1, slot %d in [0, len))",
+                       delayed->len, delayed->slot);
+    return QS_OK;
+}
+
 /* P,Q given against P,Q computed: the descriptor must have been finished. */
 static qs_status qs_plan_pq_check(int64_t P, int64_t Q, int64_t P2, int64_t Q2, const char *what, const char *finish) {
     if (P2 != P || Q2 != Q)

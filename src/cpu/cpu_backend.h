@@ -110,7 +110,7 @@ qs_prec_support qs_cpu_precision_support(qs_backend *be, qs_precision p);
 qs_status qs_cpu_probe_precisions(qs_cpu_backend *cb);
 qs_status qs_cpu_quantize(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const float *src,
                           const float *col_scale, qs_dtype dt, void *dst, float *scales, bool per_row,
-                          const qs_sr *sr, void *dst_t);
+                          const qs_sr *sr, void *dst_t, const qs_quant_delayed *delayed);
 qs_status qs_cpu_dequantize(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const qs_operand *src,
                             float *dst);
 qs_status qs_cpu_argmax_rows(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const float *x, int32_t *idx);

@@ -99,12 +99,12 @@ static float fp8_encode_scale(qs_dtype dt, float amax) {
 
 static qs_status cpu_quantize_direct(qs_backend *be, int64_t rows, int64_t cols, const float *src,
                                      const float *col_scale, qs_dtype dt, void *dst, float *scales, bool per_row,
-                                     const qs_sr *sr);
+                                     const qs_sr *sr, const qs_quant_delayed *delayed);
 
 /* Contract: core/backend.h quantize; dst_t is written after dst, from its bytes. */
 qs_status qs_cpu_quantize(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const float *src,
                           const float *col_scale, qs_dtype dt, void *dst, float *scales, bool per_row,
-                          const qs_sr *sr, void *dst_t) {
+                          const qs_sr *sr, void *dst_t, const qs_quant_delayed *delayed) {
     if (rows < 0 || cols < 0) return QS_FAIL(QS_ERR_INVALID_ARG, "quantize: negative shape (%lld, %lld)", (long long)rows, (long long)cols);
     const int64_t n = rows * cols;
     if (n == 0) return QS_OK;
@@ -114,7 +114,8 @@ qs_status qs_cpu_quantize(qs_backend *be, qs_stream *s, int64_t rows, int64_t co
     if (per_row && dt != QS_S8)
         return QS_FAIL(QS_ERR_INVALID_ARG, "quantize: per-row scales exist only for s8 (got %s)", qs_dtype_name(dt));
     QS_TRY(qs_quantize_dst_t_check(dt, per_row, dst_t));
-    QS_TRY(cpu_quantize_direct(be, rows, cols, src, col_scale, dt, dst, scales, per_row, sr));
+    QS_TRY(qs_quantize_delayed_check(dt, delayed));
+    QS_TRY(cpu_quantize_direct(be, rows, cols, src, col_scale, dt, dst, scales, per_row, sr, delayed));
     if (!dst_t) return QS_OK;
     const uint8_t *q = dst;
     uint8_t *qt = dst_t;
@@ -127,7 +128,7 @@ qs_status qs_cpu_quantize(qs_backend *be, qs_stream *s, int64_t rows, int64_t co
 /* quantize without the transposed copy; arguments checked by the caller. */
 static qs_status cpu_quantize_direct(qs_backend *be, int64_t rows, int64_t cols, const float *src,
                                      const float *col_scale, qs_dtype dt, void *dst, float *scales, bool per_row,
-                                     const qs_sr *sr) {
+                                     const qs_sr *sr, const qs_quant_delayed *delayed) {
     const int64_t n = rows * cols;
     if (col_scale) { /* fold: quantize src·col_scale from a scratch copy */
         float *tmp;
@@ -151,7 +152,14 @@ static qs_status cpu_quantize_direct(qs_backend *be, int64_t rows, int64_t cols,
         if (!isfinite(amax))
             return QS_FAIL(QS_ERR_INVALID_ARG, "quantize to %s: non-finite amax (the tensor holds NaN or Inf)",
                            qs_dtype_name(dt));
-        float enc = fp8_encode_scale(dt, amax);
+        float use = amax; /* delayed: the history's largest amax, when there is one */
+        if (delayed) {
+            float h = 0.0f;
+            for (int k = 0; k < delayed->len; k++) h = fmaxf(h, delayed->amax[k]);
+            if (h > 0.0f) use = h;
+            if (delayed->record) delayed->amax[delayed->slot] = amax;
+        }
+        float enc = fp8_encode_scale(dt, use);
         QS_TRY(qs_f32_to_fp8(dt, n, src, enc, dst, sr));
         scales[0] = 1.0f / enc; /* exact: enc is a power of two */
         return QS_OK;

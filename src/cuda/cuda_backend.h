@@ -176,7 +176,7 @@ qs_status qs_cuda_scale(qs_backend *be, qs_stream *s, int64_t n, float *x, float
 /* ---- cuda_quant.cu ---- */
 qs_status qs_cuda_quantize(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const float *src,
                            const float *col_scale, qs_dtype dt, void *dst, float *scales, bool per_row,
-                           const qs_sr *sr, void *dst_t);
+                           const qs_sr *sr, void *dst_t, const qs_quant_delayed *delayed);
 qs_status qs_cuda_dequantize(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const qs_operand *src,
                              float *dst);
 

@@ -45,6 +45,9 @@ typedef struct qq_args {
     uint64_t key, counter, offset;
     int64_t rows;  /* the tiled kernel's shape (n = rows·cols) */
     void *dst_t;   /* NULL or (cols, rows) row-major: the tiled kernel's transposed copy */
+    /* delayed scaling (tiled kernel with AMAX): NULL or where this tensor's amax bits are
+     * recorded (atomicMax), and the backend's flag word for non-finite input */
+    unsigned *amax_out, *flags;
 } qq_args;
 
 /* ------------------------------------------------------------------ host helpers */
@@ -95,10 +98,12 @@ static __device__ __forceinline__ float qq_mul_like_x86(float a, float b) {
  * src·col_scale[c] when col_scale is given (the CPU's folded copy, one FP32 product); c = k
  * for per-row segments (len == cols), k % cols for the single per-tensor segment.
  * Grid: x splits a segment, y walks segments (both grid-stride). VEC4 (no col_scale, len a
- * multiple of 4, every segment 16-byte aligned): float4 loads. */
+ * multiple of 4, every segment 16-byte aligned): float4 loads. gate: NULL, or a word that,
+ * when non-zero, makes the kernel do nothing (delayed scaling's history maximum). */
 template <bool HAS_CS, bool PER_ROW, bool VEC4>
 static __global__ void qq_amax_kernel(const float *src, const float *col_scale, int64_t nseg, int64_t len,
-                                      int64_t cols, unsigned *bits) {
+                                      int64_t cols, unsigned *bits, const unsigned *gate) {
+    if (gate && *gate != 0u) return; /* delayed scaling with a history: no pass needed */
     for (int64_t s = blockIdx.y; s < nseg; s += gridDim.y) {
         const float *x = src + s * len;
         unsigned m = 0;
@@ -167,9 +172,11 @@ static __device__ float qq_fp8_encode_scale(float fmt_max, float amax) {
 }
 
 /* FP8 scale in place (one thread): scales[0] holds amax bits on entry and the dequantization
- * multiplier 1 / enc (exact: enc is a power of two) on exit. */
-static __global__ void qq_fp8_scale_kernel(float *scales, float fmt_max, unsigned *flags) {
+ * multiplier 1 / enc (exact: enc is a power of two) on exit. gate: NULL, or delayed scaling's
+ * history maximum (bits), which replaces the amax when non-zero. */
+static __global__ void qq_fp8_scale_kernel(float *scales, float fmt_max, unsigned *flags, const unsigned *gate) {
     unsigned b = reinterpret_cast<const unsigned *>(scales)[0];
+    if (gate && *gate != 0u) b = *gate;
     float out;
     if (b >= 0x7F800000u) { /* the CPU fails "non-finite amax" */
         atomicOr(flags, (unsigned)QS_CUDA_FLAG_NONFINITE_QUANTIZE);
@@ -178,6 +185,20 @@ static __global__ void qq_fp8_scale_kernel(float *scales, float fmt_max, unsigne
         out = __fdiv_rn(1.0f, qq_fp8_encode_scale(fmt_max, __uint_as_float(b)));
     }
     scales[0] = out;
+}
+
+/* Delayed scaling, first step (one warp): amax[len] = the largest of amax[0..len) as bits
+ * (0 when nothing is recorded); then, with record, amax[slot] = 0, ready for this call's
+ * atomicMax. History entries are finite and >= 0, so their bits order like their values. */
+static __global__ void qq_history_kernel(float *amax, int len, int slot, bool record) {
+    unsigned *bits = reinterpret_cast<unsigned *>(amax);
+    unsigned m = 0;
+    for (int k = (int)threadIdx.x; k < len; k += 32) m = max(m, bits[k]);
+    m = __reduce_max_sync(0xFFFFFFFFu, m);
+    if (threadIdx.x == 0) {
+        bits[len] = m;
+        if (record) bits[slot] = 0u;
+    }
 }
 
 /* ------------------------------------------------------------------ quantize kernels */
@@ -288,9 +309,11 @@ static __global__ void qq_quant_sr_kernel(qq_args a, uint64_t units) {
  * written transposed (4 source rows per thread and store).
  * SR, GROUPED (cols and offset multiples of 64): a 64-element tile row is one Philox group,
  * whose 16 blocks the row's 16 threads compute once (block l holds the words of columns
- * l + 16w) and exchange through shared memory; otherwise one block per element. */
+ * l + 16w) and exchange through shared memory; otherwise one block per element.
+ * AMAX (delayed scaling): the amax of what was quantized is found on the way — recorded into
+ * a.amax_out (when set) and, when non-finite, reported through a.flags. */
 #define QQ_TILE 64
-template <qq_fmt F, bool SR, bool HAS_CS, bool GROUPED, bool VEC>
+template <qq_fmt F, bool SR, bool HAS_CS, bool GROUPED, bool VEC, bool AMAX>
 static __global__ void __launch_bounds__(QQ_THREADS) qq_quant_tile_kernel(qq_args a) {
     __shared__ __align__(16) uint8_t tile[QQ_TILE][QQ_TILE + 4];
     __shared__ uint32_t words[GROUPED ? QQ_TILE : 1][GROUPED ? QQ_TILE + 1 : 1];
@@ -300,6 +323,7 @@ static __global__ void __launch_bounds__(QQ_THREADS) qq_quant_tile_kernel(qq_arg
     const int tr = (int)(threadIdx.x >> 4), l = (int)(threadIdx.x & 15u);
     uint8_t *dst = static_cast<uint8_t *>(a.dst), *dst_t = static_cast<uint8_t *>(a.dst_t);
     const bool vec_t = rows % 4 == 0 && (uintptr_t)dst_t % 4 == 0;
+    unsigned amax = 0; /* AMAX: bits of the largest |x| this thread quantized */
     for (int64_t t = blockIdx.x; t < ntiles; t += gridDim.x) {
         const int64_t r0 = t / tiles_c * QQ_TILE, c0 = t % tiles_c * QQ_TILE;
         if constexpr (SR && GROUPED) {
@@ -338,6 +362,7 @@ static __global__ void __launch_bounds__(QQ_THREADS) qq_quant_tile_kernel(qq_arg
             for (int k = 0; k < 4; k++) {
                 float x = v[p][k];
                 if constexpr (HAS_CS) x = gc + k < cols ? qq_mul_like_x86(x, a.col_scale[gc + k]) : 0.0f;
+                if constexpr (AMAX) amax = max(amax, __float_as_uint(x) & 0x7FFFFFFFu); /* out of range: 0 */
                 uint32_t rnd = 0;
                 if constexpr (SR && GROUPED) rnd = words[r][c + k];
                 if constexpr (SR && !GROUPED) rnd = qs_sr_word_inline(a.key, a.counter, a.offset + (uint64_t)(gr * cols + gc + k));
@@ -371,6 +396,13 @@ static __global__ void __launch_bounds__(QQ_THREADS) qq_quant_tile_kernel(qq_arg
             __syncthreads();
         }
     }
+    if constexpr (AMAX) {
+        amax = qq_block_max(amax);
+        if (threadIdx.x == 0) {
+            if (amax >= 0x7F800000u) atomicOr(a.flags, (unsigned)QS_CUDA_FLAG_NONFINITE_QUANTIZE);
+            else if (a.amax_out && amax) atomicMax(a.amax_out, amax);
+        }
+    }
 }
 
 /* Launch the tiled kernel of format F (1-byte, per-tensor) for the runtime choices. */
@@ -382,9 +414,11 @@ static qs_status qq_launch_tiles(qs_backend *be, cudaStream_t st, const qq_args 
     const unsigned grid = (unsigned)(ntiles < cap ? ntiles : cap);
     const bool cs = a.col_scale != NULL, grouped = a.cols % 64 == 0 && a.offset % 64 == 0;
     const bool vec = a.cols % 4 == 0 && (uintptr_t)a.src % 16 == 0 && (uintptr_t)a.dst % 4 == 0;
-#define QQ_TILES(SR_, CS_, G_)                                                                                   \
-    (vec ? qq_quant_tile_kernel<F, SR_, CS_, G_, true><<<grid, QQ_THREADS, 0, st>>>(a)                         \
-         : qq_quant_tile_kernel<F, SR_, CS_, G_, false><<<grid, QQ_THREADS, 0, st>>>(a))
+    const bool amax = a.flags != NULL; /* delayed scaling (FP8 only) */
+#define QQ_TILES_A(SR_, CS_, G_, A_)                                                                             \
+    (vec ? qq_quant_tile_kernel<F, SR_, CS_, G_, true, A_><<<grid, QQ_THREADS, 0, st>>>(a)                     \
+         : qq_quant_tile_kernel<F, SR_, CS_, G_, false, A_><<<grid, QQ_THREADS, 0, st>>>(a))
+#define QQ_TILES(SR_, CS_, G_) (amax && F != QQ_S8 ? QQ_TILES_A(SR_, CS_, G_, F != QQ_S8) : QQ_TILES_A(SR_, CS_, G_, false))
     if (!sr) {
         if (cs) QQ_TILES(false, true, false);
         else QQ_TILES(false, false, false);
@@ -396,6 +430,7 @@ static qs_status qq_launch_tiles(qs_backend *be, cudaStream_t st, const qq_args 
         else QQ_TILES(true, false, false);
     }
 #undef QQ_TILES
+#undef QQ_TILES_A
     return qs_cuda_check_launch("quantize: tiled kernel");
 }
 
@@ -424,13 +459,17 @@ static qs_status qq_launch(qs_backend *be, cudaStream_t st, const qq_args &a, bo
 
 /* A 1-byte per-tensor quantization: the tiled kernel; a flat tensor (fewer rows than a tile,
  * no transposed copy, no col_scale) is viewed as rows of 64 when it divides (the element
- * indices, hence the codes, are the same), else goes element by element. */
+ * indices, hence the codes, are the same), else goes element by element (except with delayed
+ * scaling, whose amax the tiled kernel finds). */
 template <qq_fmt F>
 static qs_status qq_launch_bytes(qs_backend *be, cudaStream_t st, qq_args a, bool sr) {
     if (a.rows < QQ_TILE && !a.dst_t && !a.col_scale) {
-        if (a.n % 64 != 0) return qq_launch<F>(be, st, a, false, sr);
-        a.rows = a.n / 64;
-        a.cols = 64;
+        if (a.n % 64 == 0) {
+            a.rows = a.n / 64;
+            a.cols = 64;
+        } else if (!a.flags) { /* (delayed scaling needs the tiled kernel's amax) */
+            return qq_launch<F>(be, st, a, false, sr);
+        }
     }
     return qq_launch_tiles<F>(be, st, a, sr);
 }
@@ -438,7 +477,7 @@ static qs_status qq_launch_bytes(qs_backend *be, cudaStream_t st, qq_args a, boo
 /* Amax of the (rows, cols) input — per row into scales[0..rows), else into scales[0] — as
  * bits, after zeroing them (step 1 of the header comment). */
 static qs_status qq_amax(qs_backend *be, cudaStream_t st, const qq_args &a, int64_t rows, bool per_row,
-                         float *scales) {
+                         float *scales, const unsigned *gate) {
     const int64_t nseg = per_row ? rows : 1, len = per_row ? a.cols : a.n;
     unsigned *bits = reinterpret_cast<unsigned *>(scales);
     QS_CUDA_TRY(cudaMemsetAsync(bits, 0, (size_t)nseg * sizeof(unsigned), st));
@@ -453,13 +492,13 @@ static qs_status qq_amax(qs_backend *be, cudaStream_t st, const qq_args &a, int6
     bool cs = a.col_scale != NULL;
     const bool vec4 = !cs && len % 4 == 0 && (uintptr_t)a.src % 16 == 0;
     if (per_row) {
-        if (cs) qq_amax_kernel<true, true, false><<<grid, threads, 0, st>>>(a.src, a.col_scale, nseg, len, a.cols, bits);
-        else if (vec4) qq_amax_kernel<false, true, true><<<grid, threads, 0, st>>>(a.src, a.col_scale, nseg, len, a.cols, bits);
-        else qq_amax_kernel<false, true, false><<<grid, threads, 0, st>>>(a.src, a.col_scale, nseg, len, a.cols, bits);
+        if (cs) qq_amax_kernel<true, true, false><<<grid, threads, 0, st>>>(a.src, a.col_scale, nseg, len, a.cols, bits, gate);
+        else if (vec4) qq_amax_kernel<false, true, true><<<grid, threads, 0, st>>>(a.src, a.col_scale, nseg, len, a.cols, bits, gate);
+        else qq_amax_kernel<false, true, false><<<grid, threads, 0, st>>>(a.src, a.col_scale, nseg, len, a.cols, bits, gate);
     } else {
-        if (cs) qq_amax_kernel<true, false, false><<<grid, threads, 0, st>>>(a.src, a.col_scale, nseg, len, a.cols, bits);
-        else if (vec4) qq_amax_kernel<false, false, true><<<grid, threads, 0, st>>>(a.src, a.col_scale, nseg, len, a.cols, bits);
-        else qq_amax_kernel<false, false, false><<<grid, threads, 0, st>>>(a.src, a.col_scale, nseg, len, a.cols, bits);
+        if (cs) qq_amax_kernel<true, false, false><<<grid, threads, 0, st>>>(a.src, a.col_scale, nseg, len, a.cols, bits, gate);
+        else if (vec4) qq_amax_kernel<false, false, true><<<grid, threads, 0, st>>>(a.src, a.col_scale, nseg, len, a.cols, bits, gate);
+        else qq_amax_kernel<false, false, false><<<grid, threads, 0, st>>>(a.src, a.col_scale, nseg, len, a.cols, bits, gate);
     }
     return qs_cuda_check_launch("quantize: amax kernel");
 }
@@ -472,7 +511,7 @@ static qs_status qq_amax(qs_backend *be, cudaStream_t st, const qq_args &a, int6
  * reported at once (as the CPU does); non-finite S8/FP8 input at the next stream_sync. */
 qs_status qs_cuda_quantize(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const float *src,
                            const float *col_scale, qs_dtype dt, void *dst, float *scales, bool per_row,
-                           const qs_sr *sr, void *dst_t) {
+                           const qs_sr *sr, void *dst_t, const qs_quant_delayed *delayed) {
     if (rows < 0 || cols < 0)
         return QS_FAIL(QS_ERR_INVALID_ARG, "quantize: negative shape (%lld, %lld)", (long long)rows, (long long)cols);
     if (cols > 0 && rows > INT64_MAX / cols)
@@ -485,6 +524,7 @@ qs_status qs_cuda_quantize(qs_backend *be, qs_stream *s, int64_t rows, int64_t c
     if (per_row && dt != QS_S8)
         return QS_FAIL(QS_ERR_INVALID_ARG, "quantize: per-row scales exist only for s8 (got %s)", qs_dtype_name(dt));
     QS_TRY(qs_quantize_dst_t_check(dt, per_row, dst_t));
+    QS_TRY(qs_quantize_delayed_check(dt, delayed));
     cudaStream_t st = qq_stream(be, s);
     unsigned *flags = qs_cuda_be(be)->flags;
     qq_args a;
@@ -499,6 +539,8 @@ qs_status qs_cuda_quantize(qs_backend *be, qs_stream *s, int64_t rows, int64_t c
     a.offset = sr ? sr->offset : 0u;
     a.rows = rows;
     a.dst_t = dst_t;
+    a.amax_out = NULL;
+    a.flags = NULL;
     const bool use_sr = sr != NULL;
     switch (dt) {
     case QS_F32: /* a copy (of src·col_scale); no rounding, so no SR */
@@ -510,7 +552,7 @@ qs_status qs_cuda_quantize(qs_backend *be, qs_stream *s, int64_t rows, int64_t c
     case QS_BF16: return qq_launch<QQ_BF16>(be, st, a, false, use_sr);
     case QS_F16: return qq_launch<QQ_F16>(be, st, a, false, use_sr);
     case QS_S8: {
-        QS_TRY(qq_amax(be, st, a, rows, per_row, scales));
+        QS_TRY(qq_amax(be, st, a, rows, per_row, scales, NULL));
         const int64_t nseg = per_row ? rows : 1;
         qq_int8_scale_kernel<<<qq_grid(be, (uint64_t)nseg), QQ_THREADS, 0, st>>>(scales, nseg, flags);
         QS_TRY(qs_cuda_check_launch("quantize to s8: scale kernel"));
@@ -519,8 +561,16 @@ qs_status qs_cuda_quantize(qs_backend *be, qs_stream *s, int64_t rows, int64_t c
     }
     case QS_F8E4M3:
     case QS_F8E5M2: {
-        QS_TRY(qq_amax(be, st, a, rows, false, scales));
-        qq_fp8_scale_kernel<<<1, 1, 0, st>>>(scales, qs_fp8_max(dt), flags);
+        const unsigned *gate = NULL; /* delayed: the history's maximum, amax[len] */
+        if (delayed) {
+            qq_history_kernel<<<1, 32, 0, st>>>(delayed->amax, delayed->len, delayed->slot, delayed->record);
+            QS_TRY(qs_cuda_check_launch("quantize to fp8: amax history kernel"));
+            gate = reinterpret_cast<const unsigned *>(delayed->amax + delayed->len);
+            a.amax_out = delayed->record ? reinterpret_cast<unsigned *>(delayed->amax + delayed->slot) : NULL;
+            a.flags = flags;
+        }
+        QS_TRY(qq_amax(be, st, a, rows, false, scales, gate));
+        qq_fp8_scale_kernel<<<1, 1, 0, st>>>(scales, qs_fp8_max(dt), flags, gate);
         QS_TRY(qs_cuda_check_launch("quantize to fp8: scale kernel"));
         return dt == QS_F8E4M3 ? qq_launch_bytes<QQ_E4M3>(be, st, a, use_sr)
                                : qq_launch_bytes<QQ_E5M2>(be, st, a, use_sr);

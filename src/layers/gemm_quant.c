@@ -83,7 +83,7 @@ static qs_status qs_gemm_w_forward(qs_model *m, qs_node *n, qs_gemm_shape sh, qs
     float *scales = w_scales(n, sh);
     void *wt = data_t_of(n, n->saved[0], sh.w_rows, sh.w_cols, fdt);
     QS_TRY(m->be->ops->quantize(m->be, m->stream, sh.w_rows, sh.w_cols, master, NULL, fdt, n->saved[0], scales, pc,
-                                NULL, wt));
+                                NULL, wt, NULL));
     *w = (qs_operand){.data = n->saved[0], .dt = fdt, .scale = scales, .per_row = pc, .data_t = wt};
     if (fdt == QS_BF16 || fdt == QS_F16) w->scale = NULL;
     return QS_OK;
@@ -119,7 +119,7 @@ static qs_status qs_gemm_dy(qs_model *m, qs_node *n, qs_gemm_shape sh, bool fold
     const qs_sr sr = {.key = qs_rng_key(m->seed, "sr", 4 * node_index + (fold ? 1 : 0)), .counter = (uint64_t)m->step};
     const float *col_scale = fold ? w_scales(n, sh) : NULL;
     QS_TRY(m->be->ops->quantize(m->be, m->stream, sh.dy_rows, sh.dy_cols, n->dy, col_scale, gdt, n->saved[slot], scale,
-                                false, m->grad_round_nearest ? NULL : &sr, dyt));
+                                false, m->grad_round_nearest ? NULL : &sr, dyt, NULL));
     if (!fold) n->quant_step = m->step;
     return QS_OK;
 }

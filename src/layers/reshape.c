@@ -100,7 +100,7 @@ static qs_status cast_forward(qs_model *m, qs_node *n) {
         int64_t rows, cols;
         cast_matrix(m, n, &rows, &cols);
         return m->be->ops->quantize(m->be, m->stream, rows, cols, in->y, NULL, n->out_dtype, n->y, n->saved[0], false,
-                                    NULL, n->saved[1]);
+                                    NULL, n->saved[1], NULL);
     }
     return m->be->ops->cast(m->be, m->stream, count, in->y, in->out_dtype, n->y, n->out_dtype);
 }

@@ -361,7 +361,7 @@ qmat quant_both(const float *x, int64_t rows, int64_t cols, qs_dtype dt, const q
     void *data = halloc(bytes);
     float *scale = hf(1);
     const bool scaled = dt == QS_S8 || dt == QS_F8E4M3 || dt == QS_F8E5M2;
-    ASSERT_OK(COPS->quantize(g_cpu, CST, rows, cols, x, NULL, dt, data, scale, false, sr, NULL));
+    ASSERT_OK(COPS->quantize(g_cpu, CST, rows, cols, x, NULL, dt, data, scale, false, sr, NULL, NULL));
     q.cpu = (qs_operand){data, dt, scaled ? scale : NULL, false, NULL};
     q.gpu = (qs_operand){dup_gpu(data, bytes), dt, scaled ? dup_gpu_f(scale, 1) : NULL, false, NULL};
     return q;

@@ -52,7 +52,7 @@ qs_th_qmat qs_th_quantize(const float *x, int64_t rows, int64_t cols, qs_dtype d
     void *data = qs_th_alloc((size_t)(rows * cols) * qs_dtype_size(dt) + 64);
     float *scales = qs_th_floats(rows);
     qs_sr sr = {.key = sr_key, .counter = 1, .offset = 0};
-    ASSERT_OK(OPS->quantize(qs_th_be, STREAM, rows, cols, x, NULL, dt, data, scales, per_row, stochastic ? &sr : NULL, NULL));
+    ASSERT_OK(OPS->quantize(qs_th_be, STREAM, rows, cols, x, NULL, dt, data, scales, per_row, stochastic ? &sr : NULL, NULL, NULL));
     bool scaled = dt == QS_S8 || dt == QS_F8E4M3 || dt == QS_F8E5M2;
     q.op = (qs_operand){.data = data, .dt = dt, .scale = scaled ? scales : NULL, .per_row = per_row};
     q.deq = qs_th_floats(rows * cols);
