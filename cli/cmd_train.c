@@ -47,7 +47,7 @@ int qs_cli_precision_options(const char *cmd, const char *precision, const char 
 
 /* Translate the textual options that need checking into the config; 0 or 2. */
 static int qs_train_check(qs_train_config *c, const char *optimizer, const char *precision, const char *device,
-                          const char *grad_rounding, const char *weight_scales) {
+                          const char *grad_rounding, const char *weight_scales, const char *fp8_scaling) {
     if (strcmp(optimizer, "sgd") == 0) c->optim.kind = QS_OPTIM_SGD;
     else if (strcmp(optimizer, "adamw") == 0) c->optim.kind = QS_OPTIM_ADAMW;
     else {
@@ -57,6 +57,16 @@ static int qs_train_check(qs_train_config *c, const char *optimizer, const char 
     int rc = qs_cli_precision_options("train", precision, c->plan, grad_rounding, weight_scales, &c->precision,
                                       &c->grad_rounding, &c->weight_scales);
     if (rc) return rc;
+    if (!qs_fp8_scaling_parse(fp8_scaling, &c->fp8_amax_history)) {
+        fprintf(stderr, "qsync train: --fp8-scaling must be current, delayed or delayed:N with N in 1..%d (got '%s')\n",
+                QS_FP8_AMAX_HISTORY_MAX, fp8_scaling);
+        return 2;
+    }
+    if (c->fp8_amax_history && c->resume) {
+        fprintf(stderr, "qsync train: --resume with --fp8-scaling delayed: checkpoints do not hold the amax histories, "
+                "so the run could not continue bit-exactly; resume with --fp8-scaling current or start a new run\n");
+        return 2;
+    }
     qs_loss_scaler ls;
     if (c->loss_scale && strcmp(c->loss_scale, "auto") != 0 && qs_loss_scaler_parse(c->loss_scale, 0, &ls) != QS_OK) {
         fprintf(stderr, "qsync train: --loss-scale must be auto, none, dynamic, dynamic:INIT or a positive number "
@@ -130,6 +140,7 @@ int qs_cmd_train(int argc, char **argv) {
     qs_train_config c;
     qs_train_config_defaults(&c);
     const char *optimizer = "sgd", *precision = "fp32", *device = "cpu", *grad_rounding = NULL, *weight_scales = NULL;
+    const char *fp8_scaling = "current";
     double bucket_mb = 25;
     const char *cluster_path = NULL;
     const char **worker_types = NULL; /* the cluster's labels, for rank 0's report */
@@ -163,6 +174,8 @@ int qs_cmd_train(int argc, char **argv) {
         {"allow-emulated", QS_CLI_FLAG, &c.allow_emulated, NULL, "permit precisions the backend only emulates (fp16, fp8 on the cpu)"},
         {"grad-rounding", QS_CLI_STR, &grad_rounding, "R", "low-precision gradients: stochastic (default) or nearest"},
         {"weight-scales", QS_CLI_STR, &weight_scales, "S", "INT8 weight scales: tensor (default) or channel"},
+        {"fp8-scaling", QS_CLI_STR, &fp8_scaling, "MODE", "FP8 scales: current (default: each tensor's amax) or delayed[:N] "
+                                                          "(from the last N steps' amax, default 16; docs/PRECISION.md)"},
         {"loss-scale", QS_CLI_STR, &c.loss_scale, "S", "auto (dynamic if any fp16), none, dynamic[:INIT], or N"},
         {"loss-scale-window", QS_CLI_I64, &c.loss_scale_window, "N", "dynamic loss scale doubles after N good steps (2000)"},
         {"device", QS_CLI_STR, &device, "D", "cpu (default), cuda or cuda:N (under mpirun every rank shares that GPU; a --cluster sets it per worker)"},
@@ -259,7 +272,7 @@ int qs_cmd_train(int argc, char **argv) {
         for (int i = 0; worker_types && i < cluster.n_workers; i++) worker_types[i] = cluster.workers[i].type;
         c.worker_types = worker_types;
     }
-    if ((rc = qs_train_check(&c, optimizer, precision, device, grad_rounding, weight_scales))) {
+    if ((rc = qs_train_check(&c, optimizer, precision, device, grad_rounding, weight_scales, fp8_scaling))) {
         free(worker_types);
         qs_cluster_free(&cluster);
         qs_comm_finalize(comm);

@@ -183,6 +183,12 @@ static void test_precision_options(void **state) {
     expect_run("train " QS_TINY " --steps 1 --grad-rounding up", 2, "--grad-rounding must be stochastic or nearest");
     expect_run("train " QS_TINY " --steps 1 --weight-scales row", 2, "--weight-scales must be tensor or channel");
     expect_run("train " QS_TINY " --steps 1 --loss-scale lots", 2, "--loss-scale must be auto, none, dynamic");
+    expect_run("train " QS_TINY " --steps 1 --fp8-scaling delayed:0", 2, "--fp8-scaling must be current, delayed");
+    expect_run("train " QS_TINY " --steps 1 --fp8-scaling late", 2, "--fp8-scaling must be current, delayed");
+    expect_runf(2, "checkpoints do not hold the amax histories",
+                "train " QS_TINY " --steps 1 --precision fp8 --allow-emulated --fp8-scaling delayed --resume %s/none", tmp);
+    expect_run("train " QS_TINY_MLP " --steps 2 --precision fp8 --allow-emulated --fp8-scaling delayed:3 --json", 0,
+               "\"fp8_amax_history\":\t3");
     expect_run("train " QS_TINY " --steps 1 --precision fp16", 1, "fp16 is only emulated on the cpu backend");
     expect_run("train " QS_TINY " --steps 1 --precision fp8", 1, "pass --allow-emulated");
     expect_run("train " QS_TINY " --steps 1 --precision tf32", 1, "the cpu backend cannot run tf32");

@@ -78,7 +78,8 @@ static void test_low_precision_replicas(void **state) {
 
 /* FP8 training reading the layers' transposed copies (the default) against the same run with
  * QS_CUDA_FP8_TRANSPOSED=0 (every product transposes its operands itself): the checkpoints must
- * be bitwise equal — the products read the same bytes either way. One process each. */
+ * be bitwise equal — the products read the same bytes either way; also under delayed scaling
+ * (the amax recorded by the tiled quantizer). One process each. */
 static void test_fp8_transposed_copies(void **state) {
     (void)state;
     static const char *const runs[][2] = {
@@ -86,6 +87,9 @@ static void test_fp8_transposed_copies(void **state) {
                 "--eval-subset 256 --precision fp8 --no-progress --quiet"},
         {"gpt-mini", "train --device cuda:0 --model gpt-mini --data synthetic-text:256:64 --batch 16 --steps 10 "
                      "--optimizer adamw --lr 1e-3 --precision fp8 --eval-subset 64 --no-progress --quiet"},
+        {"gpt-mini-delayed", "train --device cuda:0 --model gpt-mini --data synthetic-text:256:64 --batch 16 --steps 10 "
+                             "--optimizer adamw --lr 1e-3 --precision fp8 --fp8-scaling delayed:4 --eval-subset 64 "
+                             "--no-progress --quiet"},
     };
     for (size_t k = 0; k < sizeof runs / sizeof *runs; k++) {
         char a[768], d_on[256], d_off[256];

@@ -23,16 +23,34 @@ static size_t operand_bytes(const qs_node *n, int64_t rows, int64_t cols, qs_dty
     return data_bytes(rows, cols, dt) * (keeps_t(n, dt) ? 2u : 1u);
 }
 
+size_t qs_fp8_history_bytes(const qs_model *m) { return align64((size_t)(m->fp8_amax_history + 1) * sizeof(float)); }
+
+const qs_quant_delayed *qs_fp8_delayed(const qs_model *m, float *hist, qs_quant_delayed *buf) {
+    if (!hist) return NULL;
+    *buf = (qs_quant_delayed){.amax = hist, .len = m->fp8_amax_history,
+                              .slot = (int)(m->step % m->fp8_amax_history), .record = m->training};
+    return buf;
+}
+
+/* The amax history of the node's W (which 0) or dY (which 1) in saved[2], or NULL. */
+static float *gemm_history(const qs_model *m, const qs_node *n, int which) {
+    if (m->fp8_amax_history < 1 || !is_fp8(qs_precision_operand_dtype(n->prec, false)) || !n->saved[2]) return NULL;
+    return (float *)(void *)((char *)n->saved[2] + (size_t)which * qs_fp8_history_bytes(m));
+}
+
 /* saved[1]: dY's quantized copy (and transposed copy) and its scale; decides
- * keeps_transposed (gemm_quant.h). */
+ * keeps_transposed (gemm_quant.h); saved[2]: the FP8 amax histories under delayed scaling. */
 static qs_status gemm_dy_alloc(qs_model *m, qs_node *n, qs_gemm_shape sh) {
     n->quant_step = -1;
-    n->keeps_transposed = sh.transposable && m->be->fp8_wants_transposed &&
-                          is_fp8(qs_precision_operand_dtype(n->prec, false));
+    const bool fp8 = is_fp8(qs_precision_operand_dtype(n->prec, false));
+    n->keeps_transposed = sh.transposable && m->be->fp8_wants_transposed && fp8;
     if (!low_precision(n)) return QS_OK;
     n->saved_bytes[1] = operand_bytes(n, sh.dy_rows, sh.dy_cols, qs_precision_operand_dtype(n->prec, true)) +
                         sizeof(float);
-    return m->be->ops->alloc(m->be, n->saved_bytes[1], &n->saved[1]);
+    QS_TRY(m->be->ops->alloc(m->be, n->saved_bytes[1], &n->saved[1]));
+    if (!fp8 || m->fp8_amax_history < 1) return QS_OK;
+    n->saved_bytes[2] = 2 * qs_fp8_history_bytes(m);
+    return m->be->ops->alloc(m->be, n->saved_bytes[2], &n->saved[2]);
 }
 
 qs_status qs_gemm_dy_setup(qs_model *m, qs_node *n, int64_t rows, int64_t cols) {
@@ -45,9 +63,11 @@ qs_status qs_gemm_quant_setup(qs_model *m, qs_node *n, qs_gemm_shape sh) {
     const qs_dtype fdt = qs_precision_operand_dtype(n->prec, false);
     const size_t wdata = operand_bytes(n, sh.w_rows, sh.w_cols, fdt);
     n->saved_bytes[0] = wdata + (size_t)(sh.w_rows + 1) * sizeof(float);
-    n->saved_bytes[2] = per_channel(m, n) ? n->saved_bytes[1] : 0;
-    for (int k = 0; k < 3; k += 2)
-        if (n->saved_bytes[k]) QS_TRY(m->be->ops->alloc(m->be, n->saved_bytes[k], &n->saved[k]));
+    QS_TRY(m->be->ops->alloc(m->be, n->saved_bytes[0], &n->saved[0]));
+    if (per_channel(m, n)) { /* INT8 only: saved[2] is free (no FP8 histories) */
+        n->saved_bytes[2] = n->saved_bytes[1];
+        QS_TRY(m->be->ops->alloc(m->be, n->saved_bytes[2], &n->saved[2]));
+    }
     const float one = 1.0f; /* the unit scale of per-channel weights in backward-data */
     QS_TRY(m->be->ops->copy_h2d(m->be, m->stream, (char *)n->saved[0] + wdata + (size_t)sh.w_rows * sizeof(float), &one,
                                 sizeof one));
@@ -82,8 +102,9 @@ static qs_status qs_gemm_w_forward(qs_model *m, qs_node *n, qs_gemm_shape sh, qs
     const bool pc = per_channel(m, n);
     float *scales = w_scales(n, sh);
     void *wt = data_t_of(n, n->saved[0], sh.w_rows, sh.w_cols, fdt);
+    qs_quant_delayed dl;
     QS_TRY(m->be->ops->quantize(m->be, m->stream, sh.w_rows, sh.w_cols, master, NULL, fdt, n->saved[0], scales, pc,
-                                NULL, wt, NULL));
+                                NULL, wt, qs_fp8_delayed(m, gemm_history(m, n, 0), &dl)));
     *w = (qs_operand){.data = n->saved[0], .dt = fdt, .scale = scales, .per_row = pc, .data_t = wt};
     if (fdt == QS_BF16 || fdt == QS_F16) w->scale = NULL;
     return QS_OK;
@@ -118,8 +139,10 @@ static qs_status qs_gemm_dy(qs_model *m, qs_node *n, qs_gemm_shape sh, bool fold
     const uint64_t node_index = (uint64_t)(n - m->nodes);
     const qs_sr sr = {.key = qs_rng_key(m->seed, "sr", 4 * node_index + (fold ? 1 : 0)), .counter = (uint64_t)m->step};
     const float *col_scale = fold ? w_scales(n, sh) : NULL;
+    qs_quant_delayed dl;
     QS_TRY(m->be->ops->quantize(m->be, m->stream, sh.dy_rows, sh.dy_cols, n->dy, col_scale, gdt, n->saved[slot], scale,
-                                false, m->grad_round_nearest ? NULL : &sr, dyt, NULL));
+                                false, m->grad_round_nearest ? NULL : &sr, dyt,
+                                qs_fp8_delayed(m, gemm_history(m, n, 1), &dl)));
     if (!fold) n->quant_step = m->step;
     return QS_OK;
 }

@@ -14,7 +14,9 @@
  * it is counted in saved_bytes like the rest. The input cast keeps Xᵀ the same way (reshape.c). 
  *   saved[2]  per-output-channel weights only: dY·s_w[n] quantized for backward-data (the
  *             channel scale varies along that product's reduction axis, so it is folded
- *             into dY and W is used with unit scale).
+ *             into dY and W is used with unit scale); FP8 with delayed scaling
+ *             (qs_model.fp8_amax_history = N): the amax histories of W and dY, N + 1 floats
+ *             each (qs_quant_delayed), zero at setup.
  * FP32 nodes own none of these and pass their FP32 tensors straight through.
  * Stochastic rounding stream of node i: key qs_rng_key(seed, "sr", 4·i + role) with role 0
  * for dY and 1 for the folded dY, counter = the model's step. */
@@ -37,6 +39,12 @@ qs_status qs_gemm_quant_setup(qs_model *m, qs_node *n, qs_gemm_shape sh);
 /* Only the quantized dY (saved[1]) of a (rows, cols) output gradient: GEMM nodes without a
  * weight (MatMul), whose operands all come through casts. */
 qs_status qs_gemm_dy_setup(qs_model *m, qs_node *n, int64_t rows, int64_t cols);
+
+/* FP8 delayed scaling: bytes of one amax history (qs_quant_delayed: len + 1 floats). */
+size_t qs_fp8_history_bytes(const qs_model *m);
+/* The qs_quant_delayed of a quantization through the history at hist, in *buf: NULL (current
+ * scaling) when hist is NULL; the slot of the model's step; recorded only in training. */
+const qs_quant_delayed *qs_fp8_delayed(const qs_model *m, float *hist, qs_quant_delayed *buf);
 
 /* Input `slot` as an operand: the quantizing cast's output with its scale, or the FP32 input. */
 qs_operand qs_gemm_input_operand(qs_model *m, const qs_node *n, int slot);

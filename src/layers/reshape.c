@@ -1,7 +1,7 @@
 /* src/layers/reshape.c — Flatten: (N,H,W,C) channels-last → (N, C·H·W) in PyTorch's (C,H,W)
  * order, so a Linear after it keeps PyTorch's weight layout; and Cast: element-type
  * conversion as a graph node (RNE), with the gradient cast back. */
-#include "layers/layer_util.h"
+#include "layers/gemm_quant.h"
 
 static qs_status flatten_infer(qs_model *m, qs_node *n) {
     const qs_node *in = qs_layer_input(m, n, 0);
@@ -84,10 +84,17 @@ static void cast_matrix(const qs_model *m, const qs_node *n, int64_t *rows, int6
     *rows = m->batch * qs_layer_out_numel_per_sample(n) / *cols;
 }
 
+/* saved[0]: the scale; saved[1]: the transposed copy (cast_keeps_transposed); saved[2]: the
+ * amax history of FP8 delayed scaling (qs_model.fp8_amax_history). */
 static qs_status cast_setup(qs_model *m, qs_node *n) {
     if (!cast_scaled(n->out_dtype)) return QS_OK;
     n->saved_bytes[0] = sizeof(float);
     QS_TRY(m->be->ops->alloc(m->be, n->saved_bytes[0], &n->saved[0]));
+    if (n->cfg.cast.straight_through && m->fp8_amax_history > 0 &&
+        (n->out_dtype == QS_F8E4M3 || n->out_dtype == QS_F8E5M2)) {
+        n->saved_bytes[2] = qs_fp8_history_bytes(m);
+        QS_TRY(m->be->ops->alloc(m->be, n->saved_bytes[2], &n->saved[2]));
+    }
     if (!cast_keeps_transposed(m, n)) return QS_OK;
     n->saved_bytes[1] = (size_t)(m->batch * qs_layer_out_numel_per_sample(n));
     return m->be->ops->alloc(m->be, n->saved_bytes[1], &n->saved[1]);
@@ -99,8 +106,9 @@ static qs_status cast_forward(qs_model *m, qs_node *n) {
     if (n->cfg.cast.straight_through) { /* round to nearest: forward values must not be noisy */
         int64_t rows, cols;
         cast_matrix(m, n, &rows, &cols);
+        qs_quant_delayed dl;
         return m->be->ops->quantize(m->be, m->stream, rows, cols, in->y, NULL, n->out_dtype, n->y, n->saved[0], false,
-                                    NULL, n->saved[1], NULL);
+                                    NULL, n->saved[1], qs_fp8_delayed(m, n->saved[2], &dl));
     }
     return m->be->ops->cast(m->be, m->stream, count, in->y, in->out_dtype, n->y, n->out_dtype);
 }

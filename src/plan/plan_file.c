@@ -775,6 +775,21 @@ qs_status qs_plan_compare(const qs_plan *saved, const qs_model *m, const char *w
 
 /* ------------------------------------------------------------------ run set-up and reports */
 
+bool qs_fp8_scaling_parse(const char *s, int *history) {
+    if (strcmp(s, "current") == 0) {
+        *history = 0;
+        return true;
+    }
+    if (strcmp(s, "delayed") == 0) {
+        *history = QS_FP8_AMAX_HISTORY_DEFAULT;
+        return true;
+    }
+    int n = 0, used = 0;
+    if (sscanf(s, "delayed:%d%n", &n, &used) != 1 || s[used] != '\0' || n < 1 || n > QS_FP8_AMAX_HISTORY_MAX) return false;
+    *history = n;
+    return true;
+}
+
 void qs_precision_options_default(qs_precision_options *o) {
     memset(o, 0, sizeof *o);
     o->uniform = QS_PREC_FP32;
@@ -796,6 +811,9 @@ qs_status qs_precision_setup(qs_model *m, qs_backend *be, const qs_precision_opt
     }
     if (o->grad_rounding != QS_GRAD_ROUND_UNSET) m->grad_round_nearest = o->grad_rounding == QS_GRAD_ROUND_NEAREST;
     if (o->weight_scales != QS_WEIGHT_SCALES_UNSET) m->weight_per_channel = o->weight_scales == QS_WEIGHT_SCALES_CHANNEL;
+    if (o->fp8_amax_history < 0)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "FP8 amax history of %d steps (0: current scaling)", o->fp8_amax_history);
+    m->fp8_amax_history = o->fp8_amax_history;
     return qs_model_insert_casts(m, NULL);
 }
 
@@ -810,6 +828,7 @@ cJSON *qs_precision_report_json(const qs_model *m, qs_backend *be) {
     cJSON *emu = cJSON_AddArrayToObject(o, "emulated");
     cJSON_AddStringToObject(o, "grad_rounding", m->grad_round_nearest ? "nearest" : "stochastic");
     cJSON_AddStringToObject(o, "weight_scales", m->weight_per_channel ? "channel" : "tensor");
+    cJSON_AddNumberToObject(o, "fp8_amax_history", m->fp8_amax_history);
     cJSON *layers = cJSON_AddObjectToObject(o, "layers");
     if (!c || !sup || !nat || !emu || !layers) {
         cJSON_Delete(o);
@@ -845,6 +864,9 @@ void qs_precision_report_line(const qs_model *m, qs_backend *be, char *buf, size
     }
     if (!k && len < cap) len += (size_t)snprintf(buf + len, cap - len, "no selectable layers");
     if (len < cap)
-        snprintf(buf + len, cap - len, "; gradients rounded %s, weight scales per %s",
-                 m->grad_round_nearest ? "to nearest" : "stochastically", m->weight_per_channel ? "channel" : "tensor");
+        len += (size_t)snprintf(buf + len, cap - len, "; gradients rounded %s, weight scales per %s",
+                                m->grad_round_nearest ? "to nearest" : "stochastically",
+                                m->weight_per_channel ? "channel" : "tensor");
+    if (m->fp8_amax_history > 0 && len < cap)
+        snprintf(buf + len, cap - len, ", FP8 scales delayed (%d-step amax history)", m->fp8_amax_history);
 }

@@ -63,6 +63,11 @@ typedef enum qs_weight_scales { QS_WEIGHT_SCALES_UNSET = -1, QS_WEIGHT_SCALES_TE
 bool qs_grad_rounding_parse(const char *s, qs_grad_rounding *out);
 bool qs_weight_scales_parse(const char *s, qs_weight_scales *out);
 const char *qs_grad_rounding_name(qs_grad_rounding r);   /* "stochastic", "nearest", "unset" */
+/* FP8 scaling: "current" → 0, "delayed" → QS_FP8_AMAX_HISTORY_DEFAULT, "delayed:N" → N
+ * (1..QS_FP8_AMAX_HISTORY_MAX) steps of amax history; false if malformed. */
+#define QS_FP8_AMAX_HISTORY_DEFAULT 16
+#define QS_FP8_AMAX_HISTORY_MAX 1024
+bool qs_fp8_scaling_parse(const char *s, int *history);
 const char *qs_weight_scales_name(qs_weight_scales w);   /* "tensor", "channel", "unset" */
 
 typedef struct qs_plan_layer {
@@ -160,6 +165,7 @@ typedef struct qs_precision_options {
     bool allow_emulated;
     qs_grad_rounding grad_rounding;  /* UNSET: the plan's, else stochastic */
     qs_weight_scales weight_scales;  /* UNSET: the plan's, else tensor */
+    int fp8_amax_history;            /* qs_model.fp8_amax_history (0: current scaling) */
 } qs_precision_options;
 
 /* Defaults: uniform fp32, no plan, emulation refused, options unset. */

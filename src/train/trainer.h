@@ -28,6 +28,7 @@ typedef struct qs_train_config {
     bool allow_emulated;        /* permit precisions the backend only emulates (fp16/fp8 on the cpu) */
     qs_grad_rounding grad_rounding;  /* UNSET → the plan's, else stochastic */
     qs_weight_scales weight_scales;  /* UNSET → the plan's, else tensor */
+    int fp8_amax_history;       /* 0: FP8 current scaling; N: delayed, N-step amax histories */
     /* Loss scaling (optim/loss_scale.h): NULL or "auto" → dynamic when any layer is fp16,
      * none otherwise; "none", "dynamic", "dynamic:INIT", or a number (static scale). */
     const char *loss_scale;
