@@ -2,8 +2,8 @@
  * all-reduce, src/dist/ipc_reduce.h) under the real launcher: 1 rank × batch B against 2 ranks
  * × B/2 and 3 ranks × B/3 at FP32, replicas compared after every step at FP32, BF16 and FP8
  * and for a transformer (tied embedding), FP8 products reading the layers' transposed copies
- * against products making their own (bitwise equal), and a stalled rank ending the job with a
- * message.
+ * against products making their own (bitwise equal), resume on the GPU byte-identical to an
+ * uninterrupted run, and a stalled rank ending the job with a message.
  * Runs on the GPU machine (scripts/gpu-suite.sh run); elsewhere it says why and exits 77
  * (QS_REQUIRE_GPU=1 makes that a failure).
  *
@@ -108,6 +108,38 @@ static void test_fp8_transposed_copies(void **state) {
     }
 }
 
+/* Resume on the GPU: a run stopped at step 4 of 8 and resumed from its checkpoint ends with
+ * byte-identical model and optimizer state to the uninterrupted run — cnn with dropout at BF16
+ * (SGD) and gpt-mini at FP8 (AdamW). One process each. */
+static void test_resume_bit_exact(void **state) {
+    (void)state;
+    static const char *const runs[][2] = {
+        {"cnn-bf16", "train --device cuda:0 --model cnn --width 8 --data synthetic --batch 64 --steps 8 --dropout 0.25 "
+                     "--train-subset 1280 --eval-subset 256 --precision bf16 --no-progress --quiet"},
+        {"gpt-mini-fp8", "train --device cuda:0 --model gpt-mini --data synthetic-text:256:64 --batch 16 --steps 8 "
+                         "--optimizer adamw --lr 1e-3 --precision fp8 --eval-subset 64 --no-progress --quiet"},
+    };
+    for (size_t k = 0; k < sizeof runs / sizeof *runs; k++) {
+        char a[1024], full[256], part[256];
+        snprintf(full, sizeof full, "%s/%s-full", qs_test_tmp, runs[k][0]);
+        snprintf(part, sizeof part, "%s/%s-part", qs_test_tmp, runs[k][0]);
+        snprintf(a, sizeof a, "%s --checkpoint-dir %s", runs[k][1], full);
+        qs_test_run_ranks(0, a, 0, NULL);
+        snprintf(a, sizeof a, "%s --checkpoint-dir %s --stop-at 4", runs[k][1], part);
+        qs_test_run_ranks(0, a, 0, NULL);
+        snprintf(a, sizeof a, "%s --checkpoint-dir %s --resume %s", runs[k][1], part, part);
+        qs_test_run_ranks(0, a, 0, NULL);
+        char cmd[1280], *out = NULL;
+        snprintf(cmd, sizeof cmd, "cmp %s/model.safetensors %s/model.safetensors && cmp %s/state.safetensors "
+                                  "%s/state.safetensors", full, part, full, part);
+        int rc = qs_test_run_shell(cmd, &out);
+        printf("  %s: stopped at 4 of 8 and resumed on the GPU: %s\n", runs[k][0],
+               rc == 0 ? "model and state byte-identical to the uninterrupted run" : "DIFFERENT");
+        if (rc != 0) fail_msg("%s: resumed run differs from the uninterrupted one: %s", runs[k][0], out);
+        free(out);
+    }
+}
+
 /* 2 s into training rank 1 is stopped (SIGSTOP): rank 0 must end the job through the
  * collective timeout, naming rank 1. `timeout 180` only turns a hang into a failure. */
 static void test_stalled_rank(void **state) {
@@ -154,6 +186,7 @@ int main(void) {
         cmocka_unit_test(test_fp32_equivalence),
         cmocka_unit_test(test_low_precision_replicas),
         cmocka_unit_test(test_fp8_transposed_copies),
+        cmocka_unit_test(test_resume_bit_exact),
         cmocka_unit_test(test_stalled_rank),
     };
     return cmocka_run_group_tests(tests, group_setup, qs_test_tmpdir_teardown);
