@@ -70,6 +70,7 @@ int qs_cmd_profile(int argc, char **argv) {
     int threads = 0, warmup = 3, reps = 10;
     double bucket_mb = 25;
     bool allow_emulated = false, quiet = false;
+    const char *fp8_scaling = "current";
     qs_cli_opt opts[] = {
         {"model", QS_CLI_STR, &model, "NAME", "built-in model (required; see `qsync models`)"},
         {"width", QS_CLI_I64, &width, "N", "model width (0 = the architecture's default)"},
@@ -78,6 +79,7 @@ int qs_cmd_profile(int argc, char **argv) {
         {"data-dir", QS_CLI_STR, &data_dir, "DIR", "dataset directory"},
         {"precisions", QS_CLI_STR, &precs, "LIST", "comma-separated (default: every precision this device runs natively)"},
         {"allow-emulated", QS_CLI_FLAG, &allow_emulated, NULL, "also profile precisions the backend only emulates"},
+        {"fp8-scaling", QS_CLI_STR, &fp8_scaling, "MODE", "FP8 scales: current (default) or delayed[:N], as in training"},
         {"optimizer", QS_CLI_STR, &optimizer, "NAME", "sgd (default, momentum 0.9) or adamw"},
         {"threads", QS_CLI_INT, &threads, "N", "compute threads (default OpenMP's)"},
         {"device", QS_CLI_STR, &device, "D", "cpu (default), cuda or cuda:N (a cluster's cuda worker: its own)"},
@@ -99,10 +101,13 @@ int qs_cmd_profile(int argc, char **argv) {
         fprintf(stderr, "qsync profile: --batch and --warmup must be >= 1, --reps >= 3, --width >= 0, --bucket-mb > 0\n");
         return 2;
     }
+    int fp8_history = 0;
+    if ((rc = qs_cli_fp8_scaling("profile", fp8_scaling, &fp8_history))) return rc;
     qs_precision list[QS_PREC_COUNT];
     char err[160];
     qs_profile_job job = {.model = model, .width = width, .batch = batch, .data = data, .data_dir = data_dir,
-                          .precs = list, .allow_emulated = allow_emulated, .threads = threads, .warmup = warmup,
+                          .precs = list, .allow_emulated = allow_emulated, .fp8_amax_history = fp8_history,
+                          .threads = threads, .warmup = warmup,
                           .reps = reps, .bucket_bytes = (size_t)(bucket_mb * 1048576.0)};
     if (precs && !qs_precision_list_parse(precs, list, QS_PREC_COUNT, &job.n_precs, err, sizeof err)) {
         fprintf(stderr, "qsync profile: --precisions: %s\n", err);

@@ -104,7 +104,7 @@ int qs_cmd_run(int argc, char **argv) {
     c.gamma = 4;
     const char *menu = NULL, *cluster_path = NULL, *out_dir = "runs/qsync-run", *arms = "qsync,base,low,dynamic,ideal";
     const char *base = "fp32", *low = "int8", *method = "gvar", *optimizer = "sgd", *plot = NULL, *grad_rounding = NULL;
-    const char *weight_scales = NULL;
+    const char *weight_scales = NULL, *fp8_scaling = "current";
     double bucket_mb = 25;
     bool json = false, verbose = false, quiet = false, no_launch = false;
     qs_cli_opt opts[] = {
@@ -133,6 +133,7 @@ int qs_cmd_run(int argc, char **argv) {
          "the base and every lower one the device runs natively; e.g. bf16,fp8 on a GPU)"},
         {"grad-rounding", QS_CLI_STR, &grad_rounding, "R", "low-precision gradients: stochastic (default) or nearest"},
         {"weight-scales", QS_CLI_STR, &weight_scales, "S", "INT8 weight scales: tensor (default) or channel"},
+        {"fp8-scaling", QS_CLI_STR, &fp8_scaling, "MODE", "FP8 scales in profiles and arms: current (default) or delayed[:N]"},
         {"indicator", QS_CLI_STR, &method, "NAME", "indicator method: gvar (default), qsync, wvar, hess, random"},
         {"indicator-batches", QS_CLI_I64, &c.indicator_batches, "N", "batches the indicator averages (default 8)"},
         {"gamma", QS_CLI_DOUBLE, &c.gamma, "G", "the indicator's forward weight (default 4)"},
@@ -178,6 +179,7 @@ int qs_cmd_run(int argc, char **argv) {
     if ((rc = qs_cli_precision_options("run", "fp32", NULL, grad_rounding, weight_scales, &unused,
                                        &c.train.grad_rounding, &c.train.weight_scales)))
         return rc;
+    if ((rc = qs_cli_fp8_scaling("run", fp8_scaling, &c.train.fp8_amax_history))) return rc;
     if (!qs_indicator_method_parse(method, &c.method)) {
         fprintf(stderr, "qsync run: --indicator: unknown method '%s' (gvar, qsync, wvar, hess, random)\n", method);
         return 2;

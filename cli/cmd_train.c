@@ -45,6 +45,13 @@ int qs_cli_precision_options(const char *cmd, const char *precision, const char 
     return 0;
 }
 
+int qs_cli_fp8_scaling(const char *cmd, const char *mode, int *history) {
+    if (qs_fp8_scaling_parse(mode, history)) return 0;
+    fprintf(stderr, "qsync %s: --fp8-scaling must be current, delayed or delayed:N with N in 1..%d (got '%s')\n", cmd,
+            QS_FP8_AMAX_HISTORY_MAX, mode);
+    return 2;
+}
+
 /* Translate the textual options that need checking into the config; 0 or 2. */
 static int qs_train_check(qs_train_config *c, const char *optimizer, const char *precision, const char *device,
                           const char *grad_rounding, const char *weight_scales, const char *fp8_scaling) {
@@ -57,11 +64,7 @@ static int qs_train_check(qs_train_config *c, const char *optimizer, const char 
     int rc = qs_cli_precision_options("train", precision, c->plan, grad_rounding, weight_scales, &c->precision,
                                       &c->grad_rounding, &c->weight_scales);
     if (rc) return rc;
-    if (!qs_fp8_scaling_parse(fp8_scaling, &c->fp8_amax_history)) {
-        fprintf(stderr, "qsync train: --fp8-scaling must be current, delayed or delayed:N with N in 1..%d (got '%s')\n",
-                QS_FP8_AMAX_HISTORY_MAX, fp8_scaling);
-        return 2;
-    }
+    if ((rc = qs_cli_fp8_scaling("train", fp8_scaling, &c->fp8_amax_history))) return rc;
     if (c->fp8_amax_history && c->resume) {
         fprintf(stderr, "qsync train: --resume with --fp8-scaling delayed: checkpoints do not hold the amax histories, "
                 "so the run could not continue bit-exactly; resume with --fp8-scaling current or start a new run\n");

@@ -185,6 +185,7 @@ static void test_precision_options(void **state) {
     expect_run("train " QS_TINY " --steps 1 --loss-scale lots", 2, "--loss-scale must be auto, none, dynamic");
     expect_run("train " QS_TINY " --steps 1 --fp8-scaling delayed:0", 2, "--fp8-scaling must be current, delayed");
     expect_run("train " QS_TINY " --steps 1 --fp8-scaling late", 2, "--fp8-scaling must be current, delayed");
+    expect_run("profile --model mlp --out p.json --fp8-scaling delayed:2000", 2, "qsync profile: --fp8-scaling must be");
     expect_runf(2, "checkpoints do not hold the amax histories",
                 "train " QS_TINY " --steps 1 --precision fp8 --allow-emulated --fp8-scaling delayed --resume %s/none", tmp);
     expect_run("train " QS_TINY_MLP " --steps 2 --precision fp8 --allow-emulated --fp8-scaling delayed:3 --json", 0,

@@ -68,6 +68,7 @@ static qs_status qs_prof_run_setup(const qs_profile_options *o, qs_precision p, 
     qs_precision_options_default(&po);
     po.uniform = p;
     po.allow_emulated = o->allow_emulated;
+    po.fp8_amax_history = o->fp8_amax_history;
     QS_TRY(qs_precision_setup(r->m, r->be, &po));
     QS_TRY(qs_model_setup(r->m, r->be, o->batch, 1));
     /* The steps repeat one batch, and only their time counts: a step size that keeps the
@@ -318,6 +319,7 @@ qs_status qs_profile_model(const qs_profile_options *o, cJSON **out) {
     cJSON_AddStringToObject(doc, "data", o->data ? o->data : "");
     cJSON_AddNumberToObject(doc, "batch", (double)o->batch);
     cJSON_AddStringToObject(doc, "optimizer", qs_optim_kind_name(o->optimizer));
+    cJSON_AddNumberToObject(doc, "fp8_amax_history", o->fp8_amax_history);
     cJSON_AddNumberToObject(doc, "warmup", o->warmup);
     cJSON_AddNumberToObject(doc, "reps", o->reps);
     if (o->data_ms >= 0) cJSON_AddNumberToObject(doc, "data_ms", o->data_ms);

@@ -36,6 +36,7 @@ typedef struct qs_profile_options {
     const qs_precision *precs;    /* precisions to profile (each must be supported, see below) */
     int n_precs;
     bool allow_emulated;          /* also profile precisions the backend only emulates */
+    int fp8_amax_history;         /* FP8 scaling (qs_model.fp8_amax_history; 0: current scaling) */
     int warmup, reps;             /* steps before timing (≥ 1), timed steps (≥ 3) */
     qs_optim_kind optimizer;
     const float *x;               /* one batch: batch × in_h·in_w·in_c floats (NHWC) */

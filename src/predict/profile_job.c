@@ -129,7 +129,8 @@ qs_status qs_profile_job_run(const qs_profile_job *j, cJSON **doc) {
     const int world = qs_comm_world(j->comm);
     qs_precision native[QS_PREC_COUNT];
     qs_profile_options o = {.model = j->model, .data = j->data, .batch = j->batch, .threads = j->threads,
-                            .data_ms = -1, .allow_emulated = j->allow_emulated, .warmup = j->warmup, .reps = j->reps,
+                            .data_ms = -1, .allow_emulated = j->allow_emulated, .fp8_amax_history = j->fp8_amax_history,
+                            .warmup = j->warmup, .reps = j->reps,
                             .optimizer = j->optimizer, .precs = j->precs, .n_precs = j->n_precs, .log = j->log,
                             .comm = world > 1 ? j->comm : NULL, .bucket_bytes = j->bucket_bytes,
                             .cuda = j->cuda, .cuda_device = j->cuda_device};

@@ -28,6 +28,7 @@ typedef struct qs_profile_job {
     const qs_precision *precs;  /* precisions to profile; n_precs 0 → every one the device runs natively */
     int n_precs;
     bool allow_emulated;
+    int fp8_amax_history;       /* FP8 scaling of the runs (qs_model.fp8_amax_history; 0: current) */
     qs_optim_kind optimizer;
     int threads;                /* 0 = the worker's, else OpenMP's default */
     int warmup, reps;           /* ≥ 1, ≥ 3 */

@@ -319,6 +319,7 @@ qs_status qs_run_report_finish(const qs_run_report *r, cJSON **doc) {
                                                 : qs_grad_rounding_name(c->train.grad_rounding));
     cJSON_AddStringToObject(d, "weight_scales", c->train.weight_scales == QS_WEIGHT_SCALES_UNSET ? "tensor"
                                                 : qs_weight_scales_name(c->train.weight_scales));
+    cJSON_AddNumberToObject(d, "fp8_amax_history", c->train.fp8_amax_history);
     cJSON_AddStringToObject(d, "indicator", c->plan_path ? "none (plan given)" : qs_indicator_method_name(c->method));
     if (c->plan_path) cJSON_AddStringToObject(d, "plan_file", c->plan_path);
     cJSON_AddItemToObject(d, "plan", qs_run_plan_summary(r));
