@@ -65,11 +65,6 @@ static int qs_train_check(qs_train_config *c, const char *optimizer, const char 
                                       &c->grad_rounding, &c->weight_scales);
     if (rc) return rc;
     if ((rc = qs_cli_fp8_scaling("train", fp8_scaling, &c->fp8_amax_history))) return rc;
-    if (c->fp8_amax_history && c->resume) {
-        fprintf(stderr, "qsync train: --resume with --fp8-scaling delayed: checkpoints do not hold the amax histories, "
-                "so the run could not continue bit-exactly; resume with --fp8-scaling current or start a new run\n");
-        return 2;
-    }
     qs_loss_scaler ls;
     if (c->loss_scale && strcmp(c->loss_scale, "auto") != 0 && qs_loss_scaler_parse(c->loss_scale, 0, &ls) != QS_OK) {
         fprintf(stderr, "qsync train: --loss-scale must be auto, none, dynamic, dynamic:INIT or a positive number "

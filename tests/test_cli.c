@@ -186,8 +186,6 @@ static void test_precision_options(void **state) {
     expect_run("train " QS_TINY " --steps 1 --fp8-scaling delayed:0", 2, "--fp8-scaling must be current, delayed");
     expect_run("train " QS_TINY " --steps 1 --fp8-scaling late", 2, "--fp8-scaling must be current, delayed");
     expect_run("profile --model mlp --out p.json --fp8-scaling delayed:2000", 2, "qsync profile: --fp8-scaling must be");
-    expect_runf(2, "checkpoints do not hold the amax histories",
-                "train " QS_TINY " --steps 1 --precision fp8 --allow-emulated --fp8-scaling delayed --resume %s/none", tmp);
     expect_run("train " QS_TINY_MLP " --steps 2 --precision fp8 --allow-emulated --fp8-scaling delayed:3 --json", 0,
                "\"fp8_amax_history\":\t3");
     expect_run("train " QS_TINY " --steps 1 --precision fp16", 1, "fp16 is only emulated on the cpu backend");
@@ -306,6 +304,30 @@ static void test_fp16_loss_scaling(void **state) {
                 tmp);
 }
 
+/* FP8 delayed scaling resumes bit-exactly (the amax histories travel in state.safetensors), and
+ * a checkpoint resumes only under the FP8 scaling it was trained with. */
+static void test_resume_fp8_delayed(void **state) {
+    const char *tmp = qs_test_tmp;
+#define FP8D QS_TINY_MLP " --epochs 2 --precision fp8 --allow-emulated --fp8-scaling delayed:3"
+    expect_runf(0, "test accuracy", "train " FP8D " --checkpoint-dir %s/f8full", tmp);
+    expect_runf(0, "stopping at step 4", "train " FP8D " --checkpoint-dir %s/f8part --stop-at 4", tmp);
+    expect_runf(0, "resumed from", "train " FP8D " --checkpoint-dir %s/f8part --resume %s/f8part", tmp, tmp);
+    char args[4096];
+    snprintf(args, sizeof args, "cmp %s/f8full/model.safetensors %s/f8part/model.safetensors && "
+                                "cmp %s/f8full/state.safetensors %s/f8part/state.safetensors", tmp, tmp, tmp, tmp);
+    char *out = NULL;
+    int rc = qs_test_run_shell(args, &out);
+    if (rc != 0) fail_msg("resumed FP8 delayed-scaling run differs from the uninterrupted one: %s", out);
+    free(out);
+    expect_runf(1, "it was saved without --fp8-scaling delayed:5",
+                "train " QS_TINY_MLP " --epochs 2 --precision fp8 --allow-emulated --fp8-scaling delayed:5 "
+                "--checkpoint-dir %s/f8x --resume %s/f8part", tmp, tmp);
+    expect_runf(1, "which this run does not keep",
+                "train " QS_TINY_MLP " --epochs 2 --precision fp8 --allow-emulated --checkpoint-dir %s/f8y --resume "
+                "%s/f8part", tmp, tmp);
+#undef FP8D
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_usage_errors),
@@ -322,6 +344,7 @@ int main(void) {
         cmocka_unit_test(test_bench),
         cmocka_unit_test(test_plan_train_resume_eval),
         cmocka_unit_test(test_fp16_loss_scaling),
+        cmocka_unit_test(test_resume_fp8_delayed),
     };
     return cmocka_run_group_tests(tests, qs_test_tmpdir_setup, qs_test_tmpdir_teardown);
 }

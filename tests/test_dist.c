@@ -180,6 +180,29 @@ static void test_checkpoint_resume(void **state) {
     qs_test_run_ranks(0, a, 1, "trained by 2 rank(s), this run has 1");
 }
 
+/* FP8 delayed scaling under mpirun: every rank's amax histories (its X and dY differ) travel in
+ * its own rank file, so a run stopped at step 10 and resumed ends byte-identical to the
+ * uninterrupted one — weights, state and both rank files. A 16-step history keeps slots the
+ * resumed steps never overwrite: rank 1's must be its own, restored. */
+static void test_checkpoint_resume_fp8_delayed(void **state) {
+    const char *tmp = qs_test_tmp;
+    const char *base = "train --model mlp --width 32 --batch 64 --train-subset 1280 --eval-subset 64 --steps 20 "
+                       "--threads 1 --no-progress --quiet --check-replicas 1 --precision fp8 --allow-emulated "
+                       "--fp8-scaling delayed:16";
+    char a[2048];
+    snprintf(a, sizeof a, "%s --checkpoint-dir %s/f8full", base, tmp);
+    qs_test_run_ranks(2, a, 0, NULL);
+    snprintf(a, sizeof a, "%s --checkpoint-dir %s/f8part --stop-at 10", base, tmp);
+    qs_test_run_ranks(2, a, 0, NULL);
+    snprintf(a, sizeof a, "%s --checkpoint-dir %s/f8part --resume %s/f8part", base, tmp, tmp);
+    qs_test_run_ranks(2, a, 0, NULL);
+    const char *files[] = {"model.safetensors", "state.safetensors", "rank-0.safetensors", "rank-1.safetensors"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(a, sizeof a, "cmp %s/f8full/%s %s/f8part/%s", tmp, files[i], tmp, files[i]);
+        assert_int_equal(qs_test_run_shell(a, NULL), 0);
+    }
+}
+
 /* Cluster files: each rank takes its entry (here rank 1 trains in INT8, emulated 1.5x slower);
  * replicas stay identical (checked every step) and the run reports the slowdown applied.
  * Bad files and a rank count that does not match are refused before training. */
@@ -491,6 +514,7 @@ int main(void) {
         cmocka_unit_test(test_int8_ranks),
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_checkpoint_resume),
+        cmocka_unit_test(test_checkpoint_resume_fp8_delayed),
         cmocka_unit_test(test_cluster),
         cmocka_unit_test(test_cluster_cuda_workers),
         cmocka_unit_test(test_cluster_cuda_refused),

@@ -266,7 +266,8 @@ typedef struct qs_model {
     bool weight_per_channel;
     /* FP8 scaling: 0 = each tensor's own amax (current scaling); N >= 1 = delayed scaling
      * from an amax history of N steps per FP8 tensor (core/backend.h qs_quant_delayed; the
-     * histories are node memory, zero at setup, not in checkpoints). */
+     * histories are node memory, zero at setup, saved in checkpoints by
+     * train/checkpoint_fp8.c). */
     int fp8_amax_history;
     bool timing;               /* sync + time every op into node->time */
     bool want_input_grad;      /* also compute d loss / d input into nodes[0].dy (tests) */

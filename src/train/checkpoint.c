@@ -200,8 +200,11 @@ qs_status qs_checkpoint_load_model(const char *path, qs_model *m) {
 static qs_status qs_ckpt_save_state(const char *path, qs_model *m, const qs_optimizer *o, const qs_train_state *ts) {
     qs_optim_state os;
     QS_TRY(qs_optimizer_state_save(o, m->be, m->stream, &os));
-    qs_st_tensor *t = calloc((size_t)os.count + 1, sizeof *t);
+    qs_st_tensor *t = calloc((size_t)(os.count + qs_ckpt_fp8_history_count(m)) + 1, sizeof *t);
     qs_status st = t ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory preparing %s", path);
+    void *hist = NULL;
+    int n = os.count;
+    if (st == QS_OK) st = qs_ckpt_add_fp8_histories(m, &hist, t, &n);
     if (st == QS_OK) {
         for (int i = 0; i < os.count; i++) {
             t[i].name = os.names[i];
@@ -230,8 +233,9 @@ static qs_status qs_ckpt_save_state(const char *path, qs_model *m, const qs_opti
                              {"loss_scale_mode", ts->loss_scale_mode[0] ? ts->loss_scale_mode : "none"},
                              {"loss_scale", v[7]},     {"loss_scale_good_steps", v[8]}, {"skipped_steps", v[9]},
                              {"world", v[10]}};
-        st = qs_safetensors_write(path, t, os.count, meta, (int)(sizeof meta / sizeof meta[0]));
+        st = qs_safetensors_write(path, t, n, meta, (int)(sizeof meta / sizeof meta[0]));
     }
+    qs_host_free(hist);
     free(t);
     qs_optim_state_free(&os);
     return st;
@@ -299,6 +303,7 @@ qs_status qs_checkpoint_load_state(const char *dir, qs_model *m, qs_optimizer *o
         snprintf(ts->data, sizeof ts->data, "%s", data);
         st = qs_optimizer_state_load(o, m->be, m->stream, opt_step, qs_safetensors_lookup, f);
     }
+    if (st == QS_OK) st = qs_ckpt_load_fp8_histories(m, f);
     if (mf) qs_safetensors_close(mf);
     qs_safetensors_close(f);
     return st;

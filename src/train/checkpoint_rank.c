@@ -25,13 +25,17 @@ qs_status qs_checkpoint_rank_save(const char *dir, qs_model *m, const char *arch
     char path[4096];
     qs_checkpoint_rank_path(dir, rank, path, sizeof path);
     void *hb = qs_ckpt_download(m, m->buffer_data, m->buffers.bytes);
-    qs_st_tensor *ts = calloc((size_t)m->buffers.count + 1, sizeof *ts);
+    qs_st_tensor *ts = calloc((size_t)(m->buffers.count + qs_ckpt_fp8_history_count(m)) + 1, sizeof *ts);
+    void *hist = NULL;
     char *plan = qs_plan_model_json(m);
     qs_status st = hb && ts && plan ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory preparing %s", path);
+    int n = 0;
     if (st == QS_OK) {
-        int n = 0;
         qs_ckpt_set_batches_tracked(m, hb);
         qs_ckpt_add_table(&m->buffers, hb, ts, &n);
+        st = qs_ckpt_add_fp8_histories(m, &hist, ts, &n);
+    }
+    if (st == QS_OK) {
         char v[4][32];
         snprintf(v[0], sizeof v[0], "%d", QS_CHECKPOINT_VERSION);
         snprintf(v[1], sizeof v[1], "%d", rank);
@@ -44,6 +48,7 @@ qs_status qs_checkpoint_rank_save(const char *dir, qs_model *m, const char *arch
     }
     free(plan);
     free(ts);
+    qs_host_free(hist);
     qs_host_free(hb);
     return st;
 }
@@ -77,9 +82,11 @@ qs_status qs_checkpoint_rank_load(const char *dir, qs_model *m, int rank, int wo
         st = QS_FAIL(QS_ERR_FORMAT, "%s: metadata lacks \"batch_split\"", qs_safetensors_path(f));
     if (st == QS_OK) snprintf(out->batch_split, sizeof out->batch_split, "%s", split);
     if (st == QS_OK) st = qs_ckpt_load_table(m, f, &m->buffers, m->buffer_data);
-    if (st == QS_OK && qs_safetensors_count(f) != m->buffers.count)
-        st = QS_FAIL(QS_ERR_MISMATCH, "%s holds %d tensors, but model %s has %d buffers", qs_safetensors_path(f),
-                     qs_safetensors_count(f), m->arch, m->buffers.count);
+    if (st == QS_OK) st = qs_ckpt_load_fp8_histories(m, f);
+    if (st == QS_OK && qs_safetensors_count(f) != m->buffers.count + qs_ckpt_fp8_history_count(m))
+        st = QS_FAIL(QS_ERR_MISMATCH, "%s holds %d tensors, but model %s has %d buffers and %d FP8 amax histories",
+                     qs_safetensors_path(f), qs_safetensors_count(f), m->arch, m->buffers.count,
+                     qs_ckpt_fp8_history_count(m));
     if (st == QS_OK) st = m->be->ops->stream_sync(m->be, m->stream);
     qs_safetensors_close(f);
     return st;

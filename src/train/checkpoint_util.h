@@ -20,6 +20,15 @@ void qs_ckpt_set_batches_tracked(qs_model *m, void *host_buffers);
 /* Copy every entry of t from the file into dev (backend memory laid out by t); each must be
  * present with t's shape and dtype (QS_ERR_MISMATCH naming it otherwise). */
 qs_status qs_ckpt_load_table(qs_model *m, const qs_st_file *f, const qs_table *t, void *dev);
+/* FP8 delayed scaling (checkpoint_fp8.c): the nodes' amax histories as safetensors entries
+ * "fp8_amax_history.<node>" (F32 vectors), appended to out at *n, their data and names in a
+ * host copy *host (caller frees with qs_host_free; NULL when there are none); count = how many
+ * (out needs that much room). */
+int qs_ckpt_fp8_history_count(const qs_model *m);
+qs_status qs_ckpt_add_fp8_histories(qs_model *m, void **host, qs_st_tensor *out, int *n);
+/* Load every history the model keeps from f; QS_ERR_MISMATCH when one is missing or shaped
+ * otherwise, or when f holds histories the model does not keep (other FP8 scaling). */
+qs_status qs_ckpt_load_fp8_histories(qs_model *m, const qs_st_file *f);
 /* A decimal int64 metadata field (QS_ERR_FORMAT naming the file when missing or malformed). */
 qs_status qs_ckpt_meta_i64(const qs_st_file *f, const char *key, int64_t *out);
 /* Check the "format" metadata is `format` and "version" is QS_CHECKPOINT_VERSION. */

@@ -171,10 +171,6 @@ static qs_status qs_train_precisions(const qs_train_config *c, qs_train_job *j) 
     qs_precision_options po;
     qs_train_precision_options(c->precision, c->plan ? &j->plan : NULL, c->allow_emulated, c->grad_rounding,
                                c->weight_scales, &po);
-    if (c->fp8_amax_history && c->resume)
-        return QS_FAIL(QS_ERR_UNSUPPORTED, "--resume with FP8 delayed scaling: checkpoints do not hold the amax "
-                       "histories, so the run could not continue bit-exactly; resume with --fp8-scaling current or "
-                       "start a new run");
     po.fp8_amax_history = c->fp8_amax_history;
     QS_TRY(qs_precision_setup(j->m, j->be, &po));
     if (c->resume) {
