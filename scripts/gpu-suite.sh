@@ -11,7 +11,7 @@
 # The GPU machine (Ubuntu 24.04 + CUDA 13, no package registry) lacks the Debian libraries
 # qsync links (cJSON, oneDNN, GLPK, cmocka, ...). `bundle` copies the binaries — qsync, the
 # GPU test suites (GPU_SUITES: tests/test_cuda_ops, tests/test_cuda_transformer_ops,
-# tests/test_cuda_dist) and the
+# tests/test_cuda_attention, tests/test_cuda_dist) and the
 # CUDA benchmarks (bench/cuda/*) that were built — to <out>/bin and the shared libraries they
 # need, minus the ones that machine has itself, to <out>/lib. `run` puts <bundle>/lib on
 # LD_LIBRARY_PATH (the machine's own CUDA, cuBLASLt, cuDNN, NCCL and Open MPI are found as
@@ -50,7 +50,7 @@ SYSTEM_LIBS=(
 # The GPU test suites (tests/<name>), run in this order; each exits 77 (skipped) where there is
 # no GPU. The ops suites compare CUDA ops with the CPU backend; test_cuda_dist runs the bundled
 # qsync (QS_BIN) on several ranks sharing the GPU under the machine's mpirun.
-GPU_SUITES=(test_cuda_ops test_cuda_transformer_ops test_cuda_dist)
+GPU_SUITES=(test_cuda_ops test_cuda_transformer_ops test_cuda_attention test_cuda_dist)
 
 die() {
     echo "gpu-suite: $*" >&2

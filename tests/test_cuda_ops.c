@@ -1236,7 +1236,7 @@ static void test_pool(void **state) {
 
 static void test_softmax_xent(void **state) {
     BEGIN();
-    const int64_t shapes[][2] = {{5, 10}, {33, 7}, {1, 1}, {8, 1000}, {256, 10}};
+    const int64_t shapes[][2] = {{5, 10}, {33, 7}, {1, 1}, {8, 1000}, {256, 10}, {4, 50304}, {3, 50257}};
     char what[128];
     for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
         const int64_t B = shapes[t][0], Cl = shapes[t][1], n = B * Cl;

@@ -115,6 +115,42 @@ qs_status qs_pool_desc_finish(qs_pool_desc *d);
 qs_status qs_conv_plan_args(const qs_conv_desc *d, void **plan, size_t *workspace);
 qs_status qs_pool_plan_args(const qs_pool_desc *d, void **plan, size_t *workspace);
 
+/* Fused multi-head self-attention: for every sample n and head h,
+ *   out[n,t,h·D:(h+1)·D] = softmax(alpha · q_h k_hᵀ + mask) v_h,
+ * with the operands of both products rounded to `dtype` (BF16 or F16, nearest even), FP32
+ * accumulation and an FP32 softmax; the probabilities enter the second product in `dtype`.
+ * mask: causal (key j > query i), and keys whose id key_ids[n·T + j] equals pad_id (key_ids
+ * NULL: none); a query with every key masked gets a zero row. Heads are read from token rows:
+ * head h of token t of sample n of an operand is ptr[(n·T + t)·ld + off + h·D + d]. */
+typedef struct qs_attention_desc {
+    int64_t N, T, H, D;
+    float alpha;
+    bool causal;
+    const float *key_ids; /* (N, T) token ids on the backend, or NULL */
+    float pad_id;
+    qs_dtype dtype;       /* QS_BF16 or QS_F16 */
+} qs_attention_desc;
+
+/* One operand's (or gradient's) heads inside token rows of ld floats, from column off.
+ * accumulate: a gradient is added to what is there instead of overwriting it. */
+typedef struct qs_heads_ref {
+    float *ptr;
+    int64_t ld, off;
+    bool accumulate;
+} qs_heads_ref;
+
+/* What the forward saves for the backward: q, k, v in dtype as (N,H,T,D) each and the
+ * log-sum-exp of every query row (N,H,T) floats; and the backward's workspace: dO in dtype
+ * (N,H,T,D) and the (N,H,T) row dot products dO·O. */
+static inline size_t qs_attention_saved_bytes(const qs_attention_desc *d) {
+    const size_t heads = (size_t)(d->N * d->H * d->T);
+    return 3 * heads * (size_t)d->D * 2 + heads * sizeof(float);
+}
+static inline size_t qs_attention_workspace_bytes(const qs_attention_desc *d) {
+    const size_t heads = (size_t)(d->N * d->H * d->T);
+    return heads * (size_t)d->D * 2 + heads * sizeof(float);
+}
+
 /* Delayed scaling of an FP8 quantize (F8E4M3 / F8E5M2, per tensor): the scale is chosen from
  * the largest amax of the history amax[0..len) — what earlier calls recorded — instead of
  * from this tensor's own amax, which saves the pass over the tensor that finds it; values
@@ -304,6 +340,18 @@ typedef struct qs_backend_ops {
     /* dx = y ⊙ (dy − Σ_j dy·y) per row of `cols` (rows = N·H·Tq); accumulate adds into dx. */
     qs_status (*softmax_backward)(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const float *y,
                                   const float *dy, float *dx, bool accumulate);
+    /* Fused attention (qs_attention_desc); optional: NULL where the backend has none, and then
+     * attention runs as its separate nodes. attention_supported says whether a shape and dtype
+     * can run fused. forward writes out (token rows of H·D floats) and `saved`
+     * (qs_attention_saved_bytes); backward reads them, dout (like out) and writes dq, dk, dv
+     * (where ptr is non-NULL), using `workspace` (qs_attention_workspace_bytes). Deterministic:
+     * no floating-point atomics. */
+    bool (*attention_supported)(qs_backend *be, const qs_attention_desc *d);
+    qs_status (*attention_forward)(qs_backend *be, qs_stream *s, const qs_attention_desc *d, const qs_heads_ref *q,
+                                   const qs_heads_ref *k, const qs_heads_ref *v, float *out, void *saved);
+    qs_status (*attention_backward)(qs_backend *be, qs_stream *s, const qs_attention_desc *d, const void *saved,
+                                    const float *out, const float *dout, const qs_heads_ref *dq,
+                                    const qs_heads_ref *dk, const qs_heads_ref *dv, void *workspace);
     /* y = tanh(x) (BERT's pooler); backward dx = dy·(1 − y²) from the forward's output. */
     qs_status (*tanh_forward)(qs_backend *be, qs_stream *s, int64_t n, const float *x, float *y);
     qs_status (*tanh_backward)(qs_backend *be, qs_stream *s, int64_t n, const float *y, const float *dy,
@@ -372,6 +420,8 @@ struct qs_backend {
     int num_threads;      /* CPU compute threads (0 = library default) */
     bool fp8_wants_transposed; /* FP8 products read qs_operand.data_t (layers then keep the
                                   transposed copies quantize can write); false: never read */
+    bool fused_attention; /* models run attention through attention_forward/backward where
+                             the shapes allow (graph/graph.h qs_model_fuse_attention) */
 };
 
 /* Create the CPU backend (oneDNN). num_threads 0 keeps the OpenMP default. */

@@ -3,6 +3,7 @@
  * kernels record in the device flag word, precision support, plan dispatch and the
  * qs_backend_ops table. Host code only (C11); the kernels live in the .cu files. */
 #include "cuda/cuda_backend.h"
+#include "cuda/cuda_attention.h"
 #include "cuda/cuda_transformer.h"
 
 #include <stdint.h>
@@ -263,6 +264,9 @@ static const qs_backend_ops qs_cuda_ops = {
     .permute_heads = qs_cuda_permute_heads,
     .softmax_forward = qs_cuda_softmax_forward,
     .softmax_backward = qs_cuda_softmax_backward,
+    .attention_supported = qs_cuda_attention_supported,
+    .attention_forward = qs_cuda_attention_forward,
+    .attention_backward = qs_cuda_attention_backward,
     .tanh_forward = qs_cuda_tanh_forward,
     .tanh_backward = qs_cuda_tanh_backward,
     .nhwc_to_nchw = qs_cuda_nhwc_to_nchw,
@@ -337,6 +341,10 @@ qs_status qs_backend_cuda_create(int device, qs_backend **out) {
      * compare the two) */
     const char *tr = getenv("QS_CUDA_FP8_TRANSPOSED");
     cb->base.fp8_wants_transposed = !(tr && strcmp(tr, "0") == 0);
+    /* attention runs fused where it can; QS_CUDA_FUSED_ATTENTION=0 runs its separate nodes
+     * (for comparisons: tests and benchmarks) */
+    const char *fa = getenv("QS_CUDA_FUSED_ATTENTION");
+    cb->base.fused_attention = !(fa && strcmp(fa, "0") == 0);
     cb->device = device;
     cb->lt = NULL;
     cb->dnn = NULL;

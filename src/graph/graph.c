@@ -72,6 +72,7 @@ qs_status qs_model_add(qs_model *m, qs_node_kind kind, const char *name, const i
     n->prec = QS_PREC_FP32;
     n->out_dtype = QS_F32;
     n->alias_of = -1;
+    n->fused_into = -1;
     for (int i = 0; i < QS_MAX_NODE_PARAMS; i++) n->param[i] = -1;
     for (int i = 0; i < QS_MAX_NODE_BUFFERS; i++) n->buffer[i] = -1;
     n->tied_param = -1;
@@ -229,6 +230,7 @@ static qs_status qs_model_setup_batch(qs_model *m, int64_t batch) {
             n->dy = m->nodes[n->alias_of].dy;
             continue;
         }
+        if (n->fused_into >= 0) continue; /* part of a fused attention: no buffers */
         QS_TRY(qs_be_alloc(m, qs_node_out_bytes(n), &n->y));
         if (n->needs_grad && n->kind != QS_NODE_SOFTMAX_XENT) QS_TRY(qs_node_alloc_grad(m, n));
         const qs_layer_impl *impl = qs_layer_impl_for(n->kind);
@@ -242,6 +244,11 @@ static qs_status qs_model_setup_batch(qs_model *m, int64_t batch) {
     return qs_be_alloc(m, ws, &m->workspace);
 }
 
+static bool qs_be_attention_supported(void *ctx, const qs_attention_desc *d) {
+    qs_backend *be = ctx;
+    return be->ops->attention_supported(be, d);
+}
+
 qs_status qs_model_setup(qs_model *m, qs_backend *be, int64_t batch, uint64_t seed) {
     if (m->logits_node < 0) return QS_FAIL(QS_ERR_INVALID_ARG, "model %s: qs_model_finalize was not called", m->arch);
     if (m->be) return QS_FAIL(QS_ERR_INVALID_ARG, "model %s: qs_model_setup called twice", m->arch);
@@ -250,6 +257,8 @@ qs_status qs_model_setup(qs_model *m, qs_backend *be, int64_t batch, uint64_t se
     m->stream = be->ops->default_stream(be);
     m->seed = seed;
     qs_model_mark_grads(m);
+    m->batch = batch;
+    if (be->fused_attention && be->ops->attention_supported) qs_model_fuse_attention(m, qs_be_attention_supported, be);
     QS_TRY(qs_be_alloc(m, m->params.bytes, &m->param_data));
     QS_TRY(qs_be_alloc(m, m->params.bytes, &m->grad_data));
     QS_TRY(qs_be_alloc(m, m->buffers.bytes, &m->buffer_data));
@@ -315,7 +324,7 @@ qs_status qs_model_forward(qs_model *m, const float *x_host, const int32_t *labe
     if (training) m->step++;
     for (int i = 1; i < m->n_nodes; i++) {
         qs_node *n = &m->nodes[i];
-        if (n->alias_of >= 0) continue;
+        if (!qs_node_runs(n)) continue;
         qs_cost_cat cat = n->kind == QS_NODE_CAST ? QS_CAT_CAST : QS_CAT_FORWARD;
         QS_TRY(qs_timed(m, n, qs_layer_impl_for(n->kind)->forward, cat));
     }
@@ -329,7 +338,7 @@ qs_status qs_model_backward(qs_model *m, float loss_scale) {
     m->loss_scale = loss_scale;
     for (int i = m->n_nodes - 1; i >= 1; i--) {
         qs_node *n = &m->nodes[i];
-        if ((!n->needs_grad && n->kind != QS_NODE_SOFTMAX_XENT) || n->alias_of >= 0) continue;
+        if ((!n->needs_grad && n->kind != QS_NODE_SOFTMAX_XENT) || !qs_node_runs(n)) continue;
         const qs_layer_impl *impl = qs_layer_impl_for(n->kind);
         bool is_cast = n->kind == QS_NODE_CAST;
         if (impl->backward_weights && qs_node_has_weights(n))
@@ -399,7 +408,7 @@ qs_status qs_model_logits(qs_model *m, float *host_out) {
 
 void qs_node_memory(const qs_model *m, const qs_node *n, size_t *out, size_t *grad, size_t *saved) {
     *out = *grad = *saved = 0;
-    if (n->alias_of >= 0) return; /* its buffers are counted with the node it is fused into */
+    if (!qs_node_runs(n)) return; /* its buffers are counted with the node it is fused into */
     *out = m->be ? qs_node_out_bytes(n) : 0;
     if (n->dy && !n->dy_alias) *grad = qs_node_grad_bytes(n);
     for (int k = 0; k < QS_MAX_NODE_SAVED; k++) *saved += n->saved_bytes[k];

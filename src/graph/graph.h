@@ -121,6 +121,10 @@ typedef union qs_node_cfg {
     /* Softmax: causal mask; pad_id ≥ 0: keys whose token id (input 1, the model input) equals
      * pad_id are masked. */
     struct { bool causal; float pad_id; } softmax;
+    /* MergeHeads: fused (set at setup by qs_model_fuse_attention) — this node runs the whole
+     * attention that feeds it: the q, k, v SplitHeads nodes, the scores MatMul, the Softmax,
+     * the context MatMul and their casts (node indices below), which then run nothing. */
+    struct { bool fused; int q, k, v, scores, softmax; } merge;
 } qs_node_cfg;
 
 typedef struct qs_node {
@@ -157,6 +161,8 @@ typedef struct qs_node {
     int grads_received;        /* consumers that have written dy during this backward */
     int alias_of;              /* ≥ 0: fused into that node (qs_model_fuse); y and dy are its
                                 * buffers and this node runs no op of its own. -1 otherwise */
+    int fused_into;            /* ≥ 0: part of the fused attention that node (a MergeHeads) runs:
+                                * this node has no buffers and runs nothing. -1 otherwise */
     void *saved[QS_MAX_NODE_SAVED];      /* extra tensors kept for backward (idx, mask, stats) */
     size_t saved_bytes[QS_MAX_NODE_SAVED];
     void *plan;                /* backend plan for GEMM-like and pooling nodes */
@@ -300,6 +306,17 @@ qs_status qs_model_finalize(qs_model *m);
  * producer's buffers. Results are bitwise those of the unfused graph (for finite gradients).
  * Call after qs_model_finalize and before qs_model_setup; returns the number of fused pairs. */
 int qs_model_fuse(qs_model *m);
+
+/* Whether node n runs ops and owns buffers of its own (not fused into another node). */
+static inline bool qs_node_runs(const qs_node *n) { return n->alias_of < 0 && n->fused_into < 0; }
+
+/* Fuse every attention whose two MatMuls share one 16-bit precision (BF16 or FP16) and which
+ * has no dropout on its probabilities into its MergeHeads node (qs_node_cfg.merge), when
+ * `supported` accepts its descriptor (shapes with N = m->batch, ids NULL). Called by
+ * qs_model_setup before buffers are laid out, on backends that have fused attention (and
+ * have it switched on: qs_backend.fused_attention); returns the number of fused attentions. */
+typedef bool (*qs_attention_supported_fn)(void *ctx, const qs_attention_desc *d);
+int qs_model_fuse_attention(qs_model *m, qs_attention_supported_fn supported, void *ctx);
 
 /* ---- runtime ---- */
 /* Allocate everything for `batch` on backend `be`, initialise parameters from `seed`. */

@@ -32,6 +32,13 @@ static void shift_refs(qs_model *m, int pos) {
         for (int k = 0; k < n->n_inputs; k++)
             if (n->inputs[k] >= pos) n->inputs[k]++;
         if (n->alias_of >= pos) n->alias_of++;
+        if (n->fused_into >= pos) n->fused_into++;
+        if (n->kind == QS_NODE_MERGE_HEADS && n->cfg.merge.fused) {
+            int *ix[] = {&n->cfg.merge.q, &n->cfg.merge.k, &n->cfg.merge.v, &n->cfg.merge.scores,
+                         &n->cfg.merge.softmax};
+            for (size_t j = 0; j < sizeof ix / sizeof *ix; j++)
+                if (*ix[j] >= pos) (*ix[j])++;
+        }
     }
     for (int i = 0; i < m->params.count; i++)
         if (m->params.entries[i].node >= pos) m->params.entries[i].node++;

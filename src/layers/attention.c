@@ -1,7 +1,8 @@
 /* src/layers/attention.c — the memory-bound parts of multi-head attention: splitting a
  * (N, T, parts·H·D) projection into heads (N, H, T, D), merging heads back to (N, T, H·D), the
  * masked softmax over attention scores (N, H, Tq, Tk), and taking a sequence's first position
- * (N, T, C) → (N, C). The two matmuls are MatMul nodes (matmul.c). */
+ * (N, T, C) → (N, C). The two matmuls are MatMul nodes (matmul.c). A MergeHeads node may run
+ * the whole attention feeding it as one fused op (graph/fuse_attention.c). */
 #include "layers/layer_util.h"
 
 /* Write the gradient of a node that reads only a column slice of its input: the first
@@ -58,13 +59,78 @@ static qs_status merge_infer(qs_model *m, qs_node *n) {
     return QS_OK;
 }
 
+/* ---- fused: the whole attention feeding a MergeHeads node (graph/fuse_attention.c) ---- */
+static qs_attention_desc fused_desc(qs_model *m, const qs_node *n) {
+    const qs_node *q = &m->nodes[n->cfg.merge.q], *s = &m->nodes[n->cfg.merge.scores];
+    const qs_node *p = &m->nodes[n->cfg.merge.softmax];
+    return (qs_attention_desc){.N = m->batch, .T = q->out_shape[2], .H = q->out_shape[1], .D = q->out_shape[3],
+                               .alpha = s->cfg.matmul.alpha, .causal = p->cfg.softmax.causal,
+                               .key_ids = p->n_inputs == 2 ? qs_layer_input(m, p, 1)->y : NULL,
+                               .pad_id = p->cfg.softmax.pad_id, .dtype = s->prec == QS_PREC_BF16 ? QS_BF16 : QS_F16};
+}
+
+/* Operand heads of a SplitHeads node: its part of its input's token rows. */
+static qs_heads_ref split_ref(qs_model *m, const qs_node *split) {
+    const int64_t H = split->cfg.heads.heads, D = split->out_shape[3];
+    return (qs_heads_ref){.ptr = qs_layer_input(m, split, 0)->y, .ld = split->cfg.heads.parts * H * D,
+                          .off = split->cfg.heads.part * H * D};
+}
+
+static qs_status merge_setup(qs_model *m, qs_node *n) {
+    if (!n->cfg.merge.fused) return QS_OK;
+    const qs_attention_desc d = fused_desc(m, n);
+    n->workspace = qs_attention_workspace_bytes(&d);
+    return qs_layer_alloc_saved(m, n, 0, qs_attention_saved_bytes(&d));
+}
+
+static qs_status fused_forward(qs_model *m, qs_node *n) {
+    const qs_attention_desc d = fused_desc(m, n);
+    const qs_heads_ref q = split_ref(m, &m->nodes[n->cfg.merge.q]), k = split_ref(m, &m->nodes[n->cfg.merge.k]),
+                       v = split_ref(m, &m->nodes[n->cfg.merge.v]);
+    return m->be->ops->attention_forward(m->be, m->stream, &d, &q, &k, &v, n->y, n->saved[0]);
+}
+
+/* The gradients of q, k, v go straight into their SplitHeads nodes' inputs. Slices of one
+ * input that together cover it (q, k, v of one projection) overwrite it when this is its
+ * first reader to run; a slice of an input covered only in part is added to a zeroed one. */
+static qs_status fused_backward(qs_model *m, qs_node *n) {
+    const int splits[3] = {n->cfg.merge.q, n->cfg.merge.k, n->cfg.merge.v};
+    qs_heads_ref g[3];
+    for (int i = 0; i < 3; i++) {
+        qs_node *sp = &m->nodes[splits[i]];
+        g[i] = split_ref(m, sp);
+        bool acc;
+        g[i].ptr = qs_model_grad_target(m, sp, 0, &acc);
+        g[i].accumulate = acc;
+        int first = i, parts_seen = 0;
+        for (int j = 0; j < 3; j++) /* the first of this group's splits of the same input */
+            if (m->nodes[splits[j]].inputs[0] == sp->inputs[0]) {
+                if (j < first) first = j;
+                parts_seen |= 1 << m->nodes[splits[j]].cfg.heads.part;
+            }
+        if (first < i) { /* that one decided (and zeroed the input if needed) */
+            g[i].accumulate = g[first].accumulate;
+        } else if (g[i].ptr && !acc && parts_seen != (1 << sp->cfg.heads.parts) - 1) {
+            const qs_node *x = qs_layer_input(m, sp, 0);
+            QS_TRY(m->be->ops->memset_zero(m->be, m->stream, g[i].ptr,
+                                           (size_t)(m->batch * qs_layer_out_numel_per_sample(x)) * sizeof(float)));
+            g[i].accumulate = true;
+        }
+    }
+    const qs_attention_desc d = fused_desc(m, n);
+    return m->be->ops->attention_backward(m->be, m->stream, &d, n->saved[0], n->y, n->dy, &g[0], &g[1], &g[2],
+                                          m->workspace);
+}
+
 static qs_status merge_forward(qs_model *m, qs_node *n) {
+    if (n->cfg.merge.fused) return fused_forward(m, n);
     const qs_node *x = qs_layer_input(m, n, 0);
     const int64_t H = x->out_shape[1], T = x->out_shape[2], D = x->out_shape[3];
     return m->be->ops->permute_heads(m->be, m->stream, m->batch, T, H, D, H * D, 0, x->y, n->y, false, false);
 }
 
 static qs_status merge_backward(qs_model *m, qs_node *n) {
+    if (n->cfg.merge.fused) return fused_backward(m, n);
     bool acc;
     float *dx = qs_model_grad_target(m, n, 0, &acc);
     if (!dx) return QS_OK;
@@ -73,7 +139,7 @@ static qs_status merge_backward(qs_model *m, qs_node *n) {
     return m->be->ops->permute_heads(m->be, m->stream, m->batch, T, H, D, H * D, 0, n->dy, dx, true, acc);
 }
 
-const qs_layer_impl qs_layer_merge_heads = {.kind_name = "MergeHeads", .infer = merge_infer,
+const qs_layer_impl qs_layer_merge_heads = {.kind_name = "MergeHeads", .infer = merge_infer, .setup = merge_setup,
                                             .forward = merge_forward, .backward_data = merge_backward};
 
 /* ---- Softmax over scores (N, H, Tq, Tk); optional input 1: the token ids (N, Tk) ---- */

@@ -162,11 +162,23 @@ static qs_status qs_pb_check(const qs_planb_request *rq, int *n_types, const cha
 
 /* The layers (names, in order) and each one's first co-consumer of its input, from the model at
  * fp32 (the graph without quantizing casts: only its structure is read). */
+/* Whether node n is a layer the allocator chooses for. Not the MatMuls of an attention that some
+ * worker's profile ran fused at the base precision: the fused kernel needs both at that one
+ * 16-bit precision (a plan that moved one would run the attention unfused, at a cost no profile
+ * shows), so they keep the base — as QSync keeps attention's matmuls at 16 bits. */
+static bool qs_pb_is_layer(const qs_pb_ctx *c, const qs_node *n) {
+    if (!qs_node_precision_selectable(n->kind)) return false;
+    if (n->kind == QS_NODE_MATMUL)
+        for (int w = 0; w < c->rq->n_workers; w++)
+            if (qs_profile_op_fused(c->rq->workers[w].profile, n->name)) return false;
+    return true;
+}
+
 static qs_status qs_pb_layers(qs_pb_ctx *c) {
     qs_model *m = NULL;
     QS_TRY(qs_pb_model(c->rq, NULL, QS_PREC_FP32, &m));
     int L = 0, *src = NULL;
-    for (int i = 0; i < m->n_nodes; i++) L += qs_node_precision_selectable(m->nodes[i].kind);
+    for (int i = 0; i < m->n_nodes; i++) L += qs_pb_is_layer(c, &m->nodes[i]);
     c->n_layers = L;
     c->layer = calloc((size_t)(L > 0 ? L : 1), sizeof *c->layer);
     c->first_consumer = calloc((size_t)(L > 0 ? L : 1), sizeof *c->first_consumer);
@@ -175,7 +187,7 @@ static qs_status qs_pb_layers(qs_pb_ctx *c) {
     if (st == QS_OK && L == 0) st = QS_FAIL(QS_ERR_INVALID_ARG, "model %s has no Conv2d/Linear/MatMul layer to plan", m->arch);
     for (int i = 0, j = 0; i < m->n_nodes && st == QS_OK; i++) {
         const qs_node *n = &m->nodes[i];
-        if (!qs_node_precision_selectable(n->kind)) continue;
+        if (!qs_pb_is_layer(c, n)) continue;
         snprintf(c->layer[j], QS_NAME_MAX, "%s", n->name);
         src[j] = n->inputs[0];
         c->first_consumer[j] = j;

@@ -116,7 +116,8 @@ static cJSON *qs_prof_op_json(const qs_model *m, const qs_node *n, double *const
     cJSON_AddStringToObject(op, "kind", qs_layer_impl_for(n->kind)->kind_name);
     cJSON *ins = cJSON_AddArrayToObject(op, "inputs");
     for (int k = 0; k < n->n_inputs; k++) cJSON_AddItemToArray(ins, cJSON_CreateString(m->nodes[n->inputs[k]].name));
-    if (n->alias_of >= 0) cJSON_AddStringToObject(op, "fused_into", m->nodes[n->alias_of].name);
+    if (!qs_node_runs(n))
+        cJSON_AddStringToObject(op, "fused_into", m->nodes[n->alias_of >= 0 ? n->alias_of : n->fused_into].name);
     cJSON_AddStringToObject(op, "precision", qs_precision_name(n->prec));
     cJSON_AddStringToObject(op, "out_dtype", qs_dtype_name(n->out_dtype));
     cJSON_AddNumberToObject(op, "out_elements", (double)qs_shape_numel(n->out_ndim, n->out_shape));

@@ -48,6 +48,11 @@ static const cJSON *qs_sim_find_op(const cJSON *run, const char *name) {
     return NULL;
 }
 
+bool qs_profile_op_fused(const cJSON *profile, const char *name) {
+    const cJSON *op = qs_sim_find_op(qs_sim_top_run(profile), name);
+    return op && cJSON_GetObjectItemCaseSensitive(op, "fused_into") != NULL;
+}
+
 /* The profile must be of this model, with these options, at this batch. */
 static qs_status qs_sim_check_profile(const qs_sim_worker *w, int rank) {
     const cJSON *p = w->profile, *fmt = cJSON_GetObjectItemCaseSensitive(p, "format");

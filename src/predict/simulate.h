@@ -82,6 +82,9 @@ qs_status qs_sim_node_charges(const qs_sim_worker *w, qs_sim_charge *out);
  * for, into *out: the profile's base (fp32 on a CPU profile, bf16 in a GPU profile of bf16 and
  * fp8; the planner's base). false when it has none. */
 bool qs_profile_top_precision(const cJSON *profile, qs_precision *out);
+/* Whether op `name` ran fused into another op in the profile's base run (its entry has
+ * "fused_into": a ReLU fused into its producer, the nodes of a fused attention). */
+bool qs_profile_op_fused(const cJSON *profile, const char *name);
 
 qs_status qs_simulate(const qs_sim_worker *w, int n, const qs_sim_options *o, cJSON *trace, cJSON **out);
 

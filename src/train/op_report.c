@@ -5,6 +5,7 @@
 static const char *qs_op_kind_name(const qs_node *n) {
     if (n->kind == QS_NODE_BATCHNORM2D && n->cfg.bn.relu) return "BatchNorm2d+ReLU";
     if (n->kind == QS_NODE_ADD && n->cfg.add.relu) return "Add+ReLU";
+    if (n->kind == QS_NODE_MERGE_HEADS && n->cfg.merge.fused) return "FusedAttention";
     return qs_layer_impl_for(n->kind)->kind_name;
 }
 
@@ -24,7 +25,7 @@ void qs_op_report_print(const qs_model *m, int64_t steps, size_t optimizer_bytes
     fprintf(f, "  %-28s %-17s %9s %9s %9s %9s\n", "op", "kind", "forward", "bwd_data", "bwd_wgt", "cast");
     for (int i = 1; i < m->n_nodes; i++) {
         const qs_node *n = &m->nodes[i];
-        if (n->alias_of >= 0) continue; /* fused into its producer, timed there */
+        if (!qs_node_runs(n)) continue; /* fused into its producer, timed there */
         fprintf(f, "  %-28s %-17s %9.3f %9.3f %9.3f %9.3f\n", n->name, qs_op_kind_name(n),
                 per_step(&n->time[QS_CAT_FORWARD], steps), per_step(&n->time[QS_CAT_BACKWARD_DATA], steps),
                 per_step(&n->time[QS_CAT_BACKWARD_WEIGHTS], steps), per_step(&n->time[QS_CAT_CAST], steps));
@@ -51,7 +52,7 @@ cJSON *qs_op_report_json(const qs_model *m, int64_t steps, size_t optimizer_byte
     cJSON *ops = cJSON_AddArrayToObject(o, "ops");
     for (int i = 1; i < m->n_nodes; i++) {
         const qs_node *n = &m->nodes[i];
-        if (n->alias_of >= 0) continue;
+        if (!qs_node_runs(n)) continue;
         cJSON *op = cJSON_CreateObject();
         cJSON_AddStringToObject(op, "name", n->name);
         cJSON_AddStringToObject(op, "kind", qs_op_kind_name(n));
