@@ -341,10 +341,90 @@ static void test_plan_bf16_base(void **state) {
     assert_int_not_equal(access(a, F_OK), 0);
 }
 
+/* An indicator for every Linear/MatMul op of a profile's base run: ω 0 at bf16, 1 at int8. */
+static void make_indicator_for(const char *path, const cJSON *prof) {
+    cJSON *d = cJSON_CreateObject(), *op;
+    cJSON_AddStringToObject(d, "format", "qsync-indicator");
+    cJSON_AddNumberToObject(d, "version", 1);
+    cJSON_AddStringToObject(d, "model", cJSON_GetStringValue(cJSON_GetObjectItem(prof, "model")));
+    cJSON_AddStringToObject(d, "config", cJSON_GetStringValue(cJSON_GetObjectItem(prof, "config")));
+    cJSON *layers = cJSON_AddObjectToObject(d, "layers");
+    cJSON_ArrayForEach(op, cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(prof, "runs"), "bf16"), "ops")) {
+        const char *kind = cJSON_GetStringValue(cJSON_GetObjectItem(op, "kind"));
+        if (strcmp(kind, "Linear") != 0 && strcmp(kind, "MatMul") != 0) continue;
+        cJSON *o = cJSON_AddObjectToObject(cJSON_AddObjectToObject(layers, cJSON_GetStringValue(cJSON_GetObjectItem(op, "name"))), "omega");
+        cJSON_AddNumberToObject(o, "bf16", 0);
+        cJSON_AddNumberToObject(o, "int8", 1);
+    }
+    write_json(path, d);
+    cJSON_Delete(d);
+}
+
+/* Plan gpt-mini from profiles that saw a slow type; count the slow section's MatMul layers. */
+static int planned_matmuls(const char *t, const char *slow, const char *config) {
+    char a[2048];
+    snprintf(a, sizeof a, "plan --cluster %s/c.json --model gpt-mini --batch 2 --profile fast=%s/fast.json,slow=%s "
+             "--indicator %s/ind.json --out %s/plan.json", t, t, slow, t, t);
+    qs_test_expect_qsync(0, "plan written to", a);
+    snprintf(a, sizeof a, "%s/plan.json", t);
+    cJSON *doc = read_json(a), *l;
+    assert_non_null(doc);
+    int matmuls = 0, layers = 0;
+    cJSON_ArrayForEach(l, cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "device_types"), "slow"),
+                                              "precisions")) {
+        matmuls += strstr(l->string, ".scores") || strstr(l->string, ".context");
+        layers++;
+    }
+    assert_int_equal(layers - matmuls, 4 * 4 + 1); /* the Linear layers are always planned */
+    (void)config;
+    cJSON_Delete(doc);
+    return matmuls;
+}
+
+/* A profile whose base run fused the attentions (as a GPU profile at bf16 records: the MatMuls'
+ * entries carry "fused_into") keeps those MatMuls out of the plan: they stay at the base. The
+ * same profile without the marks plans them like every other layer. */
+static void test_plan_fused_attention(void **state) {
+    (void)state;
+    const char *t = qs_test_tmp;
+    char a[4096], slow[300], fused[300];
+    qs_test_mpi_env();
+    snprintf(a, sizeof a, "mpirun -np 2 --oversubscribe %s profile --model gpt-mini --batch 2 "
+             "--data synthetic-text:256:16 --precisions bf16,int8 --reps 3 --warmup 1 --threads 1 --quiet "
+             "--out %s/fast.json", getenv("QS_BIN"), t);
+    assert_int_equal(qs_test_run_shell(a, NULL), 0);
+    snprintf(a, sizeof a, "%s/fast.json", t);
+    snprintf(slow, sizeof slow, "%s/slow.json", t);
+    snprintf(fused, sizeof fused, "%s/slow-fused.json", t);
+    make_profile(a, slow, 1.0, (const double[3]){0, 3, 0.3});
+    make_profile(a, a, 1.0, (const double[3]){0, 1, 0.5});
+    cJSON *prof = read_json(slow), *op;
+    assert_non_null(prof);
+    char config[256];
+    snprintf(config, sizeof config, "%s", cJSON_GetStringValue(cJSON_GetObjectItem(prof, "config")));
+    snprintf(a, sizeof a, "%s/ind.json", t);
+    make_indicator_for(a, prof);
+    int marked = 0;
+    cJSON_ArrayForEach(op, cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(prof, "runs"), "bf16"), "ops")) {
+        if (strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(op, "kind")), "MatMul") != 0) continue;
+        cJSON_AddStringToObject(op, "fused_into", "merge"); /* the key is what counts */
+        marked++;
+    }
+    assert_int_equal(marked, 8);
+    write_json(fused, prof);
+    cJSON_Delete(prof);
+    qs_test_write_tmp("c.json", "{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": ["
+                                "{\"device\": \"cpu\", \"type\": \"fast\", \"threads\": 1},"
+                                "{\"device\": \"cpu\", \"type\": \"slow\", \"threads\": 1}]}");
+    assert_int_equal(planned_matmuls(t, slow, config), 8);
+    assert_int_equal(planned_matmuls(t, fused, config), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         QS_TMPDIR_TEST(test_plan_cli),
         QS_TMPDIR_TEST(test_plan_bf16_base),
+        QS_TMPDIR_TEST(test_plan_fused_attention),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

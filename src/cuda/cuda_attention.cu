@@ -179,13 +179,21 @@ __device__ __forceinline__ void store_rows(const float acc[D / 8][4], float scal
     }
 }
 
-/* dst (N,H,T,D) in E = src's heads (token rows), rounded to nearest even. One thread per pair. */
+/* The three operands' heads (token rows) packed to (N,H,T,D) in E, rounded to nearest even:
+ * one launch, one thread per 4 consecutive elements of one operand. */
+struct PackArgs {
+    const float *src[3];
+    int64_t ld[3], off[3];
+    void *dst[3];
+};
 template <typename E>
-__global__ void k_attn_pack(const float *src, int64_t ld, int64_t off, int T, int H, int D, int64_t pairs, E *dst) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < pairs; i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t e = 2 * i, d = e % D, t = (e / D) % T, bh = e / ((int64_t)D * T);
-        const float *p = src + ((bh / H) * T + t) * ld + off + (bh % H) * D + d;
-        *reinterpret_cast<uint32_t *>(dst + e) = Elem<E>::pack(p[0], p[1]);
+__global__ void k_attn_pack(PackArgs a, int T, int H, int D, int64_t quads) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < 3 * quads; i += (int64_t)gridDim.x * blockDim.x) {
+        const int which = (int)(i / quads);
+        const int64_t e = 4 * (i % quads), d = e % D, t = (e / D) % T, bh = e / ((int64_t)D * T);
+        const float *p = a.src[which] + ((bh / H) * T + t) * a.ld[which] + a.off[which] + (bh % H) * D + d;
+        const uint2 v = make_uint2(Elem<E>::pack(p[0], p[1]), Elem<E>::pack(p[2], p[3]));
+        *reinterpret_cast<uint2 *>(static_cast<E *>(a.dst[which]) + e) = v;
     }
 }
 
@@ -230,12 +238,13 @@ __global__ void __launch_bounds__(kThreads)
         float s[8][4];
         mma_abt<E, D>(s, qf, Ks[b], lane);
         float mx[2] = {-INFINITY, -INFINITY};
+        const bool masked = (causal && k0 + kTile > q0) || ids || k0 + kTile > T; /* else every key is kept */
 #pragma unroll
         for (int j = 0; j < 8; j++)
 #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int kl = j * 8 + 2 * t4 + (c & 1), r = c >> 1;
-                const bool keep = kept[b][kl] && (!causal || k0 + kl <= row[r]);
+                const bool keep = !masked || (kept[b][kl] && (!causal || k0 + kl <= row[r]));
                 s[j][c] = keep ? s[j][c] * sl2 : -INFINITY;
                 mx[r] = fmaxf(mx[r], s[j][c]);
             }
@@ -363,12 +372,13 @@ __global__ void __launch_bounds__(kThreads)
         __syncthreads();
         float p[8][4], dp[8][4];
         mma_abt<E, D>(p, kf, Qs[b], lane); /* scoresᵀ: keys × queries */
+        const bool masked = (causal && q0 < k0 + kTile) || ids || k0 + kTile > T; /* queries past T: lse +inf */
 #pragma unroll
         for (int j = 0; j < 8; j++)
 #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int ql = j * 8 + 2 * t4 + (c & 1), r = c >> 1;
-                const bool keep = kept[r] && (!causal || key[r] <= q0 + ql);
+                const bool keep = !masked || (kept[r] && (!causal || key[r] <= q0 + ql));
                 p[j][c] = keep ? exp2f(p[j][c] * sl2 - lse_s[b][ql]) : 0.0f;
             }
         mma_pv<E, D>(dva, p, dOs[b], lane); /* dV += Pᵀ·dO */
@@ -434,12 +444,13 @@ __global__ void __launch_bounds__(kThreads)
         __syncthreads();
         float p[8][4], dp[8][4];
         mma_abt<E, D>(p, qf, Ks[b], lane);
+        const bool masked = (causal && k0 + kTile > q0) || ids || k0 + kTile > T;
 #pragma unroll
         for (int j = 0; j < 8; j++)
 #pragma unroll
             for (int c = 0; c < 4; c++) {
                 const int kl = j * 8 + 2 * t4 + (c & 1), r = c >> 1;
-                const bool keep = kept[b][kl] && (!causal || k0 + kl <= row[r]);
+                const bool keep = !masked || (kept[b][kl] && (!causal || k0 + kl <= row[r]));
                 p[j][c] = keep ? exp2f(p[j][c] * sl2 - lr[r]) : 0.0f;
             }
         mma_abt<E, D>(dp, gf, Vs[b], lane); /* dP = dO·Vᵀ */
@@ -493,11 +504,16 @@ qs_status forward_as(qs_backend *be, cudaStream_t st, const qs_attention_desc *d
                      float *out, void *saved) {
     const size_t elems = (size_t)(d->N * d->H * d->T) * D;
     Saved<E> sv(saved, elems);
-    E *dst[3] = {sv.q, sv.k, sv.v};
-    const int64_t pairs = (int64_t)elems / 2;
-    for (int i = 0; i < 3; i++)
-        k_attn_pack<E><<<grid_for(be, pairs, 256), 256, 0, st>>>(ops[i]->ptr, ops[i]->ld, ops[i]->off, (int)d->T,
-                                                                   (int)d->H, D, pairs, dst[i]);
+    PackArgs pa;
+    void *dst[3] = {sv.q, sv.k, sv.v};
+    for (int i = 0; i < 3; i++) {
+        pa.src[i] = ops[i]->ptr;
+        pa.ld[i] = ops[i]->ld;
+        pa.off[i] = ops[i]->off;
+        pa.dst[i] = dst[i];
+    }
+    const int64_t quads = (int64_t)elems / 4;
+    k_attn_pack<E><<<grid_for(be, 3 * quads, 256), 256, 0, st>>>(pa, (int)d->T, (int)d->H, D, quads);
     const dim3 grid((unsigned)(d->N * d->H), (unsigned)((d->T + kTile - 1) / kTile));
     k_attn_fwd<E, D><<<grid, kThreads, 0, st>>>(sv.q, sv.k, sv.v, (int)d->T, (int)d->H, d->alpha * kLog2e, d->causal,
                                                  d->key_ids, d->pad_id, out, sv.lse);

@@ -44,15 +44,20 @@ static double qs_pb_num(const cJSON *o, const char *key) {
     return cJSON_IsNumber(v) ? v->valuedouble : NAN;
 }
 
-/* Build the model with every Conv2d/Linear at prec[j] (j in layer order) or, prec NULL, at
- * `uniform`; fused, casts inserted, not set up. */
-static qs_status qs_pb_model(const qs_planb_request *rq, const qs_precision *prec, qs_precision uniform,
-                             qs_model **out) {
-    QS_TRY(qs_models_build_config(rq->arch, rq->config, out));
+static bool qs_pb_is_layer(const qs_pb_ctx *c, const qs_node *n);
+
+/* Build the model with every planned layer at prec[j] (j in layer order, qs_pb_is_layer) and
+ * the other selectable nodes at the base or, prec NULL, every selectable node at `uniform`;
+ * fused, casts inserted, not set up. */
+static qs_status qs_pb_model(const qs_pb_ctx *c, const qs_precision *prec, qs_precision uniform, qs_model **out) {
+    QS_TRY(qs_models_build_config(c->rq->arch, c->rq->config, out));
     qs_model_fuse(*out);
     int j = 0;
-    for (int i = 0; i < (*out)->n_nodes; i++)
-        if (qs_node_precision_selectable((*out)->nodes[i].kind)) (*out)->nodes[i].prec = prec ? prec[j++] : uniform;
+    for (int i = 0; i < (*out)->n_nodes; i++) {
+        qs_node *n = &(*out)->nodes[i];
+        if (!qs_node_precision_selectable(n->kind)) continue;
+        n->prec = !prec ? uniform : qs_pb_is_layer(c, n) ? prec[j++] : c->base;
+    }
     qs_status st = qs_model_insert_casts(*out, NULL);
     if (st != QS_OK) {
         qs_model_free(*out);
@@ -78,7 +83,7 @@ static qs_status qs_pb_replay(const qs_pb_ctx *c, const int *src, qs_precision *
     qs_status st = QS_OK;
     for (int r = 0; r < n && st == QS_OK; r++) {
         qs_model *m = NULL;
-        st = qs_pb_model(rq, prec ? prec[r] : NULL, c->base, &m);
+        st = qs_pb_model(c, prec ? prec[r] : NULL, c->base, &m);
         if (st == QS_OK) w[r] = qs_pb_sim_worker(rq, src ? src[r] : r, m);
         if (st == QS_OK) w[r].type = rq->workers[r].type;
     }
@@ -176,7 +181,7 @@ static bool qs_pb_is_layer(const qs_pb_ctx *c, const qs_node *n) {
 
 static qs_status qs_pb_layers(qs_pb_ctx *c) {
     qs_model *m = NULL;
-    QS_TRY(qs_pb_model(c->rq, NULL, QS_PREC_FP32, &m));
+    QS_TRY(qs_pb_model(c, NULL, QS_PREC_FP32, &m));
     int L = 0, *src = NULL;
     for (int i = 0; i < m->n_nodes; i++) L += qs_pb_is_layer(c, &m->nodes[i]);
     c->n_layers = L;
@@ -251,7 +256,7 @@ static qs_status qs_pb_problem(const qs_pb_ctx *c, qs_pb_type *d, int fast_tmpl)
     qs_status st = cast_own && mem ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory planning");
     for (int k = 0; k < K && st == QS_OK; k++) {
         qs_model *m = NULL;
-        st = qs_pb_model(rq, NULL, d->menu[k], &m);
+        st = qs_pb_model(c, NULL, d->menu[k], &m);
         qs_sim_charge *ch = st == QS_OK ? calloc((size_t)m->n_nodes, sizeof *ch) : NULL;
         if (st == QS_OK && !ch) st = QS_FAIL(QS_ERR_OOM, "out of memory planning");
         if (st == QS_OK) {
