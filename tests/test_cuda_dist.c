@@ -110,8 +110,9 @@ static void test_fp8_transposed_copies(void **state) {
 
 /* Resume on the GPU: a run stopped at step 4 of 8 and resumed from its checkpoint ends with
  * byte-identical model and optimizer state to the uninterrupted run — cnn with dropout at BF16
- * (SGD) and gpt-mini at FP8 (AdamW), also with delayed scaling (the amax histories restored; a
- * 16-step history keeps the slots of steps 0-3 to the end). One process each. */
+ * (SGD), gpt-mini at FP8 (AdamW), also with delayed scaling (the amax histories restored; a
+ * 16-step history keeps the slots of steps 0-3 to the end), and gpt-mini at BF16, whose
+ * attention runs fused (its deterministic backward). One process each. */
 static void test_resume_bit_exact(void **state) {
     (void)state;
     static const char *const runs[][2] = {
@@ -122,6 +123,9 @@ static void test_resume_bit_exact(void **state) {
         {"gpt-mini-fp8-delayed", "train --device cuda:0 --model gpt-mini --data synthetic-text:256:64 --batch 16 "
                                  "--steps 8 --optimizer adamw --lr 1e-3 --precision fp8 --fp8-scaling delayed:16 "
                                  "--eval-subset 64 --no-progress --quiet"},
+        {"gpt-mini-bf16-fused-attention", "train --device cuda:0 --model gpt-mini --data synthetic-text:256:64 "
+                                          "--batch 16 --steps 8 --optimizer adamw --lr 1e-3 --precision bf16 "
+                                          "--eval-subset 64 --no-progress --quiet"},
     };
     for (size_t k = 0; k < sizeof runs / sizeof *runs; k++) {
         char a[1024], full[256], part[256];
