@@ -91,6 +91,11 @@ static int qs_train_check(qs_train_config *c, const char *optimizer, const char 
         fprintf(stderr, "qsync train: --lr must be > 0 (got %g)\n", c->optim.lr);
         return 2;
     }
+    if (c->gpu_busy_steps < 0 || (c->gpu_busy_steps > 0 && (!c->cuda || c->profile_steps > 0))) {
+        fprintf(stderr, "qsync train: --gpu-busy-steps needs --device cuda (on the CPU every op runs synchronously: "
+                "the whole step is busy) and not --profile-steps (which synchronises after every op)\n");
+        return 2;
+    }
     return 0;
 }
 
@@ -109,6 +114,13 @@ static void qs_train_print_json(const qs_train_result *r) {
     cJSON_AddNumberToObject(o, "images_per_s", r->images_per_s);
     cJSON_AddBoolToObject(o, "interrupted", r->interrupted);
     if (r->profile) cJSON_AddItemReferenceToObject(o, "profile", r->profile);
+    if (r->gpu_busy_steps > 0) {
+        cJSON *b = cJSON_AddObjectToObject(o, "gpu_busy");
+        cJSON_AddNumberToObject(b, "fraction", r->gpu_busy_step_ms > 0 ? r->gpu_busy_ms / r->gpu_busy_step_ms : 0);
+        cJSON_AddNumberToObject(b, "busy_ms_per_step", r->gpu_busy_ms);
+        cJSON_AddNumberToObject(b, "step_ms", r->gpu_busy_step_ms);
+        cJSON_AddNumberToObject(b, "steps", (double)r->gpu_busy_steps);
+    }
     if (r->precision) cJSON_AddItemReferenceToObject(o, "precision", r->precision);
     if (r->workers) cJSON_AddItemReferenceToObject(o, "workers", r->workers);
     cJSON_AddStringToObject(o, "loss_scale_mode", r->loss_scale_mode);
@@ -189,6 +201,8 @@ int qs_cmd_train(int argc, char **argv) {
         {"checkpoint-every", QS_CLI_I64, &c.checkpoint_every, "N", "also checkpoint every N steps"},
         {"stop-at", QS_CLI_I64, &c.stop_at, "STEP", "stop after STEP with a checkpoint (resume later)"},
         {"profile-steps", QS_CLI_I64, &c.profile_steps, "N", "time every op for N steps and print the breakdown"},
+        {"gpu-busy-steps", QS_CLI_I64, &c.gpu_busy_steps, "N",
+         "GPU: over N steps, the share of the step time the GPU spends in the ops (events around each op)"},
         {"no-progress", QS_CLI_FLAG, &no_progress, NULL, "no live progress line"},
         {"json", QS_CLI_FLAG, &json, NULL, "print the end-of-run summary as JSON on stdout"},
         {"quiet", QS_CLI_FLAG, &quiet, NULL, "only errors on stderr"},

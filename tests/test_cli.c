@@ -185,6 +185,8 @@ static void test_precision_options(void **state) {
     expect_run("train " QS_TINY " --steps 1 --loss-scale lots", 2, "--loss-scale must be auto, none, dynamic");
     expect_run("train " QS_TINY " --steps 1 --fp8-scaling delayed:0", 2, "--fp8-scaling must be current, delayed");
     expect_run("train " QS_TINY " --steps 1 --fp8-scaling late", 2, "--fp8-scaling must be current, delayed");
+    expect_run("train " QS_TINY " --steps 3 --gpu-busy-steps 2", 2, "--gpu-busy-steps needs --device cuda");
+    expect_run("train " QS_TINY " --steps 3 --gpu-busy-steps -1", 2, "--gpu-busy-steps needs --device cuda");
     expect_run("profile --model mlp --out p.json --fp8-scaling delayed:2000", 2, "qsync profile: --fp8-scaling must be");
     expect_run("train " QS_TINY_MLP " --steps 2 --precision fp8 --allow-emulated --fp8-scaling delayed:3 --json", 0,
                "\"fp8_amax_history\":\t3");

@@ -15,10 +15,13 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+
+#include <cjson/cJSON.h>
 
 #include "core/backend.h"
 #include "dist_run.h"
@@ -150,6 +153,29 @@ static void test_resume_bit_exact(void **state) {
 
 /* 2 s into training rank 1 is stopped (SIGSTOP): rank 0 must end the job through the
  * collective timeout, naming rank 1. `timeout 180` only turns a hang into a failure. */
+/* --gpu-busy-steps: the GPU time inside the ops over 5 steps, as a share of their wall time —
+ * a fraction in (0, 1], over exactly those steps, and with every op bracketed the busy time of
+ * a cnn step is most of it but not more than all of it. */
+static void test_gpu_busy(void **state) {
+    (void)state;
+    char *out = NULL;
+    qs_test_run_ranks_output(0, "train --device cuda:0 --model cnn --data synthetic --batch 256 --steps 12 "
+                                "--train-subset 4096 --eval-subset 256 --precision bf16 --gpu-busy-steps 5 --json "
+                                "--no-progress --quiet", &out);
+    cJSON *doc = out ? cJSON_Parse(out) : NULL, *b = cJSON_GetObjectItem(doc, "gpu_busy");
+    if (!b) fail_msg("no \"gpu_busy\" object in the output: %s", out ? out : "(none)");
+    const double f = cJSON_GetNumberValue(cJSON_GetObjectItem(b, "fraction")),
+                 busy = cJSON_GetNumberValue(cJSON_GetObjectItem(b, "busy_ms_per_step")),
+                 step = cJSON_GetNumberValue(cJSON_GetObjectItem(b, "step_ms")),
+                 n = cJSON_GetNumberValue(cJSON_GetObjectItem(b, "steps"));
+    printf("  cnn bf16 batch 256: GPU busy %.1f%% (%.3f of %.3f ms per step, %g steps)\n", 100 * f, busy, step, n);
+    assert_true(n == 5);
+    assert_true(busy > 0 && busy <= step && f > 0 && f <= 1);
+    assert_true(fabs(f - busy / step) < 1e-9);
+    cJSON_Delete(doc);
+    free(out);
+}
+
 static void test_stalled_rank(void **state) {
     (void)state;
     const char *bin = getenv("QS_BIN");
@@ -195,6 +221,7 @@ int main(void) {
         cmocka_unit_test(test_low_precision_replicas),
         cmocka_unit_test(test_fp8_transposed_copies),
         cmocka_unit_test(test_resume_bit_exact),
+        cmocka_unit_test(test_gpu_busy),
         cmocka_unit_test(test_stalled_rank),
     };
     return cmocka_run_group_tests(tests, group_setup, qs_test_tmpdir_teardown);

@@ -185,6 +185,13 @@ typedef struct qs_backend_ops {
     /* Bytes currently allocated through alloc() and not freed, and the peak since creation
      * (sizes as requested; the measured counterpart of qs_model_memory). Either may be NULL. */
     void (*memory_stats)(qs_backend *be, size_t *in_use, size_t *peak);
+    /* GPU time of queued work (optional: NULL on backends that run ops synchronously): an
+     * event recorded on a stream completes when the work queued before it has; the time
+     * between two completed events (ms, ~0.5 µs resolution) is read after a stream_sync. */
+    qs_status (*event_create)(qs_backend *be, void **event);
+    void (*event_destroy)(qs_backend *be, void *event);
+    qs_status (*event_record)(qs_backend *be, qs_stream *s, void *event);
+    qs_status (*event_elapsed_ms)(qs_backend *be, void *start, void *end, float *ms);
     qs_status (*memset_zero)(qs_backend *be, qs_stream *s, void *p, size_t bytes);
     qs_status (*copy_h2d)(qs_backend *be, qs_stream *s, void *dst, const void *src, size_t bytes);
     qs_status (*copy_d2h)(qs_backend *be, qs_stream *s, void *dst, const void *src, size_t bytes);

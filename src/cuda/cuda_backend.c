@@ -120,6 +120,30 @@ void qs_cuda_free(qs_backend *be, void *p) {
     }
 }
 
+static qs_status qs_cuda_event_create(qs_backend *be, void **event) {
+    (void)be;
+    cudaEvent_t e;
+    QS_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDefault));
+    *event = (void *)e;
+    return QS_OK;
+}
+
+static void qs_cuda_event_destroy(qs_backend *be, void *event) {
+    (void)be;
+    if (event) (void)cudaEventDestroy((cudaEvent_t)event);
+}
+
+static qs_status qs_cuda_event_record(qs_backend *be, qs_stream *s, void *event) {
+    QS_CUDA_TRY(cudaEventRecord((cudaEvent_t)event, cuda_stream_of(qs_cuda_be(be), s)));
+    return QS_OK;
+}
+
+static qs_status qs_cuda_event_elapsed_ms(qs_backend *be, void *start, void *end, float *ms) {
+    (void)be;
+    QS_CUDA_TRY(cudaEventElapsedTime(ms, (cudaEvent_t)start, (cudaEvent_t)end));
+    return QS_OK;
+}
+
 void qs_cuda_memory_stats(qs_backend *be, size_t *in_use, size_t *peak) {
     if (in_use) *in_use = qs_cuda_be(be)->in_use;
     if (peak) *peak = qs_cuda_be(be)->peak;
@@ -220,6 +244,10 @@ static const qs_backend_ops qs_cuda_ops = {
     .alloc = qs_cuda_alloc,
     .free = qs_cuda_free,
     .memory_stats = qs_cuda_memory_stats,
+    .event_create = qs_cuda_event_create,
+    .event_destroy = qs_cuda_event_destroy,
+    .event_record = qs_cuda_event_record,
+    .event_elapsed_ms = qs_cuda_event_elapsed_ms,
     .memset_zero = qs_cuda_memset_zero,
     .copy_h2d = qs_cuda_copy_h2d,
     .copy_d2h = qs_cuda_copy_d2h,

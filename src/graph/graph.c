@@ -137,6 +137,7 @@ static void qs_model_release_batch(qs_model *m) {
 void qs_model_free(qs_model *m) {
     if (!m) return;
     if (m->be) {
+        qs_model_busy_free(m);
         qs_model_release_batch(m);
         m->be->ops->free(m->be, m->param_data);
         m->be->ops->free(m->be, m->grad_data);
@@ -299,8 +300,10 @@ static qs_status qs_timed(qs_model *m, qs_node *n, qs_node_fn fn, qs_cost_cat ca
     qs_emulation *e = &m->emulation;
     if (m->timing) QS_TRY(m->be->ops->stream_sync(m->be, m->stream));
     double c0 = e->cpu_threads > 0 ? qs_process_cpu_ms() : 0, t0 = qs_now_ms();
+    if (m->busy.on) QS_TRY(qs_model_busy_mark(m));
     qs_status st = fn(m, n);
     if (st != QS_OK) return qs_error_wrap(st, "%s of node %s: ", qs_cost_cat_name(cat), n->name);
+    if (m->busy.on) QS_TRY(qs_model_busy_mark(m));
     if (m->timing) QS_TRY(m->be->ops->stream_sync(m->be, m->stream));
     double dt = qs_now_ms() - t0;
     if (e->cpu_threads > 0) {

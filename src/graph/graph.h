@@ -234,6 +234,15 @@ double qs_emulate_slowdown(qs_emulation *e, double op_ms);
 /* The slowdown actually applied so far (1 when none is emulated or nothing ran yet). */
 double qs_emulation_measured(const qs_emulation *e);
 
+/* The GPU-busy meter (graph/busy.c): while on, an event pair brackets every op the model runs
+ * (and what callers bracket with qs_model_busy_mark), so that the sum of the pairs' elapsed
+ * times is the GPU time of the step's ops, gaps between ops excluded. */
+typedef struct qs_busy_meter {
+    void **ev;                 /* backend events, recorded in pairs */
+    int cap, used;
+    bool on;
+} qs_busy_meter;
+
 typedef struct qs_model {
     char arch[32];             /* "cnn", "resnet18", ... */
     char config[256];          /* the build options, as "key=value ..." for checkpoints */
@@ -276,6 +285,7 @@ typedef struct qs_model {
      * train/checkpoint_fp8.c). */
     int fp8_amax_history;
     bool timing;               /* sync + time every op into node->time */
+    qs_busy_meter busy;        /* GPU-busy events (qs_model_busy_start) */
     bool want_input_grad;      /* also compute d loss / d input into nodes[0].dy (tests) */
     /* Gradient hooks (data parallelism, src/dist/grad_sync.c); NULL = none. grads_ready runs
      * after every node's backward (its parameter gradients are final); grads_done at the end
@@ -357,5 +367,17 @@ void qs_model_memory(const qs_model *m, qs_memory_report *r);
 void qs_node_memory(const qs_model *m, const qs_node *n, size_t *out, size_t *grad, size_t *saved);
 /* Reset every op timer. */
 void qs_model_reset_times(qs_model *m);
+
+/* GPU-busy measurement of a set-up model (graph/busy.c). start: from now on every op records an
+ * event before and after itself on the model's stream (QS_ERR_UNSUPPORTED on a backend without
+ * events: the CPU's ops run synchronously, every step is all busy). mark: record one event —
+ * callers bracket their own backend work (the optimizer) with two. collect: wait for the
+ * stream and add the elapsed time of every pair since the last collect to *busy_ms. stop: no
+ * more events; the events are freed with the model. */
+qs_status qs_model_busy_start(qs_model *m);
+qs_status qs_model_busy_mark(qs_model *m);
+qs_status qs_model_busy_collect(qs_model *m, double *busy_ms);
+void qs_model_busy_stop(qs_model *m);
+void qs_model_busy_free(qs_model *m);
 
 #endif

@@ -113,6 +113,7 @@ qs_status qs_loss_scaler_step(qs_loss_scaler *ls, qs_model *m, qs_optimizer *o, 
         finite = false;
     }
     double t0 = qs_now_ms();
+    QS_TRY(qs_model_busy_mark(m)); /* the optimizer's GPU time counts as busy (no-op when off) */
     if (st == QS_OK && ls->mode != QS_LOSS_SCALE_NONE)
         QS_TRY(qs_loss_scaler_unscale(ls, be, m->stream, (float *)m->grad_data, (int64_t)(m->params.bytes / sizeof(float)),
                                       &finite, NULL));
@@ -120,6 +121,7 @@ qs_status qs_loss_scaler_step(qs_loss_scaler *ls, qs_model *m, qs_optimizer *o, 
         QS_TRY(qs_optimizer_step(o, be, m->stream, m->param_data, m->grad_data, lr, NULL));
         if (applied) *applied = true;
     }
+    QS_TRY(qs_model_busy_mark(m));
     if (m->timing) { /* the check, unscaling and update count as optimizer time */
         QS_TRY(be->ops->stream_sync(be, m->stream));
         double dt = qs_now_ms() - t0;

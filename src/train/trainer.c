@@ -565,6 +565,28 @@ static void qs_train_profile_begin(const qs_train_config *c, qs_train_job *j, in
     }
 }
 
+/* The GPU-busy window: from step `begin` for gpu_busy_steps steps, events around every op... */
+static qs_status qs_train_busy_begin(const qs_train_config *c, qs_train_job *j, int64_t step, int64_t begin) {
+    return c->gpu_busy_steps > 0 && step == begin ? qs_model_busy_start(j->m) : QS_OK;
+}
+
+/* ...after each step of it, their GPU time and the step's wall time added up; at its end, the
+ * per-step means in res and a log line. */
+static qs_status qs_train_busy_after(const qs_train_config *c, qs_train_job *j, double step_ms,
+                                     qs_train_result *res) {
+    if (!j->m->busy.on) return QS_OK;
+    QS_TRY(qs_model_busy_collect(j->m, &res->gpu_busy_ms));
+    res->gpu_busy_step_ms += step_ms;
+    if (++res->gpu_busy_steps < c->gpu_busy_steps) return QS_OK;
+    qs_model_busy_stop(j->m);
+    res->gpu_busy_ms /= (double)res->gpu_busy_steps;
+    res->gpu_busy_step_ms /= (double)res->gpu_busy_steps;
+    qs_log_info(c->log, "GPU busy %.1f%% of the step: %.3f of %.3f ms per step in the model's ops and the optimizer "
+                "(%lld steps, events around every op)", 100.0 * res->gpu_busy_ms / res->gpu_busy_step_ms,
+                res->gpu_busy_ms, res->gpu_busy_step_ms, (long long)res->gpu_busy_steps);
+    return QS_OK;
+}
+
 /* ...and after profile_steps steps, stop timing and report (res->profile, and on stderr). */
 static void qs_train_profile_end(const qs_train_config *c, qs_train_job *j, int64_t step, int64_t begin,
                                  qs_train_result *res) {
@@ -677,6 +699,7 @@ static qs_status qs_train_loop(const qs_train_config *c, qs_train_job *j, const 
     qs_train_window w = {.t0 = qs_now_ms()};
     while (step < total && !stop) {
         qs_train_profile_begin(c, j, step, first + QS_PROFILE_WARMUP_STEPS);
+        QS_TRY(qs_train_busy_begin(c, j, step, first + QS_PROFILE_WARMUP_STEPS));
         double t0 = qs_now_ms(), loss;
         int64_t correct;
         float lr = qs_lr_at(&sched, step);
@@ -693,6 +716,7 @@ static qs_status qs_train_loop(const qs_train_config *c, qs_train_job *j, const 
         w.correct += correct;
         w.n++;
         qs_train_profile_end(c, j, step, first + QS_PROFILE_WARMUP_STEPS, res);
+        QS_TRY(qs_train_busy_after(c, j, step_ms, res));
         if (step % c->log_every == 0 || step % spe == 0 || step == total)
             QS_TRY(qs_train_log_step(c, j, &w, step, total, spe, lr, train_ms, tty, res));
         QS_TRY(qs_train_after_step(c, j, mo, step, total, spe, tty, &stop, res));

@@ -54,6 +54,9 @@ typedef struct qs_train_config {
     int64_t eval_every;         /* evaluate every N epochs (and at the end); 0 → only at the end */
     int64_t log_every;          /* step records every N steps */
     int64_t profile_steps;      /* time every op for N steps after 2 warm-up steps and report */
+    int64_t gpu_busy_steps;     /* GPU only: over N steps after 2 warm-up steps, the fraction of the
+                                 * step time the GPU spent in the model's ops and the optimizer
+                                 * (events around each; not with profile_steps) */
     int64_t stop_at;            /* stop after this step with a checkpoint, as if interrupted (0 = off) */
     int64_t checkpoint_every;   /* also checkpoint every N steps (0 = only at epoch ends) */
     /* Set asynchronously (non-zero, by the signal-waiting thread) to ask the loop to checkpoint
@@ -103,6 +106,9 @@ typedef struct qs_train_result {
     bool interrupted;           /* stopped early by c->interrupt (a checkpoint was written if asked) */
     int interrupt_signal;       /* the signal's number when interrupted (any rank's), else 0 */
     cJSON *profile;             /* per-op report when profile_steps > 0 (caller frees) */
+    int64_t gpu_busy_steps;     /* steps measured for the GPU-busy figures (0: none) */
+    double gpu_busy_ms;         /* per step: GPU time of the ops and the optimizer */
+    double gpu_busy_step_ms;    /* per step: the wall time of those steps */
     cJSON *precision;           /* qs_precision_report_json of the run's model (caller frees) */
     cJSON *workers;             /* per rank: type, emulated slowdown asked and measured, step time
                                  * (NULL for a single process without emulation; caller frees) */
