@@ -33,32 +33,25 @@ constexpr int kThreads = 32 * kWarps;
 constexpr float kLog2e = 1.4426950408889634f;
 
 /* The operand dtype: packing two floats into a register and the tensor-core product
- * c (16×8, FP32) += a (16×16) · b (16×8). */
+ * c (16×8, FP32) += a (16×16) · b (16×8). One specialisation per 16-bit type: T the element,
+ * T2 its pair, CVT the rounding conversion of two floats, PTX the type's name in mma. */
 template <typename E> struct Elem;
-template <> struct Elem<__nv_bfloat16> {
-    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-        __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-        return *reinterpret_cast<uint32_t *>(&v);
-    }
-    static __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                     "{%0,%1,%2,%3};\n"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    }
-};
-template <> struct Elem<__half> {
-    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-        __half2 v = __floats2half2_rn(lo, hi);
-        return *reinterpret_cast<uint32_t *>(&v);
-    }
-    static __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                     "{%0,%1,%2,%3};\n"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    }
-};
+#define QS_ATTN_ELEM(T, T2, CVT, PTX)                                                                          \
+    template <> struct Elem<T> {                                                                               \
+        static __device__ __forceinline__ uint32_t pack(float lo, float hi) {                                  \
+            T2 v = CVT(lo, hi);                                                                                \
+            return *reinterpret_cast<uint32_t *>(&v);                                                          \
+        }                                                                                                      \
+        static __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) { \
+            asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." PTX "." PTX                                  \
+                         ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"                        \
+                         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                                      \
+                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));                      \
+        }                                                                                                      \
+    };
+QS_ATTN_ELEM(__nv_bfloat16, __nv_bfloat162, __floats2bfloat162_rn, "bf16")
+QS_ATTN_ELEM(__half, __half2, __floats2half2_rn, "f16")
+#undef QS_ATTN_ELEM
 
 template <typename E, int D> struct Tile {
     static constexpr int LD = D + 8; /* 16-byte aligned rows that fall on distinct bank groups */
@@ -154,6 +147,25 @@ __device__ __forceinline__ bool key_kept(int key, int T, const float *ids, float
     return key < T && (!ids || ids[n * T + key] != pad_id);
 }
 
+/* One step of the key-tile pipeline of the forward and dQ kernels (iteration `it` of `ntiles`):
+ * start loading the next key and value tiles and their kept flags into the other buffer
+ * (released by the previous iteration's closing barrier), then wait for this iteration's. */
+template <typename E, int D>
+__device__ __forceinline__ void next_key_tiles(Tile<E, D> (&Ks)[2], Tile<E, D> (&Vs)[2], bool (&kept)[2][kTile],
+                                               const E *K, const E *V, int T, int it, int ntiles, const float *ids,
+                                               float pad_id, int64_t n) {
+    const int nb = (it & 1) ^ 1, k1 = (it + 1) * kTile;
+    if (it + 1 < ntiles) {
+        load_tile_async(Ks[nb], K, T, k1);
+        load_tile_async(Vs[nb], V, T, k1);
+        if (threadIdx.x < kTile) kept[nb][threadIdx.x] = key_kept(k1 + threadIdx.x, T, ids, pad_id, n);
+        cp_async_wait<2>();
+    } else {
+        cp_async_wait<0>();
+    }
+    __syncthreads();
+}
+
 /* Write a warp's 16 × D accumulator (times `scale`) to the token rows of a heads reference:
  * row0 + g (+8) are the rows (tokens) this lane holds. */
 template <int D>
@@ -226,15 +238,7 @@ __global__ void __launch_bounds__(kThreads)
     const int row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
     for (int it = 0; it < ntiles; it++) {
         const int k0 = it * kTile, b = it & 1;
-        if (it + 1 < ntiles) { /* the other buffer was released by the last iteration's barrier */
-            load_tile_async(Ks[b ^ 1], K + base, T, k0 + kTile);
-            load_tile_async(Vs[b ^ 1], V + base, T, k0 + kTile);
-            if (threadIdx.x < kTile) kept[b ^ 1][threadIdx.x] = key_kept(k0 + kTile + threadIdx.x, T, ids, pad_id, n);
-            cp_async_wait<2>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncthreads();
+        next_key_tiles(Ks, Vs, kept, K + base, V + base, T, it, ntiles, ids, pad_id, n);
         float s[8][4];
         mma_abt<E, D>(s, qf, Ks[b], lane);
         float mx[2] = {-INFINITY, -INFINITY};
@@ -313,6 +317,19 @@ __global__ void k_attn_bwd_rows(const float *out, const float *dout, int T, int 
     }
 }
 
+/* A warp's A fragments of its 16 rows of two staged tiles (the backward kernels' own keys and
+ * values, or own queries and output gradients), then a barrier: the staging tiles are free. */
+template <typename E, int D>
+__device__ __forceinline__ void own_fragments(uint32_t (&fa)[D / 16][4], uint32_t (&fb)[D / 16][4],
+                                              const Tile<E, D> &ta, const Tile<E, D> &tb, int warp, int lane) {
+#pragma unroll
+    for (int kc = 0; kc < D / 16; kc++) {
+        frag_a(fa[kc], ta, warp * 16, kc * 16, lane);
+        frag_a(fb[kc], tb, warp * 16, kc * 16, lane);
+    }
+    __syncthreads();
+}
+
 /* Row statistics of query tile q0 (lse, dvec; +inf and 0 beyond T) into shared memory. */
 __device__ __forceinline__ void load_row_stats(float *lse_s, float *dvec_s, const float *lse, const float *dvec,
                                                size_t at, int T, int q0) {
@@ -346,12 +363,7 @@ __global__ void __launch_bounds__(kThreads)
     cp_async_wait<2>();
     __syncthreads();
     uint32_t kf[D / 16][4], vf[D / 16][4];
-#pragma unroll
-    for (int kc = 0; kc < D / 16; kc++) {
-        frag_a(kf[kc], Qs[1], warp * 16, kc * 16, lane);
-        frag_a(vf[kc], dOs[1], warp * 16, kc * 16, lane);
-    }
-    __syncthreads(); /* the staging buffers are free */
+    own_fragments(kf, vf, Qs[1], dOs[1], warp, lane);
     const int key[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
     const bool kept[2] = {key_kept(key[0], T, ids, pad_id, n), key_kept(key[1], T, ids, pad_id, n)};
     float dka[D / 8][4], dva[D / 8][4];
@@ -415,12 +427,7 @@ __global__ void __launch_bounds__(kThreads)
     cp_async_wait<2>();
     __syncthreads();
     uint32_t qf[D / 16][4], gf[D / 16][4];
-#pragma unroll
-    for (int kc = 0; kc < D / 16; kc++) {
-        frag_a(qf[kc], Ks[1], warp * 16, kc * 16, lane);
-        frag_a(gf[kc], Vs[1], warp * 16, kc * 16, lane);
-    }
-    __syncthreads(); /* the staging buffers are free */
+    own_fragments(qf, gf, Ks[1], Vs[1], warp, lane);
     const int row[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
     float lr[2], dr[2];
 #pragma unroll
@@ -433,15 +440,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int dt = 0; dt < D / 8; dt++) dqa[dt][0] = dqa[dt][1] = dqa[dt][2] = dqa[dt][3] = 0.0f;
     for (int it = 0; it < ntiles; it++) {
         const int k0 = it * kTile, b = it & 1;
-        if (it + 1 < ntiles) {
-            load_tile_async(Ks[b ^ 1], K + base, T, k0 + kTile);
-            load_tile_async(Vs[b ^ 1], V + base, T, k0 + kTile);
-            if (threadIdx.x < kTile) kept[b ^ 1][threadIdx.x] = key_kept(k0 + kTile + threadIdx.x, T, ids, pad_id, n);
-            cp_async_wait<2>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncthreads();
+        next_key_tiles(Ks, Vs, kept, K + base, V + base, T, it, ntiles, ids, pad_id, n);
         float p[8][4], dp[8][4];
         mma_abt<E, D>(p, qf, Ks[b], lane);
         const bool masked = (causal && k0 + kTile > q0) || ids || k0 + kTile > T;
