@@ -36,8 +36,10 @@ static int group_teardown(void **state) {
 }
 
 /* `arch` for 28×28×1 inputs with base width `width`, finalized and fused (not set up). */
+/* `arch` with default options on Fashion-MNIST-shaped inputs, or (transformers) 64-byte sequences. */
 static qs_model *build(const char *arch, int64_t width) {
-    qs_model_options o = qs_models_default_options(28, 28, 1, 10);
+    qs_model_options o = qs_models_is_transformer(arch) ? qs_models_default_options(1, 1, 64, 256)
+                                                        : qs_models_default_options(28, 28, 1, 10);
     o.width = width;
     qs_model *m = NULL;
     ASSERT_OK(qs_models_build(arch, &o, &m));
