@@ -280,6 +280,7 @@ int qs_cmd_train(int argc, char **argv) {
         c.emulation_calibration_steps = w->calibration_steps;
         c.memory_cap_mb = w->memory_mb;
         c.mps_sm_percent = w->sm_percent;
+        c.sm_partition_count = w->sm_count;
         worker_types = calloc((size_t)cluster.n_workers, sizeof *worker_types);
         for (int i = 0; worker_types && i < cluster.n_workers; i++) worker_types[i] = cluster.workers[i].type;
         c.worker_types = worker_types;

@@ -3,7 +3,8 @@
  * × B/2 and 3 ranks × B/3 at FP32, replicas compared after every step at FP32, BF16 and FP8
  * and for a transformer (tied embedding), FP8 products reading the layers' transposed copies
  * against products making their own (bitwise equal), resume on the GPU byte-identical to an
- * uninterrupted run, and a stalled rank ending the job with a message.
+ * uninterrupted run, training on an SM partition (green context) against the whole GPU, and a
+ * stalled rank ending the job with a message.
  * Runs on the GPU machine (scripts/gpu-suite.sh run); elsewhere it says why and exits 77
  * (QS_REQUIRE_GPU=1 makes that a failure).
  *
@@ -176,6 +177,46 @@ static void test_gpu_busy(void **state) {
     free(out);
 }
 
+/* An SM partition (QS_CUDA_SM_PARTITION, a green context: src/cuda/cuda_green.h): mlp at FP32
+ * trained on 16 SMs ends within the rank-equivalence bound of the run on the whole GPU (the
+ * same kernels on fewer SMs), the report names the partition, and malformed or impossible
+ * partitions are refused with the device's granularity. The step times are printed, not
+ * asserted. One process each. */
+static void test_sm_partition(void **state) {
+    (void)state;
+    static const char *const args = "train --device cuda:0 --model mlp --data synthetic --batch 256 --steps 10 "
+                                    "--train-subset 2560 --eval-subset 256 --no-progress --quiet --json";
+    char a[768], d_all[256], d_part[256], *out = NULL;
+    snprintf(d_all, sizeof d_all, "%s/mlp-all-sms", qs_test_tmp);
+    snprintf(d_part, sizeof d_part, "%s/mlp-16-sms", qs_test_tmp);
+    snprintf(a, sizeof a, "%s --checkpoint-dir %s", args, d_all);
+    qs_test_run_ranks(0, a, 0, NULL);
+    setenv("QS_CUDA_SM_PARTITION", "8:16", 1);
+    snprintf(a, sizeof a, "%s --checkpoint-dir %s", args, d_part);
+    qs_test_run_ranks_output(0, a, &out);
+    double diff = qs_test_checkpoint_max_rel_diff(d_all, d_part);
+    cJSON *doc = out ? cJSON_Parse(out) : NULL;
+    const double ms = cJSON_GetNumberValue(cJSON_GetObjectItem(doc, "median_step_ms"));
+    printf("  mlp fp32 on SMs 8-23: max relative weight difference to the whole GPU %.3e (bound 1e-5); median step "
+           "%.3f ms\n", diff, ms);
+    assert_true(diff <= 1e-5);
+    cJSON_Delete(doc);
+    free(out);
+    static const char *const bad[][2] = {
+        {"0:12", "offset and count must be multiples of 8"},
+        {"4:16", "offset and count must be multiples of 8"},
+        {"0:4096", "offset + count at most"},
+        {"16", "expected \"<offset>:<count>\""},
+        {"0:0", "expected \"<offset>:<count>\""},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        setenv("QS_CUDA_SM_PARTITION", bad[k][0], 1);
+        qs_test_run_ranks(0, args, -2, bad[k][1]);
+        printf("  QS_CUDA_SM_PARTITION=%s refused\n", bad[k][0]);
+    }
+    unsetenv("QS_CUDA_SM_PARTITION");
+}
+
 static void test_stalled_rank(void **state) {
     (void)state;
     const char *bin = getenv("QS_BIN");
@@ -222,6 +263,7 @@ int main(void) {
         cmocka_unit_test(test_fp8_transposed_copies),
         cmocka_unit_test(test_resume_bit_exact),
         cmocka_unit_test(test_gpu_busy),
+        cmocka_unit_test(test_sm_partition),
         cmocka_unit_test(test_stalled_rank),
     };
     return cmocka_run_group_tests(tests, group_setup, qs_test_tmpdir_teardown);

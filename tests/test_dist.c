@@ -359,6 +359,55 @@ static void test_cluster_cuda_refused(void **state) {
                            "workers[0].emulation.sm_percent must be a whole number");
 }
 
+/* Green-context partitions: a cuda worker's emulation.sm_count, method "green-context" (the
+ * default with sm_count); the workers of each GPU take consecutive SM ranges in worker order,
+ * other GPUs and share-limited workers not counted. */
+static void test_cluster_sm_partitions(void **state) {
+    qs_cluster c;
+    assert_int_equal(read_cluster("green.json", "{\"device\": \"cuda:0\", \"type\": \"h200-56\", \"emulation\": "
+                                                "{\"sm_count\": 56}},"
+                                                "{\"device\": \"cuda:1\", \"type\": \"other\", \"emulation\": "
+                                                "{\"sm_count\": 64}},"
+                                                "{\"device\": \"cuda:0\", \"type\": \"h200-48\", \"emulation\": "
+                                                "{\"sm_count\": 48, \"method\": \"green-context\"}},"
+                                                "{\"device\": \"cuda:0\", \"type\": \"mps\", \"emulation\": "
+                                                "{\"sm_percent\": 10}},"
+                                                "{\"device\": \"cuda\", \"type\": \"h200-8\", \"emulation\": "
+                                                "{\"sm_count\": 8}}", &c),
+                     QS_OK);
+    const qs_cluster_worker *w = c.workers;
+    assert_int_equal(w[0].sm_count, 56);
+    assert_int_equal(w[0].sm_offset, 0);
+    assert_string_equal(w[0].emulation_method, "green-context");
+    assert_int_equal(w[1].sm_count, 64);
+    assert_int_equal(w[1].sm_offset, 0);
+    assert_int_equal(w[2].sm_count, 48);
+    assert_int_equal(w[2].sm_offset, 56);
+    assert_int_equal(w[3].sm_count, 0);
+    assert_int_equal(w[3].sm_percent, 10);
+    assert_string_equal(w[3].emulation_method, "mps");
+    assert_int_equal(w[4].sm_count, 8);
+    assert_int_equal(w[4].sm_offset, 104);
+    qs_cluster_free(&c);
+    expect_cluster_refused("{\"device\": \"cuda\", \"type\": \"a\", \"emulation\": {\"sm_count\": 48, "
+                           "\"sm_percent\": 30}}", "workers[0].emulation has both sm_count and sm_percent");
+    expect_cluster_refused("{\"device\": \"cuda\", \"type\": \"a\", \"emulation\": {\"sm_count\": 48, "
+                           "\"method\": \"mps\"}}",
+                           "workers[0].emulation.method must be \"green-context\" for a \"cuda\" worker with sm_count");
+    expect_cluster_refused("{\"device\": \"cuda\", \"type\": \"a\", \"emulation\": {\"sm_percent\": 30, "
+                           "\"method\": \"green-context\"}}",
+                           "workers[0].emulation.method must be \"mps\" for a \"cuda\" worker with sm_percent");
+    expect_cluster_refused("{\"device\": \"cpu\", \"type\": \"a\", \"emulation\": {\"sm_count\": 8}}",
+                           "workers[0].emulation.sm_count is a GPU partition's SMs, for \"cuda\" workers only");
+    static const char *const bad_counts[] = {"0", "-8", "4097", "\"8\"", "8.5"};
+    for (size_t k = 0; k < sizeof bad_counts / sizeof *bad_counts; k++) {
+        char wj[256];
+        snprintf(wj, sizeof wj, "{\"device\": \"cuda\", \"type\": \"a\", \"emulation\": {\"sm_count\": %s}}",
+                 bad_counts[k]);
+        expect_cluster_refused(wj, "workers[0].emulation.sm_count must be");
+    }
+}
+
 /* Point CUDA_MPS_PIPE_DIRECTORY at qs_test_tmp/name (made empty) and clear the two limits;
  * the directory into dir. */
 static void mps_scratch(const char *name, char *dir, size_t cap) {
@@ -367,6 +416,7 @@ static void mps_scratch(const char *name, char *dir, size_t cap) {
     assert_int_equal(setenv("CUDA_MPS_PIPE_DIRECTORY", dir, 1), 0);
     unsetenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
     unsetenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT");
+    unsetenv(QS_SM_PARTITION_ENV);
 }
 
 /* A UNIX socket bound at path (listening when listen_too), its descriptor. */
@@ -440,7 +490,22 @@ static void test_mps_apply(void **state) {
     assert_int_equal(qs_mps_apply(&w, 0), QS_OK);
     assert_string_equal(getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), "30");
     assert_null(getenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"));
+    assert_null(getenv(QS_SM_PARTITION_ENV));
+    /* a green-context partition: its range for the backend, and the daemon still required */
+    qs_cluster_worker g = w;
+    g.sm_percent = 0;
+    g.sm_count = 48;
+    g.sm_offset = 56;
+    unsetenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
+    assert_int_equal(qs_mps_apply(&g, 1), QS_OK);
+    assert_string_equal(getenv(QS_SM_PARTITION_ENV), "56:48");
+    assert_null(getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"));
     close(fd);
+    unlink(path);
+    unsetenv(QS_SM_PARTITION_ENV);
+    assert_int_equal(qs_mps_apply(&g, 1), QS_ERR_UNSUPPORTED);
+    assert_non_null(strstr(qs_last_error(), "a partition of 48 SMs"));
+    assert_null(getenv(QS_SM_PARTITION_ENV));
     unsetenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
     unsetenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT");
     if (saved_copy) setenv("CUDA_MPS_PIPE_DIRECTORY", saved_copy, 1);
@@ -518,6 +583,7 @@ int main(void) {
         cmocka_unit_test(test_cluster),
         cmocka_unit_test(test_cluster_cuda_workers),
         cmocka_unit_test(test_cluster_cuda_refused),
+        cmocka_unit_test(test_cluster_sm_partitions),
         cmocka_unit_test(test_cluster_devices_refused),
         cmocka_unit_test(test_mps_apply),
         cmocka_unit_test(test_calibrated_emulation),

@@ -308,7 +308,7 @@ static void test_run_refusals(void **state) {
                                   "{\"device\": \"cuda:0\", \"type\": \"h200\"},"
                                   "{\"device\": \"cuda:0\", \"type\": \"h200-sm30\", \"emulation\": {\"sm_percent\": 30}}]}");
     snprintf(a, sizeof a, "run " TINY " --cluster %s/mps.json --out %s/o4", t, t);
-    qs_test_expect_qsync(1, "limits worker 1 to 30% of the GPU's SMs through MPS", a);
+    qs_test_expect_qsync(1, "limits worker 1 to 30% of the GPU's SMs through MPS, which a process keeps", a);
     snprintf(a, sizeof a, "run " TINY " --cluster %s/c.json --batch 33 --out %s/o5", t, t);
     qs_test_expect_qsync(1, "--batch 33 is not divisible by the 2 workers", a);
     /* three ranks for a cluster of two: refused by every rank alike, before any work */

@@ -40,13 +40,19 @@ qs_status qs_cuda_check_launch(const char *what) {
                    cudaGetErrorString(e));
 }
 
+qs_status qs_cuda_make_current(qs_cuda_backend *cb) {
+    if (cb->green.green) return qs_cuda_green_make_current(&cb->green);
+    QS_CUDA_TRY(cudaSetDevice(cb->device));
+    return QS_OK;
+}
+
 /* Wait for the stream, free every allocation still live, release the cuBLASLt / cuDNN
  * handles (cuda_linear.c, cuda_conv.c), the flag word, the stream and the handle. Errors
  * are ignored: nothing can be done about them while tearing down. */
 void qs_cuda_destroy(qs_backend *be) {
     if (!be) return;
     qs_cuda_backend *cb = qs_cuda_be(be);
-    (void)cudaSetDevice(cb->device);
+    (void)qs_cuda_make_current(cb);
     if (cb->stream.s) (void)cudaStreamSynchronize(cb->stream.s);
     qs_cuda_linear_release(be);
     qs_cuda_conv_release(be);
@@ -57,6 +63,7 @@ void qs_cuda_destroy(qs_backend *be) {
     }
     if (cb->flags) (void)cudaFree(cb->flags);
     if (cb->stream.s) (void)cudaStreamDestroy(cb->stream.s);
+    qs_cuda_green_destroy(&cb->green);
     (void)cudaGetLastError(); /* leave no stale error for the next CUDA user of this thread */
     free(cb);
 }
@@ -331,7 +338,7 @@ qs_status qs_backend_cuda_facts(qs_backend *be, qs_gpu_facts *out) {
         return QS_FAIL(QS_ERR_INVALID_ARG, "GPU facts asked of the %s backend", be ? be->ops->name : "(no)");
     const qs_cuda_backend *cb = qs_cuda_be(be);
     snprintf(out->name, sizeof out->name, "%s", cb->props.name);
-    out->sms = cb->props.multiProcessorCount;
+    out->sms = cb->green.green ? cb->green.sm_count : cb->props.multiProcessorCount;
     out->memory_bytes = cb->props.totalGlobalMem;
     out->cc_major = cb->props.major;
     out->cc_minor = cb->props.minor;
@@ -378,6 +385,13 @@ qs_status qs_backend_cuda_create(int device, qs_backend **out) {
     cb->dnn = NULL;
     QS_CUDA_CREATE_TRY(cudaSetDevice(device));
     QS_CUDA_CREATE_TRY(cudaGetDeviceProperties(&cb->props, device));
+    const char *part = getenv(QS_CUDA_SM_PARTITION_ENV);
+    if (part && part[0]) { /* before the stream: it belongs to the context current when made */
+        int sm_first = 0, sm_n = 0;
+        st = qs_cuda_green_parse(part, &sm_first, &sm_n);
+        if (st == QS_OK) st = qs_cuda_green_enter(device, sm_first, sm_n, &cb->green);
+        if (st != QS_OK) goto fail;
+    }
     QS_CUDA_CREATE_TRY(cudaStreamCreateWithFlags(&cb->stream.s, cudaStreamNonBlocking));
     QS_CUDA_CREATE_TRY(cudaMalloc((void **)&cb->flags, sizeof *cb->flags));
     QS_CUDA_CREATE_TRY(cudaMemsetAsync(cb->flags, 0, sizeof *cb->flags, cb->stream.s));
@@ -396,6 +410,7 @@ qs_status qs_backend_cuda_create(int device, qs_backend **out) {
 fail:
     if (cb->flags) (void)cudaFree(cb->flags);
     if (cb->stream.s) (void)cudaStreamDestroy(cb->stream.s);
+    qs_cuda_green_destroy(&cb->green);
     (void)cudaGetLastError();
     free(cb->allocs);
     free(cb);

@@ -17,6 +17,7 @@
  *                       position add, head permutes, masked softmax (cuda_transformer.h)
  *   cuda_conv.c         Conv2d through cuDNN
  *   cuda_ipc.c, cuda_ipc_sum.cu  the IPC all-reduce between ranks on one GPU (dist/ipc_reduce.h)
+ *   cuda_green.c        an SM partition through a green context (QS_CUDA_SM_PARTITION)
  *   cuda_launch.cuh     what the kernel files share: the op's stream, grid caps, argument checks,
  *                       stream-ordered scratch
  * Host code is C (gcc); only kernels are CUDA C++ (nvcc), exported with C linkage.
@@ -30,6 +31,7 @@
 #include <cuda_runtime_api.h>
 
 #include "core/backend.h"
+#include "cuda/cuda_green.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -52,6 +54,7 @@ typedef struct qs_cuda_backend {
     struct qs_cuda_alloc *allocs; /* live allocations (pointer → size), for free() accounting */
     void *lt;                     /* cublasLtHandle_t (cuda_linear.c) */
     void *dnn;                    /* cudnnHandle_t (cuda_conv.c), created on first use */
+    qs_cuda_green green;          /* the SM partition all work runs on (QS_CUDA_SM_PARTITION), or none */
 } qs_cuda_backend;
 
 static inline qs_cuda_backend *qs_cuda_be(qs_backend *be) { return (qs_cuda_backend *)be; }
@@ -72,6 +75,10 @@ static inline qs_cuda_backend *qs_cuda_be(qs_backend *be) { return (qs_cuda_back
 qs_status qs_cuda_check_launch(const char *what);
 
 /* ---- cuda_backend.c ---- */
+/* Make the backend's context current for the calling thread: its green context when it runs
+ * on an SM partition, else the device's primary context (cudaSetDevice). Call it before
+ * creating anything that belongs to a context (streams, events, library handles). */
+qs_status qs_cuda_make_current(qs_cuda_backend *cb);
 void qs_cuda_destroy(qs_backend *be);
 qs_status qs_cuda_alloc(qs_backend *be, size_t bytes, void **out);
 void qs_cuda_free(qs_backend *be, void *p);

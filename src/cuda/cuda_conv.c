@@ -167,7 +167,7 @@ static qs_status dnn_handle(qs_backend *be, cudnnHandle_t *out) {
                            "cuDNN %zu.%zu is loaded but the CUDA backend needs cuDNN 9 (built against %d.%d); "
                            "install cuDNN 9 or fix LD_LIBRARY_PATH",
                            v / 10000, v / 100 % 100, CUDNN_MAJOR, CUDNN_MINOR);
-        QS_CUDA_TRY(cudaSetDevice(cb->device));
+        QS_TRY(qs_cuda_make_current(cb));
         cudnnHandle_t h = NULL;
         cudnnStatus_t st = cudnnCreate(&h);
         if (st != CUDNN_STATUS_SUCCESS)

@@ -51,7 +51,7 @@ static size_t blob_bytes(int n_slots) { return sizeof(ipc_card) + 2 * (size_t)n_
 
 static qs_status create_own(qs_ipc_reduce *x, void *buf, size_t bytes, char *blob) {
     qs_cuda_backend *cb = qs_cuda_be(x->be);
-    QS_CUDA_TRY(cudaSetDevice(cb->device));
+    QS_TRY(qs_cuda_make_current(cb));
     QS_CUDA_TRY(cudaStreamCreateWithFlags(&x->stream, cudaStreamNonBlocking));
     QS_CUDA_TRY(cudaEventCreateWithFlags(&x->done, cudaEventDisableTiming));
     QS_TRY(x->be->ops->alloc(x->be, bytes ? bytes : 4, (void **)&x->scratch));

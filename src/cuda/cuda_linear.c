@@ -390,8 +390,9 @@ void qs_cuda_linear_release(qs_backend *be) {
 /* The backend's cuBLASLt handle, created on first use (on the backend's device). */
 static qs_status lt_handle(qs_backend *be, cublasLtHandle_t *out) {
     qs_cuda_backend *cb = qs_cuda_be(be);
+    *out = NULL;
     if (!cb->lt) {
-        QS_CUDA_TRY(cudaSetDevice(cb->device));
+        QS_TRY(qs_cuda_make_current(cb));
         cublasLtHandle_t h = NULL;
         cublasStatus_t st = cublasLtCreate(&h);
         if (st != CUBLAS_STATUS_SUCCESS)

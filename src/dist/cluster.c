@@ -100,6 +100,9 @@ static qs_status parse_precisions(const qs_cluster *c, const cJSON *w, int i, qs
 /* workers[i].emulation of a cpu worker: slowdown, method auto|cgroup|duty-cycle,
  * calibration_steps; sm_percent (an MPS SM share) is refused. */
 static qs_status parse_cpu_emulation(const qs_cluster *c, const cJSON *emu, int i, qs_cluster_worker *out) {
+    if (cJSON_GetObjectItemCaseSensitive(emu, "sm_count"))
+        return QS_FAIL(QS_ERR_FORMAT, "cluster %s: workers[%d].emulation.sm_count is a GPU partition's SMs, for \"cuda\" "
+                       "workers only; a cpu worker is made slower with emulation.slowdown", c->origin, i);
     if (cJSON_GetObjectItemCaseSensitive(emu, "sm_percent"))
         return QS_FAIL(QS_ERR_FORMAT, "cluster %s: workers[%d].emulation.sm_percent is an MPS SM share, for \"cuda\" "
                        "workers only; a cpu worker is made slower with emulation.slowdown", c->origin, i);
@@ -114,26 +117,50 @@ static qs_status parse_cpu_emulation(const qs_cluster *c, const cJSON *emu, int 
     return QS_OK;
 }
 
-/* workers[i].emulation of a cuda worker: sm_percent (1..100) and method "mps" only; slowdown
- * and calibration_steps are refused (the SM share holds from the CUDA context's creation: the
- * slowdown it gives is measured against other workers, never asked or calibrated in-rank). */
+/* workers[i].emulation of a cuda worker: either sm_percent (1..100, method "mps") or sm_count
+ * (1..4096 SMs, method "green-context"), not both; slowdown and calibration_steps are refused
+ * (the limit holds from the CUDA context's creation: the slowdown it gives is measured against
+ * other workers, never asked or calibrated in-rank). */
 static qs_status parse_cuda_emulation(const qs_cluster *c, const cJSON *emu, int i, qs_cluster_worker *out) {
     if (cJSON_GetObjectItemCaseSensitive(emu, "slowdown"))
         return QS_FAIL(QS_ERR_FORMAT, "cluster %s: workers[%d].emulation.slowdown is for cpu workers: a \"cuda\" worker "
-                       "is made weaker with emulation.sm_percent (an MPS SM share, 1 to 100); the slowdown it gives "
-                       "is measured, not asked", c->origin, i);
+                       "is made weaker with emulation.sm_count (SMs of a green-context partition) or sm_percent (an "
+                       "MPS SM share, 1 to 100); the slowdown it gives is measured, not asked", c->origin, i);
     if (cJSON_GetObjectItemCaseSensitive(emu, "calibration_steps"))
-        return QS_FAIL(QS_ERR_FORMAT, "cluster %s: workers[%d].emulation.calibration_steps is for cpu workers: an MPS "
-                       "SM share holds from the CUDA context's creation, so a \"cuda\" worker has no unslowed steps "
+        return QS_FAIL(QS_ERR_FORMAT, "cluster %s: workers[%d].emulation.calibration_steps is for cpu workers: an SM "
+                       "limit holds from the CUDA context's creation, so a \"cuda\" worker has no unslowed steps "
                        "to calibrate against", c->origin, i);
+    const bool by_count = cJSON_GetObjectItemCaseSensitive(emu, "sm_count") != NULL;
+    if (by_count && cJSON_GetObjectItemCaseSensitive(emu, "sm_percent"))
+        return QS_FAIL(QS_ERR_FORMAT, "cluster %s: workers[%d].emulation has both sm_count and sm_percent: give one "
+                       "(sm_count: a green-context partition of that many SMs; sm_percent: an MPS share)", c->origin, i);
+    const char *want = by_count ? "green-context" : "mps";
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(emu, "method");
-    if (m && !(cJSON_IsString(m) && strcmp(m->valuestring, "mps") == 0))
-        return QS_FAIL(QS_ERR_FORMAT, "cluster %s: workers[%d].emulation.method must be \"mps\" for a \"cuda\" worker "
-                       "(\"auto\", \"cgroup\" and \"duty-cycle\" are for cpu workers)", c->origin, i);
+    if (m && !(cJSON_IsString(m) && strcmp(m->valuestring, want) == 0))
+        return QS_FAIL(QS_ERR_FORMAT, "cluster %s: workers[%d].emulation.method must be \"%s\" for a \"cuda\" worker "
+                       "with %s (\"auto\", \"cgroup\" and \"duty-cycle\" are for cpu workers)", c->origin, i, want,
+                       by_count ? "sm_count" : "sm_percent");
+    snprintf(out->emulation_method, sizeof out->emulation_method, "%s", want);
     int64_t sm = 0;
+    if (by_count) {
+        QS_TRY(get_whole(c, emu, "emulation.", "sm_count", i, 1, 4096, &sm));
+        out->sm_count = (int)sm;
+        return QS_OK;
+    }
     QS_TRY(get_whole(c, emu, "emulation.", "sm_percent", i, 1, 100, &sm));
     out->sm_percent = (int)sm;
     return QS_OK;
+}
+
+/* Give the green-context partitions of each GPU consecutive SM ranges, in worker order. */
+static void place_partitions(qs_cluster *c) {
+    for (int i = 0; i < c->n_workers; i++) {
+        qs_cluster_worker *w = &c->workers[i];
+        if (!w->cuda || w->sm_count <= 0) continue;
+        w->sm_offset = 0;
+        for (int j = 0; j < i; j++)
+            if (c->workers[j].cuda && c->workers[j].cuda_device == w->cuda_device) w->sm_offset += c->workers[j].sm_count;
+    }
 }
 
 /* workers[i].emulation (optional), by the worker's device kind. */
@@ -143,7 +170,8 @@ static qs_status parse_emulation(const qs_cluster *c, const cJSON *w, int i, qs_
     char where[48];
     snprintf(where, sizeof where, "workers[%d].emulation", i);
     if (!cJSON_IsObject(emu)) return QS_FAIL(QS_ERR_FORMAT, "cluster %s: %s must be an object", c->origin, where);
-    static const char *const ekeys[] = {"slowdown", "method", "calibration_steps", "sm_percent", NULL};
+    static const char *const ekeys[] = {"slowdown", "method", "calibration_steps", "sm_percent", "sm_count",
+                                        NULL};
     QS_TRY(only_keys(c, emu, where, ekeys));
     return out->cuda ? parse_cuda_emulation(c, emu, i, out) : parse_cpu_emulation(c, emu, i, out);
 }
@@ -160,7 +188,8 @@ static qs_status parse_worker(qs_cluster *c, const cJSON *w, int i, qs_cluster_w
     out->slowdown = 1;
     QS_TRY(get_str(c, w, "device", i, true, out->device, sizeof out->device));
     QS_TRY(parse_device(c, i, out));
-    /* cuda workers: MPS only, and no in-rank calibration window (see parse_cuda_emulation) */
+    /* cuda workers: MPS unless emulation.sm_count asks a green context, and no in-rank
+     * calibration window (see parse_cuda_emulation) */
     snprintf(out->emulation_method, sizeof out->emulation_method, "%s", out->cuda ? "mps" : "auto");
     out->calibration_steps = out->cuda ? 0 : QS_CLUSTER_DEFAULT_CALIBRATION_STEPS;
     QS_TRY(get_str(c, w, "type", i, true, out->type, sizeof out->type));
@@ -202,6 +231,7 @@ qs_status qs_cluster_read(const char *path, qs_cluster *out) {
         return st;
     }
     out->n_workers = n;
+    place_partitions(out);
     return QS_OK;
 }
 
@@ -214,7 +244,7 @@ qs_status qs_cluster_check_devices(const qs_cluster *c) {
         if (a->cuda && a->cuda_device != b->cuda_device)
             return QS_FAIL(QS_ERR_UNSUPPORTED, "cluster %s: worker 0 is on cuda:%d and worker %d on cuda:%d: data "
                            "parallelism between GPUs needs the NCCL transport, which this qsync does not have yet; put "
-                           "every worker on one GPU (weaker ones emulated by an MPS sm_percent)", c->origin,
+                           "every worker on one GPU (weaker ones emulated by an sm_count or an MPS sm_percent)", c->origin,
                            a->cuda_device, i, b->cuda_device);
     }
     return QS_OK;

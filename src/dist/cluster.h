@@ -9,7 +9,8 @@
  *       "precision": "int8" | "plan": "plans/slow.json",
  *       "emulation": {"slowdown": 1.6, "method": "auto", "calibration_steps": 10}},
  *      {"device": "cuda:0", "type": "h200-sm30", "memory_mb": 40000,
- *       "emulation": {"sm_percent": 30, "method": "mps"}}]}
+ *       "emulation": {"sm_percent": 30, "method": "mps"}},
+ *      {"device": "cuda:0", "type": "h200-48sm", "emulation": {"sm_count": 48}}]}
  * Rank i takes workers[i]; the job's world size must equal the number of workers. "device" is
  * "cpu", "cuda" (= "cuda:0") or "cuda:N" (N ≥ 0, the CUDA device ordinal the rank opens).
  * "type" is the device-type label plans and reports use; "precision" (uniform) or "plan" (a
@@ -21,8 +22,11 @@
  * emulated weaker device, reported as emulation), by a cgroup CPU quota or a duty cycle
  * ("emulation.method"; "auto": the quota where the cgroup file system is writable).
  * cuda workers: "emulation.sm_percent" (1..100) is the share of the GPU's SMs the rank's
- * context may use under NVIDIA MPS ("emulation.method" "mps", the default and only method for
- * them); several such workers share one GPU (hybrid emulation). Their slowdown is measured,
+ * context may use under NVIDIA MPS ("emulation.method" "mps"); or "emulation.sm_count" gives the
+ * rank a green-context partition of that many SMs ("emulation.method" "green-context";
+ * src/cuda/cuda_green.h), the workers of one GPU taking consecutive SM ranges in worker order
+ * (sm_offset), so that ranks side by side under MPS run on disjoint SMs; several such workers
+ * share one GPU (hybrid emulation). Their slowdown is measured,
  * never asked: "emulation.slowdown" and "calibration_steps" are errors on a cuda worker, as
  * "sm_percent" is on a cpu worker. */
 #ifndef QSYNC_DIST_CLUSTER_H
@@ -41,6 +45,8 @@ typedef struct qs_cluster_worker {
     bool cuda;           /* device is "cuda" or "cuda:N" */
     int cuda_device;     /* N of "cuda:N" ("cuda": 0); 0 for a cpu worker */
     int sm_percent;      /* MPS active thread percentage (1..100) of a cuda worker; 0 = no MPS SM share */
+    int sm_count;        /* SMs of a cuda worker's green-context partition; 0 = none */
+    int sm_offset;       /* its first SM: the sm_counts of the earlier workers on the same GPU */
     char type[48];       /* device-type label */
     int threads;         /* 0 = default */
     int64_t memory_mb;   /* 0 = no cap; on a cuda worker also its MPS pinned device memory limit */
@@ -48,7 +54,7 @@ typedef struct qs_cluster_worker {
     char plan[4096];     /* "" or a plan file path (resolved against the cluster file's directory) */
     double slowdown;     /* 1 = none (always 1 on a cuda worker) */
     char emulation_method[16]; /* cpu: "auto" (cgroup quota where writable, else duty cycle), "cgroup",
-                                * "duty-cycle"; cuda: "mps" */
+                                * "duty-cycle"; cuda: "mps" or "green-context" (with sm_count) */
     int64_t calibration_steps; /* unslowed steps measured first (train/emulator.h); cpu default 10, 0 = none;
                                 * always 0 on a cuda worker */
 } qs_cluster_worker;

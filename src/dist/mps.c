@@ -79,12 +79,13 @@ static qs_status set_env(const char *name, const char *value) {
 }
 
 qs_status qs_mps_apply(const qs_cluster_worker *w, int rank) {
-    if (!w || !w->cuda || (w->sm_percent <= 0 && w->memory_mb <= 0)) return QS_OK;
-    char dir[4096], asked[128];
-    if (w->sm_percent > 0 && w->memory_mb > 0)
-        snprintf(asked, sizeof asked, "an SM share of %d%% and %" PRId64 " MB of pinned device memory", w->sm_percent,
-                 w->memory_mb);
-    else if (w->sm_percent > 0) snprintf(asked, sizeof asked, "an SM share of %d%%", w->sm_percent);
+    if (!w || !w->cuda || (w->sm_percent <= 0 && w->sm_count <= 0 && w->memory_mb <= 0)) return QS_OK;
+    char dir[4096], asked[160], limit[64] = "";
+    if (w->sm_percent > 0) snprintf(limit, sizeof limit, "an SM share of %d%%", w->sm_percent);
+    if (w->sm_count > 0) snprintf(limit, sizeof limit, "a partition of %d SMs", w->sm_count);
+    if (limit[0] && w->memory_mb > 0)
+        snprintf(asked, sizeof asked, "%s and %" PRId64 " MB of pinned device memory", limit, w->memory_mb);
+    else if (limit[0]) snprintf(asked, sizeof asked, "%s", limit);
     else snprintf(asked, sizeof asked, "%" PRId64 " MB of pinned device memory", w->memory_mb);
     if (!qs_mps_daemon_running(dir, sizeof dir))
         return QS_FAIL(QS_ERR_UNSUPPORTED, "rank %d (worker type \"%s\", %s) asks %s through NVIDIA MPS, but no MPS "
@@ -95,6 +96,10 @@ qs_status qs_mps_apply(const qs_cluster_worker *w, int rank) {
     if (w->sm_percent > 0) {
         snprintf(v, sizeof v, "%d", w->sm_percent);
         QS_TRY(set_env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", v));
+    }
+    if (w->sm_count > 0) {
+        snprintf(v, sizeof v, "%d:%d", w->sm_offset, w->sm_count);
+        QS_TRY(set_env(QS_SM_PARTITION_ENV, v));
     }
     if (w->memory_mb > 0) {
         snprintf(v, sizeof v, "%d=%" PRId64 "M", w->cuda_device, w->memory_mb);

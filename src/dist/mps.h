@@ -25,6 +25,8 @@
 #include "qsync/status.h"
 
 #define QS_MPS_DEFAULT_PIPE_DIRECTORY "/tmp/nvidia-mps"
+/* The variable the CUDA backend reads for its SM partition (src/cuda/cuda_green.h). */
+#define QS_SM_PARTITION_ENV "QS_CUDA_SM_PARTITION"
 
 /* Whether an MPS control daemon is reachable: the pipe directory ($CUDA_MPS_PIPE_DIRECTORY
  * when set and non-empty, else QS_MPS_DEFAULT_PIPE_DIRECTORY) holds a `control` entry, and the
@@ -35,14 +37,17 @@
  * nothing when pipe_dir is NULL or cap 0). Never fails; sets no error. */
 bool qs_mps_daemon_running(char *pipe_dir, size_t cap);
 
-/* Set this process's MPS limits for worker w of rank `rank` (w NULL: no cluster, no-op).
+/* Set this process's MPS limits and SM partition for worker w of rank `rank` (w NULL: no
+ * cluster, no-op).
  * Call it BEFORE the process creates its CUDA context (see above). For a cuda worker with
- * sm_percent > 0 or memory_mb > 0: QS_ERR_UNSUPPORTED, naming the rank, the share asked and the
+ * sm_percent, sm_count or memory_mb > 0: QS_ERR_UNSUPPORTED, naming the rank, the limit asked and the
  * pipe directory, when no daemon is reachable (qs_mps_daemon_running); else sets (overwriting)
- * CUDA_MPS_ACTIVE_THREAD_PERCENTAGE to sm_percent when it is > 0 and
+ * CUDA_MPS_ACTIVE_THREAD_PERCENTAGE to sm_percent when it is > 0, QS_CUDA_SM_PARTITION to
+ * "<sm_offset>:<sm_count>" when sm_count > 0 (the backend's green-context partition: ranks side
+ * by side on one GPU need MPS to run concurrently at all, hence the daemon is required too) and
  * CUDA_MPS_PINNED_DEVICE_MEM_LIMIT to "<cuda_device>=<memory_mb>M" when memory_mb > 0
- * (QS_ERR_OOM if the environment cannot grow). A cpu worker, or a cuda worker without
- * either limit: QS_OK, nothing set. Not thread-safe (setenv): call it before other threads
+ * (QS_ERR_OOM if the environment cannot grow). A cpu worker, or a cuda worker without any
+ * limit: QS_OK, nothing set. Not thread-safe (setenv): call it before other threads
  * read the environment. */
 qs_status qs_mps_apply(const qs_cluster_worker *w, int rank);
 

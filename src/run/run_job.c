@@ -310,6 +310,7 @@ static void qs_run_arm_config(const qs_run_state *s, qs_run_arm arm, uint64_t se
     t->cuda = s->me->cuda;
     t->cuda_device = s->me->cuda_device;
     t->mps_sm_percent = s->me->sm_percent;
+    t->sm_partition_count = s->me->sm_count;
     t->emulation_method = s->me->emulation_method;
     t->emulation_calibration_steps = s->me->calibration_steps;
     t->precision = arm == QS_ARM_QSYNC ? QS_PREC_FP32 : c->base_precision; /* a plan sets every layer itself */
@@ -403,12 +404,17 @@ qs_status qs_run_check(const qs_run_config *c, int world) {
     if (c->ideal_ms > 0 && c->arms[QS_ARM_IDEAL])
         return QS_FAIL(QS_ERR_INVALID_ARG, "--ideal-ms gives the ideal iteration measured elsewhere: leave the ideal "
                        "arm out of --arms, or drop --ideal-ms");
-    for (int r = 0; r < cl->n_workers && c->arms[QS_ARM_IDEAL]; r++)
-        if (cl->workers[r].sm_percent > 0)
-            return QS_FAIL(QS_ERR_INVALID_ARG, "%s limits worker %d to %d%% of the GPU's SMs through MPS, which a process "
-                           "keeps for its life: the ideal arm (no emulated limits) cannot run in this job; leave it out "
-                           "of --arms, measure the unlimited cluster's iteration with qsync train and give it as --ideal-ms",
-                           cl->origin, r, cl->workers[r].sm_percent);
+    for (int r = 0; r < cl->n_workers && c->arms[QS_ARM_IDEAL]; r++) {
+        const qs_cluster_worker *wk = &cl->workers[r];
+        char lim[64];
+        if (wk->sm_percent > 0) snprintf(lim, sizeof lim, "%d%% of the GPU's SMs through MPS", wk->sm_percent);
+        else snprintf(lim, sizeof lim, "%d of the GPU's SMs (a green-context partition)", wk->sm_count);
+        if (wk->sm_percent > 0 || wk->sm_count > 0)
+            return QS_FAIL(QS_ERR_INVALID_ARG, "%s limits worker %d to %s, which a process keeps for its life: the ideal "
+                           "arm (no emulated limits) cannot run in this job; leave it out of --arms, measure the "
+                           "cluster without the weaker workers' limits with qsync train and give its iteration as "
+                           "--ideal-ms", cl->origin, r, lim);
+    }
     if (c->low_precision <= c->base_precision)
         return QS_FAIL(QS_ERR_INVALID_ARG, "the low precision %s is not below the base precision %s (order: fp32, "
                        "tf32, bf16, fp16, fp8, int8): give --low-precision below --base-precision",

@@ -656,8 +656,11 @@ static qs_status qs_train_worker_report(const qs_train_config *c, qs_train_job *
     double steps = j->step_ms.n > 0 ? (double)j->step_ms.n : 1, total = 0;
     for (int64_t i = 0; i < j->step_ms.n; i++) total += j->step_ms.v[i];
     qs_worker_figures f = {.slowdown_asked = c->slowdown > 1 ? c->slowdown : 1,
-                           .emulation_method = c->mps_sm_percent > 0 ? "mps" : j->emu.how,
+                           .emulation_method = c->mps_sm_percent > 0       ? "mps"
+                                               : c->sm_partition_count > 0 ? "green-context"
+                                                                           : j->emu.how,
                            .sm_percent = c->mps_sm_percent,
+                           .sm_count = c->sm_partition_count,
                            .mean_step_ms = total / steps,
                            .median_step_ms = qs_train_median_step_ms(j, (int64_t)skip),
                            .local_batch = (double)j->local_batch,

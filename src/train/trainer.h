@@ -83,6 +83,8 @@ typedef struct qs_train_config {
     int64_t memory_cap_mb;
     int mps_sm_percent;         /* a GPU worker's MPS SM share, set by the caller's environment before the
                                  * CUDA context (dist/mps.h): reported, not applied here (0 = none) */
+    int sm_partition_count;     /* SMs of a GPU worker's green-context partition, likewise set through the
+                                 * environment (QS_CUDA_SM_PARTITION) and only reported here (0 = none) */
     const char *const *worker_types; /* every worker's label (world entries), for rank 0's report; may be NULL */
     /* How the global batch is split over the ranks (dist/batch_split.h): NULL or "even" →
      * equal shares (--batch must be divisible by the ranks); "dynamic" → in proportion to

@@ -13,15 +13,16 @@ enum {
     QS_WR_MEDIAN_MS,
     QS_WR_BATCH,
     QS_WR_WAIT_MS,
-    QS_WR_METHOD,     /* 0 none, 1 duty cycle, 2 cgroup quota, 3 MPS SM share */
+    QS_WR_METHOD,     /* 0 none, 1 duty cycle, 2 cgroup quota, 3 MPS SM share, 4 green context */
     QS_WR_CALIBRATED,
     QS_WR_MEMORY,
     QS_WR_SM_PERCENT, /* the MPS SM share, 0 = none */
+    QS_WR_SM_COUNT,   /* SMs of the green-context partition, 0 = none */
     QS_WR_PREC,       /* QS_PREC_COUNT counts follow */
     QS_WR_FIELDS = QS_WR_PREC + QS_PREC_COUNT
 };
 
-static const char *const qs_wr_methods[] = {"none", "duty-cycle", "cgroup-quota", "mps"};
+static const char *const qs_wr_methods[] = {"none", "duty-cycle", "cgroup-quota", "mps", "green-context"};
 
 static void qs_wr_pack(const qs_worker_figures *f, double *x) {
     x[QS_WR_ASKED] = f->slowdown_asked;
@@ -31,11 +32,12 @@ static void qs_wr_pack(const qs_worker_figures *f, double *x) {
     x[QS_WR_BATCH] = f->local_batch;
     x[QS_WR_WAIT_MS] = f->comm_wait_ms;
     x[QS_WR_METHOD] = 0;
-    for (int k = 1; k < 4; k++)
+    for (int k = 1; k < (int)(sizeof qs_wr_methods / sizeof *qs_wr_methods); k++)
         if (f->emulation_method && strcmp(f->emulation_method, qs_wr_methods[k]) == 0) x[QS_WR_METHOD] = k;
     x[QS_WR_CALIBRATED] = f->calibrated;
     x[QS_WR_MEMORY] = f->memory_bytes;
     x[QS_WR_SM_PERCENT] = f->sm_percent;
+    x[QS_WR_SM_COUNT] = f->sm_count;
     for (int p = 0; p < QS_PREC_COUNT; p++) x[QS_WR_PREC + p] = f->precision_counts[p];
 }
 
@@ -50,6 +52,7 @@ static cJSON *qs_wr_rank(int r, const double *x, const char *type, const qs_logg
     bool emulated = x[QS_WR_ASKED] > 1, calibrated = x[QS_WR_CALIBRATED] > 0;
     cJSON_AddStringToObject(w, "emulation_method", how);
     if (x[QS_WR_SM_PERCENT] > 0) cJSON_AddNumberToObject(w, "mps_sm_percent", x[QS_WR_SM_PERCENT]);
+    if (x[QS_WR_SM_COUNT] > 0) cJSON_AddNumberToObject(w, "sm_count", x[QS_WR_SM_COUNT]);
     if (emulated) cJSON_AddStringToObject(w, "emulated_slowdown_basis", calibrated ? "calibrated" : "ops");
     cJSON_AddNumberToObject(w, "step_ms", x[QS_WR_MEAN_MS]);
     cJSON_AddNumberToObject(w, "median_step_ms", x[QS_WR_MEDIAN_MS]);

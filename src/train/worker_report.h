@@ -16,8 +16,9 @@ typedef struct qs_worker_figures {
     double slowdown_asked;        /* 1 = not emulated */
     double slowdown_measured;     /* train/emulator.h */
     bool calibrated;              /* measured against the calibration window (else the ops' account) */
-    const char *emulation_method; /* "cgroup-quota", "duty-cycle", "mps", "none" */
+    const char *emulation_method; /* "cgroup-quota", "duty-cycle", "mps", "green-context", "none" */
     double sm_percent;            /* a GPU worker's MPS SM share (0 = none) */
+    double sm_count;              /* SMs of a GPU worker's green-context partition (0 = none) */
     double mean_step_ms, median_step_ms;
     double local_batch;
     double comm_wait_ms;          /* wait for the gradient all-reduce, mean per step */
@@ -27,7 +28,8 @@ typedef struct qs_worker_figures {
 
 /* Collective over the `world` ranks of comm (NULL for one process): gather every rank's
  * figures, return a JSON array with one object per rank (rank, type, emulated_slowdown,
- * emulated_slowdown_measured, emulation_method, mps_sm_percent under an MPS SM share,
+ * emulated_slowdown_measured, emulation_method, mps_sm_percent under an MPS SM share, sm_count
+ * on a green-context partition,
  * emulated_slowdown_basis when emulated,
  * step_ms, median_step_ms, local_batch, comm_wait_ms, precisions, * memory_bytes) and, when `log_lines`, log a line per rank (and one per emulated rank) at info
  * level. types: every rank's
