@@ -26,6 +26,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "core/backend.h" /* QS_CUDA_SM_PARTITION_ENV */
 #include "dist/cluster.h"
 #include "dist/mps.h"
 #include "qsync/status.h"
@@ -416,7 +417,7 @@ static void mps_scratch(const char *name, char *dir, size_t cap) {
     assert_int_equal(setenv("CUDA_MPS_PIPE_DIRECTORY", dir, 1), 0);
     unsetenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
     unsetenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT");
-    unsetenv(QS_SM_PARTITION_ENV);
+    unsetenv(QS_CUDA_SM_PARTITION_ENV);
 }
 
 /* A UNIX socket bound at path (listening when listen_too), its descriptor. */
@@ -490,7 +491,7 @@ static void test_mps_apply(void **state) {
     assert_int_equal(qs_mps_apply(&w, 0), QS_OK);
     assert_string_equal(getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), "30");
     assert_null(getenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"));
-    assert_null(getenv(QS_SM_PARTITION_ENV));
+    assert_null(getenv(QS_CUDA_SM_PARTITION_ENV));
     /* a green-context partition: its range for the backend, and the daemon still required */
     qs_cluster_worker g = w;
     g.sm_percent = 0;
@@ -498,14 +499,14 @@ static void test_mps_apply(void **state) {
     g.sm_offset = 56;
     unsetenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
     assert_int_equal(qs_mps_apply(&g, 1), QS_OK);
-    assert_string_equal(getenv(QS_SM_PARTITION_ENV), "56:48");
+    assert_string_equal(getenv(QS_CUDA_SM_PARTITION_ENV), "56:48");
     assert_null(getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"));
     close(fd);
     unlink(path);
-    unsetenv(QS_SM_PARTITION_ENV);
+    unsetenv(QS_CUDA_SM_PARTITION_ENV);
     assert_int_equal(qs_mps_apply(&g, 1), QS_ERR_UNSUPPORTED);
     assert_non_null(strstr(qs_last_error(), "a partition of 48 SMs"));
-    assert_null(getenv(QS_SM_PARTITION_ENV));
+    assert_null(getenv(QS_CUDA_SM_PARTITION_ENV));
     unsetenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
     unsetenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT");
     if (saved_copy) setenv("CUDA_MPS_PIPE_DIRECTORY", saved_copy, 1);

@@ -437,6 +437,10 @@ qs_status qs_backend_cpu_create(int num_threads, qs_backend **out);
 /* Create the CUDA backend on device `device` (src/cuda). Fails with QS_ERR_UNSUPPORTED in a
  * build without CUDA, QS_ERR_BACKEND when there is no such device or the driver refuses. */
 qs_status qs_backend_cuda_create(int device, qs_backend **out);
+/* The environment variable that confines every CUDA backend of the process to SMs
+ * [offset, offset+count) of its GPU: "<offset>:<count>" (src/cuda/cuda_green.h; set per rank by
+ * the cluster launcher, src/dist/mps.c). */
+#define QS_CUDA_SM_PARTITION_ENV "QS_CUDA_SM_PARTITION"
 
 /* The CUDA backend on cuda:device when `cuda`, else the CPU backend with num_threads. */
 qs_status qs_backend_open(bool cuda, int device, int num_threads, qs_backend **out);

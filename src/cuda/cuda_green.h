@@ -12,13 +12,12 @@
 #ifndef QSYNC_CUDA_GREEN_H
 #define QSYNC_CUDA_GREEN_H
 
+#include "core/backend.h" /* QS_CUDA_SM_PARTITION_ENV */
 #include "qsync/status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-#define QS_CUDA_SM_PARTITION_ENV "QS_CUDA_SM_PARTITION" /* = QS_SM_PARTITION_ENV of dist/mps.h */
 
 /* A green context of this process. */
 typedef struct qs_cuda_green {

@@ -12,6 +12,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "core/backend.h" /* QS_CUDA_SM_PARTITION_ENV */
+
 /* The MPS pipe directory a CUDA client of this process would use. */
 static const char *mps_pipe_directory(void) {
     const char *d = getenv("CUDA_MPS_PIPE_DIRECTORY");
@@ -99,7 +101,7 @@ qs_status qs_mps_apply(const qs_cluster_worker *w, int rank) {
     }
     if (w->sm_count > 0) {
         snprintf(v, sizeof v, "%d:%d", w->sm_offset, w->sm_count);
-        QS_TRY(set_env(QS_SM_PARTITION_ENV, v));
+        QS_TRY(set_env(QS_CUDA_SM_PARTITION_ENV, v));
     }
     if (w->memory_mb > 0) {
         snprintf(v, sizeof v, "%d=%" PRId64 "M", w->cuda_device, w->memory_mb);

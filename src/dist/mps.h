@@ -25,8 +25,6 @@
 #include "qsync/status.h"
 
 #define QS_MPS_DEFAULT_PIPE_DIRECTORY "/tmp/nvidia-mps"
-/* The variable the CUDA backend reads for its SM partition (src/cuda/cuda_green.h). */
-#define QS_SM_PARTITION_ENV "QS_CUDA_SM_PARTITION"
 
 /* Whether an MPS control daemon is reachable: the pipe directory ($CUDA_MPS_PIPE_DIRECTORY
  * when set and non-empty, else QS_MPS_DEFAULT_PIPE_DIRECTORY) holds a `control` entry, and the

@@ -280,7 +280,7 @@ static cJSON *qs_prof_gpu(const qs_profile_options *o) {
     if (be) be->ops->destroy(be);
     const char *share = getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
     if (share && share[0]) cJSON_AddNumberToObject(d, "mps_sm_percent", atof(share));
-    const char *part = getenv("QS_CUDA_SM_PARTITION");
+    const char *part = getenv(QS_CUDA_SM_PARTITION_ENV);
     if (part && part[0]) cJSON_AddStringToObject(d, "sm_partition", part);
     return d;
 }
