@@ -9,8 +9,9 @@
 #       qsync train), then `qsync run` on the pair FAST (rank 0) / SLOW (rank 1) with that ideal
 #       iteration as --ideal-ms: arms qsync, base, low, dynamic; its report is the gap closed.
 # JSON documents go to OUT_DIR (default: $OUT, else gpu_green_out); a summary to stdout.
-# env: COUNTS="64 56 48" FAST=56 SLOW=48 BASE=bf16 LOW=fp8 PRECS="bf16 fp8" STEPS=20 RUN_STEPS=150
-#      BATCH=8192 MODEL_ARGS="--model mlp --width 16384 --data synthetic --optimizer adamw --lr 1e-4
+# env: COUNTS="64 56 48" FAST=56 SLOW=48 BASE=bf16 LOW=fp8 PRECS="bf16 fp8" STEPS=20 RUN_STEPS=150 SEEDS=1
+#      IDEAL_MS (pair: the ideal iteration measured before, instead of measuring it again)
+#      BATCH=8192 MODEL_ARGS="--model mlp --width 24576 --data synthetic --optimizer adamw --lr 1e-4
 #      --fp8-scaling delayed"
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,8 +25,9 @@ LOW=${LOW:-fp8}
 PRECS=${PRECS:-$BASE $LOW}
 STEPS=${STEPS:-20}
 RUN_STEPS=${RUN_STEPS:-150}
+SEEDS=${SEEDS:-1}
 BATCH=${BATCH:-8192}
-MODEL_ARGS=${MODEL_ARGS:---model mlp --width 16384 --data synthetic --optimizer adamw --lr 1e-4 --fp8-scaling delayed}
+MODEL_ARGS=${MODEL_ARGS:---model mlp --width 24576 --data synthetic --optimizer adamw --lr 1e-4 --fp8-scaling delayed}
 OUT_DIR=${OUT_DIR:-${OUT:-gpu_green_out}}
 mkdir -p "$OUT_DIR"
 scripts/gpu-suite.sh unpack "$BUNDLE"
@@ -44,12 +46,14 @@ median() {
 print(max(x["median_step_ms"] for x in w) if w else d["median_step_ms"])' "$1"
 }
 
-# cluster FILE N0 P0 N1 P1: two workers on cuda:0, partitions of N0 and N1 SMs
+# cluster FILE N0 N1 [P]: two workers on cuda:0, partitions of N0 and N1 SMs, both at precision P
+# when given (qsync train), none when not (qsync run chooses them)
 cluster() {
+    local prec=${4:+, \"precision\": \"$4\"}
     cat >"$1" <<JSON
 {"format": "qsync-cluster", "version": 1, "workers": [
-  {"device": "cuda:0", "type": "h200-$2sm", "precision": "$3", "emulation": {"sm_count": $2}},
-  {"device": "cuda:0", "type": "h200-$4sm", "precision": "$5", "emulation": {"sm_count": $4}}]}
+  {"device": "cuda:0", "type": "gpu-$2sm"$prec, "emulation": {"sm_count": $2}},
+  {"device": "cuda:0", "type": "gpu-$3sm"$prec, "emulation": {"sm_count": $3}}]}
 JSON
 }
 
@@ -68,16 +72,21 @@ gain)
     done
     ;;
 pair)
-    cluster "$OUT_DIR/ideal.json" "$FAST" "$BASE" "$FAST" "$BASE"
-    mpirun -np 2 -x LD_LIBRARY_PATH "$Q" "${TRAIN[@]}" --steps "$STEPS" --batch "$BATCH" \
-        --cluster "$OUT_DIR/ideal.json" >"$OUT_DIR/ideal-pair.json"
-    ideal=$(median "$OUT_DIR/ideal-pair.json")
-    echo "ideal pair ($FAST + $FAST SMs, $BASE): iteration $ideal ms"
-    cluster "$OUT_DIR/pair.json" "$FAST" "$BASE" "$SLOW" "$BASE"
+    if [[ -n ${IDEAL_MS:-} ]]; then
+        ideal=$IDEAL_MS
+        echo "ideal pair ($FAST + $FAST SMs, $BASE): iteration $ideal ms (IDEAL_MS, measured before)"
+    else
+        cluster "$OUT_DIR/ideal.json" "$FAST" "$FAST" "$BASE"
+        mpirun -np 2 -x LD_LIBRARY_PATH "$Q" "${TRAIN[@]}" --steps "$STEPS" --batch "$BATCH" \
+            --cluster "$OUT_DIR/ideal.json" >"$OUT_DIR/ideal-pair.json"
+        ideal=$(median "$OUT_DIR/ideal-pair.json")
+        echo "ideal pair ($FAST + $FAST SMs, $BASE): iteration $ideal ms"
+    fi
+    cluster "$OUT_DIR/pair.json" "$FAST" "$SLOW"
     # shellcheck disable=SC2086 # word splitting on purpose
     mpirun -np 2 -x LD_LIBRARY_PATH "$Q" run --no-launch --cluster "$OUT_DIR/pair.json" $MODEL_ARGS --batch "$BATCH" \
-        --steps "$RUN_STEPS" --base-precision "$BASE" --low-precision "$LOW" --precisions "$BASE,$LOW" \
-        --arms qsync,base,low,dynamic --ideal-ms "$ideal" --profile-reps 10 --indicator-batches 4 \
+        --steps "$RUN_STEPS" --seeds "$SEEDS" --base-precision "$BASE" --low-precision "$LOW" --precisions "$BASE,$LOW" \
+        --arms qsync,base,low,dynamic --ideal-ms "$ideal" --profile-reps 10 --indicator-batches 2 \
         --eval-subset 256 --out "$OUT_DIR/run" --json >"$OUT_DIR/run-report.json"
     python3 - "$OUT_DIR/run-report.json" <<'PY'
 import json, sys

@@ -43,7 +43,7 @@ static void qs_indicate_print(const cJSON *doc) {
 
 int qs_cmd_indicate(int argc, char **argv) {
     const char *model = NULL, *data = "fashion-mnist", *data_dir = NULL, *checkpoint = NULL, *out_path = NULL;
-    const char *method_s = "gvar";
+    const char *method_s = "gvar", *device = "cpu";
     int64_t width = 0, batch = 64, batches = 8;
     uint64_t seed = 1;
     double gamma = 4;
@@ -62,6 +62,7 @@ int qs_cmd_indicate(int argc, char **argv) {
         {"seed", QS_CLI_U64, &seed, "N",
          "seed of the batches, the gradient rounding and the random method (default 1)"},
         {"threads", QS_CLI_INT, &threads, "N", "compute threads (default OpenMP's)"},
+        {"device", QS_CLI_STR, &device, "D", "where forward and backward run: cpu (default), cuda or cuda:N"},
         {"out", QS_CLI_STR, &out_path, "FILE", "where to write the indicator (required)"},
         {"json", QS_CLI_FLAG, &json, NULL, "print the document on stdout instead of the table"},
         {"quiet", QS_CLI_FLAG, &quiet, NULL, "print nothing on success"},
@@ -88,6 +89,10 @@ int qs_cmd_indicate(int argc, char **argv) {
     qs_indicate_job job = {.model = model, .width = width, .data = data, .data_dir = data_dir,
                            .checkpoint = checkpoint, .batch = batch, .batches = batches, .method = method,
                            .gamma = gamma, .seed = seed, .threads = threads};
+    if (!qs_cli_parse_device(device, &job.cuda, &job.cuda_device)) {
+        fprintf(stderr, "qsync indicate: --device must be cpu, cuda or cuda:N (got '%s')\n", device);
+        return 2;
+    }
     cJSON *doc = NULL;
     qs_status st = qs_indicate_job_run(&job, &doc);
     char *text = st == QS_OK ? cJSON_Print(doc) : NULL;

@@ -3,8 +3,8 @@
  * × B/2 and 3 ranks × B/3 at FP32, replicas compared after every step at FP32, BF16 and FP8
  * and for a transformer (tied embedding), FP8 products reading the layers' transposed copies
  * against products making their own (bitwise equal), resume on the GPU byte-identical to an
- * uninterrupted run, training on an SM partition (green context) against the whole GPU, and a
- * stalled rank ending the job with a message.
+ * uninterrupted run, training on an SM partition (green context) against the whole GPU, the
+ * indicator on the GPU against the CPU, and a stalled rank ending the job with a message.
  * Runs on the GPU machine (scripts/gpu-suite.sh run); elsewhere it says why and exits 77
  * (QS_REQUIRE_GPU=1 makes that a failure).
  *
@@ -179,9 +179,9 @@ static void test_gpu_busy(void **state) {
 
 /* An SM partition (QS_CUDA_SM_PARTITION, a green context: src/cuda/cuda_green.h): mlp at FP32
  * trained on 16 SMs ends within the rank-equivalence bound of the run on the whole GPU (the
- * same kernels on fewer SMs), the report names the partition, and malformed or impossible
- * partitions are refused with the device's granularity. The step times are printed, not
- * asserted. One process each. */
+ * same kernels on fewer SMs), a profile taken under it records the partition and its 16 SMs
+ * (the backend's facts), and malformed or impossible partitions are refused with the
+ * device's granularity. The step times are printed, not asserted. One process each. */
 static void test_sm_partition(void **state) {
     (void)state;
     static const char *const args = "train --device cuda:0 --model mlp --data synthetic --batch 256 --steps 10 "
@@ -196,12 +196,33 @@ static void test_sm_partition(void **state) {
     qs_test_run_ranks_output(0, a, &out);
     double diff = qs_test_checkpoint_max_rel_diff(d_all, d_part);
     cJSON *doc = out ? cJSON_Parse(out) : NULL;
-    const double ms = cJSON_GetNumberValue(cJSON_GetObjectItem(doc, "median_step_ms"));
+    const double ms =
+        cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(doc, "workers"), 0),
+                                                 "median_step_ms"));
     printf("  mlp fp32 on SMs 8-23: max relative weight difference to the whole GPU %.3e (bound 1e-5); median step "
            "%.3f ms\n", diff, ms);
     assert_true(diff <= 1e-5);
     cJSON_Delete(doc);
     free(out);
+    out = NULL;
+    snprintf(a, sizeof a, "profile --device cuda:0 --model mlp --data synthetic --batch 64 --precisions fp32 "
+             "--warmup 1 --reps 3 --out %s/profile-16-sms.json --quiet", qs_test_tmp);
+    qs_test_run_ranks(0, a, 0, NULL);
+    snprintf(a, sizeof a, "%s/profile-16-sms.json", qs_test_tmp);
+    FILE *f = fopen(a, "rb");
+    assert_non_null(f);
+    static char text[1 << 16];
+    size_t len = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[len] = '\0';
+    doc = cJSON_Parse(text);
+    const cJSON *dev = cJSON_GetObjectItem(doc, "device");
+    printf("  profile under the partition: device sms %g, sm_partition %s\n",
+           cJSON_GetNumberValue(cJSON_GetObjectItem(dev, "sms")),
+           cJSON_GetStringValue(cJSON_GetObjectItem(dev, "sm_partition")));
+    assert_true(cJSON_GetNumberValue(cJSON_GetObjectItem(dev, "sms")) == 16);
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(dev, "sm_partition")), "8:16");
+    cJSON_Delete(doc);
     static const char *const bad[][2] = {
         {"0:12", "offset and count must be multiples of 8"},
         {"4:16", "offset and count must be multiples of 8"},
@@ -215,6 +236,52 @@ static void test_sm_partition(void **state) {
         printf("  QS_CUDA_SM_PARTITION=%s refused\n", bad[k][0]);
     }
     unsetenv("QS_CUDA_SM_PARTITION");
+}
+
+/* Largest relative difference between the numbers at the same places of two JSON trees (1 when
+ * their shapes differ). */
+static double json_max_rel_diff(const cJSON *a, const cJSON *b) {
+    if (cJSON_IsNumber(a) && cJSON_IsNumber(b)) {
+        double x = a->valuedouble, y = b->valuedouble, m = fmax(fabs(x), fabs(y));
+        return m > 0 ? fabs(x - y) / m : 0;
+    }
+    if (cJSON_IsObject(a) != cJSON_IsObject(b) || cJSON_IsArray(a) != cJSON_IsArray(b)) return 1;
+    if (!cJSON_IsObject(a) && !cJSON_IsArray(a)) return cJSON_Compare(a, b, true) ? 0 : 1;
+    if (cJSON_GetArraySize(a) != cJSON_GetArraySize(b)) return 1;
+    double worst = 0;
+    const cJSON *x, *y = b->child;
+    for (x = a->child; x && y; x = x->next, y = y->next) {
+        if (x->string && (!y->string || strcmp(x->string, y->string) != 0)) return 1;
+        worst = fmax(worst, json_max_rel_diff(x, y));
+    }
+    return worst;
+}
+
+/* `qsync indicate --device cuda:0` against the CPU: every statistic, rounding error and ω of
+ * every layer of an mlp (2 batches of 256) within 10⁻³ relative. The FP32 GEMMs differ in
+ * summation order (≈10⁻⁶ relative); a rounding error moves only where a value crosses a
+ * rounding boundary (a fraction ≈ 10⁻⁶/2⁻⁸ of the elements for BF16, fewer for the narrower
+ * formats), and the stochastic draws are the same: 10⁻³ covers both with room. */
+static void test_indicator_on_gpu(void **state) {
+    (void)state;
+    char a[768], *out = NULL;
+    cJSON *doc[2] = {NULL, NULL};
+    const char *const dev[2] = {"cpu", "cuda:0"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(a, sizeof a, "indicate --model mlp --width 64 --data synthetic --batch 256 --batches 2 --device %s "
+                 "--out %s/ind-%d.json --json --quiet", dev[k], qs_test_tmp, k);
+        int rc = qs_test_run_qsync(a, &out);
+        if (rc != 0) fail_msg("qsync %s: exit %d\n%s", a, rc, out ? out : "");
+        doc[k] = cJSON_Parse(out);
+        free(out);
+        out = NULL;
+        assert_non_null(doc[k]);
+    }
+    double diff = json_max_rel_diff(cJSON_GetObjectItem(doc[0], "layers"), cJSON_GetObjectItem(doc[1], "layers"));
+    printf("  indicator on the GPU against the CPU: largest relative difference %.3e (bound 1e-3)\n", diff);
+    assert_true(diff <= 1e-3);
+    cJSON_Delete(doc[0]);
+    cJSON_Delete(doc[1]);
 }
 
 static void test_stalled_rank(void **state) {
@@ -264,6 +331,7 @@ int main(void) {
         cmocka_unit_test(test_resume_bit_exact),
         cmocka_unit_test(test_gpu_busy),
         cmocka_unit_test(test_sm_partition),
+        cmocka_unit_test(test_indicator_on_gpu),
         cmocka_unit_test(test_stalled_rank),
     };
     return cmocka_run_group_tests(tests, group_setup, qs_test_tmpdir_teardown);

@@ -11,7 +11,7 @@ qs_status qs_indicate_job_run(const qs_indicate_job *j, cJSON **doc) {
         return QS_FAIL(QS_ERR_INVALID_ARG, "batches must be 1..1000000 (got %lld)", (long long)j->batches);
     qs_model_data_request rq = {.model = j->model, .width = j->width, .data = j->data, .data_dir = j->data_dir,
                                 .checkpoint = j->checkpoint, .batch = j->batch, .seed = j->seed,
-                                .threads = j->threads};
+                                .threads = j->threads, .cuda = j->cuda, .cuda_device = j->cuda_device};
     qs_model_data md;
     qs_indicator ind;
     memset(&ind, 0, sizeof ind);

@@ -21,6 +21,8 @@ typedef struct qs_indicate_job {
     double gamma;                /* ≥ 0 */
     uint64_t seed;               /* initialisation, batch order, gradient rounding, the random method */
     int threads;                 /* 0 = OpenMP's default */
+    bool cuda;                   /* forward and backward on GPU cuda_device (statistics on the host) */
+    int cuda_device;
 } qs_indicate_job;
 
 /* Run the job; on QS_OK *doc is the indicator document (caller deletes). Errors name the

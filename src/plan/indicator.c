@@ -36,8 +36,8 @@
 #include <string.h>
 
 #include "core/numfmt.h"
-#include "core/quant_int8.h"
 #include "graph/precision.h"
+#include "plan/rounding_mse.h"
 
 static const char *const qs_ind_method_names[QS_IND_COUNT] = {"gvar", "qsync", "wvar", "hess", "random"};
 
@@ -70,20 +70,16 @@ static int64_t qs_ind_numel(const qs_node *n) {
 /* Host scratch for one tensor's statistics and quantization round trips. */
 typedef struct qs_ind_scratch {
     int64_t cap;
-    float *a, *b; /* the tensor on the host; its dequantized copy */
-    void *q;      /* 2 bytes per element: bf16/fp16 codes, int8/fp8 codes */
+    float *a;                /* the tensor on the host */
+    qs_rounding_scratch rnd; /* the rounding errors' buffers */
 } qs_ind_scratch;
 
 /* Grow the scratch to n elements. */
 static qs_status qs_ind_reserve(qs_ind_scratch *s, int64_t n) {
     if (n <= s->cap) return QS_OK;
     free(s->a);
-    free(s->b);
-    free(s->q);
     s->a = malloc((size_t)n * sizeof(float));
-    s->b = malloc((size_t)n * sizeof(float));
-    s->q = malloc((size_t)n * 2);
-    s->cap = s->a && s->b && s->q ? n : 0;
+    s->cap = s->a ? n : 0;
     return s->cap ? QS_OK
                   : QS_FAIL(QS_ERR_OOM, "out of memory for the indicator's scratch (%lld elements)", (long long)n);
 }
@@ -109,61 +105,16 @@ static void qs_ind_moments(const float *x, int64_t n, double *sum, double *sumsq
     *amax = a;
 }
 
-/* x rounded to TF32 (10 stored mantissa bits), RNE; non-finite values unchanged. */
-static float qs_ind_tf32(float x) {
-    uint32_t u = qs_nf_f32_bits(x);
-    if ((u & 0x7F800000u) == 0x7F800000u) return x;
-    return qs_nf_bits_f32((u + 0xFFFu + ((u >> 13) & 1u)) & 0xFFFFE000u);
-}
-
-/* Mean squared error of precision p's quantizer on s->a[0..n) (amax = max|a|): the forward
- * rounding (RNE) when sr is NULL, the gradient rounding (SR with sr) otherwise — INT8 per-tensor
- * scale amax/127, FP8 E4M3 forward / E5M2 gradients with the per-tensor scale, BF16 plain, FP16
- * plain forward and, for gradients, scaled by the power of two that puts amax in [2^14, 2^15)
- * (what dynamic loss scaling keeps close to), TF32 RNE in both directions (no SR in TF32 GEMMs). */
-static qs_status qs_ind_qmse(qs_precision p, const qs_sr *sr, int64_t n, double amax, qs_ind_scratch *s, double *mse) {
-    const float *x = s->a;
-    float *y = s->b;
-    *mse = 0;
-    if (p == QS_PREC_FP32 || n == 0) return QS_OK;
-    float scale = 1;
-    switch (p) {
-    case QS_PREC_TF32:
-        for (int64_t i = 0; i < n; i++) y[i] = qs_ind_tf32(x[i]);
-        break;
-    case QS_PREC_BF16:
-        QS_TRY(qs_f32_to_bf16(n, x, (uint16_t *)s->q, sr));
-        QS_TRY(qs_bf16_to_f32(n, (uint16_t *)s->q, y));
-        break;
-    case QS_PREC_FP16: {
-        double g = 1;
-        if (sr && amax > 0) g = ldexp(1.0, 14 - (int)floor(log2(amax)));
-        for (int64_t i = 0; i < n; i++) y[i] = (float)(x[i] * g);
-        QS_TRY(qs_f32_to_f16(n, y, (uint16_t *)s->q, sr));
-        QS_TRY(qs_f16_to_f32(n, (uint16_t *)s->q, y));
-        for (int64_t i = 0; i < n; i++) y[i] = (float)(y[i] / g);
-        break;
+/* Add each precision's mean squared rounding error on s->a[0..n) (max |·| = amax) to
+ * qvar[p]: the forward rounding when sr is NULL, the gradient rounding otherwise
+ * (plan/rounding_mse.h). */
+static qs_status qs_ind_add_rounding(qs_ind_scratch *s, int64_t n, double amax, const qs_sr *sr,
+                                     double qvar[QS_PREC_COUNT]) {
+    for (int p = 0; p < QS_PREC_COUNT; p++) {
+        double e;
+        QS_TRY(qs_rounding_mse((qs_precision)p, sr, s->a, n, amax, &s->rnd, &e));
+        qvar[p] += e;
     }
-    case QS_PREC_FP8: {
-        qs_dtype fmt = sr ? QS_F8E5M2 : QS_F8E4M3;
-        QS_TRY(qs_fp8_scale_from_amax(fmt, (float)amax, &scale));
-        QS_TRY(qs_f32_to_fp8(fmt, n, x, scale, (uint8_t *)s->q, sr));
-        QS_TRY(qs_fp8_to_f32(fmt, n, (uint8_t *)s->q, scale, y));
-        break;
-    }
-    case QS_PREC_INT8:
-        QS_TRY(qs_int8_quantize_tensor(n, x, (int8_t *)s->q, &scale, sr));
-        QS_TRY(qs_int8_dequantize(n, (int8_t *)s->q, scale, y));
-        break;
-    default:
-        return QS_FAIL(QS_ERR_INTERNAL, "indicator: no quantizer for precision %d", (int)p);
-    }
-    double e = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = (double)y[i] - (double)x[i];
-        e += d * d;
-    }
-    *mse = e / (double)n;
     return QS_OK;
 }
 
@@ -300,20 +251,12 @@ qs_status qs_indicator_collect(qs_model *m, int batches, qs_indicator_batch_fn n
             st = qs_ind_fetch(m, m->nodes[n->inputs[0]].y, l->n_x, &s);
             if (st != QS_OK) break;
             qs_ind_add(&s, l->n_x, &a->sum_x, &l->ex2, &l->norm_x, &l->amax_x, &l->amax_x_mean, &now);
-            for (int p = 0; p < QS_PREC_COUNT && st == QS_OK; p++) {
-                double e;
-                st = qs_ind_qmse((qs_precision)p, NULL, l->n_x, now, &s, &e);
-                l->qvar_x[p] += e;
-            }
+            st = qs_ind_add_rounding(&s, l->n_x, now, NULL, l->qvar_x);
             /* W */
             if (st == QS_OK) st = qs_ind_fetch(m, qs_ind_w(m, n), l->n_w, &s);
             if (st != QS_OK) break;
             qs_ind_add(&s, l->n_w, &a->sum_w, &l->ew2, &l->norm_w, &l->amax_w, &l->amax_w_mean, &now);
-            for (int p = 0; p < QS_PREC_COUNT && st == QS_OK; p++) {
-                double e;
-                st = qs_ind_qmse((qs_precision)p, NULL, l->n_w, now, &s, &e);
-                l->qvar_w[p] += e;
-            }
+            if (st == QS_OK) st = qs_ind_add_rounding(&s, l->n_w, now, NULL, l->qvar_w);
             /* Y */
             if (st == QS_OK) st = qs_ind_fetch(m, n->y, l->n_y, &s);
             if (st != QS_OK) break;
@@ -326,11 +269,7 @@ qs_status qs_indicator_collect(qs_model *m, int batches, qs_indicator_batch_fn n
             if (st == QS_OK) st = qs_ind_fetch(m, n->dy, l->n_y, &s);
             if (st != QS_OK) break;
             qs_ind_add(&s, l->n_y, &a->sum_dy, &l->edy2, NULL, &l->amax_dy, NULL, &now);
-            for (int p = 0; p < QS_PREC_COUNT && st == QS_OK; p++) {
-                double e;
-                st = qs_ind_qmse((qs_precision)p, &sr, l->n_y, now, &s, &e);
-                l->qvar_dy[p] += e;
-            }
+            if (st == QS_OK) st = qs_ind_add_rounding(&s, l->n_y, now, &sr, l->qvar_dy);
             /* dW */
             if (st == QS_OK) st = qs_ind_fetch(m, qs_ind_dw(m, n), l->n_w, &s);
             if (st != QS_OK) break;
@@ -377,8 +316,7 @@ qs_status qs_indicator_collect(qs_model *m, int batches, qs_indicator_batch_fn n
     free(x);
     free(y);
     free(s.a);
-    free(s.b);
-    free(s.q);
+    qs_rounding_scratch_free(&s.rnd);
     if (st != QS_OK) qs_indicator_free(out);
     return st;
 }

@@ -34,7 +34,8 @@ static qs_status qs_model_data_arch(const qs_model_data_request *r, const qs_dat
     return QS_OK;
 }
 
-/* Build and set up the model of r on a fresh CPU backend, with the checkpoint's weights if any;
+/* Build and set up the model of r on a fresh backend (CPU, or r->cuda_device's GPU), with the
+ * checkpoint's weights if any;
  * the model must fit the data d->ds (input, labels per sample, classes). */
 static qs_status qs_model_data_model(const qs_model_data_request *r, const qs_model_options *mo, qs_model_data *d) {
     QS_TRY(qs_models_build(d->arch, mo, &d->m));
@@ -47,7 +48,10 @@ static qs_status qs_model_data_model(const qs_model_data_request *r, const qs_mo
         return qs_error_wrap(st, "checkpoint %s: ", path);
     }
     QS_TRY(st);
-    QS_TRY(qs_backend_cpu_create(r->threads, &d->be));
+    if (r->cuda)
+        QS_TRY(qs_backend_cuda_create(r->cuda_device, &d->be));
+    else
+        QS_TRY(qs_backend_cpu_create(r->threads, &d->be));
     QS_TRY(qs_model_setup(d->m, d->be, r->batch, r->seed));
     if (!r->checkpoint) return QS_OK;
     char path[4096];

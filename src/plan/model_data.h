@@ -1,7 +1,7 @@
 /* src/plan/model_data.h — defines: the set-up that the analysis jobs (`qsync sensitivity`, and
  * the same steps as `qsync indicate`) share: a dataset's training split, a built-in model at its
  * input shape (freshly initialised with the seed, or a checkpoint's model and weights, checked
- * against the requested model, width and the data), set up at FP32 on the CPU backend for one
+ * against the requested model, width and the data), set up at FP32 on the CPU backend (or a GPU) for one
  * batch size, and a shuffled, non-augmenting loader over the training split. */
 #ifndef QSYNC_PLAN_MODEL_DATA_H
 #define QSYNC_PLAN_MODEL_DATA_H
@@ -22,6 +22,8 @@ typedef struct qs_model_data_request {
     int64_t batch;               /* ≥ 1, at most the training split's size */
     uint64_t seed;               /* initialisation and batch order */
     int threads;                 /* 0 = OpenMP's default */
+    bool cuda;                   /* the CUDA backend on cuda_device instead of the CPU one */
+    int cuda_device;
 } qs_model_data_request;
 
 typedef struct qs_model_data {

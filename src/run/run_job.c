@@ -178,7 +178,8 @@ static qs_status qs_run_profile(qs_run_state *s) {
     return st;
 }
 
-/* Stage 2 (rank 0): the indicator, at FP32 on the local batch, with rank 0's threads. */
+/* Stage 2 (rank 0): the indicator, at FP32 on the local batch, on rank 0's device (its GPU, or
+ * the CPU with its threads). */
 static qs_status qs_run_indicate(qs_run_state *s) {
     const qs_run_config *c = s->c;
     if (s->rank != 0 || c->plan_path) return QS_OK;
@@ -187,7 +188,7 @@ static qs_status qs_run_indicate(qs_run_state *s) {
     qs_indicate_job job = {.model = c->train.model, .width = c->train.model_opt.width, .data = c->train.data,
                            .data_dir = c->train.data_dir, .batch = s->local_batch, .batches = c->indicator_batches,
                            .method = c->method, .gamma = c->gamma, .seed = c->train.seed,
-                           .threads = s->me->threads};
+                           .threads = s->me->threads, .cuda = s->me->cuda, .cuda_device = s->me->cuda_device};
     QS_TRY(qs_indicate_job_run(&job, &s->indicator));
     char path[4096];
     return qs_run_write_json(c, "indicator.json", s->indicator, NULL, path, sizeof path);
