@@ -9,6 +9,10 @@
 #       qsync train), then `qsync run` on the pair FAST (rank 0) / SLOW (rank 1) with that ideal
 #       iteration as --ideal-ms: arms qsync, base, low, dynamic; its report is the gap closed.
 # JSON documents go to OUT_DIR (default: $OUT, else gpu_green_out); a summary to stdout.
+# Real data on the GPU machine (which has no dataset packages): copy Fashion-MNIST into the
+# git-ignored gpu-data/ here (mkdir -p gpu-data && cp -r /usr/share/datasets/fashion-mnist
+# gpu-data/), carry "gpu-data" beside the bundle and put "--data fashion-mnist --data-dir
+# gpu-data/fashion-mnist" in MODEL_ARGS.
 # env: COUNTS="64 56 48" FAST=56 SLOW=48 BASE=bf16 LOW=fp8 PRECS="bf16 fp8" STEPS=20 RUN_STEPS=150 SEEDS=1
 #      IDEAL_MS (pair: the ideal iteration measured before, instead of measuring it again)
 #      BATCH=8192 MODEL_ARGS="--model mlp --width 24576 --data synthetic --optimizer adamw --lr 1e-4
@@ -87,11 +91,14 @@ pair)
     mpirun -np 2 -x LD_LIBRARY_PATH "$Q" run --no-launch --cluster "$OUT_DIR/pair.json" $MODEL_ARGS --batch "$BATCH" \
         --steps "$RUN_STEPS" --seeds "$SEEDS" --base-precision "$BASE" --low-precision "$LOW" --precisions "$BASE,$LOW" \
         --arms qsync,base,low,dynamic --ideal-ms "$ideal" --profile-reps 10 --indicator-batches 2 \
-        --eval-subset 256 --out "$OUT_DIR/run" --json >"$OUT_DIR/run-report.json"
+        --eval-subset 2000 --out "$OUT_DIR/run" --json >"$OUT_DIR/run-report.json"
     python3 - "$OUT_DIR/run-report.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
-print(json.dumps({k: d[k] for k in d if k in ("plan", "arms", "comparison", "qsync_workers", "ideal_ms_given")}, indent=1)[:8000])
+print(json.dumps({k: d[k] for k in d if k in ("plan", "comparison", "qsync_workers", "ideal_ms_given")}, indent=1)[:6000])
+for name, a in d["arms"].items():
+    print(name, {k: a.get(k) for k in ("synchronized_ms", "predicted_synchronized_ms", "prediction_error",
+                                       "mean_test_accuracy")})
 PY
     ;;
 *) echo "bench/gpu_green_pair.sh: unknown mode $MODE (gain or pair)" >&2; exit 2 ;;

@@ -19,6 +19,7 @@
 #include <cjson/cJSON.h>
 
 #include "core/json_doc.h"
+#include "run/run_report.h"
 #include "run_cmd.h"
 
 static cJSON *read_json(const char *path) {
@@ -206,9 +207,14 @@ static void test_run_bf16_base(void **state) {
     write_cluster();
     snprintf(a, sizeof a,
              "run " TINY " --cluster %s/c.json --base-precision bf16 --precisions bf16,int8 --arms qsync,bf16 --ideal-ms 0.5 "
-             "--out %s/out", t, t);
-    qs_test_expect_qsync(0, "test accuracy minus bf16's, paired by seed:  qsync", a);
-    const char *files[] = {"qsync-seed1.jsonl", "bf16-seed1.jsonl"};
+             "--seeds 2 --out %s/out", t, t);
+    char *out = NULL;
+    int rc = qs_test_run_qsync(a, &out);
+    if (rc != 0 || !strstr(out, "test accuracy minus bf16's, paired by seed:  qsync") ||
+        !strstr(out, "bf16 against itself, consecutive seeds (the scale of the differences above): mean |loss difference|"))
+        fail_msg("%s\n  exit %d, output:\n%s", a, rc, out);
+    free(out);
+    const char *files[] = {"qsync-seed1.jsonl", "bf16-seed1.jsonl", "qsync-seed2.jsonl", "bf16-seed2.jsonl"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         snprintf(p, sizeof p, "%s/out/%s", t, files[i]);
         if (access(p, R_OK) != 0) fail_msg("missing %s", p);
@@ -264,6 +270,30 @@ static void test_run_bf16_base(void **state) {
                  tq = num(cJSON_GetObjectItem(arms, "qsync"), "synchronized_ms");
     const double gap = num(cJSON_GetObjectItem(cmp, "gap_closure"), "qsync");
     assert_true(fabs(gap - (tb - tq) / (tb - 0.5)) <= 1e-9 * fabs(gap) + 1e-12);
+    /* the base arm's seed-to-seed spread: seed 1 against seed 2, recomputed from their curves */
+    const cJSON *spread = cJSON_GetObjectItem(cmp, "seed_spread_bf16");
+    assert_non_null(spread);
+    assert_true(num(spread, "seed_pairs") == 1);
+    qs_run_curve c1, c2;
+    snprintf(p, sizeof p, "%s/out/bf16-seed1.jsonl", t);
+    assert_int_equal(qs_run_curve_read(p, &c1), QS_OK);
+    snprintf(p, sizeof p, "%s/out/bf16-seed2.jsonl", t);
+    assert_int_equal(qs_run_curve_read(p, &c2), QS_OK);
+    assert_int_equal(c1.n, c2.n); /* same steps logged */
+    double dist = 0;
+    for (int i = 0; i < c1.n; i++) {
+        assert_true(c1.step[i] == c2.step[i]);
+        dist += fabs(c1.loss[i] - c2.loss[i]);
+    }
+    dist /= c1.n;
+    qs_run_curve_free(&c1);
+    qs_run_curve_free(&c2);
+    assert_true(dist > 0); /* another seed: another initialisation and batch order */
+    assert_true(fabs(num(spread, "loss_curve_distance") - dist) <= 1e-12 * dist);
+    const cJSON *bruns = cJSON_GetObjectItem(cJSON_GetObjectItem(arms, "bf16"), "runs");
+    assert_true(num(spread, "test_accuracy_abs_diff") ==
+                fabs(num(cJSON_GetArrayItem(bruns, 0), "test_accuracy") - num(cJSON_GetArrayItem(bruns, 1), "test_accuracy")));
+    assert_null(cJSON_GetObjectItem(cmp, "seed_spread_fp32"));
     cJSON_Delete(plan);
     cJSON_Delete(rep);
 }

@@ -99,6 +99,13 @@ void qs_run_report_print(const cJSON *doc, FILE *f) {
     fprintf(f, "\nmean |loss - %s's loss| at the same steps:", base);
     cJSON_ArrayForEach(x, qs_run_comparison(doc, "loss_curve_distance_to_"))
         if (cJSON_IsNumber(x)) fprintf(f, "  %s %.4f", x->string, x->valuedouble);
+    char key[64];
+    snprintf(key, sizeof key, "seed_spread_%s", base);
+    const cJSON *spread = cJSON_GetObjectItem(cmp, key);
+    if (spread)
+        fprintf(f, "\n%s against itself, consecutive seeds (the scale of the differences above): mean |loss "
+                   "difference| %.4f, |test accuracy difference| %.2f pp", base, qs_run_num(spread, "loss_curve_distance"),
+                100 * qs_run_num(spread, "test_accuracy_abs_diff"));
     fprintf(f, "\nqsync arm per worker: predicted vs measured iteration, memory\n");
     cJSON_ArrayForEach(x, cJSON_GetObjectItem(doc, "qsync_workers")) {
         fprintf(f, "  rank %d (%s): %.2f ms predicted, %.2f ms measured (%+.1f%%); %.1f MiB predicted, %.1f MiB measured\n",

@@ -298,6 +298,43 @@ static qs_status qs_run_paired(const qs_run_report *r, cJSON *cmp) {
     return QS_OK;
 }
 
+/* The base arm against itself across seeds, the scale for the paired differences above: over
+ * consecutive seeds (k, k+1) the mean loss-curve distance and mean |test accuracy difference|
+ * ("seed_spread_<base>"; only with ≥ 2 seeds of the base arm). */
+static qs_status qs_run_seed_spread(const qs_run_report *r, cJSON *cmp) {
+    double dsum = 0, asum = 0;
+    int dn = 0, an = 0;
+    for (int k = 0; k + 1 < r->c->seeds; k++) {
+        uint64_t seed = r->c->train.seed + (uint64_t)k;
+        const qs_run_entry *x = qs_run_find(r, QS_ARM_BASE, seed), *y = qs_run_find(r, QS_ARM_BASE, seed + 1);
+        if (!x || !y) continue;
+        asum += fabs(x->test_accuracy - y->test_accuracy);
+        an++;
+        qs_run_curve cx, cy;
+        QS_TRY(qs_run_curve_read(x->metrics, &cx));
+        qs_status st = qs_run_curve_read(y->metrics, &cy);
+        if (st != QS_OK) {
+            qs_run_curve_free(&cx);
+            return st;
+        }
+        double d = qs_run_curve_distance(&cx, &cy);
+        if (!isnan(d)) {
+            dsum += d;
+            dn++;
+        }
+        qs_run_curve_free(&cx);
+        qs_run_curve_free(&cy);
+    }
+    if (an == 0) return QS_OK;
+    char key[64];
+    snprintf(key, sizeof key, "seed_spread_%s", qs_run_arm_label(r->c, QS_ARM_BASE));
+    cJSON *o = cJSON_AddObjectToObject(cmp, key);
+    cJSON_AddNumberToObject(o, "seed_pairs", an);
+    qs_run_add_num(o, "loss_curve_distance", dn ? dsum / dn : NAN);
+    cJSON_AddNumberToObject(o, "test_accuracy_abs_diff", asum / an);
+    return QS_OK;
+}
+
 qs_status qs_run_report_finish(const qs_run_report *r, cJSON **doc) {
     const qs_run_config *c = r->c;
     cJSON *d = cJSON_CreateObject();
@@ -342,6 +379,7 @@ qs_status qs_run_report_finish(const qs_run_report *r, cJSON **doc) {
             qs_run_add_num(gap, qs_run_arm_label(c, (qs_run_arm)a), (sync[QS_ARM_BASE] - sync[a]) /
                                                                      (sync[QS_ARM_BASE] - sync[QS_ARM_IDEAL]));
     qs_status st = qs_run_paired(r, cmp);
+    if (st == QS_OK) st = qs_run_seed_spread(r, cmp);
     if (st != QS_OK) {
         cJSON_Delete(d);
         return st;
