@@ -119,6 +119,20 @@ static double qs_run_curve_distance(const qs_run_curve *a, const qs_run_curve *b
     return n ? sum / n : NAN;
 }
 
+/* *d = the loss-curve distance (qs_run_curve_distance) between the runs x and y, read from their
+ * metrics files. */
+static qs_status qs_run_entries_distance(const qs_run_entry *x, const qs_run_entry *y, double *d) {
+    qs_run_curve cx, cy;
+    QS_TRY(qs_run_curve_read(x->metrics, &cx));
+    qs_status st = qs_run_curve_read(y->metrics, &cy);
+    if (st == QS_OK) {
+        *d = qs_run_curve_distance(&cx, &cy);
+        qs_run_curve_free(&cy);
+    }
+    qs_run_curve_free(&cx);
+    return st;
+}
+
 /* The entry of (arm, seed), or NULL. */
 static const qs_run_entry *qs_run_find(const qs_run_report *r, qs_run_arm arm, uint64_t seed) {
     for (int i = 0; i < r->n; i++)
@@ -271,20 +285,12 @@ static qs_status qs_run_paired(const qs_run_report *r, cJSON *cmp) {
             cJSON_AddItemToArray(diffs, cJSON_CreateNumber(x->test_accuracy - f->test_accuracy));
             sum += x->test_accuracy - f->test_accuracy;
             n++;
-            qs_run_curve cx, cf;
-            QS_TRY(qs_run_curve_read(x->metrics, &cx));
-            qs_status st = qs_run_curve_read(f->metrics, &cf);
-            if (st != QS_OK) {
-                qs_run_curve_free(&cx);
-                return st;
-            }
-            double d = qs_run_curve_distance(&cx, &cf);
+            double d;
+            QS_TRY(qs_run_entries_distance(x, f, &d));
             if (!isnan(d)) {
                 dsum += d;
                 dn++;
             }
-            qs_run_curve_free(&cx);
-            qs_run_curve_free(&cf);
         }
         if (n == 0) {
             cJSON_Delete(diffs);
@@ -310,20 +316,12 @@ static qs_status qs_run_seed_spread(const qs_run_report *r, cJSON *cmp) {
         if (!x || !y) continue;
         asum += fabs(x->test_accuracy - y->test_accuracy);
         an++;
-        qs_run_curve cx, cy;
-        QS_TRY(qs_run_curve_read(x->metrics, &cx));
-        qs_status st = qs_run_curve_read(y->metrics, &cy);
-        if (st != QS_OK) {
-            qs_run_curve_free(&cx);
-            return st;
-        }
-        double d = qs_run_curve_distance(&cx, &cy);
+        double d;
+        QS_TRY(qs_run_entries_distance(x, y, &d));
         if (!isnan(d)) {
             dsum += d;
             dn++;
         }
-        qs_run_curve_free(&cx);
-        qs_run_curve_free(&cy);
     }
     if (an == 0) return QS_OK;
     char key[64];
