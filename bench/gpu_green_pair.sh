@@ -34,13 +34,10 @@ BATCH=${BATCH:-8192}
 MODEL_ARGS=${MODEL_ARGS:---model mlp --width 24576 --data synthetic --optimizer adamw --lr 1e-4 --fp8-scaling delayed}
 OUT_DIR=${OUT_DIR:-${OUT:-gpu_green_out}}
 mkdir -p "$OUT_DIR"
-scripts/gpu-suite.sh unpack "$BUNDLE"
-LIB=$(cd "$BUNDLE/lib" && pwd)
-export LD_LIBRARY_PATH=$LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
-Q=$(cd "$BUNDLE/bin" && pwd)/qsync
-trap 'scripts/mps.sh stop >/dev/null 2>&1 || true' EXIT
-scripts/mps.sh start
+# shellcheck source=bench/gpu_bundle_env.sh
+. bench/gpu_bundle_env.sh
+gpu_bundle_env "$BUNDLE"
+gpu_mps_session
 # shellcheck disable=SC2206 # word splitting on purpose
 TRAIN=(train $MODEL_ARGS --eval-subset 64 --no-progress --quiet --json --seed 1)
 

@@ -22,13 +22,11 @@ BATCH=${BATCH:-16}
 MODEL_ARGS=${MODEL_ARGS:---model gpt --data synthetic-text:50304:1024 --optimizer adamw --lr 3e-4}
 OUT_DIR=${OUT_DIR:-${OUT:-gpu_hybrid_out}}
 mkdir -p "$OUT_DIR"
-scripts/gpu-suite.sh unpack "$BUNDLE"
-LIB=$(cd "$BUNDLE/lib" && pwd)
-export LD_LIBRARY_PATH=$LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
-Q=$(cd "$BUNDLE/bin" && pwd)/qsync
+# shellcheck source=bench/gpu_bundle_env.sh
+. bench/gpu_bundle_env.sh
+gpu_bundle_env "$BUNDLE"
 TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"; scripts/mps.sh stop >/dev/null 2>&1 || true' EXIT
+trap 'rm -rf "$TMP"' EXIT
 # shellcheck disable=SC2206 # word splitting on purpose
 ARGS=(train $MODEL_ARGS --steps "$STEPS" --eval-subset 64 --no-progress --quiet --json --seed 1)
 
@@ -54,7 +52,7 @@ print("%-5s share %3s%%  %-5s  loss %.4f  median step %s" % (kind, share, prec, 
 PY
 }
 
-scripts/mps.sh start
+gpu_mps_session
 "$Q" "${ARGS[@]}" --batch $((BATCH / 2)) --device cuda:0 --precision "$BASE" >"$OUT_DIR/alone-s100-$BASE.json"
 summary "$OUT_DIR/alone-s100-$BASE.json" alone 100 "$BASE"
 for s in $SHARES; do
