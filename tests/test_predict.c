@@ -16,6 +16,7 @@
 #include "graph/graph.h"
 #include "graph/precision.h"
 #include "predict/profile.h"
+#include "core/json_doc.h"
 #include "dist/grad_sync.h"
 #include "predict/simulate.h"
 #include "core/backend.h"
@@ -381,6 +382,19 @@ static void test_profile_cli(void **state) {
     int rc = qs_test_run_shell(a, &out);
     if (rc != 0 || !strstr(out, "1")) fail_msg("%s\n  exit %d, output:\n%s", a, rc, out);
     free(out);
+    /* the synchronized step in place contains the time inside the sync */
+    snprintf(a, sizeof a, "%s/ar.json", qs_test_tmp);
+    cJSON *prof = NULL;
+    assert_int_equal(qs_json_read(a, (size_t)1 << 24, "profile", &prof), QS_OK);
+    const cJSON *gs = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(prof, "runs"), "fp32"), "grad_sync");
+    const double in_sync[2] = {cJSON_GetNumberValue(cJSON_GetObjectItem(gs, "overlap_ms")),
+                               cJSON_GetNumberValue(cJSON_GetObjectItem(gs, "no_overlap_ms"))};
+    const double step[2] = {cJSON_GetNumberValue(cJSON_GetObjectItem(gs, "overlap_step_ms")),
+                            cJSON_GetNumberValue(cJSON_GetObjectItem(gs, "no_overlap_step_ms"))};
+    for (int k = 0; k < 2; k++)
+        if (!(step[k] > in_sync[k] && in_sync[k] > 0))
+            fail_msg("grad_sync mode %d: synchronized step %g ms, inside the sync %g ms", k, step[k], in_sync[k]);
+    cJSON_Delete(prof);
 }
 
 /* Every time of a profile's runs (the run's own figures and its ops') times f. */

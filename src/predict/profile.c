@@ -103,10 +103,9 @@ typedef struct qs_prof_step_ctx {
     qs_prof_run *r;
 } qs_prof_step_ctx;
 
-static qs_status qs_prof_step_cb(void *ctx) {
+static qs_status qs_prof_step_cb(void *ctx, double *ms) {
     qs_prof_step_ctx *c = ctx;
-    double ms;
-    return qs_prof_step(c->o, c->r, &ms);
+    return qs_prof_step(c->o, c->r, ms);
 }
 
 /* The op entry of node n: identity, memory and the medians of its per-step times. */

@@ -156,12 +156,30 @@ static qs_status qs_prof_sync_done(void *ctx) {
     return st;
 }
 
+/* Per step k, the least (lowest) or the largest of the ranks' samples[k] (k < reps), into
+ * samples; all: world·reps scratch. Collective. */
+static qs_status qs_prof_across_ranks(qs_comm *comm, double *samples, int reps, bool lowest, double *all) {
+    const int world = qs_comm_world(comm), rank = qs_comm_rank(comm);
+    for (int k = 0; k < world * reps; k++) all[k] = 0;
+    for (int k = 0; k < reps; k++) all[(size_t)rank * (size_t)reps + (size_t)k] = samples[k];
+    QS_TRY(qs_comm_allreduce_sum_f64(comm, all, world * reps, QS_PROF_AR_TIMEOUT_S));
+    for (int k = 0; k < reps; k++) {
+        samples[k] = all[k];
+        for (int r = 1; r < world; r++) {
+            double v = all[(size_t)r * (size_t)reps + (size_t)k];
+            samples[k] = lowest ? fmin(samples[k], v) : fmax(samples[k], v);
+        }
+    }
+    return QS_OK;
+}
+
 /* reps + 1 steps (the first a warm-up) under the runtime's gradient sync; *ms = the median
  * over the steps of the least time any rank spent inside its hooks in that step (the rank that
- * arrived last waited for no one). all: world·reps scratch. */
+ * arrived last waited for no one), *step_ms = the median of the slowest rank's step. samples,
+ * step_samples: reps each; all: world·reps scratch. */
 static qs_status qs_prof_sync_mode(qs_comm *comm, qs_model *m, size_t bucket_bytes, bool overlap, int reps,
-                                   qs_status (*step)(void *), void *step_ctx, double *samples, double *all,
-                                   double *ms) {
+                                   qs_status (*step)(void *, double *), void *step_ctx, double *samples,
+                                   double *step_samples, double *all, double *ms, double *step_ms) {
     qs_grad_sync gs;
     QS_TRY(qs_grad_sync_init(&gs, comm, m, bucket_bytes, overlap, QS_PROF_AR_TIMEOUT_S));
     qs_prof_sync ps = {.ready = m->grads_ready, .done = m->grads_done, .ctx = m->grads_ctx, .ms = samples};
@@ -169,36 +187,41 @@ static qs_status qs_prof_sync_mode(qs_comm *comm, qs_model *m, size_t bucket_byt
     m->grads_done = qs_prof_sync_done;
     m->grads_ctx = &ps;
     qs_status st = QS_OK;
-    for (ps.rep = -1; ps.rep < reps && st == QS_OK; ps.rep++) st = step(step_ctx);
+    for (ps.rep = -1; ps.rep < reps && st == QS_OK; ps.rep++) {
+        double wall = 0;
+        st = step(step_ctx, &wall);
+        if (ps.rep >= 0) step_samples[ps.rep] = wall;
+    }
     m->grads_ready = ps.ready; /* back to the runtime's, which qs_grad_sync_free removes */
     m->grads_done = ps.done;
     m->grads_ctx = ps.ctx;
     qs_grad_sync_free(&gs);
-    const int world = qs_comm_world(comm), rank = qs_comm_rank(comm);
-    for (int k = 0; k < world * reps; k++) all[k] = 0;
-    for (int k = 0; k < reps; k++) all[(size_t)rank * (size_t)reps + (size_t)k] = samples[k];
-    if (st == QS_OK) st = qs_comm_allreduce_sum_f64(comm, all, world * reps, QS_PROF_AR_TIMEOUT_S);
-    for (int k = 0; k < reps && st == QS_OK; k++) {
-        samples[k] = all[k];
-        for (int r = 1; r < world; r++) samples[k] = fmin(samples[k], all[(size_t)r * (size_t)reps + (size_t)k]);
+    if (st == QS_OK) st = qs_prof_across_ranks(comm, samples, reps, true, all);
+    if (st == QS_OK) st = qs_prof_across_ranks(comm, step_samples, reps, false, all);
+    if (st == QS_OK) {
+        *ms = qs_median_inplace(samples, reps);
+        *step_ms = qs_median_inplace(step_samples, reps);
     }
-    if (st == QS_OK) *ms = qs_median_inplace(samples, reps);
     return st;
 }
 
 qs_status qs_profile_model_sync(qs_comm *comm, qs_model *m, size_t bucket_bytes, int reps,
-                                qs_status (*step)(void *ctx), void *step_ctx, cJSON **out) {
+                                qs_status (*step)(void *ctx, double *ms), void *step_ctx, cJSON **out) {
     *out = NULL;
     const int world = qs_comm_world(comm);
     if (world < 2 || m->params.count == 0 || bucket_bytes == 0 || reps < 1)
         return QS_FAIL(QS_ERR_INVALID_ARG, "the gradient-sync profile needs several ranks, parameters, a bucket size "
                        "and repetitions");
-    double *samples = calloc((size_t)reps, sizeof *samples), ms[2] = {0, 0};
+    double *samples = calloc((size_t)reps, sizeof *samples), ms[2] = {0, 0}, step_ms[2] = {0, 0};
+    double *step_samples = calloc((size_t)reps, sizeof *step_samples);
     double *all = calloc((size_t)world * (size_t)reps, sizeof *all);
-    qs_status st = samples && all ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory for the gradient-sync profile");
+    qs_status st = samples && step_samples && all ? QS_OK
+                                                  : QS_FAIL(QS_ERR_OOM, "out of memory for the gradient-sync profile");
     for (int mode = 0; mode < 2 && st == QS_OK; mode++) /* 0: overlapped with backward, 1: after it */
-        st = qs_prof_sync_mode(comm, m, bucket_bytes, mode == 0, reps, step, step_ctx, samples, all, &ms[mode]);
+        st = qs_prof_sync_mode(comm, m, bucket_bytes, mode == 0, reps, step, step_ctx, samples, step_samples, all,
+                               &ms[mode], &step_ms[mode]);
     free(samples);
+    free(step_samples);
     free(all);
     if (st != QS_OK) return st;
     qs_grad_bucket *b = calloc((size_t)m->params.count, sizeof *b);
@@ -214,6 +237,8 @@ qs_status qs_profile_model_sync(qs_comm *comm, qs_model *m, size_t bucket_bytes,
     cJSON_AddNumberToObject(o, "buckets", qs_grad_buckets_form(&m->params, bucket_bytes, b, eb));
     cJSON_AddNumberToObject(o, "overlap_ms", ms[0]);
     cJSON_AddNumberToObject(o, "no_overlap_ms", ms[1]);
+    cJSON_AddNumberToObject(o, "overlap_step_ms", step_ms[0]);
+    cJSON_AddNumberToObject(o, "no_overlap_step_ms", step_ms[1]);
     free(b);
     free(eb);
     *out = o;

@@ -25,9 +25,12 @@ qs_status qs_profile_allreduce(qs_comm *comm, qs_backend *be, int reps, double m
  * after it, then the average): runs `step` (a forward and backward of m, then its optimizer)
  * reps + 1 times per mode (the first a warm-up) with the runtime's hooks installed and timed;
  * a step's figure is the least time any rank spent inside them (the rank that arrived last
- * waited for no one), the result the median over the steps. m's hooks are left as found. *out
- * (caller deletes): {"ranks", "bucket_bytes", "buckets", "overlap_ms", "no_overlap_ms"}. */
+ * waited for no one), the result the median over the steps. `step` also returns its wall time
+ * (ending with the device idle): per mode the median over the steps of the slowest rank's, the
+ * whole synchronized iteration of these ranks. m's hooks are left as found. *out (caller
+ * deletes): {"ranks", "bucket_bytes", "buckets", "overlap_ms", "no_overlap_ms",
+ * "overlap_step_ms", "no_overlap_step_ms"}. */
 qs_status qs_profile_model_sync(qs_comm *comm, qs_model *m, size_t bucket_bytes, int reps,
-                                qs_status (*step)(void *ctx), void *step_ctx, cJSON **out);
+                                qs_status (*step)(void *ctx, double *ms), void *step_ctx, cJSON **out);
 
 #endif
