@@ -288,6 +288,8 @@ static void test_indicate_cli(void **state) {
     expect_run(args, 2, "--model (or --checkpoint) is required");
     snprintf(args, sizeof args, "indicate --model nosuch --data synthetic --out %s", bad);
     expect_run(args, 1, "nosuch");
+    snprintf(args, sizeof args, "indicate --model cnn --data synthetic --device gpu --out %s", bad);
+    expect_run(args, 2, "--device must be cpu, cuda or cuda:N (got 'gpu')");
     snprintf(args, sizeof args, "indicate --model cnn --data synthetic --checkpoint %s/none --out %s", qs_test_tmp,
              bad);
     expect_run(args, 1, "qsync indicate: error:");
