@@ -6,18 +6,26 @@
  * path needs it), and backward-weights produces dW in KRSC and transposes it back — both
  * skipped when R·S == 1 or C == 1, where the two layouts coincide.
  *
+ * Choosing by timing or not. By default every choice below is a pure function of the shapes,
+ * the precision, the GPU and the cuDNN version (heuristic order, fixed path preference), so two
+ * processes — a run and its resumption, a profile and the training it predicts — run the same
+ * algorithms and round the same way. With QS_CUDNN_BENCHMARK=1 (cuda_conv.h) the algorithms,
+ * graph engines and paths are measured and the fastest kept: faster, but near-ties may resolve
+ * differently in another process, so a resumed run is then equal only up to rounding (measured:
+ * the GPU resume test on the H200 differed at byte 1073 of the cnn model at BF16).
+ *
  * Paths, chosen ONCE per direction at plan time (qs_cuda_conv_impl_name reports them):
  *   LEGACY  cudnnConvolutionForward / BackwardData / BackwardFilter on FP32 tensors; the
- *           algorithm is measured once with cudnnFind*Algorithm (cudnnGet*Algorithm_v7 when
- *           Find fails, e.g. out of memory) and cached. Deterministic algorithms are preferred;
+ *           algorithm comes from cudnnGet*Algorithm_v7's ranking (benchmark mode: measured
+ *           once with cudnnFind*Algorithm, Get when Find fails, e.g. out of memory) and is cached. Deterministic algorithms are preferred;
  *           FFT and Winograd algorithms are never taken (they change the rounding of the sums,
  *           and FP32 is the reference precision). alpha = 1; beta = 1 implements accumulate.
  *   GRAPH   the graph (cudnnBackend*) API, like bench/cuda/bench_conv_cudnn.cu: one convolution
  *           operation with low-precision inputs and an FP32 output tensor, FP32 compute; engine
  *           configs from heuristics (modes A and FALLBACK), those noted down-converting,
  *           reduced-precision-reduction, FFT or Winograd skipped, deterministic ones preferred;
- *           up to 6 finalized plans (distinct engines) are timed once at plan time on scratch
- *           buffers and the fastest kept. Why the graph API: the legacy API only runs BF16/FP16
+ *           the first acceptable config in heuristic order is kept (benchmark mode: up to 6
+ *           finalized plans of distinct engines are timed once on scratch buffers, the fastest kept). Why the graph API: the legacy API only runs BF16/FP16
  *           inputs with an output of the same type (its PSEUDO_BFLOAT16 / PSEUDO_HALF
  *           configurations), and rounding Y, dX, dW to 16 bits would break the contract (outputs
  *           are the FP32 sums); the graph API writes the FP32 accumulator directly.
@@ -25,8 +33,10 @@
  *   FP32   LEGACY, CUDNN_FMA_MATH (no TF32: plain FP32 FMA kernels).
  *   TF32   LEGACY, CUDNN_DEFAULT_MATH (TF32 tensor cores for FP32 data; never
  *          ALLOW_CONVERSION, which may down-convert to FP16).
- *   BF16, FP16, FP8: every path below that cuDNN can build is built and timed end to end
- *   (conversions and epilogue included) on scratch buffers at plan time; the fastest is kept.
+ *   BF16, FP16, FP8: every path below that cuDNN can build is built; the forward keeps the first
+ *   (in the order listed), the backward directions the widened TF32 legacy path when it builds
+ *   (the measurement below: wgrad 4× faster than the graph); benchmark mode times them end to end
+ *   (conversions and epilogue included) on scratch buffers at plan time and keeps the fastest.
  *   They are numerically the same arithmetic — exact products of the stored values, FP32 sums:
  *     GRAPH on the stored dtype: bf16×bf16 / f16×f16 → f32; FP8 forward e4m3×e4m3 → f32 (the
  *       bench's "out_f32" graph; FP8 forward is the one direction where cuDNN's FP8 pays,
@@ -87,6 +97,16 @@ enum { UID_X = 1, UID_W = 2, UID_Y = 3 }; /* graph tensor ids, by role in the fo
 #define CONV_MAX_KEEP 16                    /* backend descriptors kept per direction */
 #define CONV_TUNE_PLANS 6                   /* graph plans timed at plan time */
 #define CONV_MAX_ALGOS 16
+
+/* Whether QS_CUDNN_BENCHMARK=1: choose algorithms, engines and paths by timing (read once). */
+static bool conv_benchmark(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *v = getenv(QS_CUDNN_BENCHMARK_ENV);
+        on = v && strcmp(v, "1") == 0;
+    }
+    return on == 1;
+}
 
 typedef struct conv_dir {
     conv_engine eng;
@@ -335,13 +355,15 @@ static qs_status legacy_build(qs_cuda_conv_plan_t *cp, int dir, cudnnHandle_t h,
 
     algo_res res[CONV_MAX_ALGOS];
     int n = 0;
-    const char *how = "measured";
-    cudnnStatus_t st = legacy_candidates(cp, dir, h, cd->conv, true, res, &n);
-    if (st != CUDNN_STATUS_SUCCESS) { /* e.g. Find could not allocate its buffers: heuristics */
+    const bool find = conv_benchmark();
+    const char *how = find ? "measured" : "heuristic";
+    cudnnStatus_t st = legacy_candidates(cp, dir, h, cd->conv, find, res, &n);
+    if (st != CUDNN_STATUS_SUCCESS && find) { /* e.g. Find could not allocate its buffers: heuristics */
         how = "heuristic";
         DNN_TRY(legacy_candidates(cp, dir, h, cd->conv, false, res, &n));
     }
-    /* results come fastest first: the first deterministic acceptable one, else the first one */
+    if (st != CUDNN_STATUS_SUCCESS) DNN_TRY(st);
+    /* results come fastest (or best ranked) first: the first deterministic acceptable one, else the first one */
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < n; i++) {
             const algo_res *r = &res[i];
@@ -637,9 +659,10 @@ static qs_status graph_build(qs_cuda_conv_plan_t *cp, int dir, cudnnHandle_t h, 
     int64_t pcfg[CONV_TUNE_PLANS] = {0}, pidx[CONV_TUNE_PLANS] = {0};
     bool pnondet[CONV_TUNE_PLANS] = {0};
     int np = 0;
+    const int want_plans = conv_benchmark() ? CONV_TUNE_PLANS : 1; /* else the first in heuristic order */
     cudnnStatus_t last = CUDNN_STATUS_SUCCESS;
     for (int pass = 0; pass < 2 && np == 0; pass++)
-        for (int64_t i = 0; i < ncfg && np < CONV_TUNE_PLANS; i++) {
+        for (int64_t i = 0; i < ncfg && np < want_plans; i++) {
             bool nondet;
             int64_t index;
             if (!g_cfg_ok(cfgs[i], &nondet, &index) || (pass == 0 && nondet)) continue;
@@ -855,7 +878,10 @@ static qs_status build_dir(qs_backend *be, qs_cuda_conv_plan_t *cp, int dir, cud
     }
     if (nb == 0) return QS_FAIL(st, "%s", why);
     int best = 0;
-    if (nb > 1) {
+    if (nb > 1 && !conv_benchmark()) { /* fixed preference: forward the first, backward the TF32 legacy path */
+        for (int i = 0; i < nb && dir != DIR_FWD; i++)
+            if (built[i].eng == ENG_LEGACY) best = i;
+    } else if (nb > 1) {
         float ms[3];
         best = time_paths(be, cp, dir, built, nb, stream, ms);
         char tail[96];

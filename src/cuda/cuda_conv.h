@@ -8,6 +8,10 @@
 
 #include "cuda/cuda_backend.h"
 
+/* Set to 1: cuda_conv.c chooses cuDNN algorithms, graph engines and paths by timing them
+ * (fastest; a resumed run may then round differently). Unset: a fixed, reproducible choice. */
+#define QS_CUDNN_BENCHMARK_ENV "QS_CUDNN_BENCHMARK"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
