@@ -8,6 +8,7 @@
 
 #include "core/atomic_file.h"
 #include "core/json_doc.h"
+#include "core/timer.h"
 #include "dist/comm.h"
 #include "plan/indicate_job.h"
 #include "plan/plan_build.h"
@@ -436,9 +437,15 @@ qs_status qs_run(const qs_run_config *c, cJSON **report) {
     s.profiles = calloc((size_t)s.world, sizeof *s.profiles);
     s.profile_paths = calloc((size_t)s.world, sizeof *s.profile_paths);
     if (st == QS_OK && (!s.profiles || !s.profile_paths)) st = QS_FAIL(QS_ERR_OOM, "out of memory");
+    double t0 = qs_now_ms();
     if (st == QS_OK) st = qs_run_profile(&s);
+    if (st == QS_OK) qs_log_info(c->log, "      profiles taken in %.1f s", (qs_now_ms() - t0) / 1e3);
+    t0 = qs_now_ms();
     if (st == QS_OK) st = qs_run_agree(&s, qs_run_indicate(&s), "the indicator");
+    if (st == QS_OK && !c->plan_path) qs_log_info(c->log, "      indicator taken in %.1f s", (qs_now_ms() - t0) / 1e3);
+    t0 = qs_now_ms();
     if (st == QS_OK) st = qs_run_plan(&s);
+    if (st == QS_OK) qs_log_info(c->log, "      plan ready in %.1f s", (qs_now_ms() - t0) / 1e3);
     qs_run_report rep;
     qs_run_report_init(&rep, c, s.plan);
     if (st == QS_OK) st = qs_run_train(&s, &rep);
