@@ -138,16 +138,35 @@ void qs_grad_sync_set_local_batch(qs_grad_sync *gs, int64_t local_batch, int64_t
     gs->weight = (float)((double)local_batch * qs_comm_world(gs->comm) / (double)global_batch);
 }
 
+/* FNV-1a over 64-bit words (then the tail bytes) of p[0..n), continuing from f: the replica
+ * fingerprint, 8× fewer steps than byte-wise FNV-1a. */
+static uint64_t qs_replica_fold(uint64_t f, const unsigned char *p, size_t n) {
+    size_t words = n / 8;
+    for (size_t i = 0; i < words; i++) {
+        uint64_t w;
+        memcpy(&w, p + 8 * i, 8);
+        f = (f ^ w) * 1099511628211ull;
+    }
+    for (size_t i = 8 * words; i < n; i++) f = (f ^ p[i]) * 1099511628211ull;
+    return f;
+}
+
+#define QS_REPLICA_CHUNK ((size_t)64 << 20) /* host staging per copy (bytes) */
+
 qs_status qs_grad_sync_check_replicas(qs_grad_sync *gs, int64_t step) {
     if (qs_comm_world(gs->comm) == 1) return QS_OK;
     qs_model *m = gs->m;
-    size_t bytes = m->params.bytes;
-    unsigned char *h = qs_host_alloc(bytes);
+    const size_t bytes = m->params.bytes, chunk = bytes < QS_REPLICA_CHUNK ? bytes : QS_REPLICA_CHUNK;
+    unsigned char *h = qs_host_alloc(chunk > 0 ? chunk : 1);
     if (!h) return QS_FAIL(QS_ERR_OOM, "replica check: out of memory");
-    qs_status st = m->be->ops->copy_d2h(m->be, m->stream, h, m->param_data, bytes);
-    if (st == QS_OK) st = m->be->ops->stream_sync(m->be, m->stream);
     uint64_t f = 1469598103934665603ull;
-    for (size_t i = 0; st == QS_OK && i < bytes; i++) f = (f ^ h[i]) * 1099511628211ull;
+    qs_status st = QS_OK;
+    for (size_t off = 0; st == QS_OK && off < bytes; off += chunk) { /* chunk is a multiple of 8 but the last */
+        size_t n = bytes - off < chunk ? bytes - off : chunk;
+        st = m->be->ops->copy_d2h(m->be, m->stream, h, (const unsigned char *)m->param_data + off, n);
+        if (st == QS_OK) st = m->be->ops->stream_sync(m->be, m->stream);
+        if (st == QS_OK) f = qs_replica_fold(f, h, n);
+    }
     qs_host_free(h);
     QS_TRY(st);
     uint64_t lo, hi;
