@@ -17,7 +17,8 @@
  * Paths, chosen ONCE per direction at plan time (qs_cuda_conv_impl_name reports them):
  *   LEGACY  cudnnConvolutionForward / BackwardData / BackwardFilter on FP32 tensors; the
  *           algorithm comes from cudnnGet*Algorithm_v7's ranking (benchmark mode: measured
- *           once with cudnnFind*Algorithm, Get when Find fails, e.g. out of memory) and is cached. Deterministic algorithms are preferred;
+ *           once with cudnnFind*Algorithm, Get when Find fails, e.g. out of memory) and is
+ *           cached. Deterministic algorithms are preferred;
  *           FFT and Winograd algorithms are never taken (they change the rounding of the sums,
  *           and FP32 is the reference precision). alpha = 1; beta = 1 implements accumulate.
  *   GRAPH   the graph (cudnnBackend*) API, like bench/cuda/bench_conv_cudnn.cu: one convolution
@@ -25,7 +26,8 @@
  *           configs from heuristics (modes A and FALLBACK), those noted down-converting,
  *           reduced-precision-reduction, FFT or Winograd skipped, deterministic ones preferred;
  *           the first acceptable config in heuristic order is kept (benchmark mode: up to 6
- *           finalized plans of distinct engines are timed once on scratch buffers, the fastest kept). Why the graph API: the legacy API only runs BF16/FP16
+ *           finalized plans of distinct engines are timed once on scratch buffers, the fastest
+ *           kept). Why the graph API: the legacy API only runs BF16/FP16
  *           inputs with an output of the same type (its PSEUDO_BFLOAT16 / PSEUDO_HALF
  *           configurations), and rounding Y, dX, dW to 16 bits would break the contract (outputs
  *           are the FP32 sums); the graph API writes the FP32 accumulator directly.
@@ -360,10 +362,11 @@ static qs_status legacy_build(qs_cuda_conv_plan_t *cp, int dir, cudnnHandle_t h,
     cudnnStatus_t st = legacy_candidates(cp, dir, h, cd->conv, find, res, &n);
     if (st != CUDNN_STATUS_SUCCESS && find) { /* e.g. Find could not allocate its buffers: heuristics */
         how = "heuristic";
-        DNN_TRY(legacy_candidates(cp, dir, h, cd->conv, false, res, &n));
+        st = legacy_candidates(cp, dir, h, cd->conv, false, res, &n);
     }
-    if (st != CUDNN_STATUS_SUCCESS) DNN_TRY(st);
-    /* results come fastest (or best ranked) first: the first deterministic acceptable one, else the first one */
+    if (st != CUDNN_STATUS_SUCCESS) return dnn_fail(d, dir, "cudnnGetConvolution*Algorithm_v7", st);
+    /* results come fastest (or best ranked) first: the first deterministic acceptable one, else
+     * the first one */
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < n; i++) {
             const algo_res *r = &res[i];
