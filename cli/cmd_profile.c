@@ -135,6 +135,7 @@ int qs_cmd_profile(int argc, char **argv) {
         st = qs_cluster_read(cluster_path, &cluster);
         if (st == QS_OK) st = qs_cluster_check_devices(&cluster);
         if (st == QS_OK) st = qs_profile_worker(&cluster, type, rank, world, &job.worker);
+        if (!type) job.cluster = &cluster; /* rank r is worker r (with --type every rank is one worker) */
         if (st == QS_OK) st = qs_mps_apply(job.worker, rank); /* before any CUDA context */
         if (st == QS_OK) {
             own_type = job.worker->type;

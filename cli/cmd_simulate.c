@@ -74,6 +74,12 @@ static void qs_sim_print(const cJSON *doc) {
            cJSON_GetObjectItem(doc, "slowest")->valueint, cJSON_GetObjectItem(doc, "jitter_ms")->valuedouble,
            cJSON_GetObjectItem(comm, "model")->valuestring, cJSON_GetObjectItem(comm, "source")->valuestring,
            cJSON_GetObjectItem(comm, "allreduce_ms")->valuedouble, cJSON_GetObjectItem(comm, "buckets")->valueint);
+    const cJSON *cal = cJSON_GetObjectItem(doc, "calibration");
+    if (cJSON_IsTrue(cJSON_GetObjectItem(cal, "applied")))
+        printf("calibrated against the synchronized steps measured in place: %+.2f ms on the replay's %.2f ms\n",
+               cJSON_GetObjectItem(cal, "residual_ms")->valuedouble, cJSON_GetObjectItem(cal, "replayed_ms")->valuedouble);
+    else if (cal)
+        printf("not calibrated: %s\n", cJSON_GetObjectItem(cal, "reason")->valuestring);
     cJSON_ArrayForEach(w, cJSON_GetObjectItem(doc, "workers")) {
         const cJSON *type = cJSON_GetObjectItem(w, "type");
         printf("  rank %d%s%s%s: data %.2f, outside ops %.2f, forward %.2f, backward %.2f, gradient wait %.2f, optimizer "

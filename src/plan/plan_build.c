@@ -26,6 +26,7 @@ typedef struct qs_pb_type {
     bool has_exact;
     const int32_t *choice;         /* the chosen plan (greedy's or exact's) */
     double sync_base_ms;           /* replay with this type all at the base, the others fastest-type */
+    double sync_base_cal_ms;       /* the same, calibrated (src/predict/calibrate.h): the document's */
     qs_precision *prec;            /* [L] chosen precision per layer */
     int32_t rounds_tightened;      /* times its target or cap was lowered after a replay */
     bool best_effort;              /* no plan met T: the fastest plan was taken (request best_effort) */
@@ -74,8 +75,11 @@ static qs_sim_worker qs_pb_sim_worker(const qs_planb_request *rq, int t, const q
 }
 
 /* Replay the cluster where worker r is played by template src[r] (NULL: itself) with layer
- * precisions prec[r] (NULL entries, or prec NULL: all at the base). *out: the simulation document. */
-static qs_status qs_pb_replay(const qs_pb_ctx *c, const int *src, qs_precision *const *prec, cJSON **out) {
+ * precisions prec[r] (NULL entries, or prec NULL: all at the base); calibrated (qs_simulate) for
+ * the document, else the replay alone (qs_sim_replay), the scale the planner works on. *out: the
+ * simulation document. */
+static qs_status qs_pb_replay(const qs_pb_ctx *c, const int *src, qs_precision *const *prec, bool calibrated,
+                              cJSON **out) {
     const qs_planb_request *rq = c->rq;
     int n = rq->n_workers;
     qs_sim_worker *w = calloc((size_t)n, sizeof *w);
@@ -88,7 +92,7 @@ static qs_status qs_pb_replay(const qs_pb_ctx *c, const int *src, qs_precision *
         if (st == QS_OK) w[r].type = rq->workers[r].type;
     }
     qs_sim_options so = {.bucket_bytes = rq->bucket_bytes, .overlap = rq->overlap};
-    if (st == QS_OK) st = qs_simulate(w, n, &so, NULL, out);
+    if (st == QS_OK) st = calibrated ? qs_simulate(w, n, &so, NULL, out) : qs_sim_replay(w, n, &so, NULL, out);
     for (int r = 0; r < n; r++) qs_model_free((qs_model *)w[r].m);
     free(w);
     return st;
@@ -320,10 +324,16 @@ static qs_status qs_pb_problem(const qs_pb_ctx *c, qs_pb_type *d, int fast_tmpl)
     int *src = calloc((size_t)rq->n_workers, sizeof *src);
     if (!src) return QS_FAIL(QS_ERR_OOM, "out of memory planning");
     for (int r = 0; r < rq->n_workers; r++) src[r] = strcmp(rq->workers[r].type, d->name) == 0 ? r : fast_tmpl;
-    cJSON *sim = NULL;
-    st = qs_pb_replay(c, src, NULL, &sim);
+    cJSON *sim = NULL, *cal = NULL;
+    st = qs_pb_replay(c, src, NULL, false, &sim);
+    if (st == QS_OK) st = qs_pb_replay(c, src, NULL, true, &cal);
     free(src);
-    if (st != QS_OK) return st;
+    d->sync_base_cal_ms = qs_pb_num(cal, "iteration_ms");
+    cJSON_Delete(cal);
+    if (st != QS_OK) {
+        cJSON_Delete(sim);
+        return st;
+    }
     d->sync_base_ms = qs_pb_num(sim, "iteration_ms");
     double m_d = qs_pb_num(qs_pb_worker_doc(sim, d->tmpl), "memory_bytes");
     cJSON_Delete(sim);
@@ -392,9 +402,11 @@ static qs_status qs_pb_solve(const qs_pb_ctx *c, qs_pb_type *d, double T_sync) {
     return QS_OK;
 }
 
-/* The plan document: a section per device type, predictions. */
+/* The plan document: a section per device type, predictions (sim: the plan's replay, on whose
+ * scale T is met or not; cal: its calibrated replay, the prediction). */
 static cJSON *qs_pb_document(const qs_pb_ctx *c, const char *const *types, int n_types, const char *fast, qs_pb_type *t,
-                             int n_slow, double T, bool target_given, const cJSON *sim, int rounds) {
+                             int n_slow, double T, bool target_given, const cJSON *sim, const cJSON *cal,
+                             int rounds) {
     const qs_planb_request *rq = c->rq;
     cJSON *doc = cJSON_CreateObject();
     cJSON_AddStringToObject(doc, "format", "qsync-plan");
@@ -415,7 +427,10 @@ static cJSON *qs_pb_document(const qs_pb_ctx *c, const char *const *types, int n
     cJSON_AddStringToObject(pred, "target_source", target_given ? "--target-ms" : source);
     cJSON_AddStringToObject(pred, "base_precision", base);
     cJSON_AddStringToObject(pred, "fastest_type", fast);
-    cJSON_AddNumberToObject(pred, "synchronized_ms", qs_pb_num(sim, "iteration_ms"));
+    cJSON_AddNumberToObject(pred, "synchronized_ms", qs_pb_num(cal, "iteration_ms"));
+    cJSON_AddNumberToObject(pred, "replayed_ms", qs_pb_num(sim, "iteration_ms"));
+    cJSON *calibration = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(cal, "calibration"), true);
+    if (calibration) cJSON_AddItemToObject(pred, "calibration", calibration);
     cJSON_AddNumberToObject(pred, "rounds", rounds);
     cJSON_AddBoolToObject(pred, "target_met", qs_pb_num(sim, "iteration_ms") <= T * (1 + rq->tolerance));
     cJSON *ptypes = cJSON_AddObjectToObject(pred, "types");
@@ -443,7 +458,7 @@ static cJSON *qs_pb_document(const qs_pb_ctx *c, const char *const *types, int n
         cJSON_AddStringToObject(pt, "solver", d->has_exact ? "exact" : "greedy");
         cJSON_AddNumberToObject(pt, "model_ms", chosen->time_ms); /* the additive model, at its (tightened) target */
         cJSON_AddNumberToObject(pt, "model_target_ms", d->prob.target_ms);
-        cJSON_AddNumberToObject(pt, "base_synchronized_ms", d->sync_base_ms);
+        cJSON_AddNumberToObject(pt, "base_synchronized_ms", d->sync_base_cal_ms);
         cJSON_AddNumberToObject(pt, "greedy_omega", d->greedy.omega);
         if (d->has_exact) {
             cJSON_AddNumberToObject(pt, "exact_omega", d->exact.omega);
@@ -456,7 +471,7 @@ static cJSON *qs_pb_document(const qs_pb_ctx *c, const char *const *types, int n
     }
     cJSON *workers = cJSON_AddArrayToObject(pred, "workers");
     const cJSON *x;
-    cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(sim, "workers")) {
+    cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(cal, "workers")) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "rank", qs_pb_num(x, "rank"));
         const cJSON *ty = cJSON_GetObjectItemCaseSensitive(x, "type");
@@ -485,7 +500,7 @@ qs_status qs_plan_build(const qs_planb_request *rq, cJSON **plan_doc) {
     int *src = calloc((size_t)n, sizeof *src);
     qs_status st = prec && src ? qs_pb_layers(&c) : QS_FAIL(QS_ERR_OOM, "out of memory planning");
     /* the fastest type: least own compute (data to end of backward) at the base */
-    if (st == QS_OK) st = qs_pb_replay(&c, NULL, NULL, &sim);
+    if (st == QS_OK) st = qs_pb_replay(&c, NULL, NULL, false, &sim);
     double best_own = INFINITY;
     for (int i = 0; i < n_types && st == QS_OK; i++) {
         double own = 0;
@@ -509,7 +524,7 @@ qs_status qs_plan_build(const qs_planb_request *rq, cJSON **plan_doc) {
     double T = rq->target_ms, T_fast = NAN;
     if (st == QS_OK) {
         for (int r = 0; r < n; r++) src[r] = fast_tmpl;
-        st = qs_pb_replay(&c, src, NULL, &sim);
+        st = qs_pb_replay(&c, src, NULL, false, &sim);
         if (st == QS_OK) T_fast = qs_pb_num(sim, "iteration_ms");
         cJSON_Delete(sim);
         sim = NULL;
@@ -546,7 +561,7 @@ qs_status qs_plan_build(const qs_planb_request *rq, cJSON **plan_doc) {
         }
         cJSON_Delete(sim);
         sim = NULL;
-        if (st == QS_OK) st = qs_pb_replay(&c, NULL, prec, &sim);
+        if (st == QS_OK) st = qs_pb_replay(&c, NULL, prec, false, &sim);
         if (st != QS_OK) break;
         double sync = qs_pb_num(sim, "iteration_ms");
         miss = sync - T;
@@ -578,7 +593,11 @@ qs_status qs_plan_build(const qs_planb_request *rq, cJSON **plan_doc) {
         st = QS_FAIL(QS_ERR_INFEASIBLE, "after %d rounds the replayed plan still misses T = %.3f ms by %.3f ms (%.1f%%; "
                      "tolerance %.1f%%): the best achievable synchronized time is about %.3f ms; give --target-ms",
                      rounds, T, miss, 100 * miss / T, 100 * tol, T + miss);
-    if (st == QS_OK) *plan_doc = qs_pb_document(&c, types, n_types, fast, t, n_slow, T, rq->target_ms > 0, sim, rounds);
+    cJSON *cal = NULL;
+    if (st == QS_OK) st = qs_pb_replay(&c, NULL, prec, true, &cal);
+    if (st == QS_OK)
+        *plan_doc = qs_pb_document(&c, types, n_types, fast, t, n_slow, T, rq->target_ms > 0, sim, cal, rounds);
+    cJSON_Delete(cal);
     if (st == QS_OK && T_asked < T) { /* best effort: the asked T was below the fastest type's own time */
         cJSON *pred = cJSON_GetObjectItemCaseSensitive(*plan_doc, "predictions");
         cJSON_AddNumberToObject(pred, "target_asked_ms", T_asked);

@@ -227,6 +227,13 @@ static qs_status qs_prof_precision(const qs_profile_options *o, qs_precision p, 
     return QS_OK;
 }
 
+qs_status qs_profile_run(const qs_profile_options *o, qs_precision p, cJSON **run) {
+    qs_prof_casts casts = {0};
+    qs_status st = qs_prof_precision(o, p, &casts, run);
+    free(casts.v);
+    return st;
+}
+
 /* One fitted line per (from, to) pair among the casts seen. */
 static cJSON *qs_prof_cast_fits(const qs_prof_casts *c) {
     cJSON *arr = cJSON_CreateArray();

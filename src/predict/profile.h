@@ -55,6 +55,10 @@ typedef struct qs_profile_options {
 /* Profile o->model and return the profile document in *out (caller deletes). */
 qs_status qs_profile_model(const qs_profile_options *o, cJSON **out);
 
+/* One run of the model at precision p, as qs_profile_model's "runs" hold them (under mpirun in
+ * lockstep with the other ranks' runs, "grad_sync" included), into *run (caller deletes). */
+qs_status qs_profile_run(const qs_profile_options *o, qs_precision p, cJSON **run);
+
 /* The model's gradient bytes (its first run's memory_bytes.grads) in a profile, or 0. */
 double qs_profile_grad_bytes(const cJSON *doc);
 

@@ -12,6 +12,7 @@
 #include "dist/cpu_quota.h"
 #include "models/models.h"
 #include "predict/profile_comm.h"
+#include "predict/profile_mixed.h"
 #include "qsync/tensor.h"
 
 int qs_profile_native_precisions(qs_precision *out, bool cuda, int device, int threads) {
@@ -117,6 +118,9 @@ static qs_status qs_profile_job_model(const qs_profile_job *j, qs_profile_option
         o->x = x;
         o->y = y;
         if (st == QS_OK) st = qs_profile_model(o, doc);
+        /* on the GPU the ranks share one device: what the others run changes this one's step */
+        if (st == QS_OK && j->cluster && o->cuda && o->comm)
+            st = qs_profile_mixed_runs(o, j->cluster, qs_comm_rank(j->comm), qs_comm_world(j->comm), *doc);
     }
     qs_cpu_quota_release(&quota);
     qs_host_free(x);

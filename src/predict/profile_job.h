@@ -2,7 +2,8 @@
  * `qsync profile` and `qsync run`: the dataset's first test batch (of the training split when
  * the test split is smaller than a batch) and its loader time, the
  * worker's emulated slowdown applied for the duration (cluster worker), the model profiled at
- * every precision asked (src/predict/profile.h), and under mpirun the all-reduce between the
+ * every precision asked (src/predict/profile.h), on the GPU with several device types also at
+ * the mixed assignments of them (src/predict/profile_mixed.h), and under mpirun the all-reduce between the
  * ranks timed at sizes up to the model's gradient (src/predict/profile_comm.h).
  * Collective under mpirun: every rank calls it at once (ranks profile in lockstep, as they train). */
 #ifndef QSYNC_PREDICT_PROFILE_JOB_H
@@ -34,6 +35,8 @@ typedef struct qs_profile_job {
     int warmup, reps;           /* ≥ 1, ≥ 3 */
     size_t bucket_bytes;        /* gradient buckets, as training forms them */
     const qs_cluster_worker *worker; /* the worker profiled for (its threads, emulation, type); may be NULL */
+    const qs_cluster *cluster;  /* rank r is cluster->workers[r]: on the GPU with several device types,
+                                   the mixed-precision runs too (profile_mixed.h); NULL: none */
     qs_comm *comm;              /* the job (NULL or a group of one: no all-reduce) */
     const qs_logger *log;
 } qs_profile_job;

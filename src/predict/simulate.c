@@ -279,8 +279,50 @@ static void qs_sim_event(cJSON *trace, const char *name, const char *cat, int pi
     cJSON_AddItemToArray(trace, e);
 }
 
+/* The timeline of a worker replayed as one lockstep run of its profile measured it (w->as_run,
+ * for the calibration, src/predict/calibrate.h): its ops in their order, forward then backward
+ * in reverse (a bucket is ready when the last gradient of the model's node of that name is),
+ * its untimed time, optimizer and averaging; no data loading (the run repeats one batch). */
+static void qs_sim_run_timeline(const qs_sim_worker *w, int rank, int nb, const int *entry_bucket, cJSON *trace,
+                                qs_sim_timeline *tl) {
+    const cJSON *ops = cJSON_GetObjectItemCaseSensitive(w->as_run, "ops");
+    const int n_ops = cJSON_GetArraySize(ops);
+    int n_sel = 0;
+    tl->memory = tl->data = 0;
+    tl->untimed = qs_sim_run_untimed(w->as_run, &n_sel);
+    qs_sim_event(trace, "outside the ops", "other", rank, 0, 0, tl->untimed);
+    double t = tl->untimed;
+    for (int i = 0; i < n_ops; i++) {
+        const cJSON *op = cJSON_GetArrayItem(ops, i);
+        t += qs_sim_num(op, "forward_ms") + qs_sim_num(op, "cast_ms");
+    }
+    tl->forward = t - tl->untimed;
+    const double b0 = t;
+    for (int i = n_ops - 1; i >= 0; i--) {
+        const cJSON *op = cJSON_GetArrayItem(ops, i), *name = cJSON_GetObjectItemCaseSensitive(op, "name");
+        t += qs_sim_num(op, "backward_data_ms") + qs_sim_num(op, "backward_weights_ms");
+        for (int j = 1; j < w->m->n_nodes && nb > 0 && cJSON_IsString(name); j++) {
+            const qs_node *n = &w->m->nodes[j];
+            if (strcmp(n->name, name->valuestring) != 0) continue;
+            for (int k = 0; k < n->n_params; k++) {
+                int b = entry_bucket[n->param[k]];
+                tl->bucket_ready[b] = fmax(tl->bucket_ready[b], t);
+            }
+        }
+    }
+    qs_sim_event(trace, "ops of the run", "forward", rank, 0, tl->untimed, b0 - tl->untimed);
+    tl->backward = t - b0;
+    tl->bwd_end = t;
+    tl->optimizer = qs_sim_num(w->as_run, "optimizer_ms");
+    tl->grad_average = qs_sim_num(w->as_run, "grad_average_ms");
+}
+
 static qs_status qs_sim_worker_timeline(const qs_sim_worker *w, int rank, int nb, const int *entry_bucket, cJSON *trace,
                                         qs_sim_timeline *tl) {
+    if (w->as_run) {
+        qs_sim_run_timeline(w, rank, nb, entry_bucket, trace, tl);
+        return QS_OK;
+    }
     const qs_model *m = w->m;
     const cJSON *base = qs_sim_base_run(w);
     const cJSON *mem = cJSON_GetObjectItemCaseSensitive(base, "memory_bytes");
@@ -468,7 +510,7 @@ static qs_status qs_sim_jitter(const qs_sim_worker *w, const qs_sim_timeline *tl
     return st;
 }
 
-qs_status qs_simulate(const qs_sim_worker *w, int n, const qs_sim_options *o, cJSON *trace, cJSON **out) {
+qs_status qs_sim_replay(const qs_sim_worker *w, int n, const qs_sim_options *o, cJSON *trace, cJSON **out) {
     *out = NULL;
     if (n < 1) return QS_FAIL(QS_ERR_INVALID_ARG, "simulate: no workers");
     for (int r = 0; r < n; r++) QS_TRY(qs_sim_check_profile(&w[r], r));

@@ -43,6 +43,9 @@ typedef struct qs_sim_worker {
     const char *profile_path; /* for messages */
     const qs_model *m;        /* built with this worker's precisions and casts (setup not needed) */
     int64_t batch;            /* its local batch: the profile must have been taken at it */
+    const cJSON *as_run;      /* NULL; else replay the worker as this run of its profile measured it
+                                 (its ops, untimed time, optimizer, averaging; no data loading):
+                                 the calibration's replay of a measured assignment (calibrate.h) */
 } qs_sim_worker;
 
 typedef struct qs_sim_options {
@@ -86,6 +89,12 @@ bool qs_profile_top_precision(const cJSON *profile, qs_precision *out);
  * "fused_into": a ReLU fused into its producer, the nodes of a fused attention). */
 bool qs_profile_op_fused(const cJSON *profile, const char *name);
 
+/* The replay alone, as qs_simulate describes it, without the calibration (calibrate.h): the
+ * planner's scale and the calibration's own replays. */
+qs_status qs_sim_replay(const qs_sim_worker *w, int n, const qs_sim_options *o, cJSON *trace, cJSON **out);
+
+/* The replay (qs_sim_replay), calibrated where the profiles allow it (src/predict/calibrate.h;
+ * the document then has "calibration"). */
 qs_status qs_simulate(const qs_sim_worker *w, int n, const qs_sim_options *o, cJSON *trace, cJSON **out);
 
 #endif

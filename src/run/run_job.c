@@ -140,7 +140,7 @@ static qs_status qs_run_profile(qs_run_state *s) {
                           .data = c->train.data, .data_dir = c->train.data_dir, .optimizer = opt,
                           .fp8_amax_history = c->train.fp8_amax_history,
                           .warmup = c->profile_warmup, .reps = c->profile_reps, .bucket_bytes = c->train.bucket_bytes,
-                          .worker = s->me, .comm = s->comm, .log = c->log, .precs = precs,
+                          .worker = s->me, .cluster = cl, .comm = s->comm, .log = c->log, .precs = precs,
                           .n_precs = qs_run_profile_precisions(s, precs)};
     qs_log_info(c->log, "[1/4] profiling %s at local batch %lld on every worker (%d reps per precision)",
                 c->train.model, (long long)s->local_batch, c->profile_reps);

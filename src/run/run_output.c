@@ -86,7 +86,8 @@ void qs_run_report_print(const cJSON *doc, FILE *f) {
         qs_run_print_ms(f, n ? loss / n : NAN, 10, 4);
         fprintf(f, "\n");
     }
-    fprintf(f, "(iteration: median step, slowest worker, median over seeds; predicted: the plan's replay)\n");
+    fprintf(f, "(iteration: median step, slowest worker, median over seeds; predicted: the plan's replay, "
+               "calibrated where measured)\n");
     const cJSON *cmp = cJSON_GetObjectItem(doc, "comparison");
     const char *base = qs_run_base_label(doc);
     fprintf(f, "gap closed, (T_%s - T_arm) / (T_%s - T_ideal):", base, base);
