@@ -4,7 +4,8 @@
  * and for a transformer (tied embedding), FP8 products reading the layers' transposed copies
  * against products making their own (bitwise equal), resume on the GPU byte-identical to an
  * uninterrupted run, training on an SM partition (green context) against the whole GPU, the
- * indicator on the GPU against the CPU, and a stalled rank ending the job with a message.
+ * indicator on the GPU against the CPU, a stalled rank ending the job with a message, and the
+ * NCCL transport on one rank.
  * Runs on the GPU machine (scripts/gpu-suite.sh run); elsewhere it says why and exits 77
  * (QS_REQUIRE_GPU=1 makes that a failure).
  *
@@ -25,6 +26,8 @@
 #include <cjson/cJSON.h>
 
 #include "core/backend.h"
+#include "dist/comm.h"
+#include "dist/nccl_reduce.h"
 #include "dist_run.h"
 #include "run_cmd.h"
 
@@ -301,6 +304,51 @@ static void test_stalled_rank(void **state) {
     free(out);
 }
 
+/* The NCCL transport on one rank (the only NCCL job one GPU can hold: NCCL refuses two ranks on
+ * one GPU; between GPUs it runs on a multi-GPU machine): one rank's layout is "shared" on one
+ * GPU; libnccl.so.2 is loaded and the communicator made; two halves of a buffer written on the
+ * caller's stream are reduced in place on the transport's stream after those writes (a sum over
+ * one rank: bit-identical), and the caller's stream reads the results after finish. */
+static void test_nccl_one_rank(void **state) {
+    (void)state;
+    int argc = 1;
+    char arg0[] = "test_cuda_dist", *args[] = {arg0, NULL}, **argv = args;
+    qs_comm *comm = NULL;
+    qs_backend *be = NULL;
+    assert_int_equal(qs_comm_init(&argc, &argv, &comm), QS_OK);
+    assert_int_equal(qs_backend_cuda_create(0, &be), QS_OK);
+    qs_gpu_layout layout;
+    int gpus = 0;
+    assert_int_equal(qs_gpu_layout_of(be, comm, 30, &layout, &gpus), QS_OK);
+    assert_int_equal(layout, QS_GPUS_SHARED);
+    assert_int_equal(gpus, 1);
+    const size_t n = (size_t)1 << 22;
+    float *h = malloc(n * sizeof *h), *back = malloc(n * sizeof *back), *d = NULL;
+    assert_non_null(h);
+    assert_non_null(back);
+    for (size_t i = 0; i < n; i++) h[i] = (float)i * 0.5f - 7.25f;
+    qs_stream *s = be->ops->default_stream(be);
+    assert_int_equal(be->ops->alloc(be, n * sizeof *h, (void **)&d), QS_OK);
+    assert_int_equal(be->ops->copy_h2d(be, s, d, h, n * sizeof *h), QS_OK);
+    qs_nccl_reduce *x = NULL;
+    if (qs_nccl_reduce_open(be, comm, d, n * sizeof *h, 30, &x) != QS_OK) fail_msg("%s", qs_last_error());
+    assert_int_equal(qs_nccl_reduce_start(x, s, 0, n / 2 * sizeof *h), QS_OK);
+    assert_int_equal(qs_nccl_reduce_start(x, s, n / 2 * sizeof *h, n / 2 * sizeof *h), QS_OK);
+    assert_int_equal(qs_nccl_reduce_poll(x), QS_OK);
+    assert_int_equal(qs_nccl_reduce_finish(x, s), QS_OK);
+    assert_int_equal(be->ops->copy_d2h(be, s, back, d, n * sizeof *h), QS_OK);
+    assert_int_equal(be->ops->stream_sync(be, s), QS_OK);
+    assert_memory_equal(back, h, n * sizeof *h);
+    printf("  NCCL on one rank: %zu floats in two ranges, bit-identical after finish\n", n);
+    assert_int_equal(qs_nccl_reduce_start(x, s, 4, n * sizeof *h), QS_ERR_INTERNAL); /* beyond the buffer */
+    qs_nccl_reduce_close(x);
+    be->ops->free(be, d);
+    be->ops->destroy(be);
+    qs_comm_finalize(comm);
+    free(h);
+    free(back);
+}
+
 /* Whether a CUDA device is usable here (the backend made and destroyed in this process). */
 static int gpu_available(void) {
     qs_backend *be = NULL;
@@ -333,6 +381,7 @@ int main(void) {
         cmocka_unit_test(test_sm_partition),
         cmocka_unit_test(test_indicator_on_gpu),
         cmocka_unit_test(test_stalled_rank),
+        cmocka_unit_test(test_nccl_one_rank),
     };
     return cmocka_run_group_tests(tests, group_setup, qs_test_tmpdir_teardown);
 }

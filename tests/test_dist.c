@@ -308,8 +308,9 @@ static void test_cluster_cuda_workers(void **state) {
     qs_cluster_free(&c);
 }
 
-/* A job runs on CPUs or on one GPU: train refuses a cluster that mixes them or spans GPUs, on
- * every rank alike, before touching a GPU. */
+/* A job runs on CPUs, on one GPU or on a GPU per worker: train refuses a cluster that mixes CPUs
+ * and GPUs, or puts several workers on one of several GPUs, on every rank alike, before touching a
+ * GPU; a GPU per worker passes the check. */
 static void test_cluster_devices_refused(void **state) {
     char a[1024];
     qs_test_write_tmp("mixed.json", "{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": ["
@@ -318,8 +319,17 @@ static void test_cluster_devices_refused(void **state) {
     qs_test_run_ranks(2, a, -2, "worker 0 is on cpu and worker 1 on cuda:0: one job runs on CPUs or on a GPU");
     qs_test_write_tmp("gpus.json", "{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": ["
                                    "{\"device\": \"cuda:0\", \"type\": \"a\"}, {\"device\": \"cuda:1\", \"type\": \"b\"}]}");
-    snprintf(a, sizeof a, QS_DIST_ARGS " --batch 64 --cluster %s/gpus.json", qs_test_tmp);
-    qs_test_run_ranks(2, a, -2, "needs the NCCL transport, which this qsync does not have yet");
+    char path[256];
+    snprintf(path, sizeof path, "%s/gpus.json", qs_test_tmp);
+    qs_cluster c;
+    assert_int_equal(qs_cluster_read(path, &c), QS_OK);
+    assert_int_equal(qs_cluster_check_devices(&c), QS_OK);
+    qs_cluster_free(&c);
+    qs_test_write_tmp("three.json", "{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": ["
+                                    "{\"device\": \"cuda:1\", \"type\": \"a\"}, {\"device\": \"cuda:0\", \"type\": \"b\"}, "
+                                    "{\"device\": \"cuda:1\", \"type\": \"b\"}]}");
+    snprintf(a, sizeof a, QS_DIST_ARGS " --batch 48 --cluster %s/three.json", qs_test_tmp);
+    qs_test_run_ranks(3, a, -2, "workers 0 and 2 share cuda:1 while others are on other GPUs");
 }
 
 /* Refused: malformed devices, an SM share on a cpu worker or out of [1, 100], a slowdown, a

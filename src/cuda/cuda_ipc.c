@@ -85,9 +85,9 @@ static qs_status open_peer(qs_ipc_reduce *x, int p, const char *blob, const ipc_
         char a[33], b[33];
         uuid_text(mine->uuid, a);
         uuid_text(card.uuid, b);
-        return QS_FAIL(QS_ERR_UNSUPPORTED, "rank %d is on GPU %s and rank %d on GPU %s: data parallelism between "
-                       "ranks on different GPUs needs the NCCL transport, which this qsync does not have yet; put "
-                       "every rank on one GPU (cluster workers \"cuda:N\" with one N)", x->rank, a, p, b);
+        return QS_FAIL(QS_ERR_UNSUPPORTED, "rank %d is on GPU %s and rank %d on GPU %s: the IPC all-reduce is for "
+                       "ranks sharing one GPU (ranks on different GPUs reduce through NCCL, dist/nccl_reduce.h)",
+                       x->rank, a, p, b);
     }
     if (card.bytes != mine->bytes || card.n_slots != mine->n_slots)
         return QS_FAIL(QS_ERR_MISMATCH, "rank %d reduces %llu bytes in %d buckets, rank %d %llu bytes in %d: the ranks "

@@ -241,12 +241,22 @@ qs_status qs_cluster_check_devices(const qs_cluster *c) {
         if (a->cuda != b->cuda)
             return QS_FAIL(QS_ERR_UNSUPPORTED, "cluster %s: worker 0 is on %s and worker %d on %s: one job runs on CPUs "
                            "or on a GPU, not on both", c->origin, a->device, i, b->device);
-        if (a->cuda && a->cuda_device != b->cuda_device)
-            return QS_FAIL(QS_ERR_UNSUPPORTED, "cluster %s: worker 0 is on cuda:%d and worker %d on cuda:%d: data "
-                           "parallelism between GPUs needs the NCCL transport, which this qsync does not have yet; put "
-                           "every worker on one GPU (weaker ones emulated by an sm_count or an MPS sm_percent)", c->origin,
-                           a->cuda_device, i, b->cuda_device);
     }
+    /* GPUs: all workers on one (CUDA IPC) or each on its own (NCCL); not a mix of both */
+    if (c->n_workers == 0 || !c->workers[0].cuda) return QS_OK;
+    int gpus = 0, pair_i = -1, pair_j = -1;
+    for (int i = 0; i < c->n_workers; i++) {
+        int first = i;
+        for (int j = 0; j < i && first == i; j++)
+            if (c->workers[j].cuda_device == c->workers[i].cuda_device) first = j;
+        if (first == i) gpus++;
+        else if (pair_i < 0) pair_i = first, pair_j = i;
+    }
+    if (gpus > 1 && pair_i >= 0)
+        return QS_FAIL(QS_ERR_UNSUPPORTED, "cluster %s: workers %d and %d share cuda:%d while others are on other GPUs: "
+                       "that needs CUDA IPC within a GPU and NCCL between GPUs (hierarchical), which this qsync does not "
+                       "have; put every worker on its own GPU or all on one", c->origin, pair_i, pair_j,
+                       c->workers[pair_i].cuda_device);
     return QS_OK;
 }
 

@@ -69,9 +69,9 @@ typedef struct qs_cluster {
  * fault). */
 qs_status qs_cluster_read(const char *path, qs_cluster *out);
 void qs_cluster_free(qs_cluster *c);
-/* Whether a job can run the cluster's workers (the file may describe more): all on CPUs, or all
- * on one GPU (ranks on one GPU sum through CUDA IPC; across GPUs NCCL is not built).
- * QS_ERR_UNSUPPORTED naming the two workers otherwise. Every rank checks the same file, so all
+/* Whether a job can run the cluster's workers (the file may describe more): all on CPUs, all on
+ * one GPU (they sum through CUDA IPC) or each on its own GPU (NCCL); QS_ERR_UNSUPPORTED naming
+ * two workers otherwise (CPU and GPU mixed; several workers on one of several GPUs). Every rank checks the same file, so all
  * refuse alike. */
 qs_status qs_cluster_check_devices(const qs_cluster *c);
 /* The entry of `rank` in a job of `world` ranks: QS_ERR_MISMATCH when the file describes

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "dist/ipc_reduce.h"
+#include "dist/nccl_reduce.h"
 #include "qsync/tensor.h"
 
 static qs_status start_bucket(qs_grad_sync *gs, qs_grad_bucket *b) {
@@ -21,12 +22,17 @@ static qs_status start_bucket(qs_grad_sync *gs, qs_grad_bucket *b) {
         b->req = -2; /* the IPC reduction keeps its own state */
         return qs_ipc_reduce_start(gs->ipc, m->stream, k, b->offset, b->bytes);
     }
+    if (gs->nccl) {
+        b->req = -2; /* NCCL orders the buckets on its stream */
+        return qs_nccl_reduce_start(gs->nccl, m->stream, b->offset, b->bytes);
+    }
     return qs_comm_iallreduce_sum_f32(gs->comm, base, count, &b->req);
 }
 
 /* Test every outstanding bucket once (progress). */
 static qs_status poll_buckets(qs_grad_sync *gs) {
     if (gs->ipc) return qs_ipc_reduce_poll(gs->ipc);
+    if (gs->nccl) return qs_nccl_reduce_poll(gs->nccl);
     for (int k = 0; k < gs->n_buckets; k++) {
         qs_grad_bucket *b = &gs->buckets[k];
         if (b->req < 0) continue;
@@ -50,7 +56,7 @@ static qs_status on_grads_ready(void *ctx, int node) {
 static qs_status on_grads_done(void *ctx) {
     qs_grad_sync *gs = ctx;
     qs_model *m = gs->m;
-    if (!gs->ipc) QS_TRY(m->be->ops->stream_sync(m->be, m->stream));
+    if (!gs->ipc && !gs->nccl) QS_TRY(m->be->ops->stream_sync(m->be, m->stream));
     for (int k = 0; k < gs->n_buckets; k++) {
         qs_grad_bucket *b = &gs->buckets[k];
         if (b->pending != 0)
@@ -59,6 +65,7 @@ static qs_status on_grads_done(void *ctx) {
         if (!gs->overlap) QS_TRY(start_bucket(gs, b));
     }
     if (gs->ipc) QS_TRY(qs_ipc_reduce_finish(gs->ipc, m->stream));
+    if (gs->nccl) QS_TRY(qs_nccl_reduce_finish(gs->nccl, m->stream));
     for (int k = 0; k < gs->n_buckets; k++) {
         qs_grad_bucket *b = &gs->buckets[k];
         if (b->req >= 0) QS_TRY(qs_comm_wait(gs->comm, b->req, gs->timeout_s));
@@ -82,6 +89,23 @@ int qs_grad_buckets_form(const qs_table *t, size_t bucket_bytes, qs_grad_bucket 
         }
     }
     return n;
+}
+
+/* Gradients on GPUs: CUDA IPC when every rank shares one GPU, NCCL when each has its own; a job
+ * with several ranks on some of several GPUs would need both (IPC within a GPU, NCCL between
+ * them), which is not built. */
+static qs_status open_gpu_transport(qs_grad_sync *gs, qs_comm *comm, double timeout_s) {
+    qs_model *m = gs->m;
+    qs_gpu_layout layout;
+    int n_gpus = 0;
+    QS_TRY(qs_gpu_layout_of(m->be, comm, timeout_s, &layout, &n_gpus));
+    if (layout == QS_GPUS_SHARED)
+        return qs_ipc_reduce_open(m->be, comm, m->grad_data, m->params.bytes, gs->n_buckets, timeout_s, &gs->ipc);
+    if (layout == QS_GPUS_ONE_EACH)
+        return qs_nccl_reduce_open(m->be, comm, m->grad_data, m->params.bytes, timeout_s, &gs->nccl);
+    return QS_FAIL(QS_ERR_UNSUPPORTED, "%d ranks on %d GPUs, some GPUs holding several: that needs CUDA IPC within "
+                   "each GPU and NCCL between them (hierarchical), which this qsync does not have; put every rank on "
+                   "its own GPU or all on one", qs_comm_world(comm), n_gpus);
 }
 
 qs_status qs_grad_sync_init(qs_grad_sync *gs, qs_comm *comm, qs_model *m, size_t bucket_bytes, bool overlap,
@@ -110,8 +134,7 @@ qs_status qs_grad_sync_init(qs_grad_sync *gs, qs_comm *comm, qs_model *m, size_t
         st = QS_FAIL(QS_ERR_UNSUPPORTED, "rank %d trains on %s while another rank trains on %s: the ranks of one job "
                      "all run on CPUs or all on one GPU", qs_comm_rank(comm), gpu ? "a GPU" : "the CPU",
                      gpu ? "the CPU" : "a GPU");
-    if (st == QS_OK && gpu) /* gradients on a GPU: ranks share it through CUDA IPC */
-        st = qs_ipc_reduce_open(m->be, comm, m->grad_data, t->bytes, gs->n_buckets, timeout_s, &gs->ipc);
+    if (st == QS_OK && gpu) st = open_gpu_transport(gs, comm, timeout_s);
     if (st != QS_OK) {
         qs_grad_sync_free(gs);
         return st;
@@ -129,6 +152,7 @@ void qs_grad_sync_free(qs_grad_sync *gs) {
         gs->m->grads_ctx = NULL;
     }
     qs_ipc_reduce_close(gs->ipc);
+    qs_nccl_reduce_close(gs->nccl);
     free(gs->buckets);
     free(gs->entry_bucket);
     memset(gs, 0, sizeof *gs);

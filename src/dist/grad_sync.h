@@ -40,7 +40,8 @@ typedef struct qs_grad_sync {
     int n_buckets;
     int *entry_bucket;     /* parameter entry → bucket */
     float weight;          /* world·b_r/B: 1 with equal local batches (then no scaling) */
-    struct qs_ipc_reduce *ipc; /* the CUDA IPC transport, or NULL (MPI) */
+    struct qs_ipc_reduce *ipc; /* the CUDA IPC transport (ranks sharing one GPU), or NULL */
+    struct qs_nccl_reduce *nccl; /* the NCCL transport (a GPU per rank), or NULL; both NULL: MPI */
 } qs_grad_sync;
 
 /* The buckets of a parameter table's gradients (see above) into buckets[] and, per entry, its

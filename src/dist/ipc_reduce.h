@@ -35,8 +35,8 @@ typedef struct qs_ipc_reduce qs_ipc_reduce;
 /* Collective over comm: map the peers' buffers. buf: this rank's device buffer of `bytes`, the
  * base of an allocation of backend be (CUDA); every rank passes the same bytes and n_slots.
  * Every rank fails when any does (the others with a message pointing at it). Errors:
- * QS_ERR_UNSUPPORTED (a build without CUDA; ranks on different GPUs — the NCCL transport
- * between GPUs is not built; more than QS_IPC_MAX_RANKS ranks), QS_ERR_MISMATCH (ranks disagree
+ * QS_ERR_UNSUPPORTED (a build without CUDA; ranks on different GPUs — those reduce through
+ * NCCL, dist/nccl_reduce.h; more than QS_IPC_MAX_RANKS ranks), QS_ERR_MISMATCH (ranks disagree
  * on bytes or n_slots), QS_ERR_INVALID_ARG, QS_ERR_OOM, QS_ERR_BACKEND (a CUDA call failed, or
  * another rank's setup), QS_ERR_TIMEOUT (a peer did not arrive for the handle broadcasts). */
 qs_status qs_ipc_reduce_open(qs_backend *be, qs_comm *comm, void *buf, size_t bytes, int n_slots, double timeout_s,

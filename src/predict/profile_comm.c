@@ -7,6 +7,7 @@
 
 #include "dist/grad_sync.h"
 #include "dist/ipc_reduce.h"
+#include "dist/nccl_reduce.h"
 
 #include "core/stats.h"
 #include "core/timer.h"
@@ -24,59 +25,76 @@ static int qs_prof_ar_sizes(double max_bytes, double *sizes) {
     return n;
 }
 
-/* The buffer one size's reductions run on: host memory and MPI, or device memory of a CUDA
- * backend and the IPC all-reduce (one slot: the whole buffer is one bucket). */
+/* The buffer the reductions run on, made once at the largest size (each size reduces its
+ * first n floats): host memory and MPI, or device memory of a CUDA backend and the transport
+ * training uses between these ranks — CUDA IPC on one shared GPU (one slot), NCCL across GPUs. */
 typedef struct qs_prof_ar_buf {
     qs_backend *be;       /* NULL: host */
     float *host, *dev;
-    int64_t n;
+    int64_t cap;
     qs_ipc_reduce *ipc;
+    qs_nccl_reduce *nccl;
 } qs_prof_ar_buf;
 
 static void qs_prof_ar_buf_free(qs_prof_ar_buf *b) {
     qs_ipc_reduce_close(b->ipc);
+    qs_nccl_reduce_close(b->nccl);
     if (b->dev) b->be->ops->free(b->be, b->dev);
     qs_host_free(b->host);
-    b->ipc = NULL;
-    b->dev = b->host = NULL;
+    memset(b, 0, sizeof *b);
 }
 
-/* A buffer of n floats (collective on the GPU: the peers' buffers are mapped). */
-static qs_status qs_prof_ar_buf_make(qs_comm *comm, qs_backend *be, int64_t n, qs_prof_ar_buf *b) {
+/* A buffer of cap floats (collective on the GPU: the transport is set up between the ranks). */
+static qs_status qs_prof_ar_buf_make(qs_comm *comm, qs_backend *be, int64_t cap, qs_prof_ar_buf *b) {
     memset(b, 0, sizeof *b);
     b->be = be;
-    b->n = n;
+    b->cap = cap;
+    const size_t bytes = (size_t)cap * sizeof(float);
     if (!be) {
-        b->host = qs_host_alloc((size_t)n * sizeof(float));
+        b->host = qs_host_alloc(bytes);
         return b->host ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory for the all-reduce profile");
     }
-    QS_TRY(be->ops->alloc(be, (size_t)n * sizeof(float), (void **)&b->dev));
-    return qs_ipc_reduce_open(be, comm, b->dev, (size_t)n * sizeof(float), 1, QS_PROF_AR_TIMEOUT_S, &b->ipc);
+    qs_gpu_layout layout;
+    int gpus = 0;
+    QS_TRY(qs_gpu_layout_of(be, comm, QS_PROF_AR_TIMEOUT_S, &layout, &gpus));
+    if (layout == QS_GPUS_MIXED)
+        return QS_FAIL(QS_ERR_UNSUPPORTED, "%d ranks on %d GPUs, some holding several: no all-reduce between them "
+                       "(hierarchical IPC + NCCL is not built)", qs_comm_world(comm), gpus);
+    QS_TRY(be->ops->alloc(be, bytes, (void **)&b->dev));
+    if (layout == QS_GPUS_ONE_EACH) return qs_nccl_reduce_open(be, comm, b->dev, bytes, QS_PROF_AR_TIMEOUT_S, &b->nccl);
+    return qs_ipc_reduce_open(be, comm, b->dev, bytes, 1, QS_PROF_AR_TIMEOUT_S, &b->ipc);
 }
 
-/* Write the buffer where it lives (as backward writes the gradients a bucket holds: host
- * values v, device zeros — the reduction's time does not depend on the values), outside the
- * timing. */
-static qs_status qs_prof_ar_fill(qs_prof_ar_buf *b, float v) {
+/* Write the first n floats where they live (as backward writes the gradients a bucket holds:
+ * host values v, device zeros — the reduction's time does not depend on the values), outside
+ * the timing. */
+static qs_status qs_prof_ar_fill(qs_prof_ar_buf *b, int64_t n, float v) {
     if (!b->be) {
-        for (int64_t i = 0; i < b->n; i++) b->host[i] = v;
+        for (int64_t i = 0; i < n; i++) b->host[i] = v;
         return QS_OK;
     }
     qs_stream *s = b->be->ops->default_stream(b->be);
-    QS_TRY(b->be->ops->memset_zero(b->be, s, b->dev, (size_t)b->n * sizeof(float)));
+    QS_TRY(b->be->ops->memset_zero(b->be, s, b->dev, (size_t)n * sizeof(float)));
     return b->be->ops->stream_sync(b->be, s);
 }
 
-/* One timed reduction: started, then waited for (on the GPU until its result is on the device). */
-static qs_status qs_prof_ar_once(qs_comm *comm, qs_prof_ar_buf *b) {
+/* One timed reduction of the first n floats: started, then waited for (on the GPU until its
+ * result is on the device). */
+static qs_status qs_prof_ar_once(qs_comm *comm, qs_prof_ar_buf *b, int64_t n) {
     if (!b->be) {
         int req = -1;
-        QS_TRY(qs_comm_iallreduce_sum_f32(comm, b->host, b->n, &req));
+        QS_TRY(qs_comm_iallreduce_sum_f32(comm, b->host, n, &req));
         return qs_comm_wait(comm, req, QS_PROF_AR_TIMEOUT_S);
     }
     qs_stream *s = b->be->ops->default_stream(b->be);
-    QS_TRY(qs_ipc_reduce_start(b->ipc, s, 0, 0, (size_t)b->n * sizeof(float)));
-    QS_TRY(qs_ipc_reduce_finish(b->ipc, s));
+    const size_t bytes = (size_t)n * sizeof(float);
+    if (b->nccl) {
+        QS_TRY(qs_nccl_reduce_start(b->nccl, s, 0, bytes));
+        QS_TRY(qs_nccl_reduce_finish(b->nccl, s));
+    } else {
+        QS_TRY(qs_ipc_reduce_start(b->ipc, s, 0, 0, bytes));
+        QS_TRY(qs_ipc_reduce_finish(b->ipc, s));
+    }
     return b->be->ops->stream_sync(b->be, s);
 }
 
@@ -90,20 +108,22 @@ qs_status qs_profile_allreduce(qs_comm *comm, qs_backend *be, int reps, double m
     const int n_sizes = qs_prof_ar_sizes(max_bytes, sizes);
     double *t = calloc((size_t)reps, sizeof *t), *slowest = calloc((size_t)world * n_sizes, sizeof *slowest);
     qs_status st = t && slowest ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory for the all-reduce profile");
+    qs_prof_ar_buf b;
+    memset(&b, 0, sizeof b);
+    if (st == QS_OK) st = qs_prof_ar_buf_make(comm, be, (int64_t)sizes[n_sizes - 1] / (int64_t)sizeof(float), &b);
     for (int s = 0; s < n_sizes && st == QS_OK; s++) {
-        qs_prof_ar_buf b;
-        st = qs_prof_ar_buf_make(comm, be, (int64_t)sizes[s] / (int64_t)sizeof(float), &b);
+        const int64_t n = (int64_t)sizes[s] / (int64_t)sizeof(float);
         for (int k = -1; k < reps && st == QS_OK; k++) { /* k = -1: warm-up */
-            st = qs_prof_ar_fill(&b, 1e-3f * (float)(k + 2));
+            st = qs_prof_ar_fill(&b, n, 1e-3f * (float)(k + 2));
             uint64_t lo, hi;
             if (st == QS_OK) st = qs_comm_allreduce_minmax_u64(comm, (uint64_t)k + 1, &lo, &hi, QS_PROF_AR_TIMEOUT_S);
             double t0 = qs_now_ms();
-            if (st == QS_OK) st = qs_prof_ar_once(comm, &b);
+            if (st == QS_OK) st = qs_prof_ar_once(comm, &b, n);
             if (k >= 0) t[k] = qs_now_ms() - t0;
         }
-        qs_prof_ar_buf_free(&b);
         if (st == QS_OK) slowest[(size_t)rank * n_sizes + s] = qs_median_inplace(t, reps);
     }
+    qs_prof_ar_buf_free(&b);
     if (st == QS_OK) st = qs_comm_allreduce_sum_f64(comm, slowest, world * n_sizes, QS_PROF_AR_TIMEOUT_S);
     if (st == QS_OK) {
         double ms[QS_PROF_AR_MAX_SIZES], alpha, beta;
