@@ -1056,7 +1056,10 @@ static void test_optim(void **state) {
 
 static void test_batchnorm(void **state) {
     BEGIN();
-    const int64_t shapes[][2] = {{70, 13}, {6272, 8}, {2, 1}, {1000, 3}, {392, 64}};
+    /* the last shape's channels sit at mean 1000 with std 0.01: one-pass sums of x and x²
+     * would cancel (the GPU shifts by each channel's first value) */
+    const int64_t shapes[][2] = {{70, 13}, {6272, 8}, {2, 1}, {1000, 3}, {392, 64}, {512, 16}};
+    const size_t far_mean = 5;
     const float momentum = 0.1f, eps = 1e-5f;
     char what[160];
     for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
@@ -1064,7 +1067,8 @@ static void test_batchnorm(void **state) {
         const double K = (double)rows;
         seed("batchnorm", t);
         float *x = rnd(n, -1, 1), *gamma = rnd(C, 0.5f, 1.5f), *beta = rnd(C, -0.5f, 0.5f), *dy = rnd(n, -1, 1);
-        for (int64_t i = 0; i < n; i++) x[i] = 3.0f + 2.0f * x[i]; /* offset mean: two-pass variance matters */
+        for (int64_t i = 0; i < n; i++) /* offset mean: two-pass variance matters */
+            x[i] = t == far_mean ? 1000.0f + 0.01f * x[i] : 3.0f + 2.0f * x[i];
         float *rm = rnd(C, -0.1f, 0.1f), *rv = rnd(C, 0.9f, 1.1f), *base = rnd(n, -1, 1);
         float *gx = dup_gpu_f(x, n), *gg = dup_gpu_f(gamma, C), *gbt = dup_gpu_f(beta, C), *gdy = dup_gpu_f(dy, n);
         char sh[48];

@@ -12,6 +12,9 @@ Transformers (gpt*, bert*): --in 1x1xT (T tokens), --classes V (gpt: the vocabul
 token ids, AdamW (lr 1e-4, weight decay 0.1), the mean cross-entropy over every position (gpt) or
 sample (bert); --layers/--heads as qsync's; --sdpa runs attention through
 F.scaled_dot_product_attention (fused kernels) instead of the node-by-node twin.
+--kernels N (CUDA): after the timing windows, profile N more steps with torch.profiler and add
+"kernels": the GPU time per step of each kernel class (conv, gemm, batchnorm, elementwise, reduce,
+optimizer, other; classes by kernel name), and of every kernel together, in ms.
 """
 import argparse
 import json
@@ -22,6 +25,47 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 import torch_models  # noqa: E402
+
+
+# Kernel classes by name, first match wins (cuDNN/CUTLASS convolution kernels, cuBLAS GEMMs, ...).
+KERNEL_CLASSES = [
+    ("optimizer", ("multi_tensor", "foreach", "sgd", "adam")),
+    ("batchnorm", ("batch_norm", "bn_", "batchnorm")),
+    ("conv", ("conv", "dgrad", "wgrad", "fprop", "cudnn", "implicit", "nhwckrsc", "xmma")),
+    ("gemm", ("gemm", "sm90_", "cutlass", "cublas")),
+    ("reduce", ("reduce",)),
+    ("elementwise", ("elementwise", "vectorized", "unrolled", "copy", "fill")),
+]
+
+
+def kernel_class(name):
+    low = name.lower()
+    for cls, keys in KERNEL_CLASSES:
+        if any(k in low for k in keys):
+            return cls
+    return "other"
+
+
+def kernel_breakdown(step, sync, steps):
+    """GPU ms per step of each kernel class over `steps` profiled steps (torch.profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        sync()
+    per = {}
+    top = {}
+    for ev in prof.events():
+        if ev.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        us = ev.time_range.elapsed_us()
+        cls = kernel_class(ev.name)
+        per[cls] = per.get(cls, 0.0) + us
+        top[ev.name] = top.get(ev.name, 0.0) + us
+    out = {k: round(v / 1000.0 / steps, 4) for k, v in sorted(per.items())}
+    out["all"] = round(sum(per.values()) / 1000.0 / steps, 4)
+    out["top"] = [[n[:120], round(v / 1000.0 / steps, 4)] for n, v in sorted(top.items(), key=lambda t: -t[1])[:12]]
+    return out
 
 
 def main():
@@ -40,6 +84,7 @@ def main():
     ap.add_argument("--layers", type=int, default=0)
     ap.add_argument("--heads", type=int, default=0)
     ap.add_argument("--sdpa", action="store_true", help="transformers: fused scaled_dot_product_attention")
+    ap.add_argument("--kernels", type=int, default=0, help="CUDA: profile N steps, GPU time per kernel class")
     a = ap.parse_args()
     dev = torch.device(a.device)
     mf = torch.channels_last if a.channels_last else torch.contiguous_format
@@ -89,7 +134,8 @@ def main():
         sync()
         rates.append(a.steps * a.batch / (time.perf_counter() - t0))
     rates_sorted = sorted(rates)
-    print(json.dumps({"framework": "pytorch", "torch": torch.__version__, "model": a.model, "width": a.width,
+    kernels = kernel_breakdown(step, sync, a.kernels) if a.kernels > 0 and dev.type == "cuda" else None
+    print(json.dumps({"kernels": kernels,"framework": "pytorch", "torch": torch.__version__, "model": a.model, "width": a.width,
                       "batch": a.batch, "threads": torch.get_num_threads(), "bf16": a.bf16, "device": a.device,
                       "channels_last": a.channels_last, "input": a.shape, "sdpa": a.sdpa,
                       "images_per_s": rates, "median_images_per_s": rates_sorted[len(rates) // 2]}))

@@ -1,6 +1,7 @@
 /* src/cuda/cuda_conv.c — 2-D convolution through cuDNN 9, every CUDA precision but INT8.
  *
- * Layouts (backend.h): X (N,H,W,C) and Y (N,P,Q,K) NHWC; weights (K,C,R,S) OIHW, FP32 results.
+ * Layouts (backend.h): X (N,H,W,C) and Y (N,P,Q,K) NHWC; weights (K,C,R,S) OIHW, FP32 results
+ * (at BF16, and for FP8's backward, the sums rounded once to BF16 and widened: below).
  * cuDNN's NHWC convolutions want KRSC filters, so every forward / backward-data call first
  * transposes W into the workspace (qs_cuda_conv_weights_krsc, widening it on the way where the
  * path needs it), and backward-weights produces dW in KRSC and transposes it back — both
@@ -35,11 +36,21 @@
  *   FP32   LEGACY, CUDNN_FMA_MATH (no TF32: plain FP32 FMA kernels).
  *   TF32   LEGACY, CUDNN_DEFAULT_MATH (TF32 tensor cores for FP32 data; never
  *          ALLOW_CONVERSION, which may down-convert to FP16).
- *   BF16, FP16, FP8: every path below that cuDNN can build is built; the forward keeps the first
- *   (in the order listed), the backward directions the widened TF32 legacy path when it builds
- *   (the measurement below: wgrad 4× faster than the graph); benchmark mode times them end to end
- *   (conversions and epilogue included) on scratch buffers at plan time and keeps the fastest.
- *   They are numerically the same arithmetic — exact products of the stored values, FP32 sums:
+ *   BF16, FP16, FP8: every path below that cuDNN can build is built and the first in order of
+ *   preference runs (build_dir). Forward: the FP32-output graph (FP8: on E4M3, then on
+ *   BF16-widened operands) — the 16-bit output plus its widening pass was slower for 1×1
+ *   convolutions (ResNet-50 on the H100: 0.36 against 0.18 ms). Backward: the 16-bit-output
+ *   graph (BF16; FP8 on BF16-widened operands; 2–3× faster than the others, docs/BENCHMARKS.md),
+ *   then the widened TF32 legacy path, 4× faster than the FP32-output graph for wgrad
+ *   (measurement below); FP16 has no 16-bit-output path;
+ *   benchmark mode times them end to end (conversions and epilogue included) on scratch buffers
+ *   at plan time and keeps the fastest.
+ *     GRAPH with a BF16 output tensor (QS_CUDNN_BF16_OUT=0 turns it off): the engines PyTorch's
+ *       BF16 convolutions use; the FP32 sums are rounded once to BF16 in T and the epilogue
+ *       widens them (with the FP8 scales, bias, accumulation). Not FP16: its range may not hold
+ *       the sums. This rounding is the one difference from the paths below (test_cuda_ops
+ *       budgets it: O = 2^-14/12 for a BF16 conv output).
+ *   The others are numerically the same arithmetic — exact products of the stored values, FP32 sums:
  *     GRAPH on the stored dtype: bf16×bf16 / f16×f16 → f32; FP8 forward e4m3×e4m3 → f32 (the
  *       bench's "out_f32" graph; FP8 forward is the one direction where cuDNN's FP8 pays,
  *       docs/BENCHMARKS.md). Caveat: Hopper's FP8 MMA accumulates with fewer than 24 bits —
@@ -71,8 +82,9 @@
  *   [A: first operand widened (x fwd / dY bwd), when the path widens it]
  *   [B: W transposed to KRSC / widened (fwd, bwd-data; unless 1x1 or C == 1 with W used as
  *       stored) | X widened (bwd-weights, when widened)]
- *   [T: FP32 staging: bwd-data dX (N·H·W·C) when accumulate cannot use beta (GRAPH or FP8),
- *       bwd-weights dW in KRSC (K·R·S·C) when it differs from OIHW]
+ *   [T: staging: the BF16 result of a 16-bit-output path (Y, dX or dW); FP32 bwd-data dX
+ *       (N·H·W·C) when accumulate cannot use beta (GRAPH or FP8), FP32 bwd-weights dW in KRSC
+ *       (K·R·S·C) when it differs from OIHW]
  *   [cuDNN workspace of the chosen algorithm / plan]
  * T for backward-data is reserved even if the caller never accumulates (the plan cannot know).
  *
@@ -110,9 +122,20 @@ static bool conv_benchmark(void) {
     return on == 1;
 }
 
+/* Whether 16-bit-output engines may be used (QS_CUDNN_BF16_OUT unset or not "0"; read once). */
+static bool conv_bf16_out(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *v = getenv(QS_CUDNN_BF16_OUT_ENV);
+        on = !(v && strcmp(v, "0") == 0);
+    }
+    return on == 1;
+}
+
 typedef struct conv_dir {
     conv_engine eng;
     qs_dtype run_a, run_b; /* dtypes cuDNN reads for the two inputs (after widening) */
+    qs_dtype out_dt;       /* dtype cuDNN writes: F32, or BF16 (staged in T, widened by the epilogue) */
     bool cvt_a, cvt_b;     /* operand A / B goes through the workspace */
     bool scaled;           /* FP8: the result is multiplied by s_a·s_b */
     bool use_t;            /* FP32 staging region T (see the header comment) */
@@ -540,14 +563,16 @@ done:
     return best;
 }
 
-/* Build a graph convolution of direction dir with inputs A (a_dt) and B (b_dt), FP32 output. */
+/* Build a graph convolution of direction dir with inputs A (a_dt) and B (b_dt) and an output
+ * of out_dt (F32, or BF16: the sums rounded once). */
 static qs_status graph_build(qs_cuda_conv_plan_t *cp, int dir, cudnnHandle_t h, cudaStream_t stream, qs_dtype a_dt,
-                             qs_dtype b_dt, conv_dir *cd) {
+                             qs_dtype b_dt, qs_dtype out_dt, conv_dir *cd) {
     const qs_conv_desc *d = &cp->d;
     cd->eng = ENG_GRAPH;
-    const qs_dtype x_dt = dir == DIR_FWD ? a_dt : dir == DIR_BWD_DATA ? QS_F32 : b_dt;
-    const qs_dtype w_dt = dir == DIR_BWD_WEIGHTS ? QS_F32 : b_dt;
-    const qs_dtype y_dt = dir == DIR_FWD ? QS_F32 : a_dt;
+    cd->out_dt = out_dt;
+    const qs_dtype x_dt = dir == DIR_FWD ? a_dt : dir == DIR_BWD_DATA ? out_dt : b_dt;
+    const qs_dtype w_dt = dir == DIR_BWD_WEIGHTS ? out_dt : b_dt;
+    const qs_dtype y_dt = dir == DIR_FWD ? out_dt : a_dt;
     cudnnBackendDescriptor_t tx = NULL, tw = NULL, ty = NULL, conv = NULL, op = NULL, graph = NULL;
     QS_TRY(g_tensor(d, dir, cd, UID_X, x_dt, d->N, d->C, d->H, d->W, &tx));
     QS_TRY(g_tensor(d, dir, cd, UID_W, w_dt, d->K, d->C, d->R, d->S, &tw));
@@ -650,10 +675,10 @@ static qs_status graph_build(qs_cuda_conv_plan_t *cp, int dir, cudnnHandle_t h, 
         free(cfgs);
         return QS_FAIL(QS_ERR_BACKEND,
                        "cudnn engine heuristics (modes A and fallback) offered no engine for conv N=%lld H=%lld W=%lld "
-                       "C=%lld K=%lld %lldx%lld at %s (%s, %s x %s -> f32)",
+                       "C=%lld K=%lld %lldx%lld at %s (%s, %s x %s -> %s)",
                        (long long)d->N, (long long)d->H, (long long)d->W, (long long)d->C, (long long)d->K,
                        (long long)d->R, (long long)d->S, qs_precision_name(d->prec), dir_names[dir],
-                       qs_dtype_name(a_dt), qs_dtype_name(b_dt));
+                       qs_dtype_name(a_dt), qs_dtype_name(b_dt), qs_dtype_name(out_dt));
     }
 
     /* finalize up to CONV_TUNE_PLANS acceptable configs, deterministic ones first */
@@ -718,8 +743,9 @@ static qs_status graph_build(qs_cuda_conv_plan_t *cp, int dir, cudnnHandle_t h, 
         }
         for (int i = 0; i < np; i++)
             if (i != best) cudnnBackendDestroyDescriptor(plans[i]);
-        snprintf(cd->impl, sizeof cd->impl, "graph %s x %s -> f32, engine %lld%s (%d plan%s timed of %lld configs), cudnn ws %zu B",
-                 qs_dtype_name(a_dt), qs_dtype_name(b_dt), (long long)pidx[best], pnondet[best] ? ", nondeterministic" : "",
+        snprintf(cd->impl, sizeof cd->impl, "graph %s x %s -> %s, engine %lld%s (%d plan%s timed of %lld configs), cudnn ws %zu B",
+                 qs_dtype_name(a_dt), qs_dtype_name(b_dt), qs_dtype_name(out_dt), (long long)pidx[best],
+                 pnondet[best] ? ", nondeterministic" : "",
                  timed, timed == 1 ? "" : "s", (long long)ncfg, cd->dnn_ws);
     }
     for (int64_t i = 0; i < ncfg; i++)
@@ -728,7 +754,7 @@ static qs_status graph_build(qs_cuda_conv_plan_t *cp, int dir, cudnnHandle_t h, 
     return rs;
 }
 
-static qs_status graph_exec(qs_cuda_conv_plan_t *cp, int dir, cudnnHandle_t h, const void *a, const void *b, float *out,
+static qs_status graph_exec(qs_cuda_conv_plan_t *cp, int dir, cudnnHandle_t h, const void *a, const void *b, void *out,
                             void *ws) {
     const qs_conv_desc *d = &cp->d;
     void *ptrs[3];
@@ -743,6 +769,7 @@ typedef struct conv_cand {
     conv_engine eng;
     qs_dtype a, b; /* dtypes cuDNN reads */
     bool tf32;     /* LEGACY: TF32 math */
+    qs_dtype out;  /* GRAPH: dtype cuDNN writes (F32 or BF16) */
 } conv_cand;
 
 /* Lay out the workspace regions of a built direction. */
@@ -751,7 +778,11 @@ static void dir_layout(const qs_cuda_conv_plan_t *cp, int dir, conv_dir *cd) {
     size_t sz_a = cd->cvt_a ? (size_t)numel_a(d, dir) * qs_dtype_size(cd->run_a) : 0;
     size_t sz_b = cd->cvt_b ? (size_t)numel_b(d, dir) * qs_dtype_size(cd->run_b) : 0;
     size_t sz_t = 0;
-    if (cd->use_t) sz_t = (size_t)(dir == DIR_BWD_DATA ? numel_x(d) : numel_w(d)) * sizeof(float);
+    if (cd->out_dt != QS_F32)
+        sz_t = (size_t)(dir == DIR_FWD ? numel_y(d) : dir == DIR_BWD_DATA ? numel_x(d) : numel_w(d)) *
+               qs_dtype_size(cd->out_dt);
+    else if (cd->use_t)
+        sz_t = (size_t)(dir == DIR_BWD_DATA ? numel_x(d) : numel_w(d)) * sizeof(float);
     cd->off_a = 0;
     cd->off_b = cd->off_a + align_up(sz_a);
     cd->off_t = cd->off_b + align_up(sz_b);
@@ -773,9 +804,10 @@ static void dir_finish(const qs_cuda_conv_plan_t *cp, int dir, conv_dir *cd, con
     const bool w_same = d->R * d->S == 1 || d->C == 1;
     cd->cvt_b = cd->run_b != b_store || (dir != DIR_BWD_WEIGHTS && !w_same);
     cd->scaled = is_fp8(a_store) || is_fp8(b_store);
-    cd->use_t = false;
-    if (dir == DIR_BWD_DATA) cd->use_t = cd->eng == ENG_GRAPH || cd->scaled;
-    if (dir == DIR_BWD_WEIGHTS) cd->use_t = d->R * d->S > 1 && d->C > 1;
+    if (cd->eng == ENG_LEGACY) cd->out_dt = QS_F32;
+    cd->use_t = cd->out_dt != QS_F32; /* a 16-bit result is always staged, then widened */
+    if (dir == DIR_BWD_DATA) cd->use_t = cd->use_t || cd->eng == ENG_GRAPH || cd->scaled;
+    if (dir == DIR_BWD_WEIGHTS) cd->use_t = cd->use_t || (d->R * d->S > 1 && d->C > 1);
     dir_layout(cp, dir, cd);
 }
 
@@ -841,25 +873,32 @@ done:
 static qs_status build_dir(qs_backend *be, qs_cuda_conv_plan_t *cp, int dir, cudnnHandle_t h, cudaStream_t stream) {
     const qs_conv_desc *d = &cp->d;
     const qs_dtype a_store = dir == DIR_FWD ? cp->fdt : cp->gdt, b_store = cp->fdt;
-    conv_cand c[3];
+    /* candidates in order of preference (the first that builds runs unless benchmarking) */
+    const conv_cand legacy_tf32 = {ENG_LEGACY, QS_F32, QS_F32, true, QS_F32};
+    const bool b16 = conv_bf16_out();
+    conv_cand c[4];
     int nc = 0;
     switch (d->prec) {
-    case QS_PREC_FP32: c[nc++] = (conv_cand){ENG_LEGACY, QS_F32, QS_F32, false}; break;
-    case QS_PREC_TF32: c[nc++] = (conv_cand){ENG_LEGACY, QS_F32, QS_F32, true}; break;
+    case QS_PREC_FP32: c[nc++] = (conv_cand){ENG_LEGACY, QS_F32, QS_F32, false, QS_F32}; break;
+    case QS_PREC_TF32: c[nc++] = legacy_tf32; break;
     case QS_PREC_BF16:
-    case QS_PREC_FP16:
-        c[nc++] = (conv_cand){ENG_GRAPH, a_store, b_store, false};
-        c[nc++] = (conv_cand){ENG_LEGACY, QS_F32, QS_F32, true};
+    case QS_PREC_FP16: /* FP16 keeps FP32 outputs: its sums may exceed FP16's range */
+        if (dir == DIR_FWD) c[nc++] = (conv_cand){ENG_GRAPH, a_store, b_store, false, QS_F32};
+        if (b16 && d->prec == QS_PREC_BF16) c[nc++] = (conv_cand){ENG_GRAPH, a_store, b_store, false, QS_BF16};
+        c[nc++] = legacy_tf32;
+        if (dir != DIR_FWD) c[nc++] = (conv_cand){ENG_GRAPH, a_store, b_store, false, QS_F32};
         break;
     case QS_PREC_FP8:
-        if (dir == DIR_FWD) c[nc++] = (conv_cand){ENG_GRAPH, QS_F8E4M3, QS_F8E4M3, false};
-        c[nc++] = (conv_cand){ENG_GRAPH, QS_BF16, QS_BF16, false};
-        c[nc++] = (conv_cand){ENG_LEGACY, QS_F32, QS_F32, true};
+        if (dir == DIR_FWD) c[nc++] = (conv_cand){ENG_GRAPH, QS_F8E4M3, QS_F8E4M3, false, QS_F32};
+        if (dir == DIR_FWD) c[nc++] = (conv_cand){ENG_GRAPH, QS_BF16, QS_BF16, false, QS_F32};
+        if (b16) c[nc++] = (conv_cand){ENG_GRAPH, QS_BF16, QS_BF16, false, QS_BF16};
+        c[nc++] = legacy_tf32;
+        if (dir != DIR_FWD) c[nc++] = (conv_cand){ENG_GRAPH, QS_BF16, QS_BF16, false, QS_F32};
         break;
     default:
         return QS_FAIL(QS_ERR_INTERNAL, "conv_plan: no cuDNN path for precision %s", qs_precision_name(d->prec));
     }
-    conv_dir built[3];
+    conv_dir built[4];
     memset(built, 0, sizeof built);
     int nb = 0;
     char why[768];
@@ -868,7 +907,7 @@ static qs_status build_dir(qs_backend *be, qs_cuda_conv_plan_t *cp, int dir, cud
     for (int i = 0; i < nc; i++) {
         conv_dir *cd = &built[nb];
         st = c[i].eng == ENG_LEGACY ? legacy_build(cp, dir, h, c[i].tf32, cd)
-                                    : graph_build(cp, dir, h, stream, c[i].a, c[i].b, cd);
+                                    : graph_build(cp, dir, h, stream, c[i].a, c[i].b, c[i].out, cd);
         if (st == QS_OK) {
             dir_finish(cp, dir, cd, &c[i]);
             nb++;
@@ -880,12 +919,9 @@ static qs_status build_dir(qs_backend *be, qs_cuda_conv_plan_t *cp, int dir, cud
         dir_clear(cd);
     }
     if (nb == 0) return QS_FAIL(st, "%s", why);
-    int best = 0;
-    if (nb > 1 && !conv_benchmark()) { /* fixed preference: forward the first, backward the TF32 legacy path */
-        for (int i = 0; i < nb && dir != DIR_FWD; i++)
-            if (built[i].eng == ENG_LEGACY) best = i;
-    } else if (nb > 1) {
-        float ms[3];
+    int best = 0; /* fixed preference: the first path built */
+    if (nb > 1 && conv_benchmark()) {
+        float ms[4];
         best = time_paths(be, cp, dir, built, nb, stream, ms);
         char tail[96];
         int len = snprintf(tail, sizeof tail, "; %.4f ms, fastest of %d paths (others", (double)ms[best], nb);
@@ -1009,9 +1045,11 @@ static qs_status conv_run(qs_backend *be, qs_cuda_conv_plan_t *cp, int dir, qs_s
         pb = w8 + cd->off_b;
     }
 
-    float *target = out;
+    /* staged in T: a 16-bit result (always), an accumulating backward-data that cannot use
+     * beta, a KRSC weight gradient */
+    const bool out16 = cd->out_dt != QS_F32;
     float beta = 0.0f;
-    bool staged = false;
+    bool staged = out16;
     if (dir == DIR_BWD_DATA && accumulate) {
         if (cd->use_t)
             staged = true;
@@ -1019,7 +1057,7 @@ static qs_status conv_run(qs_backend *be, qs_cuda_conv_plan_t *cp, int dir, qs_s
             beta = 1.0f; /* LEGACY FP32/TF32: cuDNN accumulates */
     }
     if (dir == DIR_BWD_WEIGHTS && cd->use_t) staged = true;
-    if (staged) target = (float *)(w8 + cd->off_t);
+    void *target = staged ? (void *)(w8 + cd->off_t) : (void *)out;
     void *dnn_ws = cd->dnn_ws ? w8 + cd->off_dnn : NULL;
 
     if (cd->eng == ENG_LEGACY)
@@ -1028,18 +1066,19 @@ static qs_status conv_run(qs_backend *be, qs_cuda_conv_plan_t *cp, int dir, qs_s
         QS_TRY(graph_exec(cp, dir, h, pa, pb, target, dnn_ws));
 
     const float *sa = cd->scaled ? a->scale : NULL, *sb = cd->scaled ? b->scale : NULL;
+    const qs_dtype tdt = cd->out_dt;
     if (dir == DIR_FWD) {
-        if (sa || bias) QS_TRY(qs_cuda_conv_epilogue(st, d->N * d->P * d->Q, d->K, out, out, sa, sb, bias, false));
+        if (staged || sa || bias)
+            QS_TRY(qs_cuda_conv_epilogue(st, d->N * d->P * d->Q, d->K, target, tdt, out, sa, sb, bias, false));
     } else if (dir == DIR_BWD_DATA) {
-        if (staged)
-            QS_TRY(qs_cuda_conv_epilogue(st, d->N * d->H * d->W, d->C, target, out, sa, sb, NULL, true));
-        else if (sa)
-            QS_TRY(qs_cuda_conv_epilogue(st, d->N * d->H * d->W, d->C, out, out, sa, sb, NULL, false));
+        if (staged || sa)
+            QS_TRY(qs_cuda_conv_epilogue(st, d->N * d->H * d->W, d->C, target, tdt, out, sa, sb, NULL, staged && accumulate));
     } else {
-        if (staged)
-            QS_TRY(qs_cuda_conv_dw_to_oihw(st, d->K, d->C, d->R, d->S, target, out, sa, sb));
-        else if (sa)
-            QS_TRY(qs_cuda_conv_epilogue(st, d->K, d->C * d->R * d->S, out, out, sa, sb, NULL, false));
+        const bool krsc = d->R * d->S > 1 && d->C > 1; /* dW came out KRSC */
+        if (staged && krsc)
+            QS_TRY(qs_cuda_conv_dw_to_oihw(st, d->K, d->C, d->R, d->S, target, tdt, out, sa, sb));
+        else if (staged || sa)
+            QS_TRY(qs_cuda_conv_epilogue(st, d->K, d->C * d->R * d->S, target, tdt, out, sa, sb, NULL, false));
     }
     return QS_OK;
 }

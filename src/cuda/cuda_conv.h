@@ -12,6 +12,10 @@
  * (fastest; a resumed run may then round differently). Unset: a fixed, reproducible choice. */
 #define QS_CUDNN_BENCHMARK_ENV "QS_CUDNN_BENCHMARK"
 
+/* Set to 0: BF16 (and FP8 backward) convolutions do not use cuDNN engines that write a BF16
+ * result (the sums rounded once, then widened to FP32); only FP32-output paths are built. */
+#define QS_CUDNN_BF16_OUT_ENV "QS_CUDNN_BF16_OUT"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -28,14 +32,16 @@ qs_status qs_cuda_conv_widen(cudaStream_t s, int64_t n, const void *src, qs_dtyp
                              qs_dtype dst_dt);
 
 /* out (rows, cols) FP32: v = t·(sa ? *sa : 1)·(sb ? *sb : 1) + (bias ? bias[col] : 0);
- * out = accumulate ? out + v : v. t may equal out (then accumulate must be false). sa, sb: device
- * scalars (per-tensor dequantization scales) or NULL. */
-qs_status qs_cuda_conv_epilogue(cudaStream_t s, int64_t rows, int64_t cols, const float *t, float *out,
+ * out = accumulate ? out + v : v. t is F32 or BF16 (t_dt; widened exactly); an F32 t may equal out
+ * (then accumulate must be false). sa, sb: device scalars (per-tensor dequantization scales) or
+ * NULL. */
+qs_status qs_cuda_conv_epilogue(cudaStream_t s, int64_t rows, int64_t cols, const void *t, qs_dtype t_dt, float *out,
                                 const float *sa, const float *sb, const float *bias, bool accumulate);
 
-/* dw (K,C,R,S) OIHW FP32 = t (K,R,S,C) KRSC FP32 transposed, times (sa ? *sa : 1)·(sb ? *sb : 1). */
-qs_status qs_cuda_conv_dw_to_oihw(cudaStream_t s, int64_t K, int64_t C, int64_t R, int64_t S, const float *t,
-                                  float *dw, const float *sa, const float *sb);
+/* dw (K,C,R,S) OIHW FP32 = t (K,R,S,C) KRSC, F32 or BF16 (t_dt), transposed and widened, times
+ * (sa ? *sa : 1)·(sb ? *sb : 1). */
+qs_status qs_cuda_conv_dw_to_oihw(cudaStream_t s, int64_t K, int64_t C, int64_t R, int64_t S, const void *t,
+                                  qs_dtype t_dt, float *dw, const float *sa, const float *sb);
 
 /* Which path a conv plan runs per direction (dir 0 forward, 1 backward-data, 2 backward-weights),
  * e.g. "graph bf16 x bf16 -> f32, engine 62, 4 plans timed, ws 0 B"; "" for a bad argument. */

@@ -1,7 +1,7 @@
 /* src/cuda/cuda_conv_kernels.cu — the kernels cuda_conv.c runs around cuDNN: OIHW → KRSC weight
  * transposes (with exact widening), FP8/BF16/FP16 operand widening, the epilogue that applies
- * per-tensor dequantization scales, bias and accumulation to an FP32 convolution result, and the
- * KRSC → OIHW transpose of weight gradients. Contracts in cuda_conv.h. Decoding uses the
+ * per-tensor dequantization scales, bias and accumulation to a convolution result (FP32, or BF16
+ * from a 16-bit-output engine, widened), and the KRSC → OIHW transpose of weight gradients. Contracts in cuda_conv.h. Decoding uses the
  * project's own number formats (core/numfmt.h), so a value widens to the same bits as on the CPU.
  * All loops are grid-stride over int64 indices; every launch is checked. */
 #include <cuda_runtime.h>
@@ -71,18 +71,18 @@ __device__ __forceinline__ float scale_of(const float *sa, const float *sb) {
     return (sa ? *sa : 1.0f) * (sb ? *sb : 1.0f);
 }
 
-/* t may alias out (no __restrict__). */
-__global__ void k_epilogue(int64_t n, int64_t cols, const float *t, float *out, const float *sa, const float *sb,
-                           const float *bias, bool accumulate) {
+/* t (F32 or BF16) may alias out (no __restrict__). */
+__global__ void k_epilogue(int64_t n, int64_t cols, const void *t, qs_dtype tdt, float *out, const float *sa,
+                           const float *sb, const float *bias, bool accumulate) {
     const float sc = scale_of(sa, sb);
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        float v = t[i] * sc + (bias ? bias[i % cols] : 0.0f);
+        float v = load_val(t, i, tdt) * sc + (bias ? bias[i % cols] : 0.0f);
         out[i] = accumulate ? out[i] + v : v;
     }
 }
 
 /* dw[j] (OIHW index j) = t[KRSC index of the same (k,c,r,s)] · scale. */
-__global__ void k_dw_oihw(int64_t n, int64_t C, int64_t R, int64_t S, const float *__restrict__ t,
+__global__ void k_dw_oihw(int64_t n, int64_t C, int64_t R, int64_t S, const void *__restrict__ t, qs_dtype tdt,
                           float *__restrict__ dw, const float *sa, const float *sb) {
     const float sc = scale_of(sa, sb);
     for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < n; j += (int64_t)gridDim.x * blockDim.x) {
@@ -90,7 +90,7 @@ __global__ void k_dw_oihw(int64_t n, int64_t C, int64_t R, int64_t S, const floa
         int64_t r = u % R;
         u /= R;
         int64_t c = u % C, k = u / C;
-        dw[j] = t[((k * R + r) * S + s) * C + c] * sc;
+        dw[j] = load_val(t, ((k * R + r) * S + s) * C + c, tdt) * sc;
     }
 }
 
@@ -144,20 +144,29 @@ extern "C" qs_status qs_cuda_conv_widen(cudaStream_t s, int64_t n, const void *s
     return qs_cuda_check_launch("conv operand widening (k_widen)");
 }
 
-extern "C" qs_status qs_cuda_conv_epilogue(cudaStream_t s, int64_t rows, int64_t cols, const float *t, float *out,
-                                           const float *sa, const float *sb, const float *bias, bool accumulate) {
+/* The staged results the epilogues read: FP32 sums, or BF16 from a 16-bit-output engine. */
+static bool staged_dtype_ok(qs_dtype t_dt) { return t_dt == QS_F32 || t_dt == QS_BF16; }
+
+extern "C" qs_status qs_cuda_conv_epilogue(cudaStream_t s, int64_t rows, int64_t cols, const void *t, qs_dtype t_dt,
+                                           float *out, const float *sa, const float *sb, const float *bias,
+                                           bool accumulate) {
     const int64_t n = rows * cols;
     if (n <= 0) return QS_OK;
-    if (t == out && accumulate)
-        return QS_FAIL(QS_ERR_INTERNAL, "conv epilogue: accumulating a result onto itself");
-    k_epilogue<<<grid_for(n), kBlock, 0, s>>>(n, cols, t, out, sa, sb, bias, accumulate);
+    if (t == out && (accumulate || t_dt != QS_F32))
+        return QS_FAIL(QS_ERR_INTERNAL, "conv epilogue: accumulating or widening a result onto itself");
+    if (!staged_dtype_ok(t_dt))
+        return QS_FAIL(QS_ERR_INTERNAL, "conv epilogue: results of dtype %s", qs_dtype_name(t_dt));
+    k_epilogue<<<grid_for(n), kBlock, 0, s>>>(n, cols, t, t_dt, out, sa, sb, bias, accumulate);
     return qs_cuda_check_launch("conv epilogue (scale, bias, accumulate: k_epilogue)");
 }
 
 extern "C" qs_status qs_cuda_conv_dw_to_oihw(cudaStream_t s, int64_t K, int64_t C, int64_t R, int64_t S,
-                                             const float *t, float *dw, const float *sa, const float *sb) {
+                                             const void *t, qs_dtype t_dt, float *dw, const float *sa,
+                                             const float *sb) {
     const int64_t n = K * C * R * S;
     if (n <= 0) return QS_OK;
-    k_dw_oihw<<<grid_for(n), kBlock, 0, s>>>(n, C, R, S, t, dw, sa, sb);
+    if (!staged_dtype_ok(t_dt))
+        return QS_FAIL(QS_ERR_INTERNAL, "conv weight-gradient transpose: results of dtype %s", qs_dtype_name(t_dt));
+    k_dw_oihw<<<grid_for(n), kBlock, 0, s>>>(n, C, R, S, t, t_dt, dw, sa, sb);
     return qs_cuda_check_launch("conv weight-gradient transpose KRSC->OIHW (k_dw_oihw)");
 }

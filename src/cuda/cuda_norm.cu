@@ -181,53 +181,46 @@ __device__ __forceinline__ void bn_block_store(double (*sh)[kTx], double v, int6
     __syncthreads();
 }
 
-/* part[chunk, c] = Σ over the chunk's rows of x (SQ: (x - mean[c])²), in double.
- * Grid (channel blocks, chunks), block (kTx, kTy). */
-template <bool SQ>
-__global__ void k_bn_stats(int64_t rows, int64_t C, const float *__restrict__ x, const double *__restrict__ mean,
-                           double *__restrict__ part) {
+/* Per chunk, two (nch, C) planes of part: Σ d and Σ d² over the chunk's rows, d = x - x[0, c]
+ * (shifted by the channel's first value, so the sums do not cancel when |mean| >> std), in
+ * double. One pass over x. Grid (channel blocks, chunks), block (kTx, kTy). */
+__global__ void k_bn_stats(int64_t rows, int64_t C, const float *__restrict__ x, double *__restrict__ part) {
     __shared__ double sh[kTy][kTx];
     const int64_t c = (int64_t)blockIdx.x * kTx + threadIdx.x;
     const int64_t ch = blockIdx.y, nch = gridDim.y;
     const int64_t r0 = rows * ch / nch, r1 = rows * (ch + 1) / nch;
-    double acc = 0.0;
+    double s1 = 0.0, s2 = 0.0;
     if (c < C) {
-        const double m = SQ ? mean[c] : 0.0;
+        const double shift = (double)x[c];
         for (int64_t r = r0 + threadIdx.y; r < r1; r += kTy) {
-            double v = (double)x[r * C + c];
-            if (SQ) {
-                v -= m;
-                acc += v * v;
-            } else {
-                acc += v;
-            }
+            const double d = (double)x[r * C + c] - shift;
+            s1 += d;
+            s2 += d * d;
         }
     }
-    bn_block_store(sh, acc, c, C, part + ch * C + (c < C ? c : 0));
+    const int64_t cc = c < C ? c : 0;
+    bn_block_store(sh, s1, c, C, part + ch * C + cc);
+    bn_block_store(sh, s2, c, C, part + (nch + ch) * C + cc);
 }
 
-/* mean[c] = Σ_chunks part / rows. */
-__global__ void k_bn_mean(int64_t rows, int64_t C, int64_t nch, const double *__restrict__ part,
-                          double *__restrict__ mean) {
-    for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < C; c += (int64_t)gridDim.x * blockDim.x) {
-        double s = 0.0;
-        for (int64_t k = 0; k < nch; k++) s += part[k * C + c];
-        mean[c] = s / (double)rows;
-    }
-}
-
-/* From Σ(x-mean)² per chunk: save_mean, save_invstd = 1/sqrt(var + eps) (biased var), and the
- * running statistics (unbiased var), as cpu_norm.c. */
+/* From the chunk sums of d = x - x[0, c]: save_mean, save_invstd = 1/sqrt(var + eps) (biased
+ * var), and the running statistics (unbiased var), as cpu_norm.c. */
 __global__ void k_bn_var(int64_t rows, int64_t C, int64_t nch, const double *__restrict__ part,
-                         const double *__restrict__ mean, float eps, float momentum, float *__restrict__ save_mean,
+                         const float *__restrict__ x, float eps, float momentum, float *__restrict__ save_mean,
                          float *__restrict__ save_invstd, float *running_mean, float *running_var) {
     for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < C; c += (int64_t)gridDim.x * blockDim.x) {
-        double sq = 0.0;
-        for (int64_t k = 0; k < nch; k++) sq += part[k * C + c];
-        double var = sq / (double)rows;
-        save_mean[c] = (float)mean[c];
+        double s1 = 0.0, s2 = 0.0;
+        for (int64_t k = 0; k < nch; k++) {
+            s1 += part[k * C + c];
+            s2 += part[(nch + k) * C + c];
+        }
+        const double n = (double)rows, dm = s1 / n;
+        double sq = s2 - s1 * dm; /* Σ (x - mean)² */
+        if (sq < 0.0) sq = 0.0;
+        const double mean = (double)x[c] + dm, var = sq / n;
+        save_mean[c] = (float)mean;
         save_invstd[c] = (float)(1.0 / sqrt(var + (double)eps));
-        if (running_mean) running_mean[c] = (1.0f - momentum) * running_mean[c] + momentum * (float)mean[c];
+        if (running_mean) running_mean[c] = (1.0f - momentum) * running_mean[c] + momentum * (float)mean;
         if (running_var)
             running_var[c] = (1.0f - momentum) * running_var[c] + momentum * (float)(sq / (double)(rows - 1));
     }
@@ -526,19 +519,14 @@ extern "C" qs_status qs_cuda_batchnorm_forward_train(qs_backend *be, qs_stream *
     const int64_t nch = bn_chunks(rows, C);
     const unsigned cb = (unsigned)((C + kTx - 1) / kTx);
     Scratch sc(st);
-    QS_TRY(qs_cuda::scratch_alloc(sc, (size_t)(nch + 1) * (size_t)C * sizeof(double), what,
+    QS_TRY(qs_cuda::scratch_alloc(sc, (size_t)(2 * nch) * (size_t)C * sizeof(double), what,
                                   "per-channel partial sums"));
-    double *part = static_cast<double *>(sc.p), *mean = part + nch * C;
-    const dim3 blk(kTx, kTy), grid_stats(cb, (unsigned)nch);
-    const unsigned gc = grid_for(C);
-    k_bn_stats<false><<<grid_stats, blk, 0, st>>>(rows, C, x, nullptr, part);
-    QS_TRY(qs_cuda_check_launch("batchnorm_forward_train (sum kernel)"));
-    k_bn_mean<<<gc, kBlock, 0, st>>>(rows, C, nch, part, mean);
-    QS_TRY(qs_cuda_check_launch("batchnorm_forward_train (mean kernel)"));
-    k_bn_stats<true><<<grid_stats, blk, 0, st>>>(rows, C, x, mean, part);
-    QS_TRY(qs_cuda_check_launch("batchnorm_forward_train (squared-deviation kernel)"));
-    k_bn_var<<<gc, kBlock, 0, st>>>(rows, C, nch, part, mean, eps, momentum, save_mean, save_invstd, running_mean,
-                                    running_var);
+    double *part = static_cast<double *>(sc.p);
+    const dim3 blk(kTx, kTy);
+    k_bn_stats<<<dim3(cb, (unsigned)nch), blk, 0, st>>>(rows, C, x, part);
+    QS_TRY(qs_cuda_check_launch("batchnorm_forward_train (sums kernel)"));
+    k_bn_var<<<grid_for(C), kBlock, 0, st>>>(rows, C, nch, part, x, eps, momentum, save_mean, save_invstd,
+                                             running_mean, running_var);
     QS_TRY(qs_cuda_check_launch("batchnorm_forward_train (variance kernel)"));
     k_bn_apply<<<dim3(cb, bn_row_blocks(rows, C)), blk, 0, st>>>(rows, C, x, save_mean, save_invstd, false, eps, gamma,
                                                                  beta, y, relu);
