@@ -1,7 +1,7 @@
 /* src/cuda/cuda_conv.c — 2-D convolution through cuDNN 9, every CUDA precision but INT8.
  *
  * Layouts (backend.h): X (N,H,W,C) and Y (N,P,Q,K) NHWC; weights (K,C,R,S) OIHW, FP32 results
- * (at BF16, and for FP8's backward, the sums rounded once to BF16 and widened: below).
+ * (the backward at BF16 and FP8: the sums rounded once to BF16 and widened; below).
  * cuDNN's NHWC convolutions want KRSC filters, so every forward / backward-data call first
  * transposes W into the workspace (qs_cuda_conv_weights_krsc, widening it on the way where the
  * path needs it), and backward-weights produces dW in KRSC and transposes it back — both
