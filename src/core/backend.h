@@ -221,9 +221,8 @@ typedef struct qs_backend_ops {
     qs_status (*linear_backward_weights)(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
                                          const qs_operand *x, float *dw, float *db, void *ws);
 
-    /* Conv2d, as Linear with X as image patches; a backend may round the results of a BF16
-     * plan once to BF16 before returning them in FP32 (the CUDA backend's backward does:
-     * docs/PRECISION.md). */
+    /* Conv2d, as Linear with X as image patches; a backend may round its BF16 results once to
+     * BF16 before returning them in FP32 (the CUDA backend does: docs/PRECISION.md). */
     qs_status (*conv_plan)(qs_backend *be, const qs_conv_desc *d, void **plan, size_t *workspace);
     qs_status (*conv_forward)(qs_backend *be, void *plan, qs_stream *s, const qs_operand *x,
                               const qs_operand *w, const float *b, float *y, void *ws);

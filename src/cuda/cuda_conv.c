@@ -1,7 +1,7 @@
 /* src/cuda/cuda_conv.c — 2-D convolution through cuDNN 9, every CUDA precision but INT8.
  *
  * Layouts (backend.h): X (N,H,W,C) and Y (N,P,Q,K) NHWC; weights (K,C,R,S) OIHW, FP32 results
- * (the backward at BF16 and FP8: the sums rounded once to BF16 and widened; below).
+ * (at BF16, and for FP8's backward, the sums rounded once to BF16 and widened: below).
  * cuDNN's NHWC convolutions want KRSC filters, so every forward / backward-data call first
  * transposes W into the workspace (qs_cuda_conv_weights_krsc, widening it on the way where the
  * path needs it), and backward-weights produces dW in KRSC and transposes it back — both
@@ -37,12 +37,12 @@
  *   TF32   LEGACY, CUDNN_DEFAULT_MATH (TF32 tensor cores for FP32 data; never
  *          ALLOW_CONVERSION, which may down-convert to FP16).
  *   BF16, FP16, FP8: every path below that cuDNN can build is built and the first in order of
- *   preference runs (build_dir). Forward: the FP32-output graph (FP8: on E4M3, then on
- *   BF16-widened operands) — the 16-bit output plus its widening pass was slower for 1×1
- *   convolutions (ResNet-50 on the H100: 0.36 against 0.18 ms). Backward: the 16-bit-output
- *   graph (BF16; FP8 on BF16-widened operands; 2–3× faster than the others, docs/BENCHMARKS.md),
- *   then the widened TF32 legacy path, 4× faster than the FP32-output graph for wgrad
- *   (measurement below); FP16 has no 16-bit-output path;
+ *   preference runs (build_dir): BF16 the 16-bit-output graph (backward 2–3× faster than the
+ *   others on ResNets, docs/BENCHMARKS.md; its forward is slower than the FP32-output graph
+ *   for 1×1 convolutions — measured, not yet acted on), then — forward — the FP32-output graph
+ *   or — backward — the widened TF32 legacy path, 4× faster than that graph for wgrad
+ *   (measurement below); FP16 the same without the 16-bit output; FP8 forward the E4M3
+ *   graph, backward the 16-bit-output graph on BF16-widened operands, then the legacy path;
  *   benchmark mode times them end to end (conversions and epilogue included) on scratch buffers
  *   at plan time and keeps the fastest.
  *     GRAPH with a BF16 output tensor (QS_CUDNN_BF16_OUT=0 turns it off): the engines PyTorch's
@@ -883,17 +883,17 @@ static qs_status build_dir(qs_backend *be, qs_cuda_conv_plan_t *cp, int dir, cud
     case QS_PREC_TF32: c[nc++] = legacy_tf32; break;
     case QS_PREC_BF16:
     case QS_PREC_FP16: /* FP16 keeps FP32 outputs: its sums may exceed FP16's range */
-        if (dir == DIR_FWD) c[nc++] = (conv_cand){ENG_GRAPH, a_store, b_store, false, QS_F32};
         if (b16 && d->prec == QS_PREC_BF16) c[nc++] = (conv_cand){ENG_GRAPH, a_store, b_store, false, QS_BF16};
-        c[nc++] = legacy_tf32;
-        if (dir != DIR_FWD) c[nc++] = (conv_cand){ENG_GRAPH, a_store, b_store, false, QS_F32};
+        if (dir != DIR_FWD) c[nc++] = legacy_tf32;
+        c[nc++] = (conv_cand){ENG_GRAPH, a_store, b_store, false, QS_F32};
+        if (dir == DIR_FWD) c[nc++] = legacy_tf32;
         break;
     case QS_PREC_FP8:
         if (dir == DIR_FWD) c[nc++] = (conv_cand){ENG_GRAPH, QS_F8E4M3, QS_F8E4M3, false, QS_F32};
-        if (dir == DIR_FWD) c[nc++] = (conv_cand){ENG_GRAPH, QS_BF16, QS_BF16, false, QS_F32};
         if (b16) c[nc++] = (conv_cand){ENG_GRAPH, QS_BF16, QS_BF16, false, QS_BF16};
-        c[nc++] = legacy_tf32;
-        if (dir != DIR_FWD) c[nc++] = (conv_cand){ENG_GRAPH, QS_BF16, QS_BF16, false, QS_F32};
+        if (dir != DIR_FWD) c[nc++] = legacy_tf32;
+        c[nc++] = (conv_cand){ENG_GRAPH, QS_BF16, QS_BF16, false, QS_F32};
+        if (dir == DIR_FWD) c[nc++] = legacy_tf32;
         break;
     default:
         return QS_FAIL(QS_ERR_INTERNAL, "conv_plan: no cuDNN path for precision %s", qs_precision_name(d->prec));
