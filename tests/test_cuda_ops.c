@@ -1056,10 +1056,12 @@ static void test_optim(void **state) {
 
 static void test_batchnorm(void **state) {
     BEGIN();
-    /* the last shape's channels sit at mean 1000 with std 0.01: one-pass sums of x and x²
-     * would cancel (the GPU shifts by each channel's first value) */
-    const int64_t shapes[][2] = {{70, 13}, {6272, 8}, {2, 1}, {1000, 3}, {392, 64}, {512, 16}};
-    const size_t far_mean = 5;
+    /* the last two shapes' channels sit far from 0 relative to their spread (mean 1000, std
+     * 0.006; mean 10^5, std 0.06): one-pass sums of x and x² would cancel — by a simulation of
+     * the kernel's double sums, the second case's y then misses its tolerance 15-fold — so the
+     * GPU shifts them by each channel's first value */
+    const int64_t shapes[][2] = {{70, 13}, {6272, 8}, {2, 1}, {1000, 3}, {392, 64}, {512, 16}, {512, 16}};
+    const size_t far_mean = 5, farther_mean = 6;
     const float momentum = 0.1f, eps = 1e-5f;
     char what[160];
     for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
@@ -1068,11 +1070,12 @@ static void test_batchnorm(void **state) {
         seed("batchnorm", t);
         float *x = rnd(n, -1, 1), *gamma = rnd(C, 0.5f, 1.5f), *beta = rnd(C, -0.5f, 0.5f), *dy = rnd(n, -1, 1);
         for (int64_t i = 0; i < n; i++) /* offset mean: two-pass variance matters */
-            x[i] = t == far_mean ? 1000.0f + 0.01f * x[i] : 3.0f + 2.0f * x[i];
+            x[i] = t == far_mean ? 1000.0f + 0.01f * x[i] : t == farther_mean ? 1e5f + 0.1f * x[i] : 3.0f + 2.0f * x[i];
         float *rm = rnd(C, -0.1f, 0.1f), *rv = rnd(C, 0.9f, 1.1f), *base = rnd(n, -1, 1);
         float *gx = dup_gpu_f(x, n), *gg = dup_gpu_f(gamma, C), *gbt = dup_gpu_f(beta, C), *gdy = dup_gpu_f(dy, n);
         char sh[48];
-        snprintf(sh, sizeof sh, "rows=%lld C=%lld", (long long)rows, (long long)C);
+        snprintf(sh, sizeof sh, "rows=%lld C=%lld%s", (long long)rows, (long long)C,
+                 t == far_mean ? " mean 1e3" : t == farther_mean ? " mean 1e5" : "");
 
         for (int relu = 0; relu < 2; relu++) {
             /* training forward, with running statistics */
