@@ -138,7 +138,7 @@ typedef struct conv_dir {
     qs_dtype out_dt;       /* dtype cuDNN writes: F32, or BF16 (staged in T, widened by the epilogue) */
     bool cvt_a, cvt_b;     /* operand A / B goes through the workspace */
     bool scaled;           /* FP8: the result is multiplied by s_a·s_b */
-    bool use_t;            /* FP32 staging region T (see the header comment) */
+    bool use_t;            /* staging region T: the BF16 result, or FP32 (see the header comment) */
     /* LEGACY */
     cudnnConvolutionDescriptor_t conv;
     int algo;

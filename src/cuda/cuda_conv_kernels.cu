@@ -1,8 +1,9 @@
 /* src/cuda/cuda_conv_kernels.cu — the kernels cuda_conv.c runs around cuDNN: OIHW → KRSC weight
  * transposes (with exact widening), FP8/BF16/FP16 operand widening, the epilogue that applies
  * per-tensor dequantization scales, bias and accumulation to a convolution result (FP32, or BF16
- * from a 16-bit-output engine, widened), and the KRSC → OIHW transpose of weight gradients. Contracts in cuda_conv.h. Decoding uses the
- * project's own number formats (core/numfmt.h), so a value widens to the same bits as on the CPU.
+ * from a 16-bit-output engine, widened), and the KRSC → OIHW transpose of weight gradients.
+ * Contracts in cuda_conv.h. Decoding uses the project's own number formats (core/numfmt.h), so
+ * a value widens to the same bits as on the CPU.
  * All loops are grid-stride over int64 indices; every launch is checked. */
 #include <cuda_runtime.h>
 #include <stdint.h>
