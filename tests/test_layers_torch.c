@@ -173,6 +173,8 @@ static const layer_case CASES[] = {
      3 * 9, 4 * 9 + 2 * 16},
     {"conv1x1_s2_nobias", QS_NODE_CONV2D, "conv", CFG(.conv = {5, 1, 2, 0, false}), false, true, false, true,
      false, 4, 5 + 2 * 9},
+    {"conv1x1_s1_bias", QS_NODE_CONV2D, "conv", CFG(.conv = {5, 1, 1, 0, true}), false, true, false, true, false, 4,
+     5 + 2 * 30},
     {"conv3x3_nonsquare", QS_NODE_CONV2D, "conv", CFG(.conv = {4, 3, 1, 1, true}), false, true, false, true, false,
      3 * 9, 4 * 9 + 2 * 63},
     {"conv3x3_s2_nonsquare", QS_NODE_CONV2D, "conv", CFG(.conv = {4, 3, 2, 1, true}), false, true, false, true,
@@ -196,8 +198,9 @@ static const layer_case CASES[] = {
     {"xent_large", QS_NODE_FLATTEN, "", CFG(.linear = {0, false}), false, false, true, true, true, 1, 1},
 };
 
-static void run_layer_case(void **state) {
-    const layer_case *c = *state;
+/* One case; as_linear: the backend runs pointwise convolutions as Linears (the CUDA backend's
+ * choice, qs_backend.pointwise_conv_as_linear), on the same fixture. */
+static void run_case(const layer_case *c, bool as_linear) {
     char file[128];
     snprintf(file, sizeof file, "layer_%s.bin", c->fixture);
     printf("[%s]\n", c->fixture);
@@ -228,6 +231,7 @@ static void run_layer_case(void **state) {
     int loss = qs_test_add(m, QS_NODE_SOFTMAX_XENT, "loss", logits, -1, qs_test_no_cfg());
     ASSERT_OK(qs_model_finalize(m));
     m->want_input_grad = true;
+    g_be->pointwise_conv_as_linear = as_linear; /* read by the model's ops until freed */
     ASSERT_OK(qs_model_setup(m, g_be, N, 1234));
     load_state(m, fx, "");
 
@@ -281,8 +285,19 @@ static void run_layer_case(void **state) {
         }
     }
     qs_model_free(m);
+    g_be->pointwise_conv_as_linear = false;
     qs_fixture_free(fx);
     if (!ok) fail_msg("case %s: comparisons over budget (see the lines above)", c->fixture);
+}
+
+static void run_layer_case(void **state) { run_case(*state, false); }
+
+/* The pointwise convolution through the backend's Linear ops. */
+static void test_pointwise_conv_as_linear(void **state) {
+    (void)state;
+    for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++)
+        if (strcmp(CASES[i].fixture, "conv1x1_s1_bias") == 0) return run_case(&CASES[i], true);
+    fail_msg("no conv1x1_s1_bias case");
 }
 
 /* ------------------------------------------------------------------ whole tiny model */
@@ -529,12 +544,13 @@ static void test_fixture_reader(void **state) {
 
 int main(void) {
     enum { NC = sizeof CASES / sizeof CASES[0] };
-    struct CMUnitTest tests[NC + 2];
+    struct CMUnitTest tests[NC + 3];
     for (int i = 0; i < NC; i++) {
         tests[i] = (struct CMUnitTest)cmocka_unit_test_prestate(run_layer_case, (void *)&CASES[i]);
         tests[i].name = CASES[i].fixture;
     }
     tests[NC] = (struct CMUnitTest)cmocka_unit_test(test_tiny_model);
     tests[NC + 1] = (struct CMUnitTest)cmocka_unit_test(test_fixture_reader);
-    return _cmocka_run_group_tests("layers_torch", tests, NC + 2, group_setup, group_teardown);
+    tests[NC + 2] = (struct CMUnitTest)cmocka_unit_test(test_pointwise_conv_as_linear);
+    return _cmocka_run_group_tests("layers_torch", tests, NC + 3, group_setup, group_teardown);
 }

@@ -150,6 +150,7 @@ def layer_cases():
     conv_case("conv5x5_p2", 11, (2, 2, 7, 7), 3, 5, 1, 2)
     conv_case("conv3x3_s2_p1", 12, (2, 3, 8, 8), 4, 3, 2, 1)
     conv_case("conv1x1_s2_nobias", 13, (2, 4, 6, 6), 5, 1, 2, 0, bias=False)
+    conv_case("conv1x1_s1_bias", 16, (2, 4, 5, 6), 5, 1, 1, 0)  # pointwise: runs as a Linear
     conv_case("conv3x3_nonsquare", 14, (2, 3, 9, 7), 4, 3, 1, 1)
     conv_case("conv3x3_s2_nonsquare", 15, (2, 3, 9, 7), 4, 3, 2, 1)
     C.append(("bn_train", 20, (4, 3, 5, 5), lambda: nn.BatchNorm2d(3), "bn", True, {"randomize_bn": True}))

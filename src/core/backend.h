@@ -431,6 +431,8 @@ struct qs_backend {
                                   transposed copies quantize can write); false: never read */
     bool fused_attention; /* models run attention through attention_forward/backward where
                              the shapes allow (graph/graph.h qs_model_fuse_attention) */
+    bool pointwise_conv_as_linear; /* 1×1, stride-1, unpadded Conv2d layers run the linear_* ops
+                                      on their (N·H·W, C) rows instead of conv_* (layers/conv2d.c) */
 };
 
 /* Create the CPU backend (oneDNN). num_threads 0 keeps the OpenMP default. */

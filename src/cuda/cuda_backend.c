@@ -376,6 +376,10 @@ qs_status qs_backend_cuda_create(int device, qs_backend **out) {
      * compare the two) */
     const char *tr = getenv("QS_CUDA_FP8_TRANSPOSED");
     cb->base.fp8_wants_transposed = !(tr && strcmp(tr, "0") == 0);
+    /* pointwise convolutions run as Linears (layers/conv2d.c); QS_CUDA_POINTWISE_LINEAR=0 keeps
+     * them on cuDNN (for comparisons) */
+    const char *pl = getenv("QS_CUDA_POINTWISE_LINEAR");
+    cb->base.pointwise_conv_as_linear = !(pl && strcmp(pl, "0") == 0);
     /* attention runs fused where it can; QS_CUDA_FUSED_ATTENTION=0 runs its separate nodes
      * (for comparisons: tests and benchmarks) */
     const char *fa = getenv("QS_CUDA_FUSED_ATTENTION");

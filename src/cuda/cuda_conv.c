@@ -38,8 +38,9 @@
  *          ALLOW_CONVERSION, which may down-convert to FP16).
  *   BF16, FP16, FP8: every path below that cuDNN can build is built and the first in order of
  *   preference runs (build_dir): BF16 the 16-bit-output graph (backward 2–3× faster than the
- *   others on ResNets, docs/BENCHMARKS.md; its forward is slower than the FP32-output graph
- *   for 1×1 convolutions — measured, not yet acted on), then — forward — the FP32-output graph
+ *   others on ResNets, docs/BENCHMARKS.md; its forward was slower than the FP32-output graph
+ *   for 1×1 stride-1 convolutions, which the layers now run as Linears through cuBLASLt:
+ *   qs_backend.pointwise_conv_as_linear), then — forward — the FP32-output graph
  *   or — backward — the widened TF32 legacy path, 4× faster than that graph for wgrad
  *   (measurement below); FP16 the same without the 16-bit output; FP8 forward the E4M3
  *   graph, backward the 16-bit-output graph on BF16-widened operands, then the legacy path;

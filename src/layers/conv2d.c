@@ -1,6 +1,18 @@
-/* src/layers/conv2d.c — Conv2d (groups = 1): X (N,H,W,C) → Y (N,P,Q,K), W (K,C,R,S) OIHW. */
+/* src/layers/conv2d.c — Conv2d (groups = 1): X (N,H,W,C) → Y (N,P,Q,K), W (K,C,R,S) OIHW.
+ *
+ * A pointwise convolution (1×1 kernel, stride 1, no padding) is exactly a Linear over the
+ * (N·H·W, C) rows of its channels-last input, with W (K, C, 1, 1) read as the (K, C) matrix.
+ * On a backend that asks for it (qs_backend.pointwise_conv_as_linear: CUDA, where cuBLASLt
+ * runs ResNet-50's 1×1 layers several times faster than cuDNN, docs/BENCHMARKS.md) it runs the
+ * backend's Linear ops and keeps FP8 transposed copies like a Linear (qs_conv_runs_as_linear);
+ * every other convolution runs the backend's conv ops. */
 #include <math.h>
 #include "layers/gemm_quant.h"
+
+bool qs_conv_runs_as_linear(const qs_model *m, const qs_node *n) {
+    return n->kind == QS_NODE_CONV2D && n->cfg.conv.kernel == 1 && n->cfg.conv.stride == 1 && n->cfg.conv.pad == 0 &&
+           m->be && m->be->pointwise_conv_as_linear;
+}
 
 /* The backend descriptor for this node at batch `batch`. */
 static qs_conv_desc conv_desc(qs_model *m, const qs_node *n, int64_t batch) {
@@ -46,26 +58,39 @@ static qs_gemm_shape conv_shape(qs_model *m, const qs_node *n) {
     const qs_node *in = qs_layer_input(m, n, 0);
     const int64_t K = n->cfg.conv.out_channels, R = n->cfg.conv.kernel;
     return (qs_gemm_shape){.w_rows = K, .w_cols = in->out_shape[3] * R * R,
-                           .dy_rows = m->batch * n->out_shape[1] * n->out_shape[2], .dy_cols = K};
+                           .dy_rows = m->batch * n->out_shape[1] * n->out_shape[2], .dy_cols = K,
+                           .transposable = qs_conv_runs_as_linear(m, n)};
 }
 
 static qs_status conv_setup(qs_model *m, qs_node *n) {
-    qs_conv_desc d = conv_desc(m, n, m->batch);
-    QS_TRY(qs_conv_desc_finish(&d));
-    QS_TRY(m->be->ops->conv_plan(m->be, &d, &n->plan, &n->workspace));
-    return qs_gemm_quant_setup(m, n, conv_shape(m, n));
+    const qs_gemm_shape sh = conv_shape(m, n);
+    if (qs_conv_runs_as_linear(m, n)) {
+        const qs_linear_desc ld = {.M = sh.dy_rows, .N = sh.w_rows, .K = sh.w_cols, .has_bias = n->cfg.conv.bias,
+                                   .prec = n->prec};
+        QS_TRY(m->be->ops->linear_plan(m->be, &ld, &n->plan, &n->workspace));
+    } else {
+        qs_conv_desc d = conv_desc(m, n, m->batch);
+        QS_TRY(qs_conv_desc_finish(&d));
+        QS_TRY(m->be->ops->conv_plan(m->be, &d, &n->plan, &n->workspace));
+    }
+    return qs_gemm_quant_setup(m, n, sh);
 }
 
 static qs_status conv_forward(qs_model *m, qs_node *n) {
-    return qs_gemm_forward(m, n, conv_shape(m, n), m->be->ops->conv_forward);
+    const qs_backend_ops *o = m->be->ops;
+    return qs_gemm_forward(m, n, conv_shape(m, n), qs_conv_runs_as_linear(m, n) ? o->linear_forward : o->conv_forward);
 }
 
 static qs_status conv_backward_data(qs_model *m, qs_node *n) {
-    return qs_gemm_backward_data(m, n, conv_shape(m, n), m->be->ops->conv_backward_data);
+    const qs_backend_ops *o = m->be->ops;
+    return qs_gemm_backward_data(m, n, conv_shape(m, n),
+                                 qs_conv_runs_as_linear(m, n) ? o->linear_backward_data : o->conv_backward_data);
 }
 
 static qs_status conv_backward_weights(qs_model *m, qs_node *n) {
-    return qs_gemm_backward_weights(m, n, conv_shape(m, n), m->be->ops->conv_backward_weights);
+    const qs_backend_ops *o = m->be->ops;
+    return qs_gemm_backward_weights(m, n, conv_shape(m, n),
+                                    qs_conv_runs_as_linear(m, n) ? o->linear_backward_weights : o->conv_backward_weights);
 }
 
 const qs_layer_impl qs_layer_conv2d = {

@@ -29,10 +29,14 @@
  * output gradient (dy_rows, dy_cols = output channels), batch included. */
 typedef struct qs_gemm_shape {
     int64_t w_rows, w_cols, dy_rows, dy_cols;
-    bool transposable; /* a plain 2-D product (Linear): at setup, the node keeps transposed
+    bool transposable; /* a plain 2-D product (Linear, pointwise Conv2d): at setup, the node keeps transposed
                           copies of its FP8 W and dY when the backend reads them
                           (fp8_wants_transposed), recorded in qs_node.keeps_transposed */
 } qs_gemm_shape;
+
+/* Whether n is a pointwise Conv2d (1×1 kernel, stride 1, no padding) that runs as a Linear over
+ * its (N·H·W, C) input rows: on a set-up model whose backend asks for it (conv2d.c). */
+bool qs_conv_runs_as_linear(const qs_model *m, const qs_node *n);
 
 /* Allocate the node's quantized copies for its precision (nothing at FP32). */
 qs_status qs_gemm_quant_setup(qs_model *m, qs_node *n, qs_gemm_shape sh);

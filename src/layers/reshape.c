@@ -63,7 +63,8 @@ static qs_status cast_infer(qs_model *m, qs_node *n) {
 
 /* Whether a quantizing cast keeps its output transposed in saved[1] (Xᵀ for the FP8 products
  * of the Linear nodes it feeds, gemm_quant.h): the output is FP8, the backend reads
- * transposed copies, and every consumer is a Linear (which sees the output as a 2-D matrix). */
+ * transposed copies, and every consumer is a Linear or a Conv2d run as one (which see the
+ * output as a 2-D matrix). */
 static bool cast_keeps_transposed(const qs_model *m, const qs_node *n) {
     if (!n->cfg.cast.straight_through || !m->be->fp8_wants_transposed) return false;
     if (n->out_dtype != QS_F8E4M3 && n->out_dtype != QS_F8E5M2) return false;
@@ -72,7 +73,7 @@ static bool cast_keeps_transposed(const qs_model *m, const qs_node *n) {
     for (int i = 0; i < m->n_nodes; i++)
         for (int k = 0; k < m->nodes[i].n_inputs; k++)
             if (m->nodes[i].inputs[k] == self) {
-                if (m->nodes[i].kind != QS_NODE_LINEAR) return false;
+                if (m->nodes[i].kind != QS_NODE_LINEAR && !qs_conv_runs_as_linear(m, &m->nodes[i])) return false;
                 linear++;
             }
     return linear > 0;
