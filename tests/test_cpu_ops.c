@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "check.h"
+#include "core/numfmt.h"
 #include "core/backend.h"
 #include "graph_helpers.h"
 #include "qsync/rng.h"
@@ -449,7 +450,7 @@ static void test_batchnorm(void **state) {
         printf("batchnorm rows=%lld C=%lld\n", (long long)rows, (long long)C);
         const double K = (double)rows;
         ASSERT_OK(
-            OPS->batchnorm_forward_train(g_be, STREAM, rows, C, x, gamma, beta, y, smean, sinv, rm, rv, momentum, eps,
+            OPS->batchnorm_forward_train(g_be, STREAM, rows, C, x, gamma, beta, y, QS_F32, smean, sinv, rm, rv, momentum, eps,
                                          false));
         CHECK_FP32("bn train y", y, to_ref(ry, n, NULL), n, K);
         CHECK_FP32("bn save_mean", smean, to_ref(rmean, C, NULL), C, K);
@@ -458,22 +459,22 @@ static void test_batchnorm(void **state) {
         CHECK_FP32("bn running_var", rv, to_ref(rrv, C, NULL), C, K);
         /* determinism */
         float *y2 = tf(n), *sm2 = tf(C), *si2 = tf(C);
-        ASSERT_OK(OPS->batchnorm_forward_train(g_be, STREAM, rows, C, x, gamma, beta, y2, sm2, si2, NULL, NULL,
+        ASSERT_OK(OPS->batchnorm_forward_train(g_be, STREAM, rows, C, x, gamma, beta, y2, QS_F32, sm2, si2, NULL, NULL,
                                                momentum, eps, false));
         assert_memory_equal(y, y2, (size_t)n * sizeof(float));
         assert_memory_equal(sinv, si2, (size_t)C * sizeof(float));
-        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, dy, gamma, smean, sinv, dx, false, dg, dbt, NULL));
+        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, dy, gamma, smean, sinv, dx, false, dg, dbt, NULL, QS_F32));
         assert_true(qs_check_close("bn bwd dx", dx, to_ref(rdx, n, NULL), n, qs_tol_fp32(2 * K, dx_scale), NULL));
         CHECK_FP32("bn bwd dgamma", dg, to_ref(rdg, C, NULL), C, K);
         CHECK_FP32("bn bwd dbeta", dbt, to_ref(rdb, C, NULL), C, K);
         /* dx = NULL: only dgamma/dbeta, bitwise the same as with dx */
         float *dg2 = tf(C), *dbt2 = tf(C);
         ASSERT_OK(
-            OPS->batchnorm_backward(g_be, STREAM, rows, C, x, dy, gamma, smean, sinv, NULL, false, dg2, dbt2, NULL));
+            OPS->batchnorm_backward(g_be, STREAM, rows, C, x, dy, gamma, smean, sinv, NULL, false, dg2, dbt2, NULL, QS_F32));
         assert_memory_equal(dg, dg2, (size_t)C * sizeof(float));
         assert_memory_equal(dbt, dbt2, (size_t)C * sizeof(float));
         float *dx0 = rnd(n, -1, 1), *dxa = copy_of(dx0, n);
-        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, dy, gamma, smean, sinv, dxa, true, dg, dbt, NULL));
+        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, dy, gamma, smean, sinv, dxa, true, dg, dbt, NULL, QS_F32));
         assert_true(qs_check_close("bn bwd dx accumulate", dxa, to_ref(rdx, n, dx0), n,
                                    qs_tol_fp32(2 * K + 1, dx_scale + 1), NULL));
         /* eval mode with the updated running statistics */
@@ -481,25 +482,47 @@ static void test_batchnorm(void **state) {
             int64_t c = i % C;
             ry[i] = (x[i] - (double)rm[c]) / sqrt((double)rv[c] + eps) * gamma[c] + beta[c];
         }
-        ASSERT_OK(OPS->batchnorm_forward_eval(g_be, STREAM, rows, C, x, gamma, beta, rm, rv, eps, y, false));
+        ASSERT_OK(OPS->batchnorm_forward_eval(g_be, STREAM, rows, C, x, gamma, beta, rm, rv, eps, y, QS_F32, false));
         CHECK_FP32("bn eval y", y, to_ref(ry, n, NULL), n, 4);
         /* BN+ReLU fused: bitwise the unfused BN followed by ReLU, forward and backward */
         float *yr = tf(n), *dym = tf(n), *dxu = tf(n), *dxf = tf(n), *dgu = tf(C), *dbu = tf(C);
         float *dgf = tf(C), *dbf = tf(C);
-        ASSERT_OK(OPS->batchnorm_forward_train(g_be, STREAM, rows, C, x, gamma, beta, yr, sm2, si2, NULL, NULL,
+        ASSERT_OK(OPS->batchnorm_forward_train(g_be, STREAM, rows, C, x, gamma, beta, yr, QS_F32, sm2, si2, NULL, NULL,
                                                momentum, eps, true));
         for (int64_t i = 0; i < n; i++) assert_true(yr[i] == (y2[i] > 0.0f ? y2[i] : 0.0f));
         ASSERT_OK(OPS->relu_backward(g_be, STREAM, n, yr, dy, dym, false));
-        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, dym, gamma, sm2, si2, dxu, false, dgu, dbu, NULL));
-        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, dy, gamma, sm2, si2, dxf, false, dgf, dbf, yr));
+        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, dym, gamma, sm2, si2, dxu, false, dgu, dbu, NULL, QS_F32));
+        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, dy, gamma, sm2, si2, dxf, false, dgf, dbf, yr, QS_F32));
         assert_memory_equal(dxu, dxf, (size_t)n * sizeof(float));
         assert_memory_equal(dgu, dgf, (size_t)C * sizeof(float));
         assert_memory_equal(dbu, dbf, (size_t)C * sizeof(float));
-        ASSERT_OK(OPS->batchnorm_forward_eval(g_be, STREAM, rows, C, x, gamma, beta, rm, rv, eps, yr, true));
+        ASSERT_OK(OPS->batchnorm_forward_eval(g_be, STREAM, rows, C, x, gamma, beta, rm, rv, eps, yr, QS_F32, true));
         for (int64_t i = 0; i < n; i++) assert_true(yr[i] == (y[i] > 0.0f ? y[i] : 0.0f));
+        /* BF16 output (a fused straight-through cast): the FP32 output rounded to nearest even,
+         * and a backward masked by it bitwise the FP32-masked one (no output is so small that
+         * BF16 rounds it to 0) */
+        uint16_t *yb = malloc((size_t)n * sizeof *yb), *want = malloc((size_t)n * sizeof *want);
+        float *dxb = tf(n), *dgb = tf(C), *dbb = tf(C);
+        ASSERT_OK(OPS->batchnorm_forward_train(g_be, STREAM, rows, C, x, gamma, beta, yb, QS_BF16, sm2, si2, NULL, NULL,
+                                               momentum, eps, true));
+        ASSERT_OK(OPS->batchnorm_forward_train(g_be, STREAM, rows, C, x, gamma, beta, yr, QS_F32, sm2, si2, NULL, NULL,
+                                               momentum, eps, true));
+        ASSERT_OK(qs_f32_to_bf16(n, yr, want, NULL));
+        assert_memory_equal(yb, want, (size_t)n * sizeof *yb);
+        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, dy, gamma, sm2, si2, dxb, false, dgb, dbb, yb, QS_BF16));
+        assert_memory_equal(dxb, dxf, (size_t)n * sizeof(float));
+        assert_memory_equal(dgb, dgf, (size_t)C * sizeof(float));
+        assert_memory_equal(dbb, dbf, (size_t)C * sizeof(float));
+        ASSERT_OK(OPS->batchnorm_forward_eval(g_be, STREAM, rows, C, x, gamma, beta, rm, rv, eps, yb, QS_BF16, false));
+        ASSERT_OK(qs_f32_to_bf16(n, y, want, NULL));
+        assert_memory_equal(yb, want, (size_t)n * sizeof *yb);
+        free(yb), free(want);
     }
     float one = 1.0f, out = 0.0f;
-    assert_int_equal(OPS->batchnorm_forward_train(g_be, STREAM, 1, 1, &one, NULL, NULL, &out, &out, &out, NULL, NULL,
+    assert_int_equal(OPS->batchnorm_forward_eval(g_be, STREAM, 1, 1, &one, NULL, NULL, &one, &one, 1e-5f, &out, QS_F16,
+                                                 false),
+                     QS_ERR_UNSUPPORTED);
+    assert_int_equal(OPS->batchnorm_forward_train(g_be, STREAM, 1, 1, &one, NULL, NULL, &out, QS_F32, &out, &out, NULL, NULL,
                                                   0.1f, 1e-5f, false),
                      QS_ERR_INVALID_ARG);
 }

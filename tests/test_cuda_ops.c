@@ -1081,10 +1081,10 @@ static void test_batchnorm(void **state) {
             /* training forward, with running statistics */
             float *crm = hcopy(rm, C), *crv = hcopy(rv, C), *cy = hf(n), *cm = hf(C), *ci = hf(C);
             float *grm = dup_gpu_f(rm, C), *grv = dup_gpu_f(rv, C), *gy = dalloc_f(n), *gm = dalloc_f(C), *gi = dalloc_f(C);
-            ASSERT_OK(COPS->batchnorm_forward_train(g_cpu, CST, rows, C, x, gamma, beta, cy, cm, ci, crm, crv, momentum, eps,
+            ASSERT_OK(COPS->batchnorm_forward_train(g_cpu, CST, rows, C, x, gamma, beta, cy, QS_F32, cm, ci, crm, crv, momentum, eps,
                                                     relu));
             snprintf(what, sizeof what, "bn train%s %s: y", relu ? "+relu" : "", sh);
-            if (!gpu_ok_(GOPS->batchnorm_forward_train(g_gpu, GST, rows, C, gx, gg, gbt, gy, gm, gi, grm, grv, momentum, eps,
+            if (!gpu_ok_(GOPS->batchnorm_forward_train(g_gpu, GST, rows, C, gx, gg, gbt, gy, QS_F32, gm, gi, grm, grv, momentum, eps,
                                                        relu),
                          what))
                 continue;
@@ -1100,17 +1100,42 @@ static void test_batchnorm(void **state) {
             /* without running statistics (NULL: no update) */
             float *gy2 = dalloc_f(n), *gm2 = dalloc_f(C), *gi2 = dalloc_f(C);
             snprintf(what, sizeof what, "bn train%s %s, no running stats: y", relu ? "+relu" : "", sh);
-            if (gpu_ok_(GOPS->batchnorm_forward_train(g_gpu, GST, rows, C, gx, gg, gbt, gy2, gm2, gi2, NULL, NULL, momentum,
+            if (gpu_ok_(GOPS->batchnorm_forward_train(g_gpu, GST, rows, C, gx, gg, gbt, gy2, QS_F32, gm2, gi2, NULL, NULL, momentum,
                                                       eps, relu),
                         what))
                 cmp_tol(what, gy2, cy, n, K, -1);
 
+            /* BF16 output (a fused straight-through cast): bitwise the GPU's own FP32 output rounded
+             * to nearest even; a backward masked by it bitwise the one masked by that FP32 output
+             * (no output here is so small that BF16 rounds it to 0) */
+            float *hy = hf(n), *hdx = hf(n), *hdxb = hf(n), *gdxm = dalloc_f(n), *gdxb = dalloc_f(n);
+            float *gdgm = dalloc_f(C), *gdbm = dalloc_f(C), *gdgb = dalloc_f(C), *gdbb = dalloc_f(C);
+            uint16_t *hyb = halloc((size_t)n * 2), *want = halloc((size_t)n * 2), *gyb = dalloc((size_t)n * 2, 0xff);
+            snprintf(what, sizeof what, "bn train%s %s: bf16 y = rne(f32 y)", relu ? "+relu" : "", sh);
+            if (gpu_ok_(GOPS->batchnorm_forward_train(g_gpu, GST, rows, C, gx, gg, gbt, gyb, QS_BF16, gm2, gi2, NULL, NULL,
+                                                      momentum, eps, relu),
+                        what) &&
+                dget(hy, gy2, (size_t)n * 4, what) && dget(hyb, gyb, (size_t)n * 2, what)) {
+                ASSERT_OK(qs_f32_to_bf16(n, hy, want, NULL));
+                check_fact(what, memcmp(hyb, want, (size_t)n * 2) == 0, "bitwise");
+            }
+            snprintf(what, sizeof what, "bn bwd%s %s: bf16 mask = f32 mask", relu ? " (relu fused)" : "", sh);
+            if (relu &&
+                gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, gdy, gg, gm2, gi2, gdxm, false, gdgm, gdbm, gy2,
+                                                 QS_F32),
+                        what) &&
+                gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, gdy, gg, gm2, gi2, gdxb, false, gdgb, gdbb, gyb,
+                                                 QS_BF16),
+                        what) &&
+                dget(hdx, gdxm, (size_t)n * 4, what) && dget(hdxb, gdxb, (size_t)n * 4, what))
+                check_fact(what, memcmp(hdx, hdxb, (size_t)n * 4) == 0, "bitwise");
+
             /* eval forward with the (CPU-)updated running statistics */
             const float *grm_c = dup_gpu_f(crm, C), *grv_c = dup_gpu_f(crv, C);
             float *ce = hf(n), *ge = dalloc_f(n);
-            ASSERT_OK(COPS->batchnorm_forward_eval(g_cpu, CST, rows, C, x, gamma, beta, crm, crv, eps, ce, relu));
+            ASSERT_OK(COPS->batchnorm_forward_eval(g_cpu, CST, rows, C, x, gamma, beta, crm, crv, eps, ce, QS_F32, relu));
             snprintf(what, sizeof what, "bn eval%s %s: y", relu ? "+relu" : "", sh);
-            if (gpu_ok_(GOPS->batchnorm_forward_eval(g_gpu, GST, rows, C, gx, gg, gbt, grm_c, grv_c, eps, ge, relu), what))
+            if (gpu_ok_(GOPS->batchnorm_forward_eval(g_gpu, GST, rows, C, gx, gg, gbt, grm_c, grv_c, eps, ge, QS_F32, relu), what))
                 cmp_tol(what, ge, ce, n, 8, -1);
 
             /* backward from the CPU's saved statistics (and, fused, the CPU's output) */
@@ -1132,9 +1157,9 @@ static void test_batchnorm(void **state) {
                 }
             }
             float *cdx = hf(n), *cdg = hf(C), *cdb = hf(C), *gdx = dalloc_f(n), *gdg = dalloc_f(C), *gdb = dalloc_f(C);
-            ASSERT_OK(COPS->batchnorm_backward(g_cpu, CST, rows, C, x, dy, gamma, cm, ci, cdx, false, cdg, cdb, yr));
+            ASSERT_OK(COPS->batchnorm_backward(g_cpu, CST, rows, C, x, dy, gamma, cm, ci, cdx, false, cdg, cdb, yr, QS_F32));
             snprintf(what, sizeof what, "bn bwd%s %s: dx", relu ? " (relu fused)" : "", sh);
-            if (gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, gdy, gg, gsm, gsi, gdx, false, gdg, gdb, gyr), what)) {
+            if (gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, gdy, gg, gsm, gsi, gdx, false, gdg, gdb, gyr, QS_F32), what)) {
                 cmp_tol(what, gdx, cdx, n, 2 * K, dx_scale);
                 snprintf(what, sizeof what, "bn bwd%s %s: dgamma", relu ? " (relu fused)" : "", sh);
                 cmp_tol(what, gdg, cdg, C, K, -1);
@@ -1144,7 +1169,7 @@ static void test_batchnorm(void **state) {
             /* dx NULL: parameter gradients only */
             float *gdg2 = dalloc_f(C), *gdb2 = dalloc_f(C);
             snprintf(what, sizeof what, "bn bwd%s dx=NULL %s: dgamma", relu ? " (relu fused)" : "", sh);
-            if (gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, gdy, gg, gsm, gsi, NULL, false, gdg2, gdb2, gyr),
+            if (gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, gdy, gg, gsm, gsi, NULL, false, gdg2, gdb2, gyr, QS_F32),
                         what)) {
                 cmp_tol(what, gdg2, cdg, C, K, -1);
                 snprintf(what, sizeof what, "bn bwd%s dx=NULL %s: dbeta", relu ? " (relu fused)" : "", sh);
@@ -1152,9 +1177,9 @@ static void test_batchnorm(void **state) {
             }
             /* accumulate into dx */
             float *cdxa = hcopy(base, n), *gdxa = dup_gpu_f(base, n), *gdg3 = dalloc_f(C), *gdb3 = dalloc_f(C);
-            ASSERT_OK(COPS->batchnorm_backward(g_cpu, CST, rows, C, x, dy, gamma, cm, ci, cdxa, true, cdg, cdb, yr));
+            ASSERT_OK(COPS->batchnorm_backward(g_cpu, CST, rows, C, x, dy, gamma, cm, ci, cdxa, true, cdg, cdb, yr, QS_F32));
             snprintf(what, sizeof what, "bn bwd%s accumulate %s: dx", relu ? " (relu fused)" : "", sh);
-            if (gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, gdy, gg, gsm, gsi, gdxa, true, gdg3, gdb3, gyr),
+            if (gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, gdy, gg, gsm, gsi, gdxa, true, gdg3, gdb3, gyr, QS_F32),
                         what))
                 cmp_tol(what, gdxa, cdxa, n, 2 * K + 1, dx_scale + 1.0);
         }
@@ -1352,8 +1377,8 @@ static void test_arg_errors(void **state) {
            GOPS->dropout_forward(g_gpu, GST, 4, gb, gb, (uint8_t *)gb, 1.5f, 1, 0));
     PARITY("adamw step 0", COPS->adamw_step(g_cpu, CST, 4, cb, cb, cb, cb, 0.1f, 0.9, 0.99, 1e-8f, 0, 0),
            GOPS->adamw_step(g_gpu, GST, 4, gb, gb, gb, gb, 0.1f, 0.9, 0.99, 1e-8f, 0, 0));
-    PARITY("batchnorm train rows=1", COPS->batchnorm_forward_train(g_cpu, CST, 1, 1, cb, NULL, NULL, cb, cb, cb, NULL, NULL, 0.1f, 1e-5f, false),
-           GOPS->batchnorm_forward_train(g_gpu, GST, 1, 1, gb, NULL, NULL, gb, gb, gb, NULL, NULL, 0.1f, 1e-5f, false));
+    PARITY("batchnorm train rows=1", COPS->batchnorm_forward_train(g_cpu, CST, 1, 1, cb, NULL, NULL, cb, QS_F32, cb, cb, NULL, NULL, 0.1f, 1e-5f, false),
+           GOPS->batchnorm_forward_train(g_gpu, GST, 1, 1, gb, NULL, NULL, gb, QS_F32, gb, gb, NULL, NULL, 0.1f, 1e-5f, false));
     PARITY("quantize f8e4m3 per-row", COPS->quantize(g_cpu, CST, 2, 2, cb, NULL, QS_F8E4M3, cb, cb, true, NULL, NULL, NULL),
            GOPS->quantize(g_gpu, GST, 2, 2, gb, NULL, QS_F8E4M3, gb, gb, true, NULL, NULL, NULL));
     /* a plan's operand of the wrong dtype */

@@ -68,6 +68,9 @@ static void run_resnet_at(bool fuse, qs_precision prec, bool resize, float **par
     po.uniform = prec;
     po.allow_emulated = true;
     ASSERT_OK(qs_precision_setup(m, g_be, &po));
+    int fused_casts = 0;
+    for (int i = 0; i < m->n_nodes; i++) fused_casts += m->nodes[i].kind == QS_NODE_CAST && m->nodes[i].alias_of >= 0;
+    assert_int_equal(fused_casts, fuse && prec == QS_PREC_BF16 ? 8 : 0); /* each block's bn1→ReLU→cast→conv2 */
     ASSERT_OK(qs_model_setup(m, g_be, 8, 11));
     if (resize) {
         size_t used8 = 0, used3 = 0, again = 0;
@@ -134,9 +137,23 @@ static void test_bn_relu_fusion_bitwise(void **state) {
     free(p0), free(b0), free(l0), free(p1), free(b1), free(l1);
 }
 
+/* At BF16 the fused graph also lets each BatchNorm+ReLU that only feeds a BF16 cast write the
+ * BF16 values itself (qs_model_fuse_casts): still bitwise the unfused graph. */
+static void test_bn_cast_fusion_bitwise(void **state) {
+    float *p0, *b0, *l0, *p1, *b1, *l1;
+    size_t pb0, bb0, pb1, bb1;
+    run_resnet_at(false, QS_PREC_BF16, false, &p0, &b0, &l0, &pb0, &bb0);
+    run_resnet_at(true, QS_PREC_BF16, false, &p1, &b1, &l1, &pb1, &bb1);
+    assert_memory_equal(p0, p1, pb0);
+    assert_memory_equal(b0, b1, bb0);
+    assert_memory_equal(l0, l1, 8 * 10 * sizeof(float));
+    free(p0), free(b0), free(l0), free(p1), free(b1), free(l1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_batchnorm_on_input_gets_param_grads),
                                        cmocka_unit_test(test_bn_relu_fusion_bitwise),
+                                       cmocka_unit_test(test_bn_cast_fusion_bitwise),
                                        cmocka_unit_test(test_set_batch_bitwise)};
     return cmocka_run_group_tests(tests, setup, teardown);
 }

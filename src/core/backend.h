@@ -258,24 +258,26 @@ typedef struct qs_backend_ops {
     /* ---- memory-bound operators; x is viewed as (rows, C), C innermost ---- */
     /* Training-mode batch norm over rows: saves mean and 1/sqrt(var+eps) per channel and
      * updates running stats with the unbiased variance (PyTorch semantics). `relu` fuses a
-     * following ReLU: y = max(BN(x), 0). */
+     * following ReLU: y = max(BN(x), 0). y_dt: F32, or BF16 — y rounded to nearest even, as
+     * the straight-through BF16 cast a BatchNorm may absorb (qs_model_fuse_casts) would. */
     qs_status (*batchnorm_forward_train)(qs_backend *be, qs_stream *s, int64_t rows, int64_t C,
                                          const float *x, const float *gamma, const float *beta,
-                                         float *y, float *save_mean, float *save_invstd,
+                                         void *y, qs_dtype y_dt, float *save_mean, float *save_invstd,
                                          float *running_mean, float *running_var,
                                          float momentum, float eps, bool relu);
     qs_status (*batchnorm_forward_eval)(qs_backend *be, qs_stream *s, int64_t rows, int64_t C,
                                         const float *x, const float *gamma, const float *beta,
                                         const float *running_mean, const float *running_var,
-                                        float eps, float *y, bool relu);
+                                        float eps, void *y, qs_dtype y_dt, bool relu);
     /* dx (overwritten or accumulated; may be NULL when no input gradient is needed),
-     * dgamma, dbeta (overwritten). y_relu: NULL, or the output of a forward with `relu`, in
-     * which case dy is the gradient w.r.t. that output and counts as 0 where y_relu <= 0. */
+     * dgamma, dbeta (overwritten). y_relu: NULL, or the output (dtype y_dt) of a forward with
+     * `relu`, in which case dy is the gradient w.r.t. that output and counts as 0 where
+     * y_relu <= 0. */
     qs_status (*batchnorm_backward)(qs_backend *be, qs_stream *s, int64_t rows, int64_t C,
                                     const float *x, const float *dy, const float *gamma,
                                     const float *save_mean, const float *save_invstd,
                                     float *dx, bool accumulate, float *dgamma, float *dbeta,
-                                    const float *y_relu);
+                                    const void *y_relu, qs_dtype y_dt);
 
     /* y = max(x, 0) (y may alias x) */
     qs_status (*relu_forward)(qs_backend *be, qs_stream *s, int64_t n, const float *x, float *y);

@@ -8,19 +8,44 @@
  * dgamma/dbeta (the input needs no gradient). `relu` applies max(·, 0) to the output (BN+ReLU
  * fused); its backward then takes the output `y_relu` and multiplies dy by [y_relu > 0] (a
  * multiply, not a select, which is 2× faster here; it differs from ReLU's backward only for
- * non-finite dy at masked positions). */
+ * non-finite dy at masked positions). A BF16 output (y_dt) is the FP32 result rounded to
+ * nearest even (core/numfmt.h, the rounding of the straight-through cast it replaces); its
+ * backward widens the mask first. */
 #include "cpu/cpu_backend.h"
+#include "core/numfmt.h"
 
 #include <math.h>
 #include <stdlib.h>
 
-/* y[r,c] = (x[r,c] - m[c])·k[c] + b[c] over all rows, then max(·, 0) when relu. */
+static bool bn_out_dtype_ok(qs_dtype dt) { return dt == QS_F32 || dt == QS_BF16; }
+
+static qs_status bn_out_dtype_check(const char *what, qs_dtype dt) {
+    if (bn_out_dtype_ok(dt)) return QS_OK;
+    return QS_FAIL(QS_ERR_UNSUPPORTED, "%s: output dtype %s; batch norm writes f32 or bf16", what, qs_dtype_name(dt));
+}
+
+/* y[r,c] = (x[r,c] - m[c])·k[c] + b[c] over all rows, then max(·, 0) when relu; y is F32 or
+ * BF16 (y_dt; rounded to nearest even). */
 static void bn_apply(int64_t rows, int64_t C, const float *x, const float *m, const float *k, const float *b,
-                     float *y, bool relu) {
+                     void *y, qs_dtype y_dt, bool relu) {
+    if (y_dt == QS_BF16) {
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < rows; r++) {
+            const float *xr = x + r * C;
+            uint16_t *yr = (uint16_t *)y + r * C;
+#pragma omp simd
+            for (int64_t c = 0; c < C; c++) {
+                float v = (xr[c] - m[c]) * k[c] + b[c];
+                if (relu) v = v > 0.0f ? v : 0.0f;
+                yr[c] = qs_nf_f32_to_bf16_rne(qs_nf_f32_bits(v));
+            }
+        }
+        return;
+    }
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * C;
-        float *yr = y + r * C;
+        float *yr = (float *)y + r * C;
         if (relu) {
 #pragma omp simd
             for (int64_t c = 0; c < C; c++) {
@@ -61,11 +86,12 @@ static qs_status bn_check(const char *what, int64_t rows, int64_t C, int nptrs, 
 }
 
 qs_status qs_cpu_batchnorm_forward_train(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const float *x,
-                                         const float *gamma, const float *beta, float *y, float *save_mean,
-                                         float *save_invstd, float *running_mean, float *running_var,
-                                         float momentum, float eps, bool relu) {
+                                         const float *gamma, const float *beta, void *y, qs_dtype y_dt,
+                                         float *save_mean, float *save_invstd, float *running_mean,
+                                         float *running_var, float momentum, float eps, bool relu) {
     const char *what = "batchnorm_forward_train";
     QS_TRY(bn_check(what, rows, C, 4, (const void *[]){x, y, save_mean, save_invstd}));
+    QS_TRY(bn_out_dtype_check(what, y_dt));
     if (rows < 2)
         return QS_FAIL(QS_ERR_INVALID_ARG,
                        "%s: %lld value(s) per channel; training-mode batch norm needs at least 2 (like PyTorch)", what,
@@ -92,16 +118,17 @@ qs_status qs_cpu_batchnorm_forward_train(qs_backend *be, qs_stream *s, int64_t r
         if (running_var)
             running_var[c] = (1.0f - momentum) * running_var[c] + momentum * (float)(sq[c] / (double)(rows - 1));
     }
-    bn_apply(rows, C, x, save_mean, k, b, y, relu);
+    bn_apply(rows, C, x, save_mean, k, b, y, y_dt, relu);
     free(sc.mem);
     return QS_OK;
 }
 
 qs_status qs_cpu_batchnorm_forward_eval(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const float *x,
                                         const float *gamma, const float *beta, const float *running_mean,
-                                        const float *running_var, float eps, float *y, bool relu) {
+                                        const float *running_var, float eps, void *y, qs_dtype y_dt, bool relu) {
     const char *what = "batchnorm_forward_eval";
     QS_TRY(bn_check(what, rows, C, 4, (const void *[]){x, y, running_mean, running_var}));
+    QS_TRY(bn_out_dtype_check(what, y_dt));
     bn_scratch sc = {0};
     QS_TRY(bn_scratch_alloc(&sc, C, what));
     float *k = sc.f[0], *b = sc.f[1];
@@ -110,26 +137,42 @@ qs_status qs_cpu_batchnorm_forward_eval(qs_backend *be, qs_stream *s, int64_t ro
         k[c] = invstd * (gamma ? gamma[c] : 1.0f);
         b[c] = beta ? beta[c] : 0.0f;
     }
-    bn_apply(rows, C, x, running_mean, k, b, y, relu);
+    bn_apply(rows, C, x, running_mean, k, b, y, y_dt, relu);
     free(sc.mem);
     return QS_OK;
+}
+
+/* The BF16 ReLU mask widened to FP32 (same comparisons against 0); caller frees. */
+static qs_status bn_widen_mask(const char *what, int64_t n, const void *mask, float **out) {
+    *out = malloc((size_t)n * sizeof(float));
+    if (!*out) return QS_FAIL(QS_ERR_OOM, "%s: out of memory for a %lld-element mask", what, (long long)n);
+    return qs_bf16_to_f32(n, mask, *out);
 }
 
 qs_status qs_cpu_batchnorm_backward(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const float *x,
                                     const float *dy, const float *gamma, const float *save_mean,
                                     const float *save_invstd, float *dx, bool accumulate, float *dgamma,
-                                    float *dbeta, const float *y_relu) {
+                                    float *dbeta, const void *y_relu_any, qs_dtype y_dt) {
     const char *what = "batchnorm_backward";
     QS_TRY(bn_check(what, rows, C, 4, (const void *[]){x, dy, save_mean, save_invstd}));
+    QS_TRY(bn_out_dtype_check(what, y_dt));
     if (rows < 1) return QS_OK;
+    float *widened = NULL;
+    if (y_relu_any && y_dt == QS_BF16) QS_TRY(bn_widen_mask(what, rows * C, y_relu_any, &widened));
+    const float *y_relu = widened ? widened : y_relu_any;
     bn_scratch sc = {0};
-    QS_TRY(bn_scratch_alloc(&sc, C, what));
+    qs_status sst = bn_scratch_alloc(&sc, C, what);
+    if (sst != QS_OK) {
+        free(widened);
+        return sst;
+    }
     double *sum_dy = sc.d[0], *sum_dy_xmu = sc.d[1], *mean_d = sc.d[2];
     /* the saved mean is what forward normalised with; use it (as double) as the shift */
     for (int64_t c = 0; c < C; c++) mean_d[c] = save_mean[c];
     qs_status st = qs_cpu_colsums(rows, C, dy, y_relu, x, NULL, mean_d, sum_dy, sum_dy_xmu);
     if (st != QS_OK) {
         free(sc.mem);
+        free(widened);
         return st;
     }
     /* dx = (dy - Σdy/n - (x-mean)·invstd²·Σdy(x-mean)/n) · invstd·gamma
@@ -145,6 +188,7 @@ qs_status qs_cpu_batchnorm_backward(qs_backend *be, qs_stream *s, int64_t rows, 
     }
     if (!dx) { /* only the parameter gradients were asked for */
         free(sc.mem);
+        free(widened);
         return QS_OK;
     }
 #pragma omp parallel for schedule(static)
@@ -168,5 +212,6 @@ qs_status qs_cpu_batchnorm_backward(qs_backend *be, qs_stream *s, int64_t rows, 
         }
     }
     free(sc.mem);
+    free(widened);
     return QS_OK;
 }

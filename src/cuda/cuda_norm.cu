@@ -27,6 +27,7 @@
 
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_launch.cuh"
+#include "core/numfmt.h"
 
 namespace {
 
@@ -226,12 +227,26 @@ __global__ void k_bn_var(int64_t rows, int64_t C, int64_t nch, const double *__r
     }
 }
 
+/* A batch-norm output element: FP32, or BF16 rounded to nearest even (the bits of the CPU's
+ * and of the straight-through cast's rounding, core/numfmt.h). */
+__device__ __forceinline__ void bn_store(float *y, int64_t i, float v) { y[i] = v; }
+__device__ __forceinline__ void bn_store(uint16_t *y, int64_t i, float v) {
+    y[i] = qs_nf_f32_to_bf16_rne(qs_nf_f32_bits(v));
+}
+/* [mask > 0] as 0/1 from an FP32 or BF16 ReLU output. */
+__device__ __forceinline__ float bn_mask(const float *m, int64_t i) { return (float)(m[i] > 0.0f); }
+__device__ __forceinline__ float bn_mask(const uint16_t *m, int64_t i) {
+    return (float)(qs_nf_bits_f32(qs_nf_bf16_to_f32(m[i])) > 0.0f);
+}
+
 /* y = (x - mean[c])·k[c] + b[c] (then max(·,0) when relu), k = invstd·gamma, b = beta; invstd is
  * given (training) or 1/sqrt(var + eps) from var (evaluation). Grid (channel blocks, row
- * blocks), block (kTx, kTy); the per-channel constants are computed once per thread. */
+ * blocks), block (kTx, kTy); the per-channel constants are computed once per thread. Y: float
+ * or uint16_t (BF16 bits). */
+template <typename Y>
 __global__ void k_bn_apply(int64_t rows, int64_t C, const float *__restrict__ x, const float *__restrict__ mean,
                            const float *__restrict__ stat, bool stat_is_var, float eps, const float *__restrict__ gamma,
-                           const float *__restrict__ beta, float *__restrict__ y, bool relu) {
+                           const float *__restrict__ beta, Y *__restrict__ y, bool relu) {
     const int64_t c = (int64_t)blockIdx.x * kTx + threadIdx.x;
     if (c >= C) return;
     const float m = mean[c];
@@ -240,14 +255,15 @@ __global__ void k_bn_apply(int64_t rows, int64_t C, const float *__restrict__ x,
     const float b = beta ? beta[c] : 0.0f;
     for (int64_t r = (int64_t)blockIdx.y * kTy + threadIdx.y; r < rows; r += (int64_t)gridDim.y * kTy) {
         float v = (x[r * C + c] - m) * k + b;
-        y[r * C + c] = relu ? (v > 0.0f ? v : 0.0f) : v;
+        bn_store(y, r * C + c, relu ? (v > 0.0f ? v : 0.0f) : v);
     }
 }
 
 /* Per chunk: Σ g and Σ g·(x - mean) in double, g = dy·[y_relu > 0] (or dy). part holds two
- * (nch, C) planes. */
+ * (nch, C) planes. M: the mask's element type (float or uint16_t BF16 bits). */
+template <typename M>
 __global__ void k_bn_bwd_stats(int64_t rows, int64_t C, const float *__restrict__ x, const float *__restrict__ dy,
-                               const float *__restrict__ mask, const float *__restrict__ save_mean,
+                               const M *__restrict__ mask, const float *__restrict__ save_mean,
                                double *__restrict__ part) {
     __shared__ double sh[kTy][kTx];
     const int64_t c = (int64_t)blockIdx.x * kTx + threadIdx.x;
@@ -259,7 +275,7 @@ __global__ void k_bn_bwd_stats(int64_t rows, int64_t C, const float *__restrict_
         for (int64_t r = r0 + threadIdx.y; r < r1; r += kTy) {
             const int64_t i = r * C + c;
             float g = dy[i];
-            if (mask) g = g * (float)(mask[i] > 0.0f); /* a multiply, like the CPU */
+            if (mask) g = g * bn_mask(mask, i); /* a multiply, like the CPU */
             s1 += (double)g;
             s2 += (double)g * ((double)x[i] - m);
         }
@@ -293,8 +309,9 @@ __global__ void k_bn_bwd_final(int64_t rows, int64_t C, int64_t nch, const doubl
 }
 
 /* dx (= or +=) (g - a[c] - (x - mean[c])·p[c])·k[c]. Grid (channel blocks, row blocks). */
+template <typename M>
 __global__ void k_bn_bwd_dx(int64_t rows, int64_t C, const float *__restrict__ x, const float *__restrict__ dy,
-                            const float *__restrict__ mask, const float *__restrict__ save_mean,
+                            const M *__restrict__ mask, const float *__restrict__ save_mean,
                             const float *__restrict__ kap, float *__restrict__ dx, bool accumulate) {
     const int64_t c = (int64_t)blockIdx.x * kTx + threadIdx.x;
     if (c >= C) return;
@@ -302,7 +319,7 @@ __global__ void k_bn_bwd_dx(int64_t rows, int64_t C, const float *__restrict__ x
     for (int64_t r = (int64_t)blockIdx.y * kTy + threadIdx.y; r < rows; r += (int64_t)gridDim.y * kTy) {
         const int64_t i = r * C + c;
         float g = dy[i];
-        if (mask) g = g * (float)(mask[i] > 0.0f);
+        if (mask) g = g * bn_mask(mask, i);
         float v = (g - a - (x[i] - m) * p) * k;
         dx[i] = accumulate ? dx[i] + v : v;
     }
@@ -313,6 +330,25 @@ qs_status bn_check(const char *what, int64_t rows, int64_t C, std::initializer_l
         return QS_FAIL(QS_ERR_INVALID_ARG, "%s: rows=%lld C=%lld; need rows >= 0 and C >= 1", what, (long long)rows,
                        (long long)C);
     return args_check(what, rows * C, ptrs);
+}
+
+/* Batch norm writes its output in F32 or BF16. */
+qs_status bn_out_dtype_check(const char *what, qs_dtype dt) {
+    if (dt == QS_F32 || dt == QS_BF16) return QS_OK;
+    return QS_FAIL(QS_ERR_UNSUPPORTED, "%s: output dtype %s; batch norm writes f32 or bf16", what, qs_dtype_name(dt));
+}
+
+/* Launch k_bn_apply on y of dtype y_dt (F32 or BF16). */
+void bn_apply_launch(dim3 grid, cudaStream_t st, int64_t rows, int64_t C, const float *x, const float *mean,
+                     const float *stat, bool stat_is_var, float eps, const float *gamma, const float *beta, void *y,
+                     qs_dtype y_dt, bool relu) {
+    const dim3 blk(kTx, kTy);
+    if (y_dt == QS_BF16)
+        k_bn_apply<<<grid, blk, 0, st>>>(rows, C, x, mean, stat, stat_is_var, eps, gamma, beta,
+                                         static_cast<uint16_t *>(y), relu);
+    else
+        k_bn_apply<<<grid, blk, 0, st>>>(rows, C, x, mean, stat, stat_is_var, eps, gamma, beta,
+                                         static_cast<float *>(y), relu);
 }
 
 /* ================================================================== softmax + cross-entropy */
@@ -506,11 +542,13 @@ extern "C" qs_status qs_cuda_pool_backward(qs_backend *be, void *plan, qs_stream
 /* x, y (rows, C); save_mean, save_invstd, running_mean, running_var, gamma, beta (C). gamma/beta
  * NULL = 1/0; running_* NULL = no update. Needs rows >= 2 (like PyTorch and the CPU). */
 extern "C" qs_status qs_cuda_batchnorm_forward_train(qs_backend *be, qs_stream *s, int64_t rows, int64_t C,
-                                                     const float *x, const float *gamma, const float *beta, float *y,
-                                                     float *save_mean, float *save_invstd, float *running_mean,
-                                                     float *running_var, float momentum, float eps, bool relu) {
+                                                     const float *x, const float *gamma, const float *beta, void *y,
+                                                     qs_dtype y_dt, float *save_mean, float *save_invstd,
+                                                     float *running_mean, float *running_var, float momentum, float eps,
+                                                     bool relu) {
     const char *what = "batchnorm_forward_train";
     QS_TRY(bn_check(what, rows, C, {x, y, save_mean, save_invstd}));
+    QS_TRY(bn_out_dtype_check(what, y_dt));
     if (rows < 2)
         return QS_FAIL(QS_ERR_INVALID_ARG,
                        "%s: %lld value(s) per channel; training-mode batch norm needs at least 2 (like PyTorch)", what,
@@ -528,8 +566,8 @@ extern "C" qs_status qs_cuda_batchnorm_forward_train(qs_backend *be, qs_stream *
     k_bn_var<<<grid_for(C), kBlock, 0, st>>>(rows, C, nch, part, x, eps, momentum, save_mean, save_invstd,
                                              running_mean, running_var);
     QS_TRY(qs_cuda_check_launch("batchnorm_forward_train (variance kernel)"));
-    k_bn_apply<<<dim3(cb, bn_row_blocks(rows, C)), blk, 0, st>>>(rows, C, x, save_mean, save_invstd, false, eps, gamma,
-                                                                 beta, y, relu);
+    bn_apply_launch(dim3(cb, bn_row_blocks(rows, C)), st, rows, C, x, save_mean, save_invstd, false, eps, gamma, beta, y,
+                    y_dt, relu);
     return qs_cuda_check_launch("batchnorm_forward_train (normalise kernel)");
 }
 
@@ -537,13 +575,14 @@ extern "C" qs_status qs_cuda_batchnorm_forward_train(qs_backend *be, qs_stream *
 extern "C" qs_status qs_cuda_batchnorm_forward_eval(qs_backend *be, qs_stream *s, int64_t rows, int64_t C,
                                                     const float *x, const float *gamma, const float *beta,
                                                     const float *running_mean, const float *running_var, float eps,
-                                                    float *y, bool relu) {
+                                                    void *y, qs_dtype y_dt, bool relu) {
     const char *what = "batchnorm_forward_eval";
     QS_TRY(bn_check(what, rows, C, {x, y, running_mean, running_var}));
+    QS_TRY(bn_out_dtype_check(what, y_dt));
     if (rows == 0) return QS_OK;
     const unsigned cb = (unsigned)((C + kTx - 1) / kTx);
-    k_bn_apply<<<dim3(cb, bn_row_blocks(rows, C)), dim3(kTx, kTy), 0, stream_of(be, s)>>>(
-        rows, C, x, running_mean, running_var, true, eps, gamma, beta, y, relu);
+    bn_apply_launch(dim3(cb, bn_row_blocks(rows, C)), stream_of(be, s), rows, C, x, running_mean, running_var, true, eps,
+                    gamma, beta, y, y_dt, relu);
     return qs_cuda_check_launch("batchnorm_forward_eval (normalise kernel)");
 }
 
@@ -553,9 +592,14 @@ extern "C" qs_status qs_cuda_batchnorm_forward_eval(qs_backend *be, qs_stream *s
 extern "C" qs_status qs_cuda_batchnorm_backward(qs_backend *be, qs_stream *s, int64_t rows, int64_t C,
                                                 const float *x, const float *dy, const float *gamma,
                                                 const float *save_mean, const float *save_invstd, float *dx,
-                                                bool accumulate, float *dgamma, float *dbeta, const float *y_relu) {
+                                                bool accumulate, float *dgamma, float *dbeta, const void *y_relu,
+                                                qs_dtype y_dt) {
     const char *what = "batchnorm_backward";
     QS_TRY(bn_check(what, rows, C, {x, dy, save_mean, save_invstd}));
+    QS_TRY(bn_out_dtype_check(what, y_dt));
+    const bool m16 = y_dt == QS_BF16;
+    const float *m32 = m16 ? nullptr : static_cast<const float *>(y_relu);
+    const uint16_t *mb = m16 ? static_cast<const uint16_t *>(y_relu) : nullptr;
     if (rows < 1) return QS_OK;
     if (!dx && !dgamma && !dbeta) return QS_OK;
     cudaStream_t st = stream_of(be, s);
@@ -567,13 +611,15 @@ extern "C" qs_status qs_cuda_batchnorm_backward(qs_backend *be, qs_stream *s, in
     double *part = static_cast<double *>(sc.p);
     float *kap = dx ? reinterpret_cast<float *>(part + 2 * nch * C) : nullptr;
     const dim3 blk(kTx, kTy);
-    k_bn_bwd_stats<<<dim3(cb, (unsigned)nch), blk, 0, st>>>(rows, C, x, dy, y_relu, save_mean, part);
+    if (m16) k_bn_bwd_stats<<<dim3(cb, (unsigned)nch), blk, 0, st>>>(rows, C, x, dy, mb, save_mean, part);
+    else k_bn_bwd_stats<<<dim3(cb, (unsigned)nch), blk, 0, st>>>(rows, C, x, dy, m32, save_mean, part);
     QS_TRY(qs_cuda_check_launch("batchnorm_backward (reduction kernel)"));
     k_bn_bwd_final<<<grid_for(C), kBlock, 0, st>>>(rows, C, nch, part, save_invstd, gamma, kap, dgamma, dbeta);
     QS_TRY(qs_cuda_check_launch("batchnorm_backward (coefficient kernel)"));
     if (!dx) return QS_OK;
-    k_bn_bwd_dx<<<dim3(cb, bn_row_blocks(rows, C)), blk, 0, st>>>(rows, C, x, dy, y_relu, save_mean, kap, dx,
-                                                                  accumulate);
+    const dim3 grid(cb, bn_row_blocks(rows, C));
+    if (m16) k_bn_bwd_dx<<<grid, blk, 0, st>>>(rows, C, x, dy, mb, save_mean, kap, dx, accumulate);
+    else k_bn_bwd_dx<<<grid, blk, 0, st>>>(rows, C, x, dy, m32, save_mean, kap, dx, accumulate);
     return qs_cuda_check_launch("batchnorm_backward (input-gradient kernel)");
 }
 

@@ -159,11 +159,12 @@ static size_t qs_node_out_bytes(const qs_node *n) {
 
 static qs_status qs_be_alloc(qs_model *m, size_t bytes, void **out);
 
-/* Gradients are stored in the output dtype, except behind straight-through casts (FP32). */
+/* Gradients are FP32, except a plain (not straight-through) cast's, which arrives in the
+ * cast's output dtype; a BatchNorm that writes BF16 (a fused cast, qs_model_fuse_casts) still
+ * gets an FP32 gradient. */
 static size_t qs_node_grad_bytes(const qs_node *n) {
-    if (n->kind == QS_NODE_CAST && n->cfg.cast.straight_through)
-        return (size_t)qs_shape_numel(n->out_ndim, n->out_shape) * sizeof(float);
-    return qs_node_out_bytes(n);
+    if (n->kind == QS_NODE_CAST && !n->cfg.cast.straight_through) return qs_node_out_bytes(n);
+    return (size_t)qs_shape_numel(n->out_ndim, n->out_shape) * sizeof(float);
 }
 
 /* Allocate n->dy, or share the input's when n is a straight-through cast that is its input's

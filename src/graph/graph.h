@@ -290,6 +290,8 @@ typedef struct qs_model {
     /* Gradient hooks (data parallelism, src/dist/grad_sync.c); NULL = none. grads_ready runs
      * after every node's backward (its parameter gradients are final); grads_done at the end
      * of qs_model_backward, which returns only after it. */
+    bool fuse_casts;           /* set by qs_model_fuse: qs_model_insert_casts then fuses BF16 casts
+                                * into the BatchNorms that feed them (qs_model_fuse_casts) */
     qs_emulation emulation;    /* emulated slower device (set before training; off by default) */
     qs_status (*grads_ready)(void *ctx, int node);
     qs_status (*grads_done)(void *ctx);
@@ -316,6 +318,15 @@ qs_status qs_model_finalize(qs_model *m);
  * producer's buffers. Results are bitwise those of the unfused graph (for finite gradients).
  * Call after qs_model_finalize and before qs_model_setup; returns the number of fused pairs. */
 int qs_model_fuse(qs_model *m);
+
+/* Fuse every straight-through BF16 cast whose input is a BatchNorm (or the ReLU fused into
+ * one) with no other consumer: the BatchNorm writes its output in BF16 itself (rounded to
+ * nearest even, as the cast did), the cast becomes an alias of its buffers and runs nothing, and
+ * the FP32 gradient of the cast (straight-through) is the BatchNorm's. Results are bitwise those
+ * of the unfused graph, except where an output lies below 2^-134, which BF16 rounds to 0 and
+ * the fused ReLU's backward then masks. Called by qs_model_insert_casts when qs_model_fuse ran
+ * (qs_model.fuse_casts); returns the number of fused casts. */
+int qs_model_fuse_casts(qs_model *m);
 
 /* Whether node n runs ops and owns buffers of its own (not fused into another node). */
 static inline bool qs_node_runs(const qs_node *n) { return n->alias_of < 0 && n->fused_into < 0; }

@@ -107,5 +107,6 @@ qs_status qs_model_insert_casts(qs_model *m, int *inserted) {
         const int slots = quantized_inputs(&m->nodes[i]);
         for (int k = 0; k < slots; k++) QS_TRY(cast_input(m, &i, k, inserted));
     }
+    if (m->fuse_casts) qs_model_fuse_casts(m);
     return QS_OK;
 }

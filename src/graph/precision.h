@@ -23,7 +23,8 @@ void qs_model_precision_counts(const qs_model *m, int counts[QS_PREC_COUNT]);
  * node placed right after the input; consumers of one input at the same dtype share one cast
  * (so it is computed and counted once). Node indices after the insertion point shift. Call
  * once, before qs_model_setup; fails after setup. Returns the number of casts inserted in
- * *inserted (may be NULL). */
+ * *inserted (may be NULL). When qs_model_fuse ran, BF16 casts of BatchNorm outputs are then
+ * fused into those BatchNorms (qs_model_fuse_casts; still counted as inserted). */
 qs_status qs_model_insert_casts(qs_model *m, int *inserted);
 
 #endif

@@ -48,11 +48,11 @@ static qs_status bn_forward(qs_model *m, qs_node *n) {
     const float *g = qs_model_param_ptr(m, n->param[0]), *b = qs_model_param_ptr(m, n->param[1]);
     float *rm = qs_model_buffer_ptr(m, n->buffer[0]), *rv = qs_model_buffer_ptr(m, n->buffer[1]);
     if (m->training)
-        return m->be->ops->batchnorm_forward_train(m->be, m->stream, rows, C, x, g, b, n->y, n->saved[0],
-                                                   n->saved[1], rm, rv, n->cfg.bn.momentum, n->cfg.bn.eps,
-                                                   n->cfg.bn.relu);
+        return m->be->ops->batchnorm_forward_train(m->be, m->stream, rows, C, x, g, b, n->y, n->out_dtype,
+                                                   n->saved[0], n->saved[1], rm, rv, n->cfg.bn.momentum,
+                                                   n->cfg.bn.eps, n->cfg.bn.relu);
     return m->be->ops->batchnorm_forward_eval(m->be, m->stream, rows, C, x, g, b, rm, rv, n->cfg.bn.eps, n->y,
-                                              n->cfg.bn.relu);
+                                              n->out_dtype, n->cfg.bn.relu);
 }
 
 static qs_status bn_backward(qs_model *m, qs_node *n) {
@@ -62,7 +62,8 @@ static qs_status bn_backward(qs_model *m, qs_node *n) {
     return m->be->ops->batchnorm_backward(m->be, m->stream, rows, C, qs_layer_input(m, n, 0)->y, n->dy,
                                           qs_model_param_ptr(m, n->param[0]), n->saved[0], n->saved[1], dx,
                                           acc, qs_model_grad_ptr(m, n->param[0]),
-                                          qs_model_grad_ptr(m, n->param[1]), n->cfg.bn.relu ? n->y : NULL);
+                                          qs_model_grad_ptr(m, n->param[1]), n->cfg.bn.relu ? n->y : NULL,
+                                          n->out_dtype);
 }
 
 const qs_layer_impl qs_layer_batchnorm2d = {
