@@ -17,10 +17,9 @@
 #include <math.h>
 #include <stdlib.h>
 
-static bool bn_out_dtype_ok(qs_dtype dt) { return dt == QS_F32 || dt == QS_BF16; }
-
+/* Batch norm writes its output in F32 or BF16. */
 static qs_status bn_out_dtype_check(const char *what, qs_dtype dt) {
-    if (bn_out_dtype_ok(dt)) return QS_OK;
+    if (dt == QS_F32 || dt == QS_BF16) return QS_OK;
     return QS_FAIL(QS_ERR_UNSUPPORTED, "%s: output dtype %s; batch norm writes f32 or bf16", what, qs_dtype_name(dt));
 }
 

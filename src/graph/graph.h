@@ -284,14 +284,14 @@ typedef struct qs_model {
      * histories are node memory, zero at setup, saved in checkpoints by
      * train/checkpoint_fp8.c). */
     int fp8_amax_history;
+    bool fuse_casts;           /* set by qs_model_fuse: qs_model_insert_casts then fuses BF16 casts
+                                * into the BatchNorms that feed them (qs_model_fuse_casts) */
     bool timing;               /* sync + time every op into node->time */
     qs_busy_meter busy;        /* GPU-busy events (qs_model_busy_start) */
     bool want_input_grad;      /* also compute d loss / d input into nodes[0].dy (tests) */
     /* Gradient hooks (data parallelism, src/dist/grad_sync.c); NULL = none. grads_ready runs
      * after every node's backward (its parameter gradients are final); grads_done at the end
      * of qs_model_backward, which returns only after it. */
-    bool fuse_casts;           /* set by qs_model_fuse: qs_model_insert_casts then fuses BF16 casts
-                                * into the BatchNorms that feed them (qs_model_fuse_casts) */
     qs_emulation emulation;    /* emulated slower device (set before training; off by default) */
     qs_status (*grads_ready)(void *ctx, int node);
     qs_status (*grads_done)(void *ctx);
