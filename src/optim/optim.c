@@ -155,23 +155,20 @@ qs_status qs_optimizer_step(qs_optimizer *o, qs_backend *be, qs_stream *s, void 
         }
     }
 
-    const int64_t step = o->step + 1;
-    for (int i = 0; i < t->count; i++) {
-        const qs_table_entry *e = &t->entries[i];
-        float *p = qs_entry_ptr(params, e);
-        const float *g = qs_entry_ptr(grads, e);
-        qs_status st;
-        if (c->kind == QS_OPTIM_SGD) {
-            float *buf = o->n_state ? qs_entry_ptr(o->state[0], e) : NULL;
-            st = be->ops->sgd_step(be, s, e->numel, p, g, buf, lr, c->momentum, c->dampening, c->weight_decay,
-                                   c->nesterov, o->step == 0);
-        } else {
-            st = be->ops->adamw_step(be, s, e->numel, p, g, qs_entry_ptr(o->state[0], e),
-                                     qs_entry_ptr(o->state[1], e), lr, c->beta1, c->beta2, c->eps,
-                                     c->weight_decay, step);
-        }
-        if (st != QS_OK) return qs_error_wrap(st, "%s step %lld, parameter '%s': ", kind, (long long)step, e->name);
-    }
+    /* One op over the whole table: every parameter has the same hyperparameters and the update
+     * is element-wise, so this is the per-parameter update of each, with one launch instead of
+     * one per parameter; the alignment gaps between parameters are zero in the parameters,
+     * their gradients and the state (zeroed allocations that only per-parameter ops write) and
+     * stay zero. */
+    const int64_t step = o->step + 1, n = (int64_t)(t->bytes / sizeof(float));
+    qs_status st;
+    if (c->kind == QS_OPTIM_SGD)
+        st = be->ops->sgd_step(be, s, n, params, grads, o->n_state ? o->state[0] : NULL, lr, c->momentum,
+                               c->dampening, c->weight_decay, c->nesterov, o->step == 0);
+    else
+        st = be->ops->adamw_step(be, s, n, params, grads, o->state[0], o->state[1], lr, c->beta1, c->beta2, c->eps,
+                                 c->weight_decay, step);
+    if (st != QS_OK) return qs_error_wrap(st, "%s step %lld over %d parameters: ", kind, (long long)step, t->count);
     o->step = step;
     return QS_OK;
 }

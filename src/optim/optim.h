@@ -68,7 +68,9 @@ qs_status qs_optimizer_grad_norm(const qs_optimizer *o, qs_backend *be, qs_strea
                                  const void *grads, double *norm_out);
 
 /* One update with learning rate lr: optional clipping (which scales `grads` in place), then
- * the update of every entry; step increments. *grad_norm_out (may be NULL) receives the
+ * the update of every entry, as one op over the whole buffers (params, grads and the state
+ * have the table's layout; the alignment gaps between entries must be zero in params and
+ * grads, as the model's zeroed allocations keep them); step increments. *grad_norm_out (may be NULL) receives the
  * global norm before clipping (computed when clipping is on or grad_norm_out is given).
  * With clipping on and a non-finite norm nothing is updated and the step is not counted
  * (PyTorch would multiply every gradient by NaN); the caller sees the norm and can report
