@@ -119,7 +119,7 @@ int main(int argc, char **argv) {
     CHECK(qs_f32_to_bf16(c.n, c.x, c.h, NULL));
     CHECK(qs_f32_to_fp8(QS_F8E4M3, c.n, c.x, 100.0f, c.b, NULL));
     CHECK(qs_int8_quantize(c.n, c.x, c.scale, c.q, NULL));
-    c.sr = (qs_sr){qs_rng_key(1, "sr", 0), 1, 0};
+    c.sr = (qs_sr){qs_rng_key(1, "sr", 0), 1, 0, NULL};
     const char *vpath = qs_sr_vector_available() ? "avx512" : "scalar";
 
     const struct {

@@ -121,6 +121,10 @@ static void qs_train_print_json(const qs_train_result *r) {
         cJSON_AddNumberToObject(b, "step_ms", r->gpu_busy_step_ms);
         cJSON_AddNumberToObject(b, "steps", (double)r->gpu_busy_steps);
     }
+    cJSON *g = cJSON_AddObjectToObject(o, "graphs");
+    cJSON_AddNumberToObject(g, "replayed_passes", (double)r->graph_passes);
+    cJSON_AddNumberToObject(g, "eager_passes", (double)r->eager_passes);
+    if (r->eager_reason[0]) cJSON_AddStringToObject(g, "eager_reason", r->eager_reason);
     if (r->precision) cJSON_AddItemReferenceToObject(o, "precision", r->precision);
     if (r->workers) cJSON_AddItemReferenceToObject(o, "workers", r->workers);
     cJSON_AddStringToObject(o, "loss_scale_mode", r->loss_scale_mode);
@@ -203,6 +207,8 @@ int qs_cmd_train(int argc, char **argv) {
         {"profile-steps", QS_CLI_I64, &c.profile_steps, "N", "time every op for N steps and print the breakdown"},
         {"gpu-busy-steps", QS_CLI_I64, &c.gpu_busy_steps, "N",
          "GPU: over N steps, the share of the step time the GPU spends in the ops (events around each op)"},
+        {"no-graphs", QS_CLI_FLAG, &c.no_graphs, NULL,
+         "GPU: run every training pass op by op instead of replaying it as a captured CUDA graph"},
         {"no-progress", QS_CLI_FLAG, &no_progress, NULL, "no live progress line"},
         {"json", QS_CLI_FLAG, &json, NULL, "print the end-of-run summary as JSON on stdout"},
         {"quiet", QS_CLI_FLAG, &quiet, NULL, "only errors on stderr"},

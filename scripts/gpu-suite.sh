@@ -11,7 +11,7 @@
 # The GPU machine (Ubuntu 24.04 + CUDA 13, no package registry) lacks the Debian libraries
 # qsync links (cJSON, oneDNN, GLPK, cmocka, ...). `bundle` copies the binaries — qsync, the
 # GPU test suites (GPU_SUITES: tests/test_cuda_ops, tests/test_cuda_transformer_ops,
-# tests/test_cuda_attention, tests/test_cuda_dist) and the
+# tests/test_cuda_attention, tests/test_cuda_dist, tests/test_cuda_graphs) and the
 # CUDA benchmarks (bench/cuda/*) that were built — to <out>/bin and the shared libraries they
 # need, minus the ones that machine has itself, to <out>/lib. `run` puts <bundle>/lib on
 # LD_LIBRARY_PATH (the machine's own CUDA, cuBLASLt, cuDNN, NCCL and Open MPI are found as
@@ -50,7 +50,7 @@ SYSTEM_LIBS=(
 # The GPU test suites (tests/<name>), run in this order; each exits 77 (skipped) where there is
 # no GPU. The ops suites compare CUDA ops with the CPU backend; test_cuda_dist runs the bundled
 # qsync (QS_BIN) on several ranks sharing the GPU under the machine's mpirun.
-GPU_SUITES=(test_cuda_ops test_cuda_transformer_ops test_cuda_attention test_cuda_dist)
+GPU_SUITES=(test_cuda_ops test_cuda_transformer_ops test_cuda_attention test_cuda_dist test_cuda_graphs)
 
 die() {
     echo "gpu-suite: $*" >&2
@@ -246,7 +246,7 @@ train() {
     return "$rc"
 }
 
-# mps [bundle-dir] [shares]: the op suites (every suite but test_cuda_dist) again inside MPS
+# mps [bundle-dir] [shares]: the op suites (every suite but test_cuda_dist and test_cuda_graphs) again inside MPS
 # clients limited to each SM share (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE), the daemon started by
 # scripts/mps.sh (and stopped again if this started it). An emulated weaker GPU is only as good
 # as the kernels' results under its share: on the H200 (2026-12-03) cuBLASLt GEMMs left outputs
@@ -262,7 +262,7 @@ mps() {
     scripts/mps.sh status >/dev/null 2>&1 || { scripts/mps.sh start && started=1; }
     for share in $shares; do
         for suite in "${GPU_SUITES[@]}"; do
-            [[ $suite == test_cuda_dist ]] && continue
+            [[ $suite == test_cuda_dist || $suite == test_cuda_graphs ]] && continue
             set +e
             CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$share "$dir/bin/$suite" >"$out/gpu-mps-$share-${suite#test_}.log" 2>&1
             rc=$?

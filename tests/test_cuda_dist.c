@@ -349,29 +349,14 @@ static void test_nccl_one_rank(void **state) {
     free(back);
 }
 
-/* Whether a CUDA device is usable here (the backend made and destroyed in this process). */
-static int gpu_available(void) {
-    qs_backend *be = NULL;
-    if (qs_backend_cuda_create(0, &be) != QS_OK) {
-        fprintf(stderr, "test_cuda_dist: no usable GPU: %s\n", qs_last_error());
-        return 0;
-    }
-    be->ops->destroy(be);
-    return 1;
-}
-
 static int group_setup(void **state) {
     qs_test_mpi_env();
     return qs_test_tmpdir_setup(state);
 }
 
 int main(void) {
-    if (!gpu_available()) {
-        const char *req = getenv("QS_REQUIRE_GPU");
-        if (req && strcmp(req, "1") == 0) return 1;
-        fprintf(stderr, "test_cuda_dist: skipped (runs on the GPU machine: scripts/gpu-suite.sh run)\n");
-        return 77;
-    }
+    const int rc = qs_test_gpu_suite_start("test_cuda_dist");
+    if (rc) return rc;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fp32_equivalence),
         cmocka_unit_test(test_low_precision_replicas),

@@ -650,6 +650,67 @@ static void test_quantize(void **state) {
     END();
 }
 
+/* Stochastic rounding with its counter in device memory (qs_sr.counter_at, what captured graphs
+ * read): the codes (and transposed copies) are those of the same counter passed by value, in
+ * every kernel (element-wise BF16, tiled 1-byte formats with and without whole Philox groups),
+ * and the CPU backend reading its counter from host memory agrees; the counter is really read
+ * (a different value there gives other codes). */
+static void test_quantize_counter_at(void **state) {
+    BEGIN();
+    const int64_t shapes[][2] = {{5, 40}, {130, 256}};
+    const qs_dtype dts[] = {QS_BF16, QS_S8, QS_F8E4M3, QS_F8E5M2};
+    const uint64_t step = 12345, other = 12346;
+    const uint64_t *gstep = dup_gpu(&step, sizeof step), *gother = dup_gpu(&other, sizeof other);
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        const int64_t rows = shapes[s][0], cols = shapes[s][1], n = rows * cols;
+        seed("quantize_counter_at", s);
+        float *x = quant_input(rows, cols, false);
+        const float *gx = dup_gpu_f(x, n);
+        for (size_t d = 0; d < sizeof dts / sizeof *dts; d++) {
+            const qs_dtype dt = dts[d];
+            const size_t bytes = (size_t)n * qs_dtype_size(dt);
+            const bool scaled = dt != QS_BF16, transposed = dt == QS_F8E4M3 || dt == QS_F8E5M2;
+            const uint64_t key = qs_rng_key(9, "counter_at", d);
+            const qs_sr by_value = {.key = key, .counter = step};
+            const qs_sr *const variants[3] = {
+                &(qs_sr){.key = key, .counter = 0, .counter_at = gstep},
+                &(qs_sr){.key = key, .counter = step, .counter_at = gother},
+                &by_value,
+            };
+            void *q[3], *qt[3], *h[3], *ht[3];
+            for (int v = 0; v < 3; v++) {
+                q[v] = dalloc(bytes, POISON);
+                qt[v] = transposed ? dalloc(bytes, POISON) : NULL;
+                float *sc = scaled ? dalloc_f(1) : NULL;
+                char what[96];
+                snprintf(what, sizeof what, "quantize %s %lldx%lld counter_at variant %d", qs_dtype_name(dt),
+                         (long long)rows, (long long)cols, v);
+                if (!gpu_ok_(GOPS->quantize(g_gpu, GST, rows, cols, gx, NULL, dt, q[v], sc, false, variants[v], qt[v],
+                                            NULL), what))
+                    return;
+                h[v] = halloc(bytes);
+                ht[v] = transposed ? halloc(bytes) : NULL;
+                if (!dget(h[v], q[v], bytes, what) || (transposed && !dget(ht[v], qt[v], bytes, what))) return;
+            }
+            char what[128];
+            snprintf(what, sizeof what, "quantize %s %lldx%lld SR counter read from device memory", qs_dtype_name(dt),
+                     (long long)rows, (long long)cols);
+            check_bits(what, h[0], h[2], n, qs_dtype_size(dt), x);
+            if (transposed) check_bits(what, ht[0], ht[2], n, 1, NULL);
+            check_fact(what, memcmp(h[1], h[2], bytes) != 0, "a different counter in device memory changes the codes");
+            /* the CPU: counter in host memory */
+            const qs_sr cpu_at = {.key = key, .counter = 0, .counter_at = &step};
+            void *cq = halloc(bytes);
+            float *cs = scaled ? hf(1) : NULL;
+            ASSERT_OK(COPS->quantize(g_cpu, CST, rows, cols, x, NULL, dt, cq, cs, false, &cpu_at, NULL, NULL));
+            snprintf(what, sizeof what, "quantize %s %lldx%lld SR counter_at: CPU = GPU", qs_dtype_name(dt),
+                     (long long)rows, (long long)cols);
+            check_bits(what, cq, h[0], n, qs_dtype_size(dt), x);
+        }
+    }
+    END();
+}
+
 /* FP8 delayed scaling: a sequence of quantizations of growing and shrinking tensors through
  * one amax history (len 3), GPU against CPU: codes, scales and the history bit for bit after
  * every call, with nearest and stochastic rounding, a col_scale, a transposed copy, a call
@@ -1431,6 +1492,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_conv_fp8, teardown),
         cmocka_unit_test_teardown(test_quantize, teardown),
         cmocka_unit_test_teardown(test_quantize_nonfinite, teardown),
+        cmocka_unit_test_teardown(test_quantize_counter_at, teardown),
         cmocka_unit_test_teardown(test_quantize_delayed, teardown),
         cmocka_unit_test_teardown(test_cast, teardown),
         cmocka_unit_test_teardown(test_eltwise, teardown),

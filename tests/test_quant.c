@@ -102,7 +102,7 @@ static double ref_fp8(uint8_t c, qs_dtype dt) {
     return (c & 0x80) ? -v : v;
 }
 
-static const qs_sr SR0 = {0x1234567890ABCDEFull, 7, 0};
+static const qs_sr SR0 = {0x1234567890ABCDEFull, 7, 0, NULL};
 
 /* ------------------------------------------------------------ BF16 / FP16, exhaustive */
 
@@ -352,7 +352,7 @@ static void test_sr_neighbours(void **state) {
             uint32_t u = (qs_rng_u32(&g) & 0x807FFFFFu) | ((96u + qs_rng_u32(&g) % 44u) << 23); /* 2^-31..2^12 */
             x[i] = bitsf(u);
         }
-        qs_sr sr = {qs_rng_key(5, "sr", (uint64_t)k), 3, 0};
+        qs_sr sr = {qs_rng_key(5, "sr", (uint64_t)k), 3, 0, NULL};
         sr_convert(k, N, x, out, &sr, scale);
         int nup = 0;
         for (int i = 0; i < N; i++) {
@@ -388,7 +388,7 @@ static void check_mean(int k, float x, float scale, const fmt *f) {
     float *xs = xalloc(N * 4);
     double *out = xalloc(N * 8);
     for (int i = 0; i < N; i++) xs[i] = x;
-    qs_sr sr = {qs_rng_key(6, "sr", (uint64_t)k), fbits(x), 0};
+    qs_sr sr = {qs_rng_key(6, "sr", (uint64_t)k), fbits(x), 0, NULL};
     sr_convert(k, N, xs, out, &sr, scale);
     double v, lo, hi;
     if (k == K_INT8) {
@@ -455,7 +455,7 @@ static void test_sr_reproducible(void **state) {
     uint32_t a[700], b[700];
     const uint64_t offs[] = {0, 1, 63, 64, 100, (1ull << 32) - 5, 0xFFFFFFFFFFFF0000ull};
     for (size_t o = 0; o < sizeof offs / sizeof offs[0]; o++) {
-        qs_sr sr = {0xDEADBEEFCAFEull, 0x100000002ull, offs[o]};
+        qs_sr sr = {0xDEADBEEFCAFEull, 0x100000002ull, offs[o], NULL};
         const int64_t i0s[] = {0, 3, 64, 129};
         for (int t = 0; t < 4; t++) {
             int64_t len = 700 - i0s[t] - (int64_t)o;
@@ -464,6 +464,16 @@ static void test_sr_reproducible(void **state) {
             assert_memory_equal(a, b, (size_t)len * 4);
             for (int64_t i = 0; i < len; i++)
                 assert_int_equal(a[i], qs_sr_word(sr.key, sr.counter, sr.offset + (uint64_t)(i0s[t] + i)));
+            /* the counter read through counter_at replaces the one passed by value */
+            const uint64_t at = sr.counter;
+            qs_sr by_pointer = {sr.key, 7, sr.offset, &at};
+            qs_sr_bits(&by_pointer, i0s[t], len, b);
+            assert_memory_equal(a, b, (size_t)len * 4);
+            qs_sr_bits_scalar(&by_pointer, i0s[t], len, b);
+            assert_memory_equal(a, b, (size_t)len * 4);
+            by_pointer.counter_at = NULL;
+            qs_sr_bits(&by_pointer, i0s[t], len, b);
+            assert_memory_not_equal(a, b, (size_t)len * 4);
         }
     }
     /* words are the Philox outputs of the documented mapping */
@@ -481,7 +491,7 @@ static void test_sr_reproducible(void **state) {
     for (int k = 0; k < K_COUNT; k++) {
         size_t esz = (k == K_BF16 || k == K_F16) ? 2 : 1;
         uint8_t *r1 = xalloc(N * esz), *r2 = xalloc(N * esz), *r3 = xalloc(N * esz), *r4 = xalloc(N * esz);
-        qs_sr sr = {qs_rng_key(7, "sr", (uint64_t)k), 11, 5};
+        qs_sr sr = {qs_rng_key(7, "sr", (uint64_t)k), 11, 5, NULL};
 #define CONV(out, srp, nn, xx)                                                                   \
     do {                                                                                         \
         if (k == K_BF16) ASSERT_OK(qs_f32_to_bf16((nn), (xx), (uint16_t *)(void *)(out), (srp))); \
@@ -545,7 +555,7 @@ static void test_golden(void **state) {
     }
     x[0] = NAN;
     x[1] = -INFINITY;
-    qs_sr sr = {0xFEEDFACE12345678ull, 99, 3};
+    qs_sr sr = {0xFEEDFACE12345678ull, 99, 3, NULL};
     uint64_t h = 0xCBF29CE484222325ull;
     for (int mode = 0; mode < 2; mode++) {
         const qs_sr *s = mode ? &sr : NULL;
@@ -653,7 +663,7 @@ static void test_int8(void **state) {
         for (int c = 0; c < C; c++) assert_true(y[r * C + c] == (float)q[r * C + c] * sc[r]);
 
     /* per-row SR: element (r, c) uses index r·C + c, so it equals a per-row call with offset */
-    qs_sr sr = {qs_rng_key(8, "sr", 0), 2, 0};
+    qs_sr sr = {qs_rng_key(8, "sr", 0), 2, 0, NULL};
     ASSERT_OK(qs_int8_quantize_rows(R, C, x, sc, q, &sr));
     for (int r = 0; r < R; r++) {
         qs_sr srr = sr;

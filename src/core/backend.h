@@ -198,6 +198,17 @@ typedef struct qs_backend_ops {
     qs_status (*copy_d2d)(qs_backend *be, qs_stream *s, void *dst, const void *src, size_t bytes);
     qs_status (*stream_sync)(qs_backend *be, qs_stream *s);
     qs_stream *(*default_stream)(qs_backend *be);
+    /* Capture (optional: NULL on backends without it; then all four are NULL). Ops queued on s
+     * between capture_begin and capture_end are recorded, not run, into a graph that
+     * graph_launch queues again on s as often as asked, with the pointers and scalar arguments
+     * the ops were queued with (values that change between runs must be read from backend
+     * memory, e.g. qs_sr.counter_at). No op between begin and end may synchronise with the
+     * host or allocate through alloc(). capture_end always ends the capture; it fails, returning
+     * no graph, when the recorded work cannot be replayed (an op refused capture). */
+    qs_status (*capture_begin)(qs_backend *be, qs_stream *s);
+    qs_status (*capture_end)(qs_backend *be, qs_stream *s, void **graph);
+    qs_status (*graph_launch)(qs_backend *be, qs_stream *s, void *graph);
+    void (*graph_destroy)(qs_backend *be, void *graph);
 
     /* Whether and how this backend runs GEMM-like ops at precision p. */
     qs_prec_support (*precision_support)(qs_backend *be, qs_precision p);

@@ -60,6 +60,10 @@ typedef struct qs_sr {
     uint64_t key;
     uint64_t counter;
     uint64_t offset;
+    /* NULL, or backend memory (host memory on the CPU) holding the counter: read when the
+     * op runs, instead of `counter` (a captured graph then rounds each replay with the
+     * step it runs at). */
+    const uint64_t *counter_at;
 } qs_sr;
 
 /* ------------------------------------------------------------------ element conversions */

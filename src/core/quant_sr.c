@@ -87,6 +87,7 @@ static void groups2_avx512(uint64_t key, uint64_t counter, uint64_t g0, uint32_t
  * either end through a 128-word scratch buffer. */
 static void sr_bits(const qs_sr *sr, int64_t i0, int64_t len, uint32_t *r, int vec) {
     uint32_t tmp[128];
+    const uint64_t counter = sr->counter_at ? *sr->counter_at : sr->counter;
     uint64_t j = sr->offset + (uint64_t)i0, end = j + (uint64_t)len;
     uint32_t *dst = r;
     while (j < end) {
@@ -97,12 +98,12 @@ static void sr_bits(const qs_sr *sr, int64_t i0, int64_t len, uint32_t *r, int v
         uint32_t *out = full2 ? dst : tmp;
 #ifdef __AVX512F__
         if (vec) {
-            groups2_avx512(sr->key, sr->counter, g, out);
+            groups2_avx512(sr->key, counter, g, out);
         } else
 #endif
         {
             (void)vec;
-            for (int q = 0; q < ngroups; q++) group_scalar(sr->key, sr->counter, g + (uint64_t)q, out + 64 * q);
+            for (int q = 0; q < ngroups; q++) group_scalar(sr->key, counter, g + (uint64_t)q, out + 64 * q);
         }
         uint64_t cnt = take_end - j;
         if (!full2) memcpy(dst, tmp + (j - gs), (size_t)cnt * sizeof(uint32_t));

@@ -18,6 +18,7 @@
  *   cuda_conv.c         Conv2d through cuDNN
  *   cuda_ipc.c, cuda_ipc_sum.cu  the IPC all-reduce between ranks on one GPU (dist/ipc_reduce.h)
  *   cuda_green.c        an SM partition through a green context (QS_CUDA_SM_PARTITION)
+ *   cuda_graph.c        capture of queued ops into CUDA graphs, and their replay
  *   cuda_launch.cuh     what the kernel files share: the op's stream, grid caps, argument checks,
  *                       stream-ordered scratch
  * Host code is C (gcc); only kernels are CUDA C++ (nvcc), exported with C linkage.
@@ -91,6 +92,12 @@ qs_status qs_cuda_stream_sync(qs_backend *be, qs_stream *s);
 qs_stream *qs_cuda_default_stream(qs_backend *be);
 qs_prec_support qs_cuda_precision_support(qs_backend *be, qs_precision p);
 void qs_cuda_plan_destroy(qs_backend *be, void *plan); /* dispatches on the plan's kind tag */
+
+/* ---- cuda_graph.c ---- */
+qs_status qs_cuda_capture_begin(qs_backend *be, qs_stream *s);
+qs_status qs_cuda_capture_end(qs_backend *be, qs_stream *s, void **graph);
+qs_status qs_cuda_graph_launch(qs_backend *be, qs_stream *s, void *graph);
+void qs_cuda_graph_destroy(qs_backend *be, void *graph);
 
 /* Every plan (linear, conv, pool, bmm) starts with this tag so plan_destroy can dispatch. */
 typedef enum qs_cuda_plan_kind {

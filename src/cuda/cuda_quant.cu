@@ -43,6 +43,7 @@ typedef struct qq_args {
     const float *scales;
     int64_t n, cols;
     uint64_t key, counter, offset;
+    const uint64_t *counter_at; /* NULL or device memory: the counter, read by the kernel (qs_sr) */
     int64_t rows;  /* the tiled kernel's shape (n = rows·cols) */
     void *dst_t;   /* NULL or (cols, rows) row-major: the tiled kernel's transposed copy */
     /* delayed scaling (tiled kernel with AMAX): NULL or where this tensor's amax bits are
@@ -269,6 +270,9 @@ static __device__ __forceinline__ void qq_quant_one(const qq_args &a, int64_t i,
     (void)mul;
 }
 
+/* The stochastic-rounding counter of the call: read from device memory when a.counter_at is set. */
+static __device__ __forceinline__ uint64_t qq_counter(const qq_args &a) { return a.counter_at ? *a.counter_at : a.counter; }
+
 /* Round to nearest even: one element per thread and step (grid-stride over a.n). */
 template <qq_fmt F, bool HAS_CS, bool PER_ROW>
 static __global__ void qq_quant_rne_kernel(qq_args a) {
@@ -285,12 +289,12 @@ template <qq_fmt F, bool HAS_CS, bool PER_ROW>
 static __global__ void qq_quant_sr_kernel(qq_args a, uint64_t units) {
     const float mul = qq_tensor_mul<F, PER_ROW>(a.scales);
     qq_row_cache rc = {-1, 0.0f};
-    const uint64_t g0 = a.offset >> 6;
+    const uint64_t g0 = a.offset >> 6, counter = qq_counter(a);
     for (uint64_t t = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; t < units; t += (uint64_t)gridDim.x * blockDim.x) {
         const uint64_t g = g0 + (t >> 4);
         const uint32_t l = (uint32_t)(t & 15u);
         uint32_t words[4];
-        qs_sr_block(a.key, a.counter, g, l, words);
+        qs_sr_block(a.key, counter, g, l, words);
 #pragma unroll
         for (uint32_t w = 0; w < 4; w++) {
             uint64_t i = (g << 6) + 16u * w + l - a.offset; /* wraps to >= 2^64 - 63 before the first */
@@ -319,6 +323,7 @@ static __global__ void __launch_bounds__(QQ_THREADS) qq_quant_tile_kernel(qq_arg
     __shared__ uint32_t words[GROUPED ? QQ_TILE : 1][GROUPED ? QQ_TILE + 1 : 1];
     const float mul = qq_tensor_mul<F, false>(a.scales);
     const int64_t rows = a.rows, cols = a.cols;
+    const uint64_t counter = SR ? qq_counter(a) : 0u;
     const int64_t tiles_c = (cols + QQ_TILE - 1) / QQ_TILE, ntiles = (rows + QQ_TILE - 1) / QQ_TILE * tiles_c;
     const int tr = (int)(threadIdx.x >> 4), l = (int)(threadIdx.x & 15u);
     uint8_t *dst = static_cast<uint8_t *>(a.dst), *dst_t = static_cast<uint8_t *>(a.dst_t);
@@ -332,7 +337,7 @@ static __global__ void __launch_bounds__(QQ_THREADS) qq_quant_tile_kernel(qq_arg
                 const int r = 16 * p + tr;
                 if (r0 + r >= rows) continue;
                 uint32_t w4[4];
-                qs_sr_block(a.key, a.counter, (a.offset + (uint64_t)((r0 + r) * cols + c0)) >> 6, (uint32_t)l, w4);
+                qs_sr_block(a.key, counter, (a.offset + (uint64_t)((r0 + r) * cols + c0)) >> 6, (uint32_t)l, w4);
 #pragma unroll
                 for (int w = 0; w < 4; w++) words[r][l + 16 * w] = w4[w];
             }
@@ -365,7 +370,7 @@ static __global__ void __launch_bounds__(QQ_THREADS) qq_quant_tile_kernel(qq_arg
                 if constexpr (AMAX) amax = max(amax, __float_as_uint(x) & 0x7FFFFFFFu); /* out of range: 0 */
                 uint32_t rnd = 0;
                 if constexpr (SR && GROUPED) rnd = words[r][c + k];
-                if constexpr (SR && !GROUPED) rnd = qs_sr_word_inline(a.key, a.counter, a.offset + (uint64_t)(gr * cols + gc + k));
+                if constexpr (SR && !GROUPED) rnd = qs_sr_word_inline(a.key, counter, a.offset + (uint64_t)(gr * cols + gc + k));
                 code |= (uint32_t)qq_byte<F, SR>(x, mul, rnd) << (8 * k);
             }
             *reinterpret_cast<uint32_t *>(&tile[r][c]) = code;
@@ -536,6 +541,7 @@ qs_status qs_cuda_quantize(qs_backend *be, qs_stream *s, int64_t rows, int64_t c
     a.cols = cols;
     a.key = sr ? sr->key : 0u;
     a.counter = sr ? sr->counter : 0u;
+    a.counter_at = sr ? sr->counter_at : NULL;
     a.offset = sr ? sr->offset : 0u;
     a.rows = rows;
     a.dst_t = dst_t;

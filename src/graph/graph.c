@@ -106,6 +106,7 @@ qs_status qs_model_finalize(qs_model *m) {
 /* Release what depends on the batch size: per-node outputs, gradients, saved tensors and
  * plans, the workspace and the labels (backend memory); parameters and buffers stay. */
 static void qs_model_release_batch(qs_model *m) {
+    qs_capture_release(m);
     for (int i = 0; i < m->n_nodes; i++) {
         qs_node *n = &m->nodes[i];
         const qs_layer_impl *impl = qs_layer_impl_for(n->kind);
@@ -142,6 +143,7 @@ void qs_model_free(qs_model *m) {
         m->be->ops->free(m->be, m->param_data);
         m->be->ops->free(m->be, m->grad_data);
         m->be->ops->free(m->be, m->buffer_data);
+        m->be->ops->free(m->be, m->step_dev);
     }
     qs_table_free(&m->params);
     qs_table_free(&m->buffers);
@@ -264,6 +266,7 @@ qs_status qs_model_setup(qs_model *m, qs_backend *be, int64_t batch, uint64_t se
     QS_TRY(qs_be_alloc(m, m->params.bytes, &m->param_data));
     QS_TRY(qs_be_alloc(m, m->params.bytes, &m->grad_data));
     QS_TRY(qs_be_alloc(m, m->buffers.bytes, &m->buffer_data));
+    QS_TRY(qs_be_alloc(m, sizeof *m->step_dev, (void **)&m->step_dev));
     QS_TRY(qs_model_setup_batch(m, batch));
     return qs_model_init_params(m, seed);
 }
@@ -319,13 +322,8 @@ static qs_status qs_timed(qs_model *m, qs_node *n, qs_node_fn fn, qs_cost_cat ca
     return QS_OK;
 }
 
-qs_status qs_model_forward(qs_model *m, const float *x_host, const int32_t *labels_host, bool training) {
-    if (!m->be) return QS_FAIL(QS_ERR_INVALID_ARG, "model %s: forward before qs_model_setup", m->arch);
-    const qs_backend_ops *ops = m->be->ops;
-    QS_TRY(ops->copy_h2d(m->be, m->stream, m->nodes[0].y, x_host, qs_node_out_bytes(&m->nodes[0])));
-    QS_TRY(ops->copy_h2d(m->be, m->stream, m->labels, labels_host, (size_t)(m->batch * m->label_len) * sizeof(int32_t)));
-    m->training = training;
-    if (training) m->step++;
+/* The forward ops of every node after the input, in order. */
+static qs_status qs_model_forward_ops(qs_model *m) {
     for (int i = 1; i < m->n_nodes; i++) {
         qs_node *n = &m->nodes[i];
         if (!qs_node_runs(n)) continue;
@@ -335,11 +333,22 @@ qs_status qs_model_forward(qs_model *m, const float *x_host, const int32_t *labe
     return QS_OK;
 }
 
-qs_status qs_model_backward(qs_model *m, float loss_scale) {
-    if (!m->be || !m->training)
-        return QS_FAIL(QS_ERR_INVALID_ARG, "model %s: backward needs a preceding training forward", m->arch);
+qs_status qs_model_forward(qs_model *m, const float *x_host, const int32_t *labels_host, bool training) {
+    if (!m->be) return QS_FAIL(QS_ERR_INVALID_ARG, "model %s: forward before qs_model_setup", m->arch);
+    const qs_backend_ops *ops = m->be->ops;
+    QS_TRY(ops->copy_h2d(m->be, m->stream, m->nodes[0].y, x_host, qs_node_out_bytes(&m->nodes[0])));
+    QS_TRY(ops->copy_h2d(m->be, m->stream, m->labels, labels_host, (size_t)(m->batch * m->label_len) * sizeof(int32_t)));
+    m->training = training;
+    if (!training) return qs_model_forward_ops(m);
+    m->step++;
+    QS_TRY(ops->copy_h2d(m->be, m->stream, m->step_dev, &m->step, sizeof m->step));
+    return qs_capture_run(m, QS_PASS_FORWARD, qs_model_forward_ops);
+}
+
+/* The backward ops of every node that needs them, in reverse order, with the gradient hook
+ * after each node. */
+static qs_status qs_model_backward_ops(qs_model *m) {
     for (int i = 0; i < m->n_nodes; i++) m->nodes[i].grads_received = 0;
-    m->loss_scale = loss_scale;
     for (int i = m->n_nodes - 1; i >= 1; i--) {
         qs_node *n = &m->nodes[i];
         if ((!n->needs_grad && n->kind != QS_NODE_SOFTMAX_XENT) || !qs_node_runs(n)) continue;
@@ -356,6 +365,14 @@ qs_status qs_model_backward(qs_model *m, float loss_scale) {
             QS_TRY(qs_timed(m, n, impl->backward_data, is_cast ? QS_CAT_CAST : QS_CAT_BACKWARD_DATA));
         if (m->grads_ready) QS_TRY(m->grads_ready(m->grads_ctx, i));
     }
+    return QS_OK;
+}
+
+qs_status qs_model_backward(qs_model *m, float loss_scale) {
+    if (!m->be || !m->training)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "model %s: backward needs a preceding training forward", m->arch);
+    m->loss_scale = loss_scale;
+    QS_TRY(qs_capture_run(m, QS_PASS_BACKWARD, qs_model_backward_ops));
     if (m->grads_done) {
         double t0 = qs_now_ms();
         QS_TRY(m->grads_done(m->grads_ctx));
@@ -422,7 +439,7 @@ void qs_model_memory(const qs_model *m, qs_memory_report *r) {
     memset(r, 0, sizeof *r);
     r->params = m->params.bytes;
     r->grads = m->params.bytes;
-    r->buffers = m->buffers.bytes;
+    r->buffers = m->buffers.bytes + (m->be ? sizeof *m->step_dev : 0); /* and the device step counter */
     r->workspace = m->workspace_bytes;
     r->labels = m->be ? 2 * (size_t)(m->batch * m->label_len) * sizeof(int32_t) : 0; /* labels, predictions */
     for (int i = 0; i < m->n_nodes; i++) {

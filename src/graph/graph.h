@@ -214,6 +214,7 @@ static inline bool qs_node_has_weights(const qs_node *n) { return n->n_params > 
 typedef struct qs_memory_report {
     size_t params, grads, optimizer, buffers, activations, activation_grads, saved, workspace;
     size_t labels;             /* the batch's labels and predictions on the backend */
+    /* buffers: BN running statistics, and after setup also the step counter (qs_model.step_dev) */
 } qs_memory_report;
 
 /* An emulated slower device. Duty cycle (slowdown > 1): after every op the worker sleeps so
@@ -242,6 +243,19 @@ typedef struct qs_busy_meter {
     int cap, used;
     bool on;
 } qs_busy_meter;
+
+/* Replay of a model's training passes as captured backend graphs (graph/capture.c). */
+typedef enum qs_pass { QS_PASS_FORWARD = 0, QS_PASS_BACKWARD = 1 } qs_pass;
+typedef struct qs_capture {
+    bool on;                   /* wanted (set before training): capture where possible */
+    bool failed;               /* a capture failed (logged): every pass runs eagerly from then on */
+    char failure[256];         /* then: which pass, and the backend's reason */
+    void *graph[2];            /* per qs_pass: the captured training pass, or NULL */
+    float loss_scale;          /* the loss scale graph[QS_PASS_BACKWARD] was captured with */
+    bool warm[2];              /* per qs_pass: one ran op by op since the buffers were laid out */
+    int64_t eager[2];          /* passes run op by op */
+    int64_t replays[2];        /* passes run as a graph (the capturing pass included) */
+} qs_capture;
 
 typedef struct qs_model {
     char arch[32];             /* "cnn", "resnet18", ... */
@@ -272,6 +286,9 @@ typedef struct qs_model {
     bool training;
     uint64_t seed;
     int64_t step;              /* increments per training forward; feeds dropout counters */
+    int64_t *step_dev;         /* backend memory: `step`, written by each training forward (the
+                                * counter captured graphs read: qs_sr.counter_at) */
+    qs_capture capture;
     float loss_scale;          /* set by qs_model_backward: dlogits = (p - onehot)·loss_scale/batch */
     /* Quantization options of low-precision GEMM nodes (set before qs_model_setup):
      * grad_round_nearest rounds gradients to nearest instead of stochastically (harsher:
@@ -327,6 +344,24 @@ int qs_model_fuse(qs_model *m);
  * the fused ReLU's backward then masks. Called by qs_model_insert_casts when qs_model_fuse ran
  * (qs_model.fuse_casts); returns the number of fused casts. */
 int qs_model_fuse_casts(qs_model *m);
+
+/* ---- captured passes (graph/capture.c) ----
+ * With m->capture.on, a training pass (forward or backward) runs as a backend graph when
+ * qs_capture_blocker finds nothing against it and the step is neither timed nor GPU-busy
+ * metered: the first pass of each kind after the buffers are laid out runs eagerly (lazy
+ * library set-up happens there), the second is captured, later ones replay the capture. A
+ * backward captured at one loss scale is captured again when the scale changes. Results are
+ * bitwise those of eager passes. */
+
+/* Why m's training passes cannot be captured (a sentence), or NULL when they can. */
+const char *qs_capture_blocker(const qs_model *m);
+/* Run one training pass: `eager` (the op-by-op pass) directly, or captured and replayed as
+ * described above. A capture that fails is logged, and the pass and every later one run
+ * eagerly. */
+qs_status qs_capture_run(qs_model *m, qs_pass pass, qs_status (*eager)(qs_model *m));
+/* Free the captured graphs (they hold the buffers' addresses): called when buffers are
+ * released; the next passes warm up and capture again. */
+void qs_capture_release(qs_model *m);
 
 /* Whether node n runs ops and owns buffers of its own (not fused into another node). */
 static inline bool qs_node_runs(const qs_node *n) { return n->alias_of < 0 && n->fused_into < 0; }

@@ -137,7 +137,9 @@ static qs_status qs_gemm_dy(qs_model *m, qs_node *n, qs_gemm_shape sh, bool fold
     if (gdt == QS_BF16 || gdt == QS_F16) dy->scale = NULL;
     if (!fold && n->quant_step == m->step) return QS_OK; /* already quantized in this step */
     const uint64_t node_index = (uint64_t)(n - m->nodes);
-    const qs_sr sr = {.key = qs_rng_key(m->seed, "sr", 4 * node_index + (fold ? 1 : 0)), .counter = (uint64_t)m->step};
+    const qs_sr sr = {.key = qs_rng_key(m->seed, "sr", 4 * node_index + (fold ? 1 : 0)),
+                      .counter = (uint64_t)m->step,
+                      .counter_at = m->capture.on ? (const uint64_t *)(const void *)m->step_dev : NULL};
     const float *col_scale = fold ? w_scales(n, sh) : NULL;
     qs_quant_delayed dl;
     QS_TRY(m->be->ops->quantize(m->be, m->stream, sh.dy_rows, sh.dy_cols, n->dy, col_scale, gdt, n->saved[slot], scale,

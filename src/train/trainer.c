@@ -305,6 +305,7 @@ static qs_status qs_train_build(const qs_train_config *c, qs_train_job *j, qs_mo
     QS_TRY(qs_train_initial_split(c, j));
     /* every rank initialises identical parameters from the seed; the replica check confirms it */
     QS_TRY(qs_model_setup(j->m, j->be, j->local_batch, c->seed));
+    j->m->capture.on = !c->no_graphs;
     QS_TRY(qs_train_check_memory_cap(c, j));
     QS_TRY(qs_optimizer_init(&j->opt, j->be, &j->m->params, &c->optim));
     j->opt_ready = true;
@@ -674,6 +675,22 @@ static qs_status qs_train_worker_report(const qs_train_config *c, qs_train_job *
                                    c->device_type, c->log, j->world > 1 || c->slowdown > 1, &res->workers);
 }
 
+/* How many training passes ran as captured graphs and op by op, and why the latter where no
+ * pass could be captured (logged on a GPU, where capture is the default). */
+static void qs_train_graph_report(const qs_train_config *c, qs_train_job *j, qs_train_result *res) {
+    const qs_capture *cap = &j->m->capture;
+    res->graph_passes = cap->replays[QS_PASS_FORWARD] + cap->replays[QS_PASS_BACKWARD];
+    res->eager_passes = cap->eager[QS_PASS_FORWARD] + cap->eager[QS_PASS_BACKWARD];
+    const char *why = c->no_graphs ? "--no-graphs" : cap->failed ? cap->failure
+                                                                   : qs_capture_blocker(j->m);
+    res->eager_reason[0] = '\0';
+    if ((res->graph_passes == 0 || cap->failed) && why) snprintf(res->eager_reason, sizeof res->eager_reason, "%s", why);
+    if (c->cuda)
+        qs_log_info(c->log, "training passes: %lld replayed as CUDA graphs, %lld op by op%s%s",
+                    (long long)res->graph_passes, (long long)res->eager_passes, res->eager_reason[0] ? ": " : "",
+                    res->eager_reason);
+}
+
 static qs_status qs_train_loop(const qs_train_config *c, qs_train_job *j, const qs_model_options *mo,
                                qs_train_result *res) {
     int64_t spe = qs_loader_steps_per_epoch(&j->loader);
@@ -730,6 +747,7 @@ static qs_status qs_train_loop(const qs_train_config *c, qs_train_job *j, const 
     res->wall_s = train_ms / 1e3;
     res->images_per_s = train_ms > 0 ? 1e3 * (double)((step - first) * c->batch) / train_ms : 0;
     res->label_len = j->m->label_len;
+    qs_train_graph_report(c, j, res);
     QS_TRY(qs_train_worker_report(c, j, res));
     if (j->scaler.skipped > 0)
         qs_log_info(c->log, "loss scaling: %lld of %lld steps skipped for non-finite gradients; final scale %g",

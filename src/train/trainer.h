@@ -57,6 +57,8 @@ typedef struct qs_train_config {
     int64_t gpu_busy_steps;     /* GPU only: over N steps after 2 warm-up steps, the fraction of the
                                  * step time the GPU spent in the model's ops and the optimizer
                                  * (events around each; not with profile_steps) */
+    bool no_graphs;             /* run every training pass op by op, never as a captured graph
+                                 * (graph/graph.h "captured passes"; only the GPU captures) */
     int64_t stop_at;            /* stop after this step with a checkpoint, as if interrupted (0 = off) */
     int64_t checkpoint_every;   /* also checkpoint every N steps (0 = only at epoch ends) */
     /* Set asynchronously (non-zero, by the signal-waiting thread) to ask the loop to checkpoint
@@ -118,6 +120,10 @@ typedef struct qs_train_result {
     char loss_scale_mode[16];   /* "none", "static", "dynamic" */
     double loss_scale;          /* the final loss scale (1 for none) */
     int64_t skipped_steps;      /* optimizer steps skipped for non-finite gradients (in total) */
+    int64_t graph_passes;       /* training passes (forward, backward) of this run replayed as captured graphs */
+    int64_t eager_passes;       /* those run op by op */
+    char eager_reason[288];     /* why passes run op by op, where none could be captured or a capture
+                                 * failed ("" otherwise) */
     char batch_split[256];      /* the ranks' local batches at the end, "36,28" */
     int64_t rebalances;         /* dynamic batching: times the split changed */
 } qs_train_result;

@@ -1,5 +1,6 @@
 /* tests/support/run_cmd.c — process and scratch-directory helpers for the tests (run_cmd.h). */
 #include "run_cmd.h"
+#include "core/backend.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -127,4 +128,17 @@ void qs_test_expect_qsync(int want, const char *needle, const char *args) {
         fail();
     }
     free(out);
+}
+
+int qs_test_gpu_suite_start(const char *suite) {
+    qs_backend *be = NULL;
+    if (qs_backend_cuda_create(0, &be) == QS_OK) {
+        be->ops->destroy(be);
+        return 0;
+    }
+    fprintf(stderr, "%s: no usable GPU: %s\n", suite, qs_last_error());
+    const char *req = getenv("QS_REQUIRE_GPU");
+    if (req && strcmp(req, "1") == 0) return 1;
+    fprintf(stderr, "%s: skipped (runs on the GPU machine: scripts/gpu-suite.sh run)\n", suite);
+    return 77;
 }
