@@ -318,7 +318,8 @@ static void test_errors(void **state) {
     int32_t bad_label[1] = {7};
     assert_int_equal(OPS->softmax_xent_forward(g_be, STREAM, 1, 5, buf, bad_label, buf, buf), QS_ERR_INVALID_ARG);
     assert_int_equal(OPS->cast(g_be, STREAM, 4, buf, QS_F32, buf, QS_S8), QS_ERR_UNSUPPORTED);
-    assert_int_equal(OPS->dropout_forward(g_be, STREAM, 4, buf, buf, (uint8_t *)buf, 1.5f, 1, 0), QS_ERR_INVALID_ARG);
+    assert_int_equal(OPS->dropout_forward(g_be, STREAM, 4, buf, buf, (uint8_t *)buf, 1.5f, &(qs_dropout_rng){.key = 1}),
+                     QS_ERR_INVALID_ARG);
     assert_int_equal(OPS->adamw_step(g_be, STREAM, 4, buf, buf, buf, buf, 0.1f, 0.9f, 0.99f, 1e-8f, 0, 0),
                      QS_ERR_INVALID_ARG);
 }
@@ -578,9 +579,10 @@ static void test_dropout(void **state) {
     const int64_t n = 100003;
     const float p = 0.3f;
     const uint64_t key = qs_rng_key(42, "dropout", 3), cb = 1000;
+    const qs_dropout_rng rng = {.key = key, .counter_base = cb};
     float *x = rnd(n, -1, 1), *y = tf(n), *y2 = tf(n), *ref = tf(n);
     uint8_t *mask = talloc((size_t)n), *mask2 = talloc((size_t)n);
-    ASSERT_OK(OPS->dropout_forward(g_be, STREAM, n, x, y, mask, p, key, cb));
+    ASSERT_OK(OPS->dropout_forward(g_be, STREAM, n, x, y, mask, p, &rng));
     /* the mask is exactly the header's recipe */
     const float scale = 1.0f / (1.0f - p);
     int64_t kept = 0;
@@ -597,11 +599,18 @@ static void test_dropout(void **state) {
     double frac = (double)kept / (double)n, sd = sqrt(p * (1 - p) / (double)n);
     printf("dropout keep fraction %.5f (expected %.5f ± %.5f)\n", frac, 1 - p, 5 * sd);
     assert_true(fabs(frac - (1 - p)) < 5 * sd);
-    /* same counter runs are identical; another counter gives another mask */
-    ASSERT_OK(OPS->dropout_forward(g_be, STREAM, n, x, y2, mask2, p, key, cb));
+    /* same counter runs are identical, also with the base read through step_at (step 10 ·
+     * stride 100 = cb; counter_base then ignored); another counter gives another mask */
+    ASSERT_OK(OPS->dropout_forward(g_be, STREAM, n, x, y2, mask2, p, &rng));
     assert_memory_equal(mask, mask2, (size_t)n);
     assert_memory_equal(y, y2, (size_t)n * sizeof(float));
-    ASSERT_OK(OPS->dropout_forward(g_be, STREAM, n, x, y2, mask2, p, key, cb + (uint64_t)n));
+    const int64_t step = 10;
+    memset(mask2, 0, (size_t)n);
+    ASSERT_OK(OPS->dropout_forward(g_be, STREAM, n, x, y2, mask2, p,
+                                   &(qs_dropout_rng){.key = key, .counter_base = 7, .step_at = &step, .step_stride = 100}));
+    assert_memory_equal(mask, mask2, (size_t)n);
+    ASSERT_OK(OPS->dropout_forward(g_be, STREAM, n, x, y2, mask2, p,
+                                   &(qs_dropout_rng){.key = key, .counter_base = cb + (uint64_t)n}));
     int64_t same = 0;
     for (int64_t i = 0; i < n; i++) same += mask[i] == mask2[i];
     assert_true(same < n - n / 10);
@@ -615,9 +624,9 @@ static void test_dropout(void **state) {
     for (int64_t i = 0; i < n; i++) ref[i] = dx0[i] + (mask[i] ? dy[i] * scale : 0.0f);
     CHECK_EQ("dropout bwd accumulate", dxa, ref, n);
     /* p = 0 keeps everything unchanged, p = 1 drops everything */
-    ASSERT_OK(OPS->dropout_forward(g_be, STREAM, n, x, y, mask, 0.0f, key, cb));
+    ASSERT_OK(OPS->dropout_forward(g_be, STREAM, n, x, y, mask, 0.0f, &rng));
     CHECK_EQ("dropout p=0", y, x, n);
-    ASSERT_OK(OPS->dropout_forward(g_be, STREAM, n, x, y, mask, 1.0f, key, cb));
+    ASSERT_OK(OPS->dropout_forward(g_be, STREAM, n, x, y, mask, 1.0f, &rng));
     for (int64_t i = 0; i < n; i++) assert_true(y[i] == 0.0f && mask[i] == 0);
 }
 

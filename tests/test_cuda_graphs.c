@@ -5,9 +5,9 @@
  * BF16 gradients (its step counter read from device memory), batch norm writing BF16 casts
  * (resnet18), FP8 GEMMs with transposed copies (mlp), the transformer with fused attention and
  * stream-ordered scratch (gpt-mini), FP16 with a dynamic loss scale that changes every few
- * steps (the backward pass captured again at each scale), steps taken op by op inside a run
- * (the GPU-busy window) and configurations that must stay op by op (dropout, delayed FP8
- * scaling), which must say why.
+ * steps (the backward pass captured again at each scale), dropout and delayed FP8 scaling
+ * (their step read from device memory too), steps taken op by op inside a run (the GPU-busy
+ * window), and two ranks sharing the GPU, which must stay op by op and say why.
  * Runs on the GPU machine (scripts/gpu-suite.sh run); elsewhere it says why and exits 77
  * (QS_REQUIRE_GPU=1 makes that a failure). */
 #include <setjmp.h>
@@ -22,24 +22,27 @@
 #include <cjson/cJSON.h>
 
 #include "core/backend.h"
+#include "dist_run.h"
 #include "run_cmd.h"
 
 #define STEPS 10
 #define COMMON "train --device cuda:0 --no-progress --quiet --json --steps 10 --eval-subset 128"
 
 /* One training configuration and the replayed passes it must report (-1: none, with an
- * eager_reason containing `reason`). */
+ * eager_reason containing `reason`); ranks > 0: under mpirun with that many ranks. */
 typedef struct graph_case {
     const char *name, *args;
     int replayed;
     const char *reason;
+    int ranks;
 } graph_case;
 
 /* Run `COMMON args --checkpoint-dir tmp/name-tag` (plus `extra`); returns its parsed JSON. */
 static cJSON *train(const graph_case *k, const char *tag, const char *extra) {
-    char a[1536], *out = NULL;
+    char a[1536], cmd[2048], *out = NULL;
     snprintf(a, sizeof a, COMMON " %s %s --checkpoint-dir %s/%s-%s", k->args, extra, qs_test_tmp, k->name, tag);
-    int rc = qs_test_run_qsync(a, &out);
+    qs_test_ranks_command(k->ranks, a, cmd, sizeof cmd);
+    int rc = qs_test_run_shell(cmd, &out);
     cJSON *doc = out ? cJSON_Parse(out) : NULL;
     if (rc != 0 || !doc) fail_msg("%s (%s): qsync exited %d:\n%s", k->name, tag, rc, out ? out : "(no output)");
     free(out);
@@ -94,24 +97,33 @@ static void test_replay_bit_exact(void **state) {
     snprintf(gpt_bf16, sizeof gpt_bf16, "%s --precision bf16", gpt);
     snprintf(gpt_fp8, sizeof gpt_fp8, "%s --precision fp8", gpt);
     const graph_case cases[] = {
-        {"cnn-bf16", "--model cnn --width 8 --data synthetic --batch 64 --train-subset 1280 --precision bf16", all, NULL},
+        {"cnn-bf16", "--model cnn --width 8 --data synthetic --batch 64 --train-subset 1280 --precision bf16", all, NULL, 0},
         {"resnet18-bf16", "--model resnet18 --width 8 --data synthetic:32x32x3 --batch 32 --train-subset 640 "
-                          "--precision bf16", all, NULL},
+                          "--precision bf16", all, NULL, 0},
         {"mlp-fp8", "--model mlp --width 256 --data synthetic --batch 64 --train-subset 1280 --precision fp8", all,
-         NULL},
+         NULL, 0},
         {"cnn-fp16-dynamic-scale", "--model cnn --width 8 --data synthetic --batch 64 --train-subset 1280 "
-                                   "--precision fp16 --loss-scale dynamic --loss-scale-window 3", all, NULL},
-        {"gpt-mini-bf16", gpt_bf16, all, NULL},
-        {"gpt-mini-fp8", gpt_fp8, all, NULL},
+                                   "--precision fp16 --loss-scale dynamic --loss-scale-window 3", all, NULL, 0},
+        {"gpt-mini-bf16", gpt_bf16, all, NULL, 0},
+        {"gpt-mini-fp8", gpt_fp8, all, NULL, 0},
         /* GPU-busy steps 3-5 run op by op (events around every op); the graphs replay after them */
         {"cnn-bf16-busy-window", "--model cnn --width 8 --data synthetic --batch 64 --train-subset 1280 "
-                                 "--precision bf16 --gpu-busy-steps 3", 2 * (STEPS - 4), NULL},
+                                 "--precision bf16 --gpu-busy-steps 3", 2 * (STEPS - 4), NULL, 0},
         {"cnn-dropout", "--model cnn --width 8 --data synthetic --batch 64 --train-subset 1280 --precision bf16 "
-                        "--dropout 0.25", -1, "dropout"},
+                        "--dropout 0.25", all, NULL, 0},
+        {"gpt-mini-dropout", "--model gpt-mini --data synthetic-text:256:64 --batch 16 --optimizer adamw --lr 1e-3 "
+                             "--precision bf16 --dropout 0.1", all, NULL, 0},
         {"mlp-fp8-delayed", "--model mlp --width 256 --data synthetic --batch 64 --train-subset 1280 --precision fp8 "
-                            "--fp8-scaling delayed:4", -1, "delayed FP8 scaling"},
+                            "--fp8-scaling delayed:4", all, NULL, 0},
+        {"cnn-bf16-2-ranks", "--model cnn --width 8 --data synthetic --batch 64 --train-subset 1280 --precision bf16",
+         -1, "data parallelism", 2},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_case(&cases[i]);
+}
+
+static int group_setup(void **state) {
+    qs_test_mpi_env();
+    return qs_test_tmpdir_setup(state);
 }
 
 int main(void) {
@@ -120,5 +132,5 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_replay_bit_exact),
     };
-    return cmocka_run_group_tests(tests, qs_test_tmpdir_setup, qs_test_tmpdir_teardown);
+    return cmocka_run_group_tests(tests, group_setup, qs_test_tmpdir_teardown);
 }

@@ -714,7 +714,9 @@ static void test_quantize_counter_at(void **state) {
 /* FP8 delayed scaling: a sequence of quantizations of growing and shrinking tensors through
  * one amax history (len 3), GPU against CPU: codes, scales and the history bit for bit after
  * every call, with nearest and stochastic rounding, a col_scale, a transposed copy, a call
- * that does not record, and a flat tensor; then non-finite input reported by stream_sync. */
+ * that does not record, and a flat tensor — for E5M2 with the slot taken from a step in
+ * memory (step_at: step + 1, not the slot passed) — then non-finite input reported by
+ * stream_sync. */
 static void test_quantize_delayed(void **state) {
     BEGIN();
     const int64_t rows = 70, cols = 130, n = rows * cols;
@@ -729,8 +731,12 @@ static void test_quantize_delayed(void **state) {
             for (int64_t i = 0; i < n; i++) x[i] *= gain[step];
             const bool sr_on = step % 2 == 1, cs_on = step == 2, flat = step == 4, record = step != 3;
             const qs_sr sr = {.key = 77, .counter = (uint64_t)step, .offset = 0};
-            const qs_quant_delayed cdl = {.amax = ch, .len = 3, .slot = step % 3, .record = record};
-            const qs_quant_delayed gdl = {.amax = gh, .len = 3, .slot = step % 3, .record = record};
+            const bool at = dts[d] == QS_F8E5M2;
+            const int64_t step_mem = step + 1;
+            const qs_quant_delayed cdl = {.amax = ch, .len = 3, .slot = step % 3, .record = record,
+                                          .step_at = at ? &step_mem : NULL};
+            const qs_quant_delayed gdl = {.amax = gh, .len = 3, .slot = step % 3, .record = record,
+                                          .step_at = at ? dup_gpu(&step_mem, sizeof step_mem) : NULL};
             const int64_t r = flat ? 1 : rows, c = flat ? n : cols;
             char what[160];
             snprintf(what, sizeof what, "quantize %s delayed step %d%s%s%s%s", qs_dtype_name(dts[d]), step,
@@ -739,6 +745,9 @@ static void test_quantize_delayed(void **state) {
             float cs, hs;
             ASSERT_OK(COPS->quantize(g_cpu, CST, r, c, x, cs_on ? colsc : NULL, dts[d], cq, &cs, false, sr_on ? &sr : NULL,
                                      flat ? NULL : ct, &cdl));
+            if (at && step == 0)
+                check_fact("quantize f8e5m2 delayed step_at: the CPU records into slot (step + 1) mod 3",
+                           ch[1] > 0.0f && ch[0] == 0.0f, "");
             void *gq = dalloc((size_t)n, POISON), *gt = dalloc((size_t)n, POISON);
             float *gs = dalloc_f(1);
             if (!gpu_ok_(GOPS->quantize(g_gpu, GST, r, c, dup_gpu_f(x, n), cs_on ? gcol : NULL, dts[d], gq, gs, false,
@@ -948,15 +957,26 @@ static void test_dropout(void **state) {
         float *x = rnd(n, -1, 1), *dy = rnd(n, -1, 1), *base = rnd(n, -1, 1);
         float *cy = hf(n), *hy = hf(n), *gy = dalloc_f(n), *gx = dup_gpu_f(x, n);
         uint8_t *cm = halloc((size_t)n), *hm = halloc((size_t)n), *gm = dalloc((size_t)n, POISON);
-        ASSERT_OK(COPS->dropout_forward(g_cpu, CST, n, x, cy, cm, p, key, cb));
+        const qs_dropout_rng rng = {.key = key, .counter_base = cb};
+        ASSERT_OK(COPS->dropout_forward(g_cpu, CST, n, x, cy, cm, p, &rng));
         snprintf(what, sizeof what, "dropout fwd n=%lld p=%g counter_base=%llu", (long long)n, (double)p,
                  (unsigned long long)cb);
-        if (!gpu_ok_(GOPS->dropout_forward(g_gpu, GST, n, gx, gy, gm, p, key, cb), what)) continue;
+        if (!gpu_ok_(GOPS->dropout_forward(g_gpu, GST, n, gx, gy, gm, p, &rng), what)) continue;
         if (dget(hm, gm, (size_t)n, what)) {
             char mw[192];
             snprintf(mw, sizeof mw, "%s: mask", what);
             check_bits(mw, hm, cm, n, 1, NULL);
         }
+        /* the base read from device memory (step_at · step_stride = cb; counter_base ignored) */
+        const int64_t step_val = (int64_t)cb;
+        const qs_dropout_rng rng_at = {.key = key, .counter_base = cb + 1,
+                                       .step_at = dup_gpu(&step_val, sizeof step_val), .step_stride = 1};
+        uint8_t *gm_at = dalloc((size_t)n, POISON);
+        float *gy_at = dalloc_f(n);
+        snprintf(what, sizeof what, "dropout fwd n=%lld p=%g base from device memory", (long long)n, (double)p);
+        if (gpu_ok_(GOPS->dropout_forward(g_gpu, GST, n, gx, gy_at, gm_at, p, &rng_at), what) &&
+            dget(hm, gm_at, (size_t)n, what))
+            check_bits(what, hm, cm, n, 1, NULL);
         /* kept values are x·(1/(1-p)): one rounding (the factor may be formed in float or double) */
         if (dget(hy, gy, (size_t)n * 4, what)) check_tol(what, hy, cy, n, 1, -1);
         /* backward from the CPU's mask, overwrite and accumulate */
@@ -1434,8 +1454,9 @@ static void test_arg_errors(void **state) {
     PARITY("relu n=-1", COPS->relu_forward(g_cpu, CST, -1, cb, cb), GOPS->relu_forward(g_gpu, GST, -1, gb, gb));
     PARITY("relu NULL x", COPS->relu_forward(g_cpu, CST, 4, NULL, cb), GOPS->relu_forward(g_gpu, GST, 4, NULL, gb));
     PARITY("cast f32 -> s8", COPS->cast(g_cpu, CST, 4, cb, QS_F32, cb, QS_S8), GOPS->cast(g_gpu, GST, 4, gb, QS_F32, gb, QS_S8));
-    PARITY("dropout p=1.5", COPS->dropout_forward(g_cpu, CST, 4, cb, cb, (uint8_t *)cb, 1.5f, 1, 0),
-           GOPS->dropout_forward(g_gpu, GST, 4, gb, gb, (uint8_t *)gb, 1.5f, 1, 0));
+    const qs_dropout_rng rng1 = {.key = 1};
+    PARITY("dropout p=1.5", COPS->dropout_forward(g_cpu, CST, 4, cb, cb, (uint8_t *)cb, 1.5f, &rng1),
+           GOPS->dropout_forward(g_gpu, GST, 4, gb, gb, (uint8_t *)gb, 1.5f, &rng1));
     PARITY("adamw step 0", COPS->adamw_step(g_cpu, CST, 4, cb, cb, cb, cb, 0.1f, 0.9, 0.99, 1e-8f, 0, 0),
            GOPS->adamw_step(g_gpu, GST, 4, gb, gb, gb, gb, 0.1f, 0.9, 0.99, 1e-8f, 0, 0));
     PARITY("batchnorm train rows=1", COPS->batchnorm_forward_train(g_cpu, CST, 1, 1, cb, NULL, NULL, cb, QS_F32, cb, cb, NULL, NULL, 0.1f, 1e-5f, false),

@@ -69,6 +69,15 @@ qs_dtype qs_precision_operand_dtype(qs_precision p, bool gradient);
 typedef enum qs_prec_support { QS_PREC_UNSUPPORTED = 0, QS_PREC_NATIVE, QS_PREC_EMULATED } qs_prec_support;
 const char *qs_prec_support_name(qs_prec_support s);   /* "unsupported", "native", "emulated" */
 
+/* The mask stream of a dropout: element i uses word i%4 of Philox(key, base + i/4), where
+ * base = counter_base, or — when step_at is not NULL (backend memory, read when the op runs, as
+ * a captured graph needs) — *step_at · step_stride. */
+typedef struct qs_dropout_rng {
+    uint64_t key, counter_base;
+    const int64_t *step_at;
+    uint64_t step_stride;
+} qs_dropout_rng;
+
 typedef struct qs_linear_desc {
     int64_t M, N, K;      /* Y(M,N) = X(M,K) · W(N,K)^T + b(N) */
     bool has_bias;
@@ -158,11 +167,13 @@ static inline size_t qs_attention_workspace_bytes(const qs_attention_desc *d) {
  * all-zero history (nothing recorded yet) falls back to this tensor's amax. With record,
  * this tensor's amax (of src·col_scale) is then written to amax[slot]. amax: backend memory,
  * len + 1 floats, zero before the first use; amax[len] is the call's working word.
- * 1 <= len, 0 <= slot < len. Non-finite input fails as without it. */
+ * 1 <= len, 0 <= slot < len. With step_at (backend memory, read when the op runs, as a captured
+ * graph needs) the slot is instead *step_at mod len. Non-finite input fails as without it. */
 typedef struct qs_quant_delayed {
     float *amax;
     int len, slot;
     bool record;
+    const int64_t *step_at;
 } qs_quant_delayed;
 
 /* quantize's rule for dst_t (NULL, or a 1-byte dtype with per-tensor scales); QS_ERR_INVALID_ARG
@@ -302,9 +313,9 @@ typedef struct qs_backend_ops {
     qs_status (*accumulate)(qs_backend *be, qs_stream *s, int64_t n, const float *src, float *dst,
                             bool accumulate);
     /* Inverted dropout: keep with probability 1-p, scale kept values by 1/(1-p). The mask
-     * (uint8, one per element) comes from Philox(key, counter_base + i/4). */
+     * (uint8, one per element) comes from the stream rng (qs_dropout_rng). */
     qs_status (*dropout_forward)(qs_backend *be, qs_stream *s, int64_t n, const float *x, float *y,
-                                 uint8_t *mask, float p, uint64_t key, uint64_t counter_base);
+                                 uint8_t *mask, float p, const qs_dropout_rng *rng);
     qs_status (*dropout_backward)(qs_backend *be, qs_stream *s, int64_t n, const float *dy,
                                   const uint8_t *mask, float p, float *dx, bool accumulate);
     /* Fused softmax + cross-entropy over logits (B, classes), labels int32 in [0,classes).

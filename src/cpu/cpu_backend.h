@@ -177,7 +177,7 @@ void qs_cpu_copy_or_add(int64_t n, const float *src, float *dst, bool accumulate
 
 /* ---- cpu_dropout.c ---- */
 qs_status qs_cpu_dropout_forward(qs_backend *be, qs_stream *s, int64_t n, const float *x, float *y,
-                                 uint8_t *mask, float p, uint64_t key, uint64_t counter_base);
+                                 uint8_t *mask, float p, const qs_dropout_rng *rng);
 qs_status qs_cpu_dropout_backward(qs_backend *be, qs_stream *s, int64_t n, const float *dy, const uint8_t *mask,
                                   float p, float *dx, bool accumulate);
 

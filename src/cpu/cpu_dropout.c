@@ -18,9 +18,12 @@ static qs_status dropout_p_check(const char *what, float p) {
 static float dropout_scale(float p) { return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; }
 
 qs_status qs_cpu_dropout_forward(qs_backend *be, qs_stream *s, int64_t n, const float *x, float *y,
-                                 uint8_t *mask, float p, uint64_t key, uint64_t counter_base) {
-    QS_TRY(qs_cpu_args_check("dropout_forward", n, 3, (const void *[]){x, y, mask}));
+                                 uint8_t *mask, float p, const qs_dropout_rng *rng) {
+    QS_TRY(qs_cpu_args_check("dropout_forward", n, 4, (const void *[]){x, y, mask, rng}));
     QS_TRY(dropout_p_check("dropout_forward", p));
+    if (n == 0) return QS_OK;
+    const uint64_t key = rng->key,
+                   counter_base = rng->step_at ? (uint64_t)*rng->step_at * rng->step_stride : rng->counter_base;
     const uint64_t thresh = (uint64_t)ceil((double)p * 4294967296.0); /* keep iff u32 >= thresh */
     const float scale = dropout_scale(p);
     const int64_t nblk = (n + 3) / 4;

@@ -157,7 +157,8 @@ static qs_status cpu_quantize_direct(qs_backend *be, int64_t rows, int64_t cols,
             float h = 0.0f;
             for (int k = 0; k < delayed->len; k++) h = fmaxf(h, delayed->amax[k]);
             if (h > 0.0f) use = h;
-            if (delayed->record) delayed->amax[delayed->slot] = amax;
+            if (delayed->record)
+                delayed->amax[delayed->step_at ? (int)(*delayed->step_at % delayed->len) : delayed->slot] = amax;
         }
         float enc = fp8_encode_scale(dt, use);
         QS_TRY(qs_f32_to_fp8(dt, n, src, enc, dst, sr));

@@ -168,7 +168,7 @@ qs_status qs_cuda_add_forward(qs_backend *be, qs_stream *s, int64_t n, const flo
                               bool relu);
 qs_status qs_cuda_accumulate(qs_backend *be, qs_stream *s, int64_t n, const float *src, float *dst, bool accumulate);
 qs_status qs_cuda_dropout_forward(qs_backend *be, qs_stream *s, int64_t n, const float *x, float *y, uint8_t *mask,
-                                  float p, uint64_t key, uint64_t counter_base);
+                                  float p, const qs_dropout_rng *rng);
 qs_status qs_cuda_dropout_backward(qs_backend *be, qs_stream *s, int64_t n, const float *dy, const uint8_t *mask,
                                    float p, float *dx, bool accumulate);
 qs_status qs_cuda_nhwc_to_nchw(qs_backend *be, qs_stream *s, int64_t N, int64_t H, int64_t W, int64_t C,

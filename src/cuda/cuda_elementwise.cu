@@ -167,12 +167,15 @@ struct DropoutBwd {
 
 /* ------------------------------------------------------------------------ dropout */
 
-/* Element i keeps iff word i%4 of Philox(key, counter_base + i/4) >= thresh (= ceil(p·2^32));
- * one thread per block of 4 elements, as the CPU (src/cpu/cpu_dropout.c). */
+/* Element i keeps iff word i%4 of Philox(key, base + i/4) >= thresh (= ceil(p·2^32)), base as
+ * qs_dropout_rng says (rng passed by value, step_at read here); one thread per block of 4
+ * elements, as the CPU (src/cpu/cpu_dropout.c). */
 __global__ void __launch_bounds__(kThreads)
-    k_dropout_fwd(int64_t n, const float *x, float *y, uint8_t *mask, uint64_t thresh, float scale, uint64_t key,
-                  uint64_t counter_base, bool vec) {
+    k_dropout_fwd(int64_t n, const float *x, float *y, uint8_t *mask, uint64_t thresh, float scale, qs_dropout_rng rng,
+                  bool vec) {
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    const uint64_t key = rng.key,
+                   counter_base = rng.step_at ? (uint64_t)*rng.step_at * rng.step_stride : rng.counter_base;
     const int64_t nblk = (n + 3) / 4;
     for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < nblk; j += stride) {
         uint32_t u[4];
@@ -460,14 +463,14 @@ qs_status qs_cuda_accumulate(qs_backend *be, qs_stream *s, int64_t n, const floa
 
 /* Inverted dropout: mask[i] = keep (uint8 0/1, the CPU's bits), y = keep ? x/(1-p) : 0. */
 qs_status qs_cuda_dropout_forward(qs_backend *be, qs_stream *s, int64_t n, const float *x, float *y, uint8_t *mask,
-                                  float p, uint64_t key, uint64_t counter_base) {
-    QS_TRY(args_check("dropout_forward", n, {x, y, mask}));
+                                  float p, const qs_dropout_rng *rng) {
+    QS_TRY(args_check("dropout_forward", n, {x, y, mask, rng}));
     QS_TRY(dropout_p_check("dropout_forward", p));
     if (n == 0) return QS_OK;
     const uint64_t thresh = (uint64_t)ceil((double)p * 4294967296.0); /* keep iff u32 >= thresh */
     const bool vec = aligned16({x, y}) && aligned(mask, 4);
     k_dropout_fwd<<<grid_for(be, (n + 3) / 4), kThreads, 0, stream_of(be, s)>>>(n, x, y, mask, thresh,
-                                                                                  dropout_scale(p), key, counter_base, vec);
+                                                                                  dropout_scale(p), *rng, vec);
     return qs_cuda_check_launch("dropout_forward");
 }
 

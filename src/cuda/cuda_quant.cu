@@ -47,8 +47,11 @@ typedef struct qq_args {
     int64_t rows;  /* the tiled kernel's shape (n = rows·cols) */
     void *dst_t;   /* NULL or (cols, rows) row-major: the tiled kernel's transposed copy */
     /* delayed scaling (tiled kernel with AMAX): NULL or where this tensor's amax bits are
-     * recorded (atomicMax), and the backend's flag word for non-finite input */
+     * recorded (atomicMax) — with amax_step_at, amax_out[*amax_step_at mod amax_len] — and the
+     * backend's flag word for non-finite input */
     unsigned *amax_out, *flags;
+    const int64_t *amax_step_at;
+    int amax_len;
 } qq_args;
 
 /* ------------------------------------------------------------------ host helpers */
@@ -189,10 +192,12 @@ static __global__ void qq_fp8_scale_kernel(float *scales, float fmt_max, unsigne
 }
 
 /* Delayed scaling, first step (one warp): amax[len] = the largest of amax[0..len) as bits
- * (0 when nothing is recorded); then, with record, amax[slot] = 0, ready for this call's
- * atomicMax. History entries are finite and >= 0, so their bits order like their values. */
-static __global__ void qq_history_kernel(float *amax, int len, int slot, bool record) {
+ * (0 when nothing is recorded); then, with record, amax[slot] = 0 (slot = *step_at mod len
+ * when step_at is set), ready for this call's atomicMax. History entries are finite and >= 0,
+ * so their bits order like their values. */
+static __global__ void qq_history_kernel(float *amax, int len, int slot, const int64_t *step_at, bool record) {
     unsigned *bits = reinterpret_cast<unsigned *>(amax);
+    if (step_at) slot = (int)(*step_at % len);
     unsigned m = 0;
     for (int k = (int)threadIdx.x; k < len; k += 32) m = max(m, bits[k]);
     m = __reduce_max_sync(0xFFFFFFFFu, m);
@@ -405,7 +410,8 @@ static __global__ void __launch_bounds__(QQ_THREADS) qq_quant_tile_kernel(qq_arg
         amax = qq_block_max(amax);
         if (threadIdx.x == 0) {
             if (amax >= 0x7F800000u) atomicOr(a.flags, (unsigned)QS_CUDA_FLAG_NONFINITE_QUANTIZE);
-            else if (a.amax_out && amax) atomicMax(a.amax_out, amax);
+            else if (a.amax_out && amax)
+                atomicMax(a.amax_step_at ? a.amax_out + *a.amax_step_at % a.amax_len : a.amax_out, amax);
         }
     }
 }
@@ -546,6 +552,8 @@ qs_status qs_cuda_quantize(qs_backend *be, qs_stream *s, int64_t rows, int64_t c
     a.rows = rows;
     a.dst_t = dst_t;
     a.amax_out = NULL;
+    a.amax_step_at = NULL;
+    a.amax_len = 1;
     a.flags = NULL;
     const bool use_sr = sr != NULL;
     switch (dt) {
@@ -569,10 +577,15 @@ qs_status qs_cuda_quantize(qs_backend *be, qs_stream *s, int64_t rows, int64_t c
     case QS_F8E5M2: {
         const unsigned *gate = NULL; /* delayed: the history's maximum, amax[len] */
         if (delayed) {
-            qq_history_kernel<<<1, 32, 0, st>>>(delayed->amax, delayed->len, delayed->slot, delayed->record);
+            qq_history_kernel<<<1, 32, 0, st>>>(delayed->amax, delayed->len, delayed->slot, delayed->step_at,
+                                                 delayed->record);
             QS_TRY(qs_cuda_check_launch("quantize to fp8: amax history kernel"));
             gate = reinterpret_cast<const unsigned *>(delayed->amax + delayed->len);
-            a.amax_out = delayed->record ? reinterpret_cast<unsigned *>(delayed->amax + delayed->slot) : NULL;
+            a.amax_out = !delayed->record  ? NULL
+                         : delayed->step_at ? reinterpret_cast<unsigned *>(delayed->amax)
+                                            : reinterpret_cast<unsigned *>(delayed->amax + delayed->slot);
+            a.amax_step_at = delayed->step_at;
+            a.amax_len = delayed->len;
             a.flags = flags;
         }
         QS_TRY(qq_amax(be, st, a, rows, false, scales, gate));

@@ -2,8 +2,9 @@
  * (CUDA graphs; graph/graph.h "captured passes"). A replay queues every op of a pass with one
  * launch, which removes the host's per-op launch cost from the step; the ops, pointers and
  * arguments are those of the captured pass, so a replay computes what the eager pass computes.
- * What varies from step to step must therefore live in backend memory: the step counter of
- * stochastic rounding does (qs_model.step_dev); what does not is listed by qs_capture_blocker. */
+ * What varies from step to step must therefore live in backend memory: the step counter that
+ * stochastic rounding and dropout masks read does (qs_model.step_dev); what does not is listed
+ * by qs_capture_blocker. */
 #include <stdio.h>
 
 #include "graph/graph.h"
@@ -11,13 +12,7 @@
 const char *qs_capture_blocker(const qs_model *m) {
     if (!m->be || !m->be->ops->capture_begin) return "the backend has no graph capture";
     if (m->grads_ready || m->grads_done) return "data parallelism runs host code between the backward ops";
-    if (m->fp8_amax_history > 0) return "delayed FP8 scaling picks its amax-history slot on the host";
     if (m->emulation.slowdown > 1 || m->emulation.cpu_threads > 0) return "an emulated slowdown times every op";
-    for (int i = 0; i < m->n_nodes; i++) {
-        const qs_node *n = &m->nodes[i];
-        if (n->kind == QS_NODE_DROPOUT && n->cfg.dropout.p > 0.0f && qs_node_runs(n))
-            return "dropout draws its masks from the host's step counter";
-    }
     return NULL;
 }
 

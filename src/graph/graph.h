@@ -285,7 +285,8 @@ typedef struct qs_model {
     void *grad_scratch;        /* per-op scratch for fan-in accumulation */
     bool training;
     uint64_t seed;
-    int64_t step;              /* increments per training forward; feeds dropout counters */
+    int64_t step;              /* increments per training forward; feeds dropout and SR counters and
+                                * the FP8 amax-history slot */
     int64_t *step_dev;         /* backend memory: `step`, written by each training forward (the
                                 * counter captured graphs read: qs_sr.counter_at) */
     qs_capture capture;

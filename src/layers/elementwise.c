@@ -93,15 +93,19 @@ static qs_status dropout_setup(qs_model *m, qs_node *n) {
     n->saved_bytes[0] = (size_t)numel(m, n);
     return m->be->ops->alloc(m->be, n->saved_bytes[0], &n->saved[0]);
 }
-/* Mask stream: key (seed, "dropout", node index), 128-bit blocks counted per step. */
+/* Mask stream: key (seed, "dropout", node index), 128-bit blocks counted per step (the step
+ * read from backend memory where passes may be captured: qs_model.step_dev). */
 static qs_status dropout_forward(qs_model *m, qs_node *n) {
     int64_t count = numel(m, n);
     const float *x = qs_layer_input(m, n, 0)->y;
     if (!m->training || n->cfg.dropout.p == 0.0f)
         return m->be->ops->accumulate(m->be, m->stream, count, x, n->y, false);
-    uint64_t key = qs_rng_key(m->seed, "dropout", (uint64_t)(n - m->nodes));
-    uint64_t base = (uint64_t)m->step * (uint64_t)((count + 3) / 4);
-    return m->be->ops->dropout_forward(m->be, m->stream, count, x, n->y, n->saved[0], n->cfg.dropout.p, key, base);
+    const uint64_t blocks = (uint64_t)((count + 3) / 4);
+    const qs_dropout_rng rng = {.key = qs_rng_key(m->seed, "dropout", (uint64_t)(n - m->nodes)),
+                                .counter_base = (uint64_t)m->step * blocks,
+                                .step_at = m->capture.on ? m->step_dev : NULL,
+                                .step_stride = blocks};
+    return m->be->ops->dropout_forward(m->be, m->stream, count, x, n->y, n->saved[0], n->cfg.dropout.p, &rng);
 }
 static qs_status dropout_backward(qs_model *m, qs_node *n) {
     bool acc;

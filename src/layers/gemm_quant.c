@@ -28,7 +28,8 @@ size_t qs_fp8_history_bytes(const qs_model *m) { return align64((size_t)(m->fp8_
 const qs_quant_delayed *qs_fp8_delayed(const qs_model *m, float *hist, qs_quant_delayed *buf) {
     if (!hist) return NULL;
     *buf = (qs_quant_delayed){.amax = hist, .len = m->fp8_amax_history,
-                              .slot = (int)(m->step % m->fp8_amax_history), .record = m->training};
+                              .slot = (int)(m->step % m->fp8_amax_history), .record = m->training,
+                              .step_at = m->capture.on ? m->step_dev : NULL};
     return buf;
 }
 
