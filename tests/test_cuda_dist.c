@@ -349,11 +349,6 @@ static void test_nccl_one_rank(void **state) {
     free(back);
 }
 
-static int group_setup(void **state) {
-    qs_test_mpi_env();
-    return qs_test_tmpdir_setup(state);
-}
-
 int main(void) {
     const int rc = qs_test_gpu_suite_start("test_cuda_dist");
     if (rc) return rc;
@@ -368,5 +363,5 @@ int main(void) {
         cmocka_unit_test(test_stalled_rank),
         cmocka_unit_test(test_nccl_one_rank),
     };
-    return cmocka_run_group_tests(tests, group_setup, qs_test_tmpdir_teardown);
+    return cmocka_run_group_tests(tests, qs_test_mpi_tmpdir_setup, qs_test_tmpdir_teardown);
 }

@@ -121,16 +121,11 @@ static void test_replay_bit_exact(void **state) {
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_case(&cases[i]);
 }
 
-static int group_setup(void **state) {
-    qs_test_mpi_env();
-    return qs_test_tmpdir_setup(state);
-}
-
 int main(void) {
     const int rc = qs_test_gpu_suite_start("test_cuda_graphs");
     if (rc) return rc;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_replay_bit_exact),
     };
-    return cmocka_run_group_tests(tests, group_setup, qs_test_tmpdir_teardown);
+    return cmocka_run_group_tests(tests, qs_test_mpi_tmpdir_setup, qs_test_tmpdir_teardown);
 }

@@ -43,11 +43,6 @@
     "train --model cnn --width 8 --train-subset 2560 --eval-subset 256 --steps 20 --lr 0.01 --schedule constant "    \
     "--warmup 0 --threads 1 --no-progress --quiet --check-replicas 1"
 
-static int group_setup(void **state) {
-    qs_test_mpi_env();
-    return qs_test_tmpdir_setup(state);
-}
-
 /* FP32: 1 × 64 against 2 × 32 and 3 × 16... (48 = 3 × 16 against 1 × 48). */
 static void test_fp32_equivalence(void **state) {
     char a[512], b[512];
@@ -602,5 +597,5 @@ int main(void) {
         cmocka_unit_test(test_killed_rank),
         cmocka_unit_test(test_signalled_rank),
     };
-    return cmocka_run_group_tests(tests, group_setup, qs_test_tmpdir_teardown);
+    return cmocka_run_group_tests(tests, qs_test_mpi_tmpdir_setup, qs_test_tmpdir_teardown);
 }

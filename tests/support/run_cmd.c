@@ -142,3 +142,8 @@ int qs_test_gpu_suite_start(const char *suite) {
     fprintf(stderr, "%s: skipped (runs on the GPU machine: scripts/gpu-suite.sh run)\n", suite);
     return 77;
 }
+
+int qs_test_mpi_tmpdir_setup(void **state) {
+    qs_test_mpi_env();
+    return qs_test_tmpdir_setup(state);
+}

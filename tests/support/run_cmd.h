@@ -45,6 +45,9 @@ int qs_test_tmpdir_teardown(void **state);
 /* A cmocka test run in a fresh qs_test_tmp that is removed afterwards. */
 #define QS_TMPDIR_TEST(f) cmocka_unit_test_setup_teardown(f, qs_test_tmpdir_setup, qs_test_tmpdir_teardown)
 
+/* cmocka group setup of the suites that run mpirun: qs_test_mpi_env, then qs_test_tmpdir_setup. */
+int qs_test_mpi_tmpdir_setup(void **state);
+
 /* Start-up of a suite that runs qsync on the GPU: 0 when CUDA device 0 is usable (a backend
  * made and destroyed in this process), else the exit code — 77 (skipped, with a line naming
  * the suite on stderr), or 1 when QS_REQUIRE_GPU=1. */
