@@ -21,6 +21,7 @@
 #include "check.h"
 #include "core/numfmt.h"
 #include "core/backend.h"
+#include "cpu/cpu_backend.h"
 #include "graph_helpers.h"
 #include "qsync/rng.h"
 #include "qsync/status.h"
@@ -275,6 +276,137 @@ static void test_conv(void **state) {
     check_conv(cd(1, 12, 12, 1, 32, 5, 5, 1, 1, 2, 2, true));    /* first layer of the small CNN */
 }
 
+/* ------------------------------------------------------------- BF16 output of linear, conv */
+
+/* x (rows, cols) quantized to dt by the backend's quantize op (per row when per_row), as an
+ * operand in test memory. */
+static qs_operand quantized(const float *x, int64_t rows, int64_t cols, qs_dtype dt, bool per_row) {
+    void *data = talloc((size_t)(rows * cols) * qs_dtype_size(dt));
+    float *scales = tf(rows);
+    ASSERT_OK(OPS->quantize(g_be, STREAM, rows, cols, x, NULL, dt, data, scales, per_row, NULL, NULL, NULL));
+    const bool scaled = dt == QS_S8 || dt == QS_F8E4M3 || dt == QS_F8E5M2;
+    return (qs_operand){.data = data, .dt = dt, .scale = scaled ? scales : NULL, .per_row = per_row};
+}
+
+/* yb (BF16 bits) must be yf rounded to nearest even, bit for bit. */
+static void check_bf16_of(const char *what, const uint16_t *yb, const float *yf, int64_t n) {
+    uint16_t *want = talloc((size_t)n * sizeof *want);
+    ASSERT_OK(qs_f32_to_bf16(n, yf, want, NULL));
+    for (int64_t i = 0; i < n; i++)
+        if (yb[i] != want[i])
+            fail_msg("%s: y[%lld] = bf16 0x%04x, expected 0x%04x (FP32 output %a rounded to nearest even)", what,
+                     (long long)i, yb[i], want[i], (double)yf[i]);
+}
+
+/* The weight scales are per output channel for INT8 with a bias (the epilogue's per-column
+ * path), per tensor otherwise. */
+static bool bf16_out_per_row(qs_precision p, bool bias) { return p == QS_PREC_INT8 && bias; }
+
+/* Linear forward at precision p with y_dt BF16: bitwise the RNE rounding of the output of the
+ * same plan with y_dt F32 on the same operands. */
+static void check_linear_bf16_out(qs_precision p, int64_t M, int64_t N, int64_t K, bool bias) {
+    qs_linear_desc df = {.M = M, .N = N, .K = K, .has_bias = bias, .prec = p}, db = df;
+    db.y_dt = QS_BF16;
+    void *pf = NULL, *pb = NULL;
+    size_t wf = 0, wb = 0;
+    ASSERT_OK(OPS->linear_plan(g_be, &df, &pf, &wf));
+    ASSERT_OK(OPS->linear_plan(g_be, &db, &pb, &wb));
+    const qs_dtype fdt = qs_precision_operand_dtype(p, false);
+    const qs_operand x = quantized(rnd(M * K, -2, 2), M, K, fdt, false);
+    const qs_operand w = quantized(rnd(N * K, -0.5f, 0.5f), N, K, fdt, bf16_out_per_row(p, bias));
+    float *b = bias ? rnd(N, -1, 1) : NULL, *yf = tf(M * N);
+    uint16_t *yb = talloc((size_t)(M * N) * sizeof *yb);
+    ASSERT_OK(OPS->linear_forward(g_be, pf, STREAM, &x, &w, b, yf, wf ? talloc(wf) : NULL));
+    ASSERT_OK(OPS->linear_forward(g_be, pb, STREAM, &x, &w, b, yb, wb ? talloc(wb) : NULL));
+    char what[96];
+    snprintf(what, sizeof what, "%s linear fwd y_dt bf16 M%lld N%lld K%lld%s", qs_precision_name(p), (long long)M,
+             (long long)N, (long long)K, bias ? " bias" : "");
+    check_bf16_of(what, yb, yf, M * N);
+    OPS->plan_destroy(g_be, pf);
+    OPS->plan_destroy(g_be, pb);
+}
+
+/* Conv forward at precision p with y_dt BF16, as check_linear_bf16_out. */
+static void check_conv_bf16_out(qs_precision p, qs_conv_desc d0) {
+    qs_conv_desc df = d0, *d = &df;
+    df.prec = p;
+    ASSERT_OK(qs_conv_desc_finish(d));
+    qs_conv_desc db = df;
+    db.y_dt = QS_BF16;
+    void *pf = NULL, *pb = NULL;
+    size_t wf = 0, wb = 0;
+    ASSERT_OK(OPS->conv_plan(g_be, &df, &pf, &wf));
+    ASSERT_OK(OPS->conv_plan(g_be, &db, &pb, &wb));
+    const int64_t NHW = d->N * d->H * d->W, CRS = d->C * d->R * d->S, ny = d->N * d->P * d->Q * d->K;
+    const qs_dtype fdt = qs_precision_operand_dtype(p, false);
+    const qs_operand x = quantized(rnd(NHW * d->C, -2, 2), NHW, d->C, fdt, false);
+    const qs_operand w = quantized(rnd(d->K * CRS, -0.5f, 0.5f), d->K, CRS, fdt, bf16_out_per_row(p, d->has_bias));
+    float *b = d->has_bias ? rnd(d->K, -1, 1) : NULL, *yf = tf(ny);
+    uint16_t *yb = talloc((size_t)ny * sizeof *yb);
+    ASSERT_OK(OPS->conv_forward(g_be, pf, STREAM, &x, &w, b, yf, wf ? talloc(wf) : NULL));
+    ASSERT_OK(OPS->conv_forward(g_be, pb, STREAM, &x, &w, b, yb, wb ? talloc(wb) : NULL));
+    char what[160];
+    snprintf(what, sizeof what, "%s conv fwd y_dt bf16 (%s) C%lld K%lld k%lldx%lld s%lld%s", qs_precision_name(p),
+             qs_cpu_conv_impl_name(pb, 0), (long long)d->C, (long long)d->K, (long long)d->R, (long long)d->S,
+             (long long)d->stride_h, d->has_bias ? " bias" : "");
+    printf("%s\n", what);
+    check_bf16_of(what, yb, yf, ny);
+    OPS->plan_destroy(g_be, pf);
+    OPS->plan_destroy(g_be, pb);
+}
+
+/* The CPU precisions a y_dt BF16 forward is checked at. */
+static const qs_precision g_bf16_out_precs[] = {QS_PREC_FP32, QS_PREC_BF16, QS_PREC_INT8, QS_PREC_FP16, QS_PREC_FP8};
+#define N_BF16_OUT_PRECS (sizeof g_bf16_out_precs / sizeof g_bf16_out_precs[0])
+
+/* The forward output dtypes a plan must refuse (i < 3): F16, S8 and an out-of-range value. */
+static qs_dtype y_dt_bad(int i) { return i == 0 ? QS_F16 : i == 1 ? QS_S8 : QS_DTYPE_COUNT; }
+
+/* Linear y_dt BF16: the FP32 result (bias included) rounded to nearest even at every CPU
+ * precision (paths f32, bf16, s8 + epilogue with per-tensor and per-channel weight scales,
+ * emulated fp16/fp8), with and without bias; any other y_dt is refused when planning. */
+static void test_linear_bf16_output(void **state) {
+    seed(15);
+    for (size_t i = 0; i < N_BF16_OUT_PRECS; i++)
+        for (int bias = 0; bias < 2; bias++) {
+            check_linear_bf16_out(g_bf16_out_precs[i], 37, 29, 53, bias);
+            check_linear_bf16_out(g_bf16_out_precs[i], 128, 64, 200, bias);
+        }
+    for (int i = 0; i < 3; i++) {
+        qs_linear_desc ld = {.M = 4, .N = 3, .K = 2, .has_bias = true, .prec = QS_PREC_FP32, .y_dt = y_dt_bad(i)};
+        void *plan = NULL;
+        size_t wsb = 0;
+        qs_error_clear();
+        assert_int_equal(OPS->linear_plan(g_be, &ld, &plan, &wsb), QS_ERR_UNSUPPORTED);
+        assert_null(plan);
+        assert_non_null(strstr(qs_last_error(), "y_dt"));
+    }
+}
+
+/* Conv y_dt BF16, as test_linear_bf16_output, over the forward recipes (f32, bf16, s8 with the
+ * fused scale, int8 codes as f32 + epilogue for C == 1, emulated fp16/fp8). */
+static void test_conv_bf16_output(void **state) {
+    seed(16);
+    for (size_t i = 0; i < N_BF16_OUT_PRECS; i++)
+        for (int bias = 0; bias < 2; bias++) {
+            const qs_precision p = g_bf16_out_precs[i];
+            check_conv_bf16_out(p, cd(2, 7, 9, 3, 5, 3, 3, 1, 1, 1, 1, bias));    /* 3x3, same padding */
+            check_conv_bf16_out(p, cd(1, 12, 12, 1, 32, 5, 5, 1, 1, 2, 2, bias)); /* C == 1, 5x5 */
+            check_conv_bf16_out(p, cd(2, 8, 8, 16, 24, 1, 1, 2, 2, 0, 0, bias));  /* 1x1 stride 2 */
+        }
+    for (int i = 0; i < 3; i++) {
+        qs_conv_desc d = cd(1, 8, 8, 3, 4, 3, 3, 1, 1, 1, 1, true);
+        ASSERT_OK(qs_conv_desc_finish(&d));
+        d.y_dt = y_dt_bad(i);
+        void *plan = NULL;
+        size_t wsb = 0;
+        qs_error_clear();
+        assert_int_equal(OPS->conv_plan(g_be, &d, &plan, &wsb), QS_ERR_UNSUPPORTED);
+        assert_null(plan);
+        assert_non_null(strstr(qs_last_error(), "y_dt"));
+    }
+}
+
 static void test_errors(void **state) {
     /* an empty output is rejected by qs_conv_desc_finish */
     qs_conv_desc d = cd(1, 2, 2, 3, 4, 5, 5, 1, 1, 0, 0, false);
@@ -450,9 +582,8 @@ static void test_batchnorm(void **state) {
         }
         printf("batchnorm rows=%lld C=%lld\n", (long long)rows, (long long)C);
         const double K = (double)rows;
-        ASSERT_OK(
-            OPS->batchnorm_forward_train(g_be, STREAM, rows, C, x, gamma, beta, y, QS_F32, smean, sinv, rm, rv, momentum, eps,
-                                         false));
+        ASSERT_OK(OPS->batchnorm_forward_train(g_be, STREAM, rows, C, x, QS_F32, gamma, beta, y, QS_F32, smean, sinv,
+                                               rm, rv, momentum, eps, false));
         CHECK_FP32("bn train y", y, to_ref(ry, n, NULL), n, K);
         CHECK_FP32("bn save_mean", smean, to_ref(rmean, C, NULL), C, K);
         CHECK_FP32("bn save_invstd", sinv, to_ref(rinv, C, NULL), C, K);
@@ -460,22 +591,24 @@ static void test_batchnorm(void **state) {
         CHECK_FP32("bn running_var", rv, to_ref(rrv, C, NULL), C, K);
         /* determinism */
         float *y2 = tf(n), *sm2 = tf(C), *si2 = tf(C);
-        ASSERT_OK(OPS->batchnorm_forward_train(g_be, STREAM, rows, C, x, gamma, beta, y2, QS_F32, sm2, si2, NULL, NULL,
-                                               momentum, eps, false));
+        ASSERT_OK(OPS->batchnorm_forward_train(g_be, STREAM, rows, C, x, QS_F32, gamma, beta, y2, QS_F32, sm2, si2,
+                                               NULL, NULL, momentum, eps, false));
         assert_memory_equal(y, y2, (size_t)n * sizeof(float));
         assert_memory_equal(sinv, si2, (size_t)C * sizeof(float));
-        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, dy, gamma, smean, sinv, dx, false, dg, dbt, NULL, QS_F32));
+        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, QS_F32, dy, gamma, smean, sinv, dx, false, dg, dbt,
+                                          NULL, QS_F32));
         assert_true(qs_check_close("bn bwd dx", dx, to_ref(rdx, n, NULL), n, qs_tol_fp32(2 * K, dx_scale), NULL));
         CHECK_FP32("bn bwd dgamma", dg, to_ref(rdg, C, NULL), C, K);
         CHECK_FP32("bn bwd dbeta", dbt, to_ref(rdb, C, NULL), C, K);
         /* dx = NULL: only dgamma/dbeta, bitwise the same as with dx */
         float *dg2 = tf(C), *dbt2 = tf(C);
-        ASSERT_OK(
-            OPS->batchnorm_backward(g_be, STREAM, rows, C, x, dy, gamma, smean, sinv, NULL, false, dg2, dbt2, NULL, QS_F32));
+        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, QS_F32, dy, gamma, smean, sinv, NULL, false, dg2,
+                                          dbt2, NULL, QS_F32));
         assert_memory_equal(dg, dg2, (size_t)C * sizeof(float));
         assert_memory_equal(dbt, dbt2, (size_t)C * sizeof(float));
         float *dx0 = rnd(n, -1, 1), *dxa = copy_of(dx0, n);
-        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, dy, gamma, smean, sinv, dxa, true, dg, dbt, NULL, QS_F32));
+        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, QS_F32, dy, gamma, smean, sinv, dxa, true, dg, dbt,
+                                          NULL, QS_F32));
         assert_true(qs_check_close("bn bwd dx accumulate", dxa, to_ref(rdx, n, dx0), n,
                                    qs_tol_fp32(2 * K + 1, dx_scale + 1), NULL));
         /* eval mode with the updated running statistics */
@@ -483,49 +616,120 @@ static void test_batchnorm(void **state) {
             int64_t c = i % C;
             ry[i] = (x[i] - (double)rm[c]) / sqrt((double)rv[c] + eps) * gamma[c] + beta[c];
         }
-        ASSERT_OK(OPS->batchnorm_forward_eval(g_be, STREAM, rows, C, x, gamma, beta, rm, rv, eps, y, QS_F32, false));
+        ASSERT_OK(
+            OPS->batchnorm_forward_eval(g_be, STREAM, rows, C, x, QS_F32, gamma, beta, rm, rv, eps, y, QS_F32, false));
         CHECK_FP32("bn eval y", y, to_ref(ry, n, NULL), n, 4);
         /* BN+ReLU fused: bitwise the unfused BN followed by ReLU, forward and backward */
         float *yr = tf(n), *dym = tf(n), *dxu = tf(n), *dxf = tf(n), *dgu = tf(C), *dbu = tf(C);
         float *dgf = tf(C), *dbf = tf(C);
-        ASSERT_OK(OPS->batchnorm_forward_train(g_be, STREAM, rows, C, x, gamma, beta, yr, QS_F32, sm2, si2, NULL, NULL,
-                                               momentum, eps, true));
+        ASSERT_OK(OPS->batchnorm_forward_train(g_be, STREAM, rows, C, x, QS_F32, gamma, beta, yr, QS_F32, sm2, si2,
+                                               NULL, NULL, momentum, eps, true));
         for (int64_t i = 0; i < n; i++) assert_true(yr[i] == (y2[i] > 0.0f ? y2[i] : 0.0f));
         ASSERT_OK(OPS->relu_backward(g_be, STREAM, n, yr, dy, dym, false));
-        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, dym, gamma, sm2, si2, dxu, false, dgu, dbu, NULL, QS_F32));
-        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, dy, gamma, sm2, si2, dxf, false, dgf, dbf, yr, QS_F32));
+        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, QS_F32, dym, gamma, sm2, si2, dxu, false, dgu, dbu,
+                                          NULL, QS_F32));
+        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, QS_F32, dy, gamma, sm2, si2, dxf, false, dgf, dbf,
+                                          yr, QS_F32));
         assert_memory_equal(dxu, dxf, (size_t)n * sizeof(float));
         assert_memory_equal(dgu, dgf, (size_t)C * sizeof(float));
         assert_memory_equal(dbu, dbf, (size_t)C * sizeof(float));
-        ASSERT_OK(OPS->batchnorm_forward_eval(g_be, STREAM, rows, C, x, gamma, beta, rm, rv, eps, yr, QS_F32, true));
+        ASSERT_OK(
+            OPS->batchnorm_forward_eval(g_be, STREAM, rows, C, x, QS_F32, gamma, beta, rm, rv, eps, yr, QS_F32, true));
         for (int64_t i = 0; i < n; i++) assert_true(yr[i] == (y[i] > 0.0f ? y[i] : 0.0f));
         /* BF16 output (a fused straight-through cast): the FP32 output rounded to nearest even,
          * and a backward masked by it bitwise the FP32-masked one (no output is so small that
          * BF16 rounds it to 0) */
         uint16_t *yb = malloc((size_t)n * sizeof *yb), *want = malloc((size_t)n * sizeof *want);
         float *dxb = tf(n), *dgb = tf(C), *dbb = tf(C);
-        ASSERT_OK(OPS->batchnorm_forward_train(g_be, STREAM, rows, C, x, gamma, beta, yb, QS_BF16, sm2, si2, NULL, NULL,
-                                               momentum, eps, true));
-        ASSERT_OK(OPS->batchnorm_forward_train(g_be, STREAM, rows, C, x, gamma, beta, yr, QS_F32, sm2, si2, NULL, NULL,
-                                               momentum, eps, true));
+        ASSERT_OK(OPS->batchnorm_forward_train(g_be, STREAM, rows, C, x, QS_F32, gamma, beta, yb, QS_BF16, sm2, si2,
+                                               NULL, NULL, momentum, eps, true));
+        ASSERT_OK(OPS->batchnorm_forward_train(g_be, STREAM, rows, C, x, QS_F32, gamma, beta, yr, QS_F32, sm2, si2,
+                                               NULL, NULL, momentum, eps, true));
         ASSERT_OK(qs_f32_to_bf16(n, yr, want, NULL));
         assert_memory_equal(yb, want, (size_t)n * sizeof *yb);
-        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, dy, gamma, sm2, si2, dxb, false, dgb, dbb, yb, QS_BF16));
+        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, QS_F32, dy, gamma, sm2, si2, dxb, false, dgb, dbb,
+                                          yb, QS_BF16));
         assert_memory_equal(dxb, dxf, (size_t)n * sizeof(float));
         assert_memory_equal(dgb, dgf, (size_t)C * sizeof(float));
         assert_memory_equal(dbb, dbf, (size_t)C * sizeof(float));
-        ASSERT_OK(OPS->batchnorm_forward_eval(g_be, STREAM, rows, C, x, gamma, beta, rm, rv, eps, yb, QS_BF16, false));
+        ASSERT_OK(OPS->batchnorm_forward_eval(g_be, STREAM, rows, C, x, QS_F32, gamma, beta, rm, rv, eps, yb, QS_BF16,
+                                              false));
         ASSERT_OK(qs_f32_to_bf16(n, y, want, NULL));
         assert_memory_equal(yb, want, (size_t)n * sizeof *yb);
         free(yb), free(want);
     }
     float one = 1.0f, out = 0.0f;
-    assert_int_equal(OPS->batchnorm_forward_eval(g_be, STREAM, 1, 1, &one, NULL, NULL, &one, &one, 1e-5f, &out, QS_F16,
-                                                 false),
+    assert_int_equal(OPS->batchnorm_forward_eval(g_be, STREAM, 1, 1, &one, QS_F32, NULL, NULL, &one, &one, 1e-5f, &out,
+                                                 QS_F16, false),
                      QS_ERR_UNSUPPORTED);
-    assert_int_equal(OPS->batchnorm_forward_train(g_be, STREAM, 1, 1, &one, NULL, NULL, &out, QS_F32, &out, &out, NULL, NULL,
-                                                  0.1f, 1e-5f, false),
+    assert_int_equal(OPS->batchnorm_forward_train(g_be, STREAM, 1, 1, &one, QS_F32, NULL, NULL, &out, QS_F32, &out,
+                                                  &out, NULL, NULL, 0.1f, 1e-5f, false),
                      QS_ERR_INVALID_ARG);
+}
+
+/* Batch norm on a BF16 x: the values are widened exactly, so train forward, eval forward and
+ * backward (with and without the fused ReLU, output F32 or BF16, dx overwritten or
+ * accumulated) are bitwise those of the F32 op on the widened x; any other x_dt is refused. */
+static void test_batchnorm_bf16_input(void **state) {
+    seed(16);
+    const int64_t shapes[][2] = {{2 * 5 * 7, 13}, {1000, 3}, {2, 1}, {4 * 28 * 28, 16}};
+    const float momentum = 0.1f, eps = 1e-5f;
+    for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
+        const int64_t rows = shapes[t][0], C = shapes[t][1], n = rows * C;
+        float *x = rnd(n, -1, 1), *gamma = rnd(C, 0.5f, 1.5f), *beta = rnd(C, -0.5f, 0.5f), *dy = rnd(n, -1, 1);
+        for (int64_t i = 0; i < n; i++) x[i] = 3.0f + 2.0f * x[i];
+        uint16_t *xb = talloc((size_t)n * sizeof *xb);
+        float *xw = tf(n), *rm0 = rnd(C, -0.1f, 0.1f), *rv0 = rnd(C, 0.9f, 1.1f), *dx0 = rnd(n, -1, 1);
+        ASSERT_OK(qs_f32_to_bf16(n, x, xb, NULL));
+        ASSERT_OK(qs_bf16_to_f32(n, xb, xw));
+        printf("batchnorm bf16 x rows=%lld C=%lld\n", (long long)rows, (long long)C);
+        for (int relu = 0; relu < 2; relu++)
+            for (int o = 0; o < 2; o++) {
+                const qs_dtype ydt = o ? QS_BF16 : QS_F32;
+                const size_t ybytes = (size_t)n * qs_dtype_size(ydt), cb = (size_t)C * sizeof(float);
+                /* [0]: x_dt BF16, [1]: x_dt F32 on the widened values */
+                const void *xs[2] = {xb, xw};
+                const qs_dtype xdt[2] = {QS_BF16, QS_F32};
+                void *y[2], *ye[2];
+                float *sm[2], *si[2], *rm[2], *rv[2], *dx[2], *dxa[2], *dg[2], *dbt[2];
+                for (int k = 0; k < 2; k++) {
+                    y[k] = talloc(ybytes), ye[k] = talloc(ybytes);
+                    sm[k] = tf(C), si[k] = tf(C), rm[k] = copy_of(rm0, C), rv[k] = copy_of(rv0, C);
+                    dx[k] = tf(n), dxa[k] = copy_of(dx0, n), dg[k] = tf(C), dbt[k] = tf(C);
+                    ASSERT_OK(OPS->batchnorm_forward_train(g_be, STREAM, rows, C, xs[k], xdt[k], gamma, beta, y[k],
+                                                           ydt, sm[k], si[k], rm[k], rv[k], momentum, eps, relu));
+                    ASSERT_OK(OPS->batchnorm_forward_eval(g_be, STREAM, rows, C, xs[k], xdt[k], gamma, beta, rm0, rv0,
+                                                          eps, ye[k], ydt, relu));
+                    const void *mask = relu ? y[k] : NULL;
+                    ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, xs[k], xdt[k], dy, gamma, sm[k], si[k],
+                                                      dx[k], false, dg[k], dbt[k], mask, ydt));
+                    ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, xs[k], xdt[k], dy, gamma, sm[k], si[k],
+                                                      dxa[k], true, dg[k], dbt[k], mask, ydt));
+                }
+                assert_memory_equal(y[0], y[1], ybytes);
+                assert_memory_equal(sm[0], sm[1], cb);
+                assert_memory_equal(si[0], si[1], cb);
+                assert_memory_equal(rm[0], rm[1], cb);
+                assert_memory_equal(rv[0], rv[1], cb);
+                assert_memory_equal(ye[0], ye[1], ybytes);
+                assert_memory_equal(dx[0], dx[1], (size_t)n * sizeof(float));
+                assert_memory_equal(dxa[0], dxa[1], (size_t)n * sizeof(float));
+                assert_memory_equal(dg[0], dg[1], cb);
+                assert_memory_equal(dbt[0], dbt[1], cb);
+            }
+    }
+    float one = 1.0f, out[2] = {0};
+    qs_error_clear();
+    assert_int_equal(OPS->batchnorm_forward_train(g_be, STREAM, 2, 1, out, QS_F16, NULL, NULL, out, QS_F32, &one,
+                                                  &one, NULL, NULL, 0.1f, 1e-5f, false),
+                     QS_ERR_UNSUPPORTED);
+    assert_non_null(strstr(qs_last_error(), "x_dt"));
+    assert_int_equal(OPS->batchnorm_forward_eval(g_be, STREAM, 1, 1, &one, QS_F16, NULL, NULL, &one, &one, 1e-5f,
+                                                 out, QS_F32, false),
+                     QS_ERR_UNSUPPORTED);
+    assert_int_equal(OPS->batchnorm_backward(g_be, STREAM, 2, 1, out, QS_S8, out, NULL, &one, &one, out, false, NULL,
+                                             NULL, NULL, QS_F32),
+                     QS_ERR_UNSUPPORTED);
 }
 
 /* ------------------------------------------------------------------------- elementwise */
@@ -875,9 +1079,12 @@ int main(void) {
         cmocka_unit_test_teardown(test_memory, test_teardown),
         cmocka_unit_test_teardown(test_linear, test_teardown),
         cmocka_unit_test_teardown(test_conv, test_teardown),
+        cmocka_unit_test_teardown(test_linear_bf16_output, test_teardown),
+        cmocka_unit_test_teardown(test_conv_bf16_output, test_teardown),
         cmocka_unit_test_teardown(test_errors, test_teardown),
         cmocka_unit_test_teardown(test_pool, test_teardown),
         cmocka_unit_test_teardown(test_batchnorm, test_teardown),
+        cmocka_unit_test_teardown(test_batchnorm_bf16_input, test_teardown),
         cmocka_unit_test_teardown(test_eltwise, test_teardown),
         cmocka_unit_test_teardown(test_dropout, test_teardown),
         cmocka_unit_test_teardown(test_softmax_xent, test_teardown),

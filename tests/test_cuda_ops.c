@@ -88,7 +88,10 @@
  *   ~0 are judged against the tensor's scale). Element-wise ops have Kr ≤ 4 (rtol ≤ 9.5e-7);
  *   optimizer steps Kr = 8..12 (rtol 1.4e-6..1.7e-6); reductions over rows or classes
  *   (batch norm, softmax, pooling windows, column sums accumulated in double: Kr = 1) scale
- *   with their length. sum_squares (double) passes at relative 1e-12. */
+ *   with their length. sum_squares (double) passes at relative 1e-12.
+ *
+ * BF16 forward outputs (y_dt = BF16) of conv and linear, and batch norm reading a BF16 x: the
+ * section "BF16 forward outputs" and test_batchnorm_bf16_x say how they are judged. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -333,10 +336,15 @@ static void *gpu_transposed(const void *host, int64_t rows, int64_t cols) {
     return dup_gpu(t, (size_t)(rows * cols));
 }
 
+/* Two device arrays of n elements of es bytes downloaded and compared bit for bit. */
+static void same_elems(const char *what, const void *got, const void *ref, int64_t n, size_t es) {
+    void *hg = halloc((size_t)n * es), *hr = halloc((size_t)n * es);
+    if (dget(hg, got, (size_t)n * es, what) && dget(hr, ref, (size_t)n * es, what)) check_bits(what, hg, hr, n, es, NULL);
+}
+
 /* Two device FP32 arrays of n elements downloaded and compared bit for bit. */
 static void same_bits(const char *what, const float *got, const float *ref, int64_t n) {
-    float *hg = hf(n), *hr = hf(n);
-    if (dget(hg, got, (size_t)n * 4, what) && dget(hr, ref, (size_t)n * 4, what)) check_bits(what, hg, hr, n, 4, NULL);
+    same_elems(what, got, ref, n, 4);
 }
 
 /* FP8: backward-data and backward-weights reading the operands' transposed copies
@@ -528,6 +536,266 @@ static void test_conv_tf32(void **state) { conv_all(QS_PREC_TF32); }
 static void test_conv_bf16(void **state) { conv_all(QS_PREC_BF16); }
 static void test_conv_fp16(void **state) { conv_all(QS_PREC_FP16); }
 static void test_conv_fp8(void **state) { conv_all(QS_PREC_FP8); }
+
+/* ======================================================= BF16 forward outputs (y_dt = BF16) */
+
+/* A GEMM-like forward planned with y_dt BF16 (backend.h: the FP32 result, bias included, rounded
+ * to nearest even; a 16-bit-output engine may round its own sums) is run next to the same GPU
+ * plan with y_dt F32, on the same operands, and judged twice:
+ *  (1) against that FP32 y rounded to nearest even on the host (qs_f32_to_bf16), element by
+ *      element (check_bf16_y below). Where both plans run the same arithmetic they agree bit for
+ *      bit: the epilogue paths round the very FP32 values the F32 plan writes, and a conv's
+ *      16-bit engine is the one the F32 plan widens (paths are chosen independently of y_dt
+ *      unless QS_CUDNN_BENCHMARK=1). They may differ where the BF16 output comes from another
+ *      kernel than the F32 one — the Linear's cuBLASLt product with a BF16 D (its own algorithm),
+ *      or benchmark mode picking another conv path — whose FP32 sums are the same exact products
+ *      added in another order: two such sums s1, s2 differ by a few FP32 ulps, far less than a
+ *      BF16 ulp, and RNE is monotone, so rne(s1) and rne(s2) are equal or adjacent BF16 values.
+ *      Tolerance: at most ONE BF16 ulp (adjacent values: a distance of 1 between the bit
+ *      patterns read as a monotone integer, across binades and zero). The one exception is an
+ *      element whose sum cancels to near zero, where the FP32 sums' own difference (absolute,
+ *      set by the tensor's scale: check.h) can exceed a BF16 ulp of the tiny result: such an
+ *      element also passes when |got − want| ≤ atol = rtol·max|want|, rtol = 4·u·sqrt(4·K)
+ *      (check.h's budget of a K-term FP32 reduction, doubled for two implementations). And
+ *      since the two rounding orders disagree only for sums within a few FP32 ulps of a BF16
+ *      rounding boundary (a fraction ~2^8·u·sqrt(K) ≈ 5e-4 at K = 1024), at most 1 + n/100
+ *      elements may differ at all: a wrong rounding (truncation: half the elements off by one
+ *      ulp) fails that even though each element is within one ulp.
+ *  (2) against the CPU's FP32 reference as an NMSE, within the plan's FP32-output budget
+ *      (gemm_budget) plus one more BF16 rounding of the output, O = 2^-14/12 (relative error²
+ *      of one RNE to 8 significant bits, the top-of-file (e)), with the same MARGIN 10. */
+static double bf16_y_budget(void) { return 10.0 * 0x1p-14 / 12.0; }
+
+/* BF16 bits as a monotone integer: adjacent BF16 values differ by 1 (+0 and -0 coincide). */
+static int32_t bf16_ord(uint16_t h) {
+    return (h & 0x8000u) ? 0x8000 - (int32_t)(h & 0x7fffu) : 0x8000 + (int32_t)h;
+}
+static bool bf16_nan(uint16_t h) { return (h & 0x7fffu) > 0x7f80u; }
+static double bf16_val(uint16_t h) { return (double)bitsf((uint32_t)h << 16); }
+
+/* (1) above: got, want n BF16 values of outputs with reduction length K. */
+static bool check_bf16_y(const char *what, const uint16_t *got, const uint16_t *want, int64_t n, double K) {
+    double maxw = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (!bf16_nan(want[i])) maxw = fmax(maxw, fabs(bf16_val(want[i])));
+    const double atol = qs_tol_fp32(4.0 * K, -1.0).rtol * maxw;
+    const int64_t max_unequal = 1 + n / 100;
+    int64_t unequal = 0, one_ulp = 0, by_atol = 0, bad = 0, first = -1;
+    int32_t max_ulps = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (bf16_nan(got[i]) && bf16_nan(want[i])) continue;
+        if (!bf16_nan(got[i]) && !bf16_nan(want[i]) && bf16_ord(got[i]) == bf16_ord(want[i])) continue; /* ±0 too */
+        unequal++;
+        const int32_t d = bf16_nan(got[i]) || bf16_nan(want[i]) ? INT32_MAX : abs(bf16_ord(got[i]) - bf16_ord(want[i]));
+        if (d > max_ulps) max_ulps = d;
+        if (d <= 1) {
+            one_ulp++;
+        } else if (d != INT32_MAX && fabs(bf16_val(got[i]) - bf16_val(want[i])) <= atol) {
+            by_atol++;
+        } else {
+            if (first < 0) first = i;
+            bad++;
+        }
+    }
+    const bool pass = bad == 0 && unequal <= max_unequal;
+    printf("  %-4s %-60s unequal %lld of %lld (limit %lld): %lld by 1 ulp, %lld within atol %.2e", pass ? "ok" : "FAIL",
+           what, (long long)unequal, (long long)n, (long long)max_unequal, (long long)one_ulp, (long long)by_atol, atol);
+    if (bad)
+        printf(" — %lld beyond, first [%lld]: gpu 0x%04x want 0x%04x; largest distance %d ulps", (long long)bad,
+               (long long)first, got[first], want[first], (int)max_ulps);
+    printf("\n");
+    fflush(stdout);
+    json_case(what, "bf16_unequal", bad ? (double)INFINITY : (double)unequal, (double)max_unequal, pass);
+    if (!pass) g_fail++;
+    return pass;
+}
+
+/* A BF16 forward output on the host: (1) against want = rne(the F32 plan's y32), (2) widened,
+ * against the CPU's cy within budget + one BF16 rounding. */
+static void judge_bf16_y(const char *what, const uint16_t *y16, const float *y32, const float *cy, int64_t n, double K,
+                         double budget) {
+    char line[224];
+    uint16_t *want = halloc((size_t)n * 2);
+    float *wide = hf(n);
+    ASSERT_OK(qs_f32_to_bf16(n, y32, want, NULL));
+    snprintf(line, sizeof line, "%s = rne(f32 y)", what);
+    check_bf16_y(line, y16, want, n, K);
+    ASSERT_OK(qs_bf16_to_f32(n, y16, wide));
+    snprintf(line, sizeof line, "%s vs cpu", what);
+    check_nmse(line, wide, cy, n, budget + bf16_y_budget());
+}
+
+/* One conv shape at precision p: the forward of a y_dt BF16 plan against the y_dt F32 plan and
+ * the CPU (above). */
+static void run_conv_y16(qs_precision p, qs_conv_desc d0) {
+    qs_conv_desc gd = d0;
+    gd.prec = p;
+    ASSERT_OK(qs_conv_desc_finish(&gd));
+    qs_conv_desc gd16 = gd, cd = gd;
+    gd16.y_dt = QS_BF16;
+    cd.prec = cpu_prec(p);
+    const qs_conv_desc *d = &gd;
+    const qs_dtype fdt = qs_precision_operand_dtype(p, false);
+    const char *pn = qs_precision_name(p);
+    const int64_t nx = d->N * d->H * d->W * d->C, ny = d->N * d->P * d->Q * d->K, nw = d->K * d->C * d->R * d->S;
+    char shape[96], what[224];
+    snprintf(shape, sizeof shape, "N%lld %lldx%lldx%lld->%lld k%lldx%lld s%lld p%lld%s", (long long)d->N,
+             (long long)d->H, (long long)d->W, (long long)d->C, (long long)d->K, (long long)d->R, (long long)d->S,
+             (long long)d->stride_h, (long long)d->pad_h, d->has_bias ? " +b" : "");
+    void *cplan = NULL, *gplan = NULL, *gplan16 = NULL;
+    size_t cwsb = 0, gwsb = 0, gwsb16 = 0;
+    ASSERT_OK(COPS->conv_plan(g_cpu, &cd, &cplan, &cwsb));
+    keep_plan(g_cpu, cplan);
+    snprintf(what, sizeof what, "conv_plan %s %s", pn, shape);
+    if (!gpu_ok_(GOPS->conv_plan(g_gpu, &gd, &gplan, &gwsb), what)) return;
+    keep_plan(g_gpu, gplan);
+    snprintf(what, sizeof what, "conv_plan %s y bf16 %s", pn, shape);
+    if (!gpu_ok_(GOPS->conv_plan(g_gpu, &gd16, &gplan16, &gwsb16), what)) return;
+    keep_plan(g_gpu, gplan16);
+    /* the log shows the path: a direct BF16 y needs no staging T, an epilogue path one of y's size */
+    printf("  info %-60s workspace: y f32 plan %zu B, y bf16 plan %zu B\n", what, gwsb, gwsb16);
+    void *cws = cwsb ? halloc(cwsb) : NULL, *gws = gwsb ? dalloc(gwsb, POISON) : NULL;
+    void *gws16 = gwsb16 ? dalloc(gwsb16, POISON) : NULL;
+
+    seed("conv_y16", (uint64_t)p * 1000003u + (uint64_t)(nx * 31 + nw * 7 + ny) + (d->has_bias ? 1u : 0u));
+    float *x = rnd(nx, -1, 1), *w = rnd(nw, -0.5f, 0.5f);
+    float *b = d->has_bias ? rnd(d->K, -1, 1) : NULL;
+    qmat qx = quant_both(x, d->N * d->H * d->W, d->C, fdt, NULL);
+    qmat qw = quant_both(w, d->K, d->C * d->R * d->S, fdt, NULL);
+    const float *gb = b ? dup_gpu_f(b, d->K) : NULL;
+    const double k_fwd = (double)(d->C * d->R * d->S);
+    float *cy = hf(ny), *gy = dalloc_f(ny), *hy = hf(ny);
+    uint16_t *gy16 = dalloc((size_t)ny * 2, POISON), *hy16 = halloc((size_t)ny * 2);
+    ASSERT_OK(COPS->conv_forward(g_cpu, cplan, CST, &qx.cpu, &qw.cpu, b, cy, cws));
+    snprintf(what, sizeof what, "conv %-4s fwd y bf16 %s", pn, shape);
+    if (gpu_ok_(GOPS->conv_forward(g_gpu, gplan, GST, &qx.gpu, &qw.gpu, gb, gy, gws), what) &&
+        gpu_ok_(GOPS->conv_forward(g_gpu, gplan16, GST, &qx.gpu, &qw.gpu, gb, gy16, gws16), what) &&
+        dget(hy, gy, (size_t)ny * 4, what) && dget(hy16, gy16, (size_t)ny * 2, what))
+        judge_bf16_y(what, hy16, hy, cy, ny, k_fwd, gemm_budget(GEMM_CONV, p, k_fwd));
+}
+
+/* Conv forward into a BF16 y: at BF16 without a bias cuDNN's 16-bit engine writes y itself (a
+ * 3x3, a strided 3x3; a single-channel input, which may have no such engine and take the FP32
+ * paths); with a bias, and at FP32, TF32 and FP8, the epilogue rounds the result into y. */
+static void test_conv_y_bf16(void **state) {
+    BEGIN();
+    const qs_conv_desc direct[] = {
+        conv_desc(8, 16, 16, 64, 64, 3, 3, 1, 1, 1, 1, false), /* 64 -> 64 3x3 */
+        conv_desc(8, 15, 15, 16, 32, 3, 3, 2, 2, 1, 1, false), /* 16 -> 32 3x3 stride 2, odd input */
+        conv_desc(8, 28, 28, 1, 8, 5, 5, 1, 1, 2, 2, false),   /* 1 -> 8 channels 5x5 */
+    };
+    const qs_conv_desc epilogue[] = {
+        conv_desc(8, 16, 16, 64, 64, 3, 3, 1, 1, 1, 1, false),
+        conv_desc(8, 15, 15, 16, 32, 3, 3, 2, 2, 1, 1, true), /* with a bias */
+    };
+    for (size_t i = 0; i < sizeof direct / sizeof direct[0]; i++) {
+        mark m = mark_now();
+        run_conv_y16(QS_PREC_BF16, direct[i]);
+        release_to(m);
+    }
+    const qs_precision precs[] = {QS_PREC_BF16, QS_PREC_FP32, QS_PREC_TF32, QS_PREC_FP8};
+    for (size_t k = 0; k < sizeof precs / sizeof precs[0]; k++)
+        for (size_t i = 0; i < sizeof epilogue / sizeof epilogue[0]; i++) {
+            if (precs[k] == QS_PREC_BF16 && !epilogue[i].has_bias) continue; /* in `direct` */
+            mark m = mark_now();
+            run_conv_y16(precs[k], epilogue[i]);
+            release_to(m);
+        }
+    END();
+}
+
+/* One Linear shape at precision p: the forward of a y_dt BF16 plan against the y_dt F32 plan and
+ * the CPU (above). */
+static void run_linear_y16(qs_precision p, lin_case lc) {
+    const int64_t M = lc.M, N = lc.N, K = lc.K;
+    const qs_dtype fdt = qs_precision_operand_dtype(p, false);
+    const char *pn = qs_precision_name(p);
+    char shape[64], what[192];
+    snprintf(shape, sizeof shape, "M%lld N%lld K%lld%s", (long long)M, (long long)N, (long long)K, lc.bias ? " +b" : "");
+    qs_linear_desc gd = {.M = M, .N = N, .K = K, .has_bias = lc.bias, .prec = p}, gd16 = gd, cd = gd;
+    gd16.y_dt = QS_BF16;
+    cd.prec = cpu_prec(p);
+    void *cplan = NULL, *gplan = NULL, *gplan16 = NULL;
+    size_t cwsb = 0, gwsb = 0, gwsb16 = 0;
+    ASSERT_OK(COPS->linear_plan(g_cpu, &cd, &cplan, &cwsb));
+    keep_plan(g_cpu, cplan);
+    snprintf(what, sizeof what, "linear_plan %s %s", pn, shape);
+    if (!gpu_ok_(GOPS->linear_plan(g_gpu, &gd, &gplan, &gwsb), what)) return;
+    keep_plan(g_gpu, gplan);
+    snprintf(what, sizeof what, "linear_plan %s y bf16 %s", pn, shape);
+    if (!gpu_ok_(GOPS->linear_plan(g_gpu, &gd16, &gplan16, &gwsb16), what)) return;
+    keep_plan(g_gpu, gplan16);
+    /* the log shows the path: the fallback reserves an FP32 Y (M·N·4 B, 256-aligned), a BF16 D none */
+    printf("  info %-60s workspace: y f32 plan %zu B, y bf16 plan %zu B\n", what, gwsb, gwsb16);
+    void *cws = cwsb ? halloc(cwsb) : NULL, *gws = gwsb ? dalloc(gwsb, POISON) : NULL;
+    void *gws16 = gwsb16 ? dalloc(gwsb16, POISON) : NULL;
+
+    seed("linear_y16", (uint64_t)p * 1000003u + (uint64_t)(M * 10007 + N * 101 + K) + (lc.bias ? 1u : 0u));
+    float *x = rnd(M * K, -2, 2), *w = rnd(N * K, -0.5f, 0.5f);
+    float *b = lc.bias ? rnd(N, -1, 1) : NULL;
+    qmat qx = quant_both(x, M, K, fdt, NULL), qw = quant_both(w, N, K, fdt, NULL);
+    const float *gb = b ? dup_gpu_f(b, N) : NULL;
+    float *cy = hf(M * N), *gy = dalloc_f(M * N), *hy = hf(M * N);
+    uint16_t *gy16 = dalloc((size_t)(M * N) * 2, POISON), *hy16 = halloc((size_t)(M * N) * 2);
+    ASSERT_OK(COPS->linear_forward(g_cpu, cplan, CST, &qx.cpu, &qw.cpu, b, cy, cws));
+    snprintf(what, sizeof what, "linear %-4s fwd y bf16 %s", pn, shape);
+    if (gpu_ok_(GOPS->linear_forward(g_gpu, gplan, GST, &qx.gpu, &qw.gpu, gb, gy, gws), what) &&
+        gpu_ok_(GOPS->linear_forward(g_gpu, gplan16, GST, &qx.gpu, &qw.gpu, gb, gy16, gws16), what) &&
+        dget(hy, gy, (size_t)(M * N) * 4, what) && dget(hy16, gy16, (size_t)(M * N) * 2, what))
+        judge_bf16_y(what, hy16, hy, cy, M * N, (double)K, gemm_budget(GEMM_LINEAR, p, (double)K));
+}
+
+/* Linear forward into a BF16 y: at BF16 without a bias cuBLASLt writes a BF16 D (where it has an
+ * algorithm for the shape); with a bias, at FP8, and at FP32 and FP16 (whose inputs cuBLASLt
+ * pairs with no BF16 D: the plan falls back by itself) an FP32 product is rounded into y. */
+static void test_linear_y_bf16(void **state) {
+    BEGIN();
+    const lin_case shapes[] = {
+        {3, 5, 7, false},        /* small and odd */
+        {37, 29, 53, true},      /* odd, with a bias */
+        {8, 64, 784, false},     /* an MLP's first layer */
+        {256, 512, 1024, false}, /* large: tensor-core tiles */
+        {256, 512, 1024, true},
+    };
+    const qs_precision precs[] = {QS_PREC_BF16, QS_PREC_FP8, QS_PREC_FP32, QS_PREC_FP16};
+    for (size_t k = 0; k < sizeof precs / sizeof precs[0]; k++)
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+            const bool fallback_only = precs[k] == QS_PREC_FP32 || precs[k] == QS_PREC_FP16;
+            if (fallback_only && (shapes[i].bias || shapes[i].M == 8)) continue; /* 3 plans a case: stay in MAX_PLANS */
+            mark m = mark_now();
+            run_linear_y16(precs[k], shapes[i]);
+            release_to(m);
+        }
+    END();
+}
+
+/* y_dt other than F32 and BF16: refused at plan time (QS_ERR_UNSUPPORTED naming y_dt), no plan. */
+static void test_y_dt_refused(void **state) {
+    BEGIN();
+    char detail[320];
+    const qs_linear_desc ld = {.M = 4, .N = 3, .K = 2, .has_bias = false, .prec = QS_PREC_BF16, .y_dt = QS_F16};
+    void *plan = NULL;
+    size_t ws = 0;
+    qs_error_clear();
+    qs_status st = GOPS->linear_plan(g_gpu, &ld, &plan, &ws);
+    keep_plan(g_gpu, plan);
+    snprintf(detail, sizeof detail, "%s: %s", qs_status_name(st), st == QS_OK ? "plan created" : qs_last_error());
+    check_fact("linear_plan y_dt f16 refused", st == QS_ERR_UNSUPPORTED && !plan && strstr(qs_last_error(), "y_dt"),
+               detail);
+    qs_conv_desc cd = conv_desc(1, 8, 8, 3, 4, 3, 3, 1, 1, 1, 1, false);
+    cd.prec = QS_PREC_BF16;
+    cd.y_dt = QS_F16;
+    ASSERT_OK(qs_conv_desc_finish(&cd));
+    plan = NULL;
+    qs_error_clear();
+    st = GOPS->conv_plan(g_gpu, &cd, &plan, &ws);
+    keep_plan(g_gpu, plan);
+    snprintf(detail, sizeof detail, "%s: %s", qs_status_name(st), st == QS_OK ? "plan created" : qs_last_error());
+    check_fact("conv_plan y_dt f16 refused", st == QS_ERR_UNSUPPORTED && !plan && strstr(qs_last_error(), "y_dt"),
+               detail);
+    qs_error_clear();
+    END();
+}
 
 /* ============================================================================== quantization */
 
@@ -1162,10 +1430,10 @@ static void test_batchnorm(void **state) {
             /* training forward, with running statistics */
             float *crm = hcopy(rm, C), *crv = hcopy(rv, C), *cy = hf(n), *cm = hf(C), *ci = hf(C);
             float *grm = dup_gpu_f(rm, C), *grv = dup_gpu_f(rv, C), *gy = dalloc_f(n), *gm = dalloc_f(C), *gi = dalloc_f(C);
-            ASSERT_OK(COPS->batchnorm_forward_train(g_cpu, CST, rows, C, x, gamma, beta, cy, QS_F32, cm, ci, crm, crv, momentum, eps,
+            ASSERT_OK(COPS->batchnorm_forward_train(g_cpu, CST, rows, C, x, QS_F32, gamma, beta, cy, QS_F32, cm, ci, crm, crv, momentum, eps,
                                                     relu));
             snprintf(what, sizeof what, "bn train%s %s: y", relu ? "+relu" : "", sh);
-            if (!gpu_ok_(GOPS->batchnorm_forward_train(g_gpu, GST, rows, C, gx, gg, gbt, gy, QS_F32, gm, gi, grm, grv, momentum, eps,
+            if (!gpu_ok_(GOPS->batchnorm_forward_train(g_gpu, GST, rows, C, gx, QS_F32, gg, gbt, gy, QS_F32, gm, gi, grm, grv, momentum, eps,
                                                        relu),
                          what))
                 continue;
@@ -1181,7 +1449,7 @@ static void test_batchnorm(void **state) {
             /* without running statistics (NULL: no update) */
             float *gy2 = dalloc_f(n), *gm2 = dalloc_f(C), *gi2 = dalloc_f(C);
             snprintf(what, sizeof what, "bn train%s %s, no running stats: y", relu ? "+relu" : "", sh);
-            if (gpu_ok_(GOPS->batchnorm_forward_train(g_gpu, GST, rows, C, gx, gg, gbt, gy2, QS_F32, gm2, gi2, NULL, NULL, momentum,
+            if (gpu_ok_(GOPS->batchnorm_forward_train(g_gpu, GST, rows, C, gx, QS_F32, gg, gbt, gy2, QS_F32, gm2, gi2, NULL, NULL, momentum,
                                                       eps, relu),
                         what))
                 cmp_tol(what, gy2, cy, n, K, -1);
@@ -1193,7 +1461,7 @@ static void test_batchnorm(void **state) {
             float *gdgm = dalloc_f(C), *gdbm = dalloc_f(C), *gdgb = dalloc_f(C), *gdbb = dalloc_f(C);
             uint16_t *hyb = halloc((size_t)n * 2), *want = halloc((size_t)n * 2), *gyb = dalloc((size_t)n * 2, 0xff);
             snprintf(what, sizeof what, "bn train%s %s: bf16 y = rne(f32 y)", relu ? "+relu" : "", sh);
-            if (gpu_ok_(GOPS->batchnorm_forward_train(g_gpu, GST, rows, C, gx, gg, gbt, gyb, QS_BF16, gm2, gi2, NULL, NULL,
+            if (gpu_ok_(GOPS->batchnorm_forward_train(g_gpu, GST, rows, C, gx, QS_F32, gg, gbt, gyb, QS_BF16, gm2, gi2, NULL, NULL,
                                                       momentum, eps, relu),
                         what) &&
                 dget(hy, gy2, (size_t)n * 4, what) && dget(hyb, gyb, (size_t)n * 2, what)) {
@@ -1202,10 +1470,10 @@ static void test_batchnorm(void **state) {
             }
             snprintf(what, sizeof what, "bn bwd%s %s: bf16 mask = f32 mask", relu ? " (relu fused)" : "", sh);
             if (relu &&
-                gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, gdy, gg, gm2, gi2, gdxm, false, gdgm, gdbm, gy2,
+                gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, gg, gm2, gi2, gdxm, false, gdgm, gdbm, gy2,
                                                  QS_F32),
                         what) &&
-                gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, gdy, gg, gm2, gi2, gdxb, false, gdgb, gdbb, gyb,
+                gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, gg, gm2, gi2, gdxb, false, gdgb, gdbb, gyb,
                                                  QS_BF16),
                         what) &&
                 dget(hdx, gdxm, (size_t)n * 4, what) && dget(hdxb, gdxb, (size_t)n * 4, what))
@@ -1214,9 +1482,9 @@ static void test_batchnorm(void **state) {
             /* eval forward with the (CPU-)updated running statistics */
             const float *grm_c = dup_gpu_f(crm, C), *grv_c = dup_gpu_f(crv, C);
             float *ce = hf(n), *ge = dalloc_f(n);
-            ASSERT_OK(COPS->batchnorm_forward_eval(g_cpu, CST, rows, C, x, gamma, beta, crm, crv, eps, ce, QS_F32, relu));
+            ASSERT_OK(COPS->batchnorm_forward_eval(g_cpu, CST, rows, C, x, QS_F32, gamma, beta, crm, crv, eps, ce, QS_F32, relu));
             snprintf(what, sizeof what, "bn eval%s %s: y", relu ? "+relu" : "", sh);
-            if (gpu_ok_(GOPS->batchnorm_forward_eval(g_gpu, GST, rows, C, gx, gg, gbt, grm_c, grv_c, eps, ge, QS_F32, relu), what))
+            if (gpu_ok_(GOPS->batchnorm_forward_eval(g_gpu, GST, rows, C, gx, QS_F32, gg, gbt, grm_c, grv_c, eps, ge, QS_F32, relu), what))
                 cmp_tol(what, ge, ce, n, 8, -1);
 
             /* backward from the CPU's saved statistics (and, fused, the CPU's output) */
@@ -1238,9 +1506,9 @@ static void test_batchnorm(void **state) {
                 }
             }
             float *cdx = hf(n), *cdg = hf(C), *cdb = hf(C), *gdx = dalloc_f(n), *gdg = dalloc_f(C), *gdb = dalloc_f(C);
-            ASSERT_OK(COPS->batchnorm_backward(g_cpu, CST, rows, C, x, dy, gamma, cm, ci, cdx, false, cdg, cdb, yr, QS_F32));
+            ASSERT_OK(COPS->batchnorm_backward(g_cpu, CST, rows, C, x, QS_F32, dy, gamma, cm, ci, cdx, false, cdg, cdb, yr, QS_F32));
             snprintf(what, sizeof what, "bn bwd%s %s: dx", relu ? " (relu fused)" : "", sh);
-            if (gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, gdy, gg, gsm, gsi, gdx, false, gdg, gdb, gyr, QS_F32), what)) {
+            if (gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, gg, gsm, gsi, gdx, false, gdg, gdb, gyr, QS_F32), what)) {
                 cmp_tol(what, gdx, cdx, n, 2 * K, dx_scale);
                 snprintf(what, sizeof what, "bn bwd%s %s: dgamma", relu ? " (relu fused)" : "", sh);
                 cmp_tol(what, gdg, cdg, C, K, -1);
@@ -1250,7 +1518,7 @@ static void test_batchnorm(void **state) {
             /* dx NULL: parameter gradients only */
             float *gdg2 = dalloc_f(C), *gdb2 = dalloc_f(C);
             snprintf(what, sizeof what, "bn bwd%s dx=NULL %s: dgamma", relu ? " (relu fused)" : "", sh);
-            if (gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, gdy, gg, gsm, gsi, NULL, false, gdg2, gdb2, gyr, QS_F32),
+            if (gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, gg, gsm, gsi, NULL, false, gdg2, gdb2, gyr, QS_F32),
                         what)) {
                 cmp_tol(what, gdg2, cdg, C, K, -1);
                 snprintf(what, sizeof what, "bn bwd%s dx=NULL %s: dbeta", relu ? " (relu fused)" : "", sh);
@@ -1258,12 +1526,139 @@ static void test_batchnorm(void **state) {
             }
             /* accumulate into dx */
             float *cdxa = hcopy(base, n), *gdxa = dup_gpu_f(base, n), *gdg3 = dalloc_f(C), *gdb3 = dalloc_f(C);
-            ASSERT_OK(COPS->batchnorm_backward(g_cpu, CST, rows, C, x, dy, gamma, cm, ci, cdxa, true, cdg, cdb, yr, QS_F32));
+            ASSERT_OK(COPS->batchnorm_backward(g_cpu, CST, rows, C, x, QS_F32, dy, gamma, cm, ci, cdxa, true, cdg, cdb, yr, QS_F32));
             snprintf(what, sizeof what, "bn bwd%s accumulate %s: dx", relu ? " (relu fused)" : "", sh);
-            if (gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, gdy, gg, gsm, gsi, gdxa, true, gdg3, gdb3, gyr, QS_F32),
+            if (gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, gg, gsm, gsi, gdxa, true, gdg3, gdb3, gyr, QS_F32),
                         what))
                 cmp_tol(what, gdxa, cdxa, n, 2 * K + 1, dx_scale + 1.0);
         }
+    }
+    END();
+}
+
+/* Batch norm reading a BF16 x (a convolution's BF16 output): backend.h makes every result equal,
+ * bit for bit, to the F32 op's on the widened x, so each output — training forward (y in F32 and
+ * BF16, save_mean, save_invstd, running statistics; ReLU off and on), evaluation forward (y in
+ * F32 and BF16), backward (dx overwritten and accumulated, dgamma, dbeta; unmasked, and masked
+ * by an F32 and a BF16 ReLU output) — is compared byte for byte with the GPU's own F32 op run on
+ * x widened on the host. Tolerance: none (memcmp). */
+static void test_batchnorm_bf16_x(void **state) {
+    BEGIN();
+    const int64_t shapes[][2] = {{70, 13}, {6272, 8}, {2, 1}, {1000, 3}, {392, 64}};
+    const float momentum = 0.1f, eps = 1e-5f;
+    char what[160];
+    for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
+        mark mk = mark_now();
+        const int64_t rows = shapes[t][0], C = shapes[t][1], n = rows * C;
+        seed("batchnorm_bf16_x", t);
+        float *x = rnd(n, -1, 1), *gamma = rnd(C, 0.5f, 1.5f), *beta = rnd(C, -0.5f, 0.5f), *dy = rnd(n, -1, 1);
+        for (int64_t i = 0; i < n; i++) x[i] = 3.0f + 2.0f * x[i]; /* an offset mean, as test_batchnorm */
+        float *rm = rnd(C, -0.1f, 0.1f), *rv = rnd(C, 0.9f, 1.1f), *base = rnd(n, -1, 1);
+        uint16_t *xb = halloc((size_t)n * 2);
+        float *xw = hf(n);
+        ASSERT_OK(qs_f32_to_bf16(n, x, xb, NULL));
+        ASSERT_OK(qs_bf16_to_f32(n, xb, xw)); /* the BF16 values, widened exactly */
+        const void *gxb = dup_gpu(xb, (size_t)n * 2);
+        const float *gxw = dup_gpu_f(xw, n), *gg = dup_gpu_f(gamma, C), *gbt = dup_gpu_f(beta, C);
+        const float *gdy = dup_gpu_f(dy, n), *grm0 = dup_gpu_f(rm, C), *grv0 = dup_gpu_f(rv, C);
+        char sh[48];
+        snprintf(sh, sizeof sh, "rows=%lld C=%lld", (long long)rows, (long long)C);
+
+        for (int relu = 0; relu < 2; relu++) {
+            const char *rl = relu ? "+relu" : "";
+            /* training forward, y in F32 then BF16; [0]: F32 x (widened), [1]: BF16 x. The F32-y
+             * run's statistics and both outputs feed the backward below. */
+            float *sm = NULL, *si = NULL;
+            void *yk[2][2] = {{0}}; /* [y dtype: F32, BF16][x dtype] */
+            bool fwd_ok = true;
+            for (int yb = 0; yb < 2; yb++) {
+                const qs_dtype ydt = yb ? QS_BF16 : QS_F32;
+                const size_t es = yb ? 2 : 4;
+                float *m[2] = {0}, *is[2] = {0}, *rmk[2] = {0}, *rvk[2] = {0};
+                bool ok = true;
+                snprintf(what, sizeof what, "bn train%s %s, bf16 x, %s y", rl, sh, qs_dtype_name(ydt));
+                for (int xk = 0; xk < 2 && ok; xk++) {
+                    yk[yb][xk] = dalloc((size_t)n * es, POISON);
+                    m[xk] = dalloc_f(C), is[xk] = dalloc_f(C);
+                    rmk[xk] = dup_gpu_f(rm, C), rvk[xk] = dup_gpu_f(rv, C);
+                    ok = gpu_ok_(GOPS->batchnorm_forward_train(g_gpu, GST, rows, C, xk ? gxb : (const void *)gxw,
+                                                               xk ? QS_BF16 : QS_F32, gg, gbt, yk[yb][xk], ydt, m[xk],
+                                                               is[xk], rmk[xk], rvk[xk], momentum, eps, relu),
+                                 what);
+                }
+                fwd_ok = fwd_ok && ok;
+                if (!ok) continue;
+                snprintf(what, sizeof what, "bn train%s %s, bf16 x: %s y", rl, sh, qs_dtype_name(ydt));
+                same_elems(what, yk[yb][1], yk[yb][0], n, es);
+                if (yb) continue; /* the statistics do not depend on y's dtype: compared once */
+                snprintf(what, sizeof what, "bn train%s %s, bf16 x: save_mean", rl, sh);
+                same_elems(what, m[1], m[0], C, 4);
+                snprintf(what, sizeof what, "bn train%s %s, bf16 x: save_invstd", rl, sh);
+                same_elems(what, is[1], is[0], C, 4);
+                snprintf(what, sizeof what, "bn train%s %s, bf16 x: running_mean", rl, sh);
+                same_elems(what, rmk[1], rmk[0], C, 4);
+                snprintf(what, sizeof what, "bn train%s %s, bf16 x: running_var", rl, sh);
+                same_elems(what, rvk[1], rvk[0], C, 4);
+                sm = m[0], si = is[0];
+            }
+
+            /* evaluation forward, y in F32 and BF16 */
+            for (int yb = 0; yb < 2; yb++) {
+                const qs_dtype ydt = yb ? QS_BF16 : QS_F32;
+                const size_t es = yb ? 2 : 4;
+                void *ea = dalloc((size_t)n * es, POISON), *eb = dalloc((size_t)n * es, POISON);
+                snprintf(what, sizeof what, "bn eval%s %s, bf16 x: %s y", rl, sh, qs_dtype_name(ydt));
+                if (gpu_ok_(GOPS->batchnorm_forward_eval(g_gpu, GST, rows, C, gxw, QS_F32, gg, gbt, grm0, grv0, eps, ea,
+                                                         ydt, relu),
+                            what) &&
+                    gpu_ok_(GOPS->batchnorm_forward_eval(g_gpu, GST, rows, C, gxb, QS_BF16, gg, gbt, grm0, grv0, eps, eb,
+                                                         ydt, relu),
+                            what))
+                    same_elems(what, eb, ea, n, es);
+            }
+
+            /* backward from the F32-x run's saved statistics: unmasked, or (relu) masked by the F32
+             * or the BF16 output; dx overwritten, then accumulated onto base */
+            if (!fwd_ok || !sm) continue;
+            for (int mk16 = 0; mk16 < (relu ? 2 : 1); mk16++) {
+                const qs_dtype mdt = mk16 ? QS_BF16 : QS_F32;
+                const void *mask = relu ? yk[mk16][0] : NULL;
+                const char *mn = !relu ? "" : mk16 ? " (bf16 relu mask)" : " (f32 relu mask)";
+                for (int acc = 0; acc < 2; acc++) {
+                    float *dx[2] = {0}, *dg[2] = {0}, *db[2] = {0};
+                    bool ok = true;
+                    snprintf(what, sizeof what, "bn bwd%s%s %s, bf16 x", mn, acc ? " acc" : "", sh);
+                    for (int xk = 0; xk < 2 && ok; xk++) {
+                        dx[xk] = acc ? dup_gpu_f(base, n) : dalloc_f(n);
+                        dg[xk] = dalloc_f(C), db[xk] = dalloc_f(C);
+                        ok = gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, xk ? gxb : (const void *)gxw,
+                                                              xk ? QS_BF16 : QS_F32, gdy, gg, sm, si, dx[xk],
+                                                              acc, dg[xk], db[xk], mask, mdt),
+                                     what);
+                    }
+                    if (!ok) continue;
+                    snprintf(what, sizeof what, "bn bwd%s%s %s, bf16 x: dx", mn, acc ? " acc" : "", sh);
+                    same_elems(what, dx[1], dx[0], n, 4);
+                    if (acc) continue; /* dgamma, dbeta do not depend on accumulate */
+                    snprintf(what, sizeof what, "bn bwd%s %s, bf16 x: dgamma", mn, sh);
+                    same_elems(what, dg[1], dg[0], C, 4);
+                    snprintf(what, sizeof what, "bn bwd%s %s, bf16 x: dbeta", mn, sh);
+                    same_elems(what, db[1], db[0], C, 4);
+                }
+            }
+        }
+        /* an input dtype other than F32/BF16 is refused like an output one */
+        if (t == 0) {
+            float *gy = dalloc_f(n), *gm = dalloc_f(C), *gi = dalloc_f(C);
+            qs_error_clear();
+            const qs_status st = GOPS->batchnorm_forward_train(g_gpu, GST, rows, C, gxb, QS_F16, gg, gbt, gy, QS_F32, gm,
+                                                               gi, NULL, NULL, momentum, eps, false);
+            char detail[256];
+            snprintf(detail, sizeof detail, "%s: %s", qs_status_name(st), st == QS_OK ? "accepted" : qs_last_error());
+            check_fact("bn train, f16 x refused", st == QS_ERR_UNSUPPORTED, detail);
+            qs_error_clear();
+        }
+        release_to(mk);
     }
     END();
 }
@@ -1459,8 +1854,8 @@ static void test_arg_errors(void **state) {
            GOPS->dropout_forward(g_gpu, GST, 4, gb, gb, (uint8_t *)gb, 1.5f, &rng1));
     PARITY("adamw step 0", COPS->adamw_step(g_cpu, CST, 4, cb, cb, cb, cb, 0.1f, 0.9, 0.99, 1e-8f, 0, 0),
            GOPS->adamw_step(g_gpu, GST, 4, gb, gb, gb, gb, 0.1f, 0.9, 0.99, 1e-8f, 0, 0));
-    PARITY("batchnorm train rows=1", COPS->batchnorm_forward_train(g_cpu, CST, 1, 1, cb, NULL, NULL, cb, QS_F32, cb, cb, NULL, NULL, 0.1f, 1e-5f, false),
-           GOPS->batchnorm_forward_train(g_gpu, GST, 1, 1, gb, NULL, NULL, gb, QS_F32, gb, gb, NULL, NULL, 0.1f, 1e-5f, false));
+    PARITY("batchnorm train rows=1", COPS->batchnorm_forward_train(g_cpu, CST, 1, 1, cb, QS_F32, NULL, NULL, cb, QS_F32, cb, cb, NULL, NULL, 0.1f, 1e-5f, false),
+           GOPS->batchnorm_forward_train(g_gpu, GST, 1, 1, gb, QS_F32, NULL, NULL, gb, QS_F32, gb, gb, NULL, NULL, 0.1f, 1e-5f, false));
     PARITY("quantize f8e4m3 per-row", COPS->quantize(g_cpu, CST, 2, 2, cb, NULL, QS_F8E4M3, cb, cb, true, NULL, NULL, NULL),
            GOPS->quantize(g_gpu, GST, 2, 2, gb, NULL, QS_F8E4M3, gb, gb, true, NULL, NULL, NULL));
     /* a plan's operand of the wrong dtype */
@@ -1511,6 +1906,9 @@ int main(void) {
         cmocka_unit_test_teardown(test_conv_bf16, teardown),
         cmocka_unit_test_teardown(test_conv_fp16, teardown),
         cmocka_unit_test_teardown(test_conv_fp8, teardown),
+        cmocka_unit_test_teardown(test_conv_y_bf16, teardown),
+        cmocka_unit_test_teardown(test_linear_y_bf16, teardown),
+        cmocka_unit_test_teardown(test_y_dt_refused, teardown),
         cmocka_unit_test_teardown(test_quantize, teardown),
         cmocka_unit_test_teardown(test_quantize_nonfinite, teardown),
         cmocka_unit_test_teardown(test_quantize_counter_at, teardown),
@@ -1523,6 +1921,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_sum_squares, teardown),
         cmocka_unit_test_teardown(test_optim, teardown),
         cmocka_unit_test_teardown(test_batchnorm, teardown),
+        cmocka_unit_test_teardown(test_batchnorm_bf16_x, teardown),
         cmocka_unit_test_teardown(test_pool, teardown),
         cmocka_unit_test_teardown(test_softmax_xent, teardown),
         cmocka_unit_test_teardown(test_plan_lifetime, teardown),

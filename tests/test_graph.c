@@ -2,7 +2,8 @@
  * needs no gradient) still gets its parameter gradients, since its fused backward runs for
  * them alone; BatchNorm+ReLU and Add+ReLU fusion (qs_model_fuse) train bitwise like the unfused graph;
  * a model whose batch size was changed and changed back (qs_model_set_batch) trains bitwise like one
- * never resized. */
+ * never resized; a BF16 convolution writing BF16 for its BatchNorm trains bitwise like an explicit
+ * BF16 cast between them. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -52,6 +53,27 @@ static void test_batchnorm_on_input_gets_param_grads(void **state) {
     qs_model_free(m);
 }
 
+/* Train m (set up) 3 plain SGD steps at rate lr on the batch (x, y), run an eval forward, and
+ * return host copies of its parameters, buffers and logits (caller frees); frees m. */
+static void train_3_steps(qs_model *m, const float *x, const int32_t *y, float lr, float **params, float **buffers,
+                          float **logits, size_t *pbytes, size_t *bbytes) {
+    for (int step = 0; step < 3; step++) {
+        ASSERT_OK(qs_model_forward(m, x, y, true));
+        ASSERT_OK(qs_model_backward(m, 1.0f));
+        for (int k = 0; k < m->params.count; k++) {
+            float *p = qs_model_param_ptr(m, k), *g = qs_model_grad_ptr(m, k);
+            for (int64_t e = 0; e < m->params.entries[k].numel; e++) p[e] -= lr * g[e];
+        }
+    }
+    ASSERT_OK(qs_model_forward(m, x, y, false));
+    *pbytes = m->params.bytes;
+    *bbytes = m->buffers.bytes;
+    *params = qs_test_download(m, m->param_data, (int64_t)(m->params.bytes / sizeof(float)));
+    *buffers = qs_test_download(m, m->buffer_data, (int64_t)(m->buffers.bytes / sizeof(float)));
+    *logits = qs_test_download(m, m->nodes[m->logits_node].y, m->batch * m->num_classes);
+    qs_model_free(m);
+}
+
 /* A width-4 resnet18 on 28×28×1 (fused or not, every GEMM-like layer at `prec`) after 3 SGD
  * steps and an eval forward: the parameters, buffers and logits (host copies, caller frees).
  * resize: set up at batch 8, changed to 3 and back to 8 (qs_model_set_batch) before training. */
@@ -71,6 +93,9 @@ static void run_resnet_at(bool fuse, qs_precision prec, bool resize, float **par
     int fused_casts = 0;
     for (int i = 0; i < m->n_nodes; i++) fused_casts += m->nodes[i].kind == QS_NODE_CAST && m->nodes[i].alias_of >= 0;
     assert_int_equal(fused_casts, fuse && prec == QS_PREC_BF16 ? 8 : 0); /* each block's bn1→ReLU→cast→conv2 */
+    int bf16_convs = 0;
+    for (int i = 0; i < m->n_nodes; i++) bf16_convs += m->nodes[i].kind == QS_NODE_CONV2D && m->nodes[i].out_dtype == QS_BF16;
+    assert_int_equal(bf16_convs, prec == QS_PREC_BF16 ? 20 : 0); /* every conv feeds one BN: 17 + 3 downsamples */
     ASSERT_OK(qs_model_setup(m, g_be, 8, 11));
     if (resize) {
         size_t used8 = 0, used3 = 0, again = 0;
@@ -87,21 +112,7 @@ static void run_resnet_at(bool fuse, qs_precision prec, bool resize, float **par
     int32_t y[8];
     for (int i = 0; i < 8 * 28 * 28; i++) x[i] = cosf(0.37f * (float)i);
     for (int i = 0; i < 8; i++) y[i] = (i * 3) % 10;
-    for (int step = 0; step < 3; step++) {
-        ASSERT_OK(qs_model_forward(m, x, y, true));
-        ASSERT_OK(qs_model_backward(m, 1.0f));
-        for (int k = 0; k < m->params.count; k++) {
-            float *p = qs_model_param_ptr(m, k), *g = qs_model_grad_ptr(m, k);
-            for (int64_t e = 0; e < m->params.entries[k].numel; e++) p[e] -= 0.05f * g[e];
-        }
-    }
-    ASSERT_OK(qs_model_forward(m, x, y, false));
-    *pbytes = m->params.bytes;
-    *bbytes = m->buffers.bytes;
-    *params = qs_test_download(m, m->param_data, (int64_t)(m->params.bytes / sizeof(float)));
-    *buffers = qs_test_download(m, m->buffer_data, (int64_t)(m->buffers.bytes / sizeof(float)));
-    *logits = qs_test_download(m, m->nodes[m->logits_node].y, 8 * 10);
-    qs_model_free(m);
+    train_3_steps(m, x, y, 0.05f, params, buffers, logits, pbytes, bbytes);
 }
 
 static void run_resnet(bool fuse, float **params, float **buffers, float **logits, size_t *pbytes, size_t *bbytes) {
@@ -150,10 +161,66 @@ static void test_bn_cast_fusion_bitwise(void **state) {
     free(p0), free(b0), free(l0), free(p1), free(b1), free(l1);
 }
 
+/* conv (bias or not) → [explicit straight-through BF16 cast →] BatchNorm+ReLU → flatten → fc
+ * → loss, every GEMM at BF16, trained 3 SGD steps on the backend; the parameters, buffers
+ * and eval logits (host copies, caller frees); *bf16_convs: convolutions writing BF16. */
+static void run_conv_bn(bool explicit_cast, bool bias, float **params, float **buffers, float **logits, size_t *pbytes,
+                        size_t *bbytes, int *bf16_convs) {
+    const int64_t B = 4, H = 6, W = 6, C = 3, K = 5;
+    qs_model *m;
+    ASSERT_OK(qs_model_create("convbn", H, W, C, K, &m));
+    int h = qs_test_add(m, QS_NODE_CONV2D, "conv", 0, -1, CFG(.conv = {8, 3, 1, 1, bias}));
+    if (explicit_cast)
+        h = qs_test_add(m, QS_NODE_CAST, "conv.to_bf16", h, -1, CFG(.cast = {.to = QS_BF16, .straight_through = true}));
+    h = qs_test_add(m, QS_NODE_BATCHNORM2D, "bn", h, -1, qs_test_no_cfg());
+    h = qs_test_add(m, QS_NODE_RELU, "relu", h, -1, qs_test_no_cfg());
+    h = qs_test_add(m, QS_NODE_FLATTEN, "flatten", h, -1, qs_test_no_cfg());
+    h = qs_test_add(m, QS_NODE_LINEAR, "fc", h, -1, CFG(.linear = {.out_features = K, .bias = true}));
+    qs_test_add(m, QS_NODE_SOFTMAX_XENT, "loss", h, -1, qs_test_no_cfg());
+    ASSERT_OK(qs_model_finalize(m));
+    qs_model_fuse(m);
+    qs_precision_options po;
+    qs_precision_options_default(&po);
+    po.uniform = QS_PREC_BF16;
+    po.allow_emulated = true;
+    ASSERT_OK(qs_precision_setup(m, g_be, &po));
+    *bf16_convs = 0;
+    for (int i = 0; i < m->n_nodes; i++) *bf16_convs += m->nodes[i].kind == QS_NODE_CONV2D && m->nodes[i].out_dtype == QS_BF16;
+    m->grad_round_nearest = true; /* stochastic rounding's keys count nodes: the extra cast would shift them */
+    ASSERT_OK(qs_model_setup(m, g_be, B, 7));
+    float x[4 * 6 * 6 * 3];
+    int32_t y[4] = {0, 3, 1, 4};
+    for (int i = 0; i < B * H * W * C; i++) x[i] = sinf(0.71f * (float)i);
+    train_3_steps(m, x, y, 0.1f, params, buffers, logits, pbytes, bbytes);
+}
+
+/* A BF16 convolution whose only reader is a BatchNorm writes BF16 (qs_model_bf16_conv_outputs):
+ * it trains bitwise like the same graph with an explicit straight-through BF16 cast between
+ * them (whose forward rounds to nearest even and whose backward passes the FP32 gradient). A
+ * convolution with a bias keeps its FP32 output. */
+static void test_bf16_conv_output_bitwise(void **state) {
+    float *p0, *b0, *l0, *p1, *b1, *l1;
+    size_t pb0, bb0, pb1, bb1;
+    int n0, n1;
+    run_conv_bn(true, false, &p0, &b0, &l0, &pb0, &bb0, &n0);
+    run_conv_bn(false, false, &p1, &b1, &l1, &pb1, &bb1, &n1);
+    assert_int_equal(n0, 0); /* its reader is the cast */
+    assert_int_equal(n1, 1);
+    assert_int_equal(pb0, pb1);
+    assert_memory_equal(p0, p1, pb0);
+    assert_memory_equal(b0, b1, bb0);
+    assert_memory_equal(l0, l1, 4 * 5 * sizeof(float));
+    free(p0), free(b0), free(l0), free(p1), free(b1), free(l1);
+    run_conv_bn(false, true, &p1, &b1, &l1, &pb1, &bb1, &n1);
+    assert_int_equal(n1, 0);
+    free(p1), free(b1), free(l1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_batchnorm_on_input_gets_param_grads),
                                        cmocka_unit_test(test_bn_relu_fusion_bitwise),
                                        cmocka_unit_test(test_bn_cast_fusion_bitwise),
+                                       cmocka_unit_test(test_bf16_conv_output_bitwise),
                                        cmocka_unit_test(test_set_batch_bitwise)};
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -78,10 +78,16 @@ typedef struct qs_dropout_rng {
     uint64_t step_stride;
 } qs_dropout_rng;
 
+/* y_dt of the GEMM-like descriptors: the dtype of the forward output y — F32 (0, the
+ * default), or BF16: the FP32 result (bias included) rounded to nearest even, as a
+ * straight-through BF16 cast of it would. A backend may round its sums to BF16 directly (a
+ * 16-bit-output GEMM or convolution engine) instead of rounding a separately computed FP32
+ * result; the two differ only where the FP32 sums do. Backward outputs stay FP32. */
 typedef struct qs_linear_desc {
     int64_t M, N, K;      /* Y(M,N) = X(M,K) · W(N,K)^T + b(N) */
     bool has_bias;
     qs_precision prec;
+    qs_dtype y_dt;        /* F32 or BF16 (above) */
 } qs_linear_desc;
 
 typedef struct qs_conv_desc {
@@ -91,6 +97,7 @@ typedef struct qs_conv_desc {
     int64_t P, Q;         /* output height/width: set by qs_conv_desc_finish() */
     bool has_bias;
     qs_precision prec;
+    qs_dtype y_dt;        /* F32 or BF16 (see qs_linear_desc) */
 } qs_conv_desc;
 
 /* Batched matrix product over `batch` independent, contiguous row-major matrices:
@@ -233,9 +240,9 @@ typedef struct qs_backend_ops {
      * with a low-precision dy it must be NULL (compute it with column_sums from the FP32
      * gradient instead). */
     qs_status (*linear_plan)(qs_backend *be, const qs_linear_desc *d, void **plan, size_t *workspace);
-    /* y = x·wᵀ + b */
+    /* y = x·wᵀ + b, y in the plan's y_dt */
     qs_status (*linear_forward)(qs_backend *be, void *plan, qs_stream *s, const qs_operand *x,
-                                const qs_operand *w, const float *b, float *y, void *ws);
+                                const qs_operand *w, const float *b, void *y, void *ws);
     /* dx = dy·w (accumulate: dx += ...) */
     qs_status (*linear_backward_data)(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
                                       const qs_operand *w, float *dx, bool accumulate, void *ws);
@@ -247,7 +254,7 @@ typedef struct qs_backend_ops {
      * BF16 before returning them in FP32 (the CUDA backend does: docs/PRECISION.md). */
     qs_status (*conv_plan)(qs_backend *be, const qs_conv_desc *d, void **plan, size_t *workspace);
     qs_status (*conv_forward)(qs_backend *be, void *plan, qs_stream *s, const qs_operand *x,
-                              const qs_operand *w, const float *b, float *y, void *ws);
+                              const qs_operand *w, const float *b, void *y, void *ws);  /* y in y_dt */
     qs_status (*conv_backward_data)(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
                                     const qs_operand *w, float *dx, bool accumulate, void *ws);
     qs_status (*conv_backward_weights)(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
@@ -281,22 +288,24 @@ typedef struct qs_backend_ops {
     /* Training-mode batch norm over rows: saves mean and 1/sqrt(var+eps) per channel and
      * updates running stats with the unbiased variance (PyTorch semantics). `relu` fuses a
      * following ReLU: y = max(BN(x), 0). y_dt: F32, or BF16 — y rounded to nearest even, as
-     * the straight-through BF16 cast a BatchNorm may absorb (qs_model_fuse_casts) would. */
+     * the straight-through BF16 cast a BatchNorm may absorb (qs_model_fuse_casts) would.
+     * x_dt: F32, or BF16 (a convolution's BF16 output, qs_model_fuse_casts): the values are
+     * widened exactly, so every result equals the F32 op's on the widened x, bit for bit. */
     qs_status (*batchnorm_forward_train)(qs_backend *be, qs_stream *s, int64_t rows, int64_t C,
-                                         const float *x, const float *gamma, const float *beta,
+                                         const void *x, qs_dtype x_dt, const float *gamma, const float *beta,
                                          void *y, qs_dtype y_dt, float *save_mean, float *save_invstd,
                                          float *running_mean, float *running_var,
                                          float momentum, float eps, bool relu);
     qs_status (*batchnorm_forward_eval)(qs_backend *be, qs_stream *s, int64_t rows, int64_t C,
-                                        const float *x, const float *gamma, const float *beta,
+                                        const void *x, qs_dtype x_dt, const float *gamma, const float *beta,
                                         const float *running_mean, const float *running_var,
                                         float eps, void *y, qs_dtype y_dt, bool relu);
     /* dx (overwritten or accumulated; may be NULL when no input gradient is needed),
-     * dgamma, dbeta (overwritten). y_relu: NULL, or the output (dtype y_dt) of a forward with
-     * `relu`, in which case dy is the gradient w.r.t. that output and counts as 0 where
-     * y_relu <= 0. */
+     * dgamma, dbeta (overwritten); x in x_dt as in forward (dx is FP32 either way). y_relu:
+     * NULL, or the output (dtype y_dt) of a forward with `relu`, in which case dy is the
+     * gradient w.r.t. that output and counts as 0 where y_relu <= 0. */
     qs_status (*batchnorm_backward)(qs_backend *be, qs_stream *s, int64_t rows, int64_t C,
-                                    const float *x, const float *dy, const float *gamma,
+                                    const void *x, qs_dtype x_dt, const float *dy, const float *gamma,
                                     const float *save_mean, const float *save_invstd,
                                     float *dx, bool accumulate, float *dgamma, float *dbeta,
                                     const void *y_relu, qs_dtype y_dt);

@@ -5,6 +5,7 @@
 #define QSYNC_CPU_CPU_BACKEND_H
 
 #include "core/backend.h"
+#include "core/numfmt.h"
 #include "cpu/dnnl_util.h"
 
 /* The CPU "stream": execution is synchronous, so it only points back at its backend. */
@@ -42,6 +43,17 @@ qs_status qs_cpu_plan_check(const void *plan, qs_cpu_plan_kind kind, const char 
 /* Fail with QS_ERR_UNSUPPORTED unless the backend runs prec (natively or emulated). */
 qs_status qs_cpu_prec_check(qs_backend *be, qs_precision prec, const char *what);
 
+/* Fail with QS_ERR_UNSUPPORTED unless y_dt, the forward output dtype of a GEMM-like plan
+ * (qs_linear_desc.y_dt, qs_conv_desc.y_dt), is F32 or BF16. `what` names the planning call. */
+qs_status qs_cpu_y_dtype_check(qs_dtype y_dt, const char *what);
+
+/* Element i of x, an F32 or BF16 array (BF16 widened exactly): the per-element load of ops
+ * whose input may be either. dt is loop-invariant in their loops, which the compiler
+ * unswitches, so F32 loops vectorise as before. */
+static inline float qs_cpu_load(const void *x, qs_dtype dt, int64_t i) {
+    return dt == QS_BF16 ? qs_nf_bits_f32(qs_nf_bf16_to_f32(((const uint16_t *)x)[i])) : ((const float *)x)[i];
+}
+
 /* Validate a memory-bound op's arguments: n >= 0 and, when n > 0, none of the nptrs
  * pointers is NULL. `what` names the op. Use with a compound literal:
  * qs_cpu_args_check("relu_forward", n, 2, (const void *[]){x, y}). */
@@ -59,7 +71,7 @@ static inline size_t qs_cpu_max_size(size_t a, size_t b) { return a > b ? a : b;
 /* ---- cpu_linear.c ---- */
 qs_status qs_cpu_linear_plan(qs_backend *be, const qs_linear_desc *d, void **plan, size_t *workspace);
 qs_status qs_cpu_linear_forward(qs_backend *be, void *plan, qs_stream *s, const qs_operand *x,
-                                const qs_operand *w, const float *b, float *y, void *ws);
+                                const qs_operand *w, const float *b, void *y, void *ws);
 qs_status qs_cpu_linear_backward_data(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
                                       const qs_operand *w, float *dx, bool accumulate, void *ws);
 qs_status qs_cpu_linear_backward_weights(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
@@ -85,7 +97,7 @@ const char *qs_cpu_bmm_impl_name(const void *plan, int dir);
 /* ---- cpu_conv.c ---- */
 qs_status qs_cpu_conv_plan(qs_backend *be, const qs_conv_desc *d, void **plan, size_t *workspace);
 qs_status qs_cpu_conv_forward(qs_backend *be, void *plan, qs_stream *s, const qs_operand *x,
-                              const qs_operand *w, const float *b, float *y, void *ws);
+                              const qs_operand *w, const float *b, void *y, void *ws);
 qs_status qs_cpu_conv_backward_data(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
                                     const qs_operand *w, float *dx, bool accumulate, void *ws);
 qs_status qs_cpu_conv_backward_weights(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
@@ -145,20 +157,22 @@ void qs_cpu_transpose_s8(int64_t rows, int64_t cols, const void *src, void *dst)
  * output masking its input gradient).
  * sum2[c] = Σ_r (a[r,c]-sa[c])·(b[r,c]-sb[c])  (skipped when sum2 is NULL; sa/sb NULL mean 0;
  *                                                b NULL means the square Σ (a[r,c]-sa[c])²)
+ * a and b are F32 or BF16 (a_dt, b_dt; read through qs_cpu_load, so a BF16 array sums exactly
+ * as its widened F32 copy would); mask is F32.
  * Accumulated in double over a fixed row-chunk split (independent of the thread count), so
  * results are bitwise reproducible. Fails only with QS_ERR_OOM. */
-qs_status qs_cpu_colsums(int64_t rows, int64_t C, const float *a, const float *mask, const float *b,
-                         const double *sa, const double *sb, double *sum1, double *sum2);
+qs_status qs_cpu_colsums(int64_t rows, int64_t C, const void *a, qs_dtype a_dt, const float *mask, const void *b,
+                         qs_dtype b_dt, const double *sa, const double *sb, double *sum1, double *sum2);
 
 /* ---- cpu_norm.c ---- */
-qs_status qs_cpu_batchnorm_forward_train(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const float *x,
+qs_status qs_cpu_batchnorm_forward_train(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const void *x, qs_dtype x_dt,
                                          const float *gamma, const float *beta, void *y, qs_dtype y_dt, float *save_mean,
                                          float *save_invstd, float *running_mean, float *running_var,
                                          float momentum, float eps, bool relu);
-qs_status qs_cpu_batchnorm_forward_eval(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const float *x,
+qs_status qs_cpu_batchnorm_forward_eval(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const void *x, qs_dtype x_dt,
                                         const float *gamma, const float *beta, const float *running_mean,
                                         const float *running_var, float eps, void *y, qs_dtype y_dt, bool relu);
-qs_status qs_cpu_batchnorm_backward(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const float *x,
+qs_status qs_cpu_batchnorm_backward(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const void *x, qs_dtype x_dt,
                                     const float *dy, const float *gamma, const float *save_mean,
                                     const float *save_invstd, float *dx, bool accumulate, float *dgamma,
                                     float *dbeta, const void *y_relu, qs_dtype y_dt);

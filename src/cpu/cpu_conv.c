@@ -65,10 +65,13 @@
  *   direction.
  * Bias gradient: fused in FP32 backward-weights (dY is F32); a low-precision dY requires
  * db == NULL (the layer sums its FP32 gradient; backend.h).
+ * Output dtype (y_dt): F32, or BF16 — every forward recipe computes its FP32 Y (bias
+ * included) into the workspace, which is then rounded to nearest even into y
+ * (qs_f32_to_bf16, the rounding of the straight-through cast it replaces).
  *
  * Workspace, per direction (each region 64-byte aligned; the plan reports the maximum):
  *   forward          [X f32 | W f32 (widened: emulated, INT8 C==1)][W in the primitive's layout]
- *                    [per-channel scales (INT8, fused)][scratchpad]
+ *                    [per-channel scales (INT8, fused)][scratchpad][FP32 Y (y_dt BF16)]
  *   backward_data    [dY f32 | W f32 (emulated)][W in the primitive's layout]
  *                    [dX f32 temp (accumulate; INT8 1×1 strided: the (N·P·Q, C) product)][scratchpad]
  *   backward_weights FP32/BF16/emulated: [dY f32 | X f32 (emulated)][dW in the primitive's layout][scratchpad]
@@ -82,6 +85,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "core/numfmt.h"
 
 #define QS_INT8_EXACT_TERMS 133144 /* floor(2^31 / 127^2) */
 
@@ -115,8 +120,8 @@ typedef struct conv_chunk {
     int64_t len;         /* images (swapped) or rows (matmul) */
 } conv_chunk;
 
-/* Workspace regions of one direction. */
-enum { WS_A = 0, WS_B, WS_L, WS_T, WS_S, WS_SCRATCH, WS_N };
+/* Workspace regions of one direction (WS_Y: forward's FP32 Y when y_dt is BF16). */
+enum { WS_A = 0, WS_B, WS_L, WS_T, WS_S, WS_SCRATCH, WS_Y, WS_N };
 
 typedef struct qs_cpu_conv_plan {
     qs_cpu_plan hdr;
@@ -248,6 +253,7 @@ static qs_status build_fwd(qs_cpu_conv_plan_t *cp, const qs_dnnl_ctx *ctx) {
     sz[WS_L] = cp->w_fwd.bytes;
     if (cp->fused_scale) sz[WS_T] = (size_t)d->K * sizeof(float);
     sz[WS_SCRATCH] = max_sz(cp->fwd.scratch_bytes, wl_scratch(&cp->w_fwd));
+    if (d->y_dt == QS_BF16) sz[WS_Y] = (size_t)(d->N * d->P * d->Q * d->K) * sizeof(float);
     cp->ws_bytes = max_sz(cp->ws_bytes, layout_regions(cp->off[DIR_FWD], sz));
     return QS_OK;
 }
@@ -453,6 +459,7 @@ qs_status qs_cpu_conv_plan(qs_backend *be, const qs_conv_desc *d, void **plan, s
     QS_TRY(qs_conv_plan_args(d, plan, workspace));
     qs_conv_desc dd = *d; /* finished: the same P,Q */
     QS_TRY(qs_cpu_prec_check(be, d->prec, "conv_plan"));
+    QS_TRY(qs_cpu_y_dtype_check(d->y_dt, "conv_plan"));
     qs_cpu_conv_plan_t *cp = calloc(1, sizeof *cp);
     if (!cp) return QS_FAIL(QS_ERR_OOM, "conv_plan: out of memory for the plan");
     cp->hdr.kind = QS_CPU_PLAN_CONV;
@@ -508,15 +515,9 @@ static qs_status widen_codes(qs_backend *be, int64_t rows, int64_t cols, const q
     return qs_cpu_dequantize(be, NULL, rows, cols, &codes, dst);
 }
 
-qs_status qs_cpu_conv_forward(qs_backend *be, void *plan, qs_stream *s, const qs_operand *xo,
-                              const qs_operand *wo, const float *b, float *y, void *ws) {
-    QS_TRY(qs_cpu_plan_check(plan, QS_CPU_PLAN_CONV, "conv_forward"));
-    qs_cpu_conv_plan_t *cp = plan;
-    QS_TRY(qs_cpu_operand_check(xo, cp->fdt, false, "conv_forward x"));
-    QS_TRY(qs_cpu_operand_check(wo, cp->fdt, true, "conv_forward w"));
-    if (!y || (cp->d.has_bias && !b))
-        return QS_FAIL(QS_ERR_INVALID_ARG, "conv_forward: NULL y or (planned with bias) b");
-    QS_TRY(conv_ws_check(cp, ws, "conv_forward"));
+/* The FP32 forward result Y = conv(X, W) + b into y (N·P·Q·K floats) by the plan's recipe. */
+static qs_status conv_forward_f32(qs_backend *be, qs_cpu_conv_plan_t *cp, const qs_operand *xo, const qs_operand *wo,
+                                  const float *b, float *y, void *ws) {
     const qs_conv_desc *d = &cp->d;
     const size_t *off = cp->off[DIR_FWD];
     const conv_recipe r = cp->rcp[DIR_FWD];
@@ -550,6 +551,24 @@ qs_status qs_cpu_conv_forward(qs_backend *be, void *plan, qs_stream *s, const qs
                         wo->per_row ? wo->scale : NULL, d->has_bias ? b : NULL, y, false);
     }
     return QS_OK;
+}
+
+/* y = conv(x, w) + b in the plan's y_dt: F32 directly, BF16 as the FP32 result (in the
+ * workspace) rounded to nearest even. */
+qs_status qs_cpu_conv_forward(qs_backend *be, void *plan, qs_stream *s, const qs_operand *xo,
+                              const qs_operand *wo, const float *b, void *y, void *ws) {
+    QS_TRY(qs_cpu_plan_check(plan, QS_CPU_PLAN_CONV, "conv_forward"));
+    qs_cpu_conv_plan_t *cp = plan;
+    QS_TRY(qs_cpu_operand_check(xo, cp->fdt, false, "conv_forward x"));
+    QS_TRY(qs_cpu_operand_check(wo, cp->fdt, true, "conv_forward w"));
+    if (!y || (cp->d.has_bias && !b))
+        return QS_FAIL(QS_ERR_INVALID_ARG, "conv_forward: NULL y or (planned with bias) b");
+    QS_TRY(conv_ws_check(cp, ws, "conv_forward"));
+    const qs_conv_desc *d = &cp->d;
+    if (d->y_dt != QS_BF16) return conv_forward_f32(be, cp, xo, wo, b, y, ws);
+    float *yf = ws_at(ws, cp->off[DIR_FWD][WS_Y]);
+    QS_TRY(conv_forward_f32(be, cp, xo, wo, b, yf, ws));
+    return qs_f32_to_bf16(d->N * d->P * d->Q * d->K, yf, y, NULL);
 }
 
 /* Strided 1×1 backward-data: dX[n, p·sh, q·sw, :] = (+=) alpha·acc[(n·P + p)·Q + q, :]; every

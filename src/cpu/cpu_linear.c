@@ -22,11 +22,16 @@
  *         (one byte per element) and the product reads it plainly.
  *   FP16, FP8 (emulated) operands widened to f32 in the workspace, then the FP32 primitives:
  *         the values are exactly those of the format, the arithmetic FP32.
- * Workspace: [widened / temporary operands][oneDNN scratchpad], sized for the worst direction. */
+ * Output dtype (y_dt): F32, or BF16 — every path computes its FP32 Y (bias included) into the
+ * workspace, which is then rounded to nearest even into y (qs_f32_to_bf16, the rounding of
+ * the straight-through cast it replaces).
+ * Workspace: [widened / temporary operands][oneDNN scratchpad][FP32 Y (y_dt BF16)], sized for
+ * the worst direction. */
 #include "cpu/cpu_backend.h"
 
 #include <stdlib.h>
 
+#include "core/numfmt.h"
 #include "core/quant_int8.h"
 
 #define QS_INT8_EXACT_TERMS 133144 /* floor(2^31 / 127^2) */
@@ -47,6 +52,7 @@ typedef struct qs_cpu_linear_plan {
     qs_dnnl_prim bwd_weights_tail; /* INT8, M % chunk != 0: dW += last partial chunk */
     int64_t chunk;               /* rows per backward-weights product */
     size_t tmp_bytes;            /* workspace before the scratchpad */
+    size_t y_off;                /* y_dt BF16: offset of the FP32 Y (M·N floats) */
     size_t ws_bytes;
 } qs_cpu_linear_plan_t;
 
@@ -116,7 +122,8 @@ static qs_status linear_build(qs_cpu_linear_plan_t *lp, const qs_dnnl_ctx *ctx) 
     scratch = max_sz(scratch, max_sz(lp->bwd_weights_acc.scratch_bytes, lp->bwd_weights_tail.scratch_bytes));
     if (lp->d.has_bias) scratch = max_sz(scratch, (size_t)N * sizeof(double));
     lp->tmp_bytes = tmp;
-    lp->ws_bytes = tmp + qs_cpu_align(scratch);
+    lp->y_off = tmp + qs_cpu_align(scratch);
+    lp->ws_bytes = lp->y_off + (lp->d.y_dt == QS_BF16 ? qs_cpu_align(f * (size_t)(M * N)) : 0);
     return QS_OK;
 }
 
@@ -128,6 +135,7 @@ qs_status qs_cpu_linear_plan(qs_backend *be, const qs_linear_desc *d, void **pla
         return QS_FAIL(QS_ERR_INVALID_ARG, "linear_plan: M=%lld N=%lld K=%lld must all be >= 1", (long long)d->M,
                        (long long)d->N, (long long)d->K);
     QS_TRY(qs_cpu_prec_check(be, d->prec, "linear_plan"));
+    QS_TRY(qs_cpu_y_dtype_check(d->y_dt, "linear_plan"));
     qs_cpu_linear_plan_t *lp = calloc(1, sizeof *lp);
     if (!lp) return QS_FAIL(QS_ERR_OOM, "linear_plan: out of memory for the plan");
     lp->hdr.kind = QS_CPU_PLAN_LINEAR;
@@ -173,15 +181,9 @@ static qs_status operands_in(qs_backend *be, const qs_cpu_linear_plan_t *lp, con
 
 static void *scratch_of(const qs_cpu_linear_plan_t *lp, void *ws) { return ws ? (char *)ws + lp->tmp_bytes : NULL; }
 
-qs_status qs_cpu_linear_forward(qs_backend *be, void *plan, qs_stream *s, const qs_operand *x,
-                                const qs_operand *w, const float *b, float *y, void *ws) {
-    QS_TRY(qs_cpu_plan_check(plan, QS_CPU_PLAN_LINEAR, "linear_forward"));
-    qs_cpu_linear_plan_t *lp = plan;
-    QS_TRY(qs_cpu_operand_check(x, lp->fdt, false, "linear_forward x"));
-    QS_TRY(qs_cpu_operand_check(w, lp->fdt, true, "linear_forward w"));
-    if (!y || (lp->d.has_bias && !b))
-        return QS_FAIL(QS_ERR_INVALID_ARG, "linear_forward: NULL y or (planned with bias) b");
-    QS_TRY(ws_check(lp, ws, "linear_forward"));
+/* The FP32 forward result Y = X·Wᵀ + b into y (M·N floats) on the plan's path. */
+static qs_status linear_forward_f32(qs_backend *be, qs_cpu_linear_plan_t *lp, const qs_operand *x,
+                                    const qs_operand *w, const float *b, float *y, void *ws) {
     const int64_t M = lp->d.M, N = lp->d.N, K = lp->d.K;
     void *px, *pw;
     QS_TRY(operands_in(be, lp, x, M, K, w, N, K, ws, &px, &pw));
@@ -196,6 +198,23 @@ qs_status qs_cpu_linear_forward(qs_backend *be, void *plan, qs_stream *s, const 
     qs_cpu_epilogue(M, N, y, w->per_row ? sx : sx * w->scale[0], w->per_row ? w->scale : NULL,
                     lp->d.has_bias ? b : NULL, y, false);
     return QS_OK;
+}
+
+/* y = x·wᵀ + b in the plan's y_dt: F32 directly, BF16 as the FP32 result (in the workspace)
+ * rounded to nearest even. */
+qs_status qs_cpu_linear_forward(qs_backend *be, void *plan, qs_stream *s, const qs_operand *x,
+                                const qs_operand *w, const float *b, void *y, void *ws) {
+    QS_TRY(qs_cpu_plan_check(plan, QS_CPU_PLAN_LINEAR, "linear_forward"));
+    qs_cpu_linear_plan_t *lp = plan;
+    QS_TRY(qs_cpu_operand_check(x, lp->fdt, false, "linear_forward x"));
+    QS_TRY(qs_cpu_operand_check(w, lp->fdt, true, "linear_forward w"));
+    if (!y || (lp->d.has_bias && !b))
+        return QS_FAIL(QS_ERR_INVALID_ARG, "linear_forward: NULL y or (planned with bias) b");
+    QS_TRY(ws_check(lp, ws, "linear_forward"));
+    if (lp->d.y_dt != QS_BF16) return linear_forward_f32(be, lp, x, w, b, y, ws);
+    float *yf = (float *)((char *)ws + lp->y_off);
+    QS_TRY(linear_forward_f32(be, lp, x, w, b, yf, ws));
+    return qs_f32_to_bf16(lp->d.M * lp->d.N, yf, y, NULL);
 }
 
 qs_status qs_cpu_linear_backward_data(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
@@ -252,7 +271,7 @@ qs_status qs_cpu_linear_backward_weights(qs_backend *be, void *plan, qs_stream *
     if (lp->path == PATH_INT8) qs_cpu_epilogue(N, K, dw, dy->scale[0] * x->scale[0], NULL, NULL, dw, false);
     if (!db) return QS_OK;
     double *sum = scratch;
-    QS_TRY(qs_cpu_colsums(M, N, dy->data, NULL, NULL, NULL, NULL, sum, NULL));
+    QS_TRY(qs_cpu_colsums(M, N, dy->data, QS_F32, NULL, NULL, QS_F32, NULL, NULL, sum, NULL));
     for (int64_t n = 0; n < N; n++) db[n] = (float)sum[n];
     return QS_OK;
 }

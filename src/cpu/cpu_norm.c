@@ -1,4 +1,4 @@
-/* src/cpu/cpu_norm.c — batch normalisation over (rows, C) data, C innermost (FP32 data,
+/* src/cpu/cpu_norm.c — batch normalisation over (rows, C) data, C innermost (FP32 arithmetic,
  * per-channel statistics accumulated in double; PyTorch semantics).
  *
  * Training: mean = Σx/n, var = Σ(x-mean)²/n (biased, two passes) normalises;
@@ -10,7 +10,9 @@
  * multiply, not a select, which is 2× faster here; it differs from ReLU's backward only for
  * non-finite dy at masked positions). A BF16 output (y_dt) is the FP32 result rounded to
  * nearest even (core/numfmt.h, the rounding of the straight-through cast it replaces); its
- * backward widens the mask first. */
+ * backward widens the mask first. The input x is F32 or BF16 (x_dt: a convolution's BF16
+ * output, qs_model_fuse_casts): every pass reads its elements through qs_cpu_load, which
+ * widens BF16 exactly, so each result equals the F32 op's on the widened x bit for bit. */
 #include "cpu/cpu_backend.h"
 #include "core/numfmt.h"
 
@@ -23,18 +25,25 @@ static qs_status bn_out_dtype_check(const char *what, qs_dtype dt) {
     return QS_FAIL(QS_ERR_UNSUPPORTED, "%s: output dtype %s; batch norm writes f32 or bf16", what, qs_dtype_name(dt));
 }
 
-/* y[r,c] = (x[r,c] - m[c])·k[c] + b[c] over all rows, then max(·, 0) when relu; y is F32 or
- * BF16 (y_dt; rounded to nearest even). */
-static void bn_apply(int64_t rows, int64_t C, const float *x, const float *m, const float *k, const float *b,
-                     void *y, qs_dtype y_dt, bool relu) {
+/* Batch norm reads its input in F32 or BF16. */
+static qs_status bn_in_dtype_check(const char *what, qs_dtype dt) {
+    if (dt == QS_F32 || dt == QS_BF16) return QS_OK;
+    return QS_FAIL(QS_ERR_UNSUPPORTED, "%s: input dtype (x_dt) %s; batch norm reads f32 or bf16", what,
+                   qs_dtype_name(dt));
+}
+
+/* y[r,c] = (x[r,c] - m[c])·k[c] + b[c] over all rows, then max(·, 0) when relu; x is F32 or
+ * BF16 (x_dt), y F32 or BF16 (y_dt; rounded to nearest even). */
+static void bn_apply(int64_t rows, int64_t C, const void *x, qs_dtype x_dt, const float *m, const float *k,
+                     const float *b, void *y, qs_dtype y_dt, bool relu) {
     if (y_dt == QS_BF16) {
 #pragma omp parallel for schedule(static)
         for (int64_t r = 0; r < rows; r++) {
-            const float *xr = x + r * C;
-            uint16_t *yr = (uint16_t *)y + r * C;
+            const int64_t o = r * C;
+            uint16_t *yr = (uint16_t *)y + o;
 #pragma omp simd
             for (int64_t c = 0; c < C; c++) {
-                float v = (xr[c] - m[c]) * k[c] + b[c];
+                float v = (qs_cpu_load(x, x_dt, o + c) - m[c]) * k[c] + b[c];
                 if (relu) v = v > 0.0f ? v : 0.0f;
                 yr[c] = qs_nf_f32_to_bf16_rne(qs_nf_f32_bits(v));
             }
@@ -43,17 +52,17 @@ static void bn_apply(int64_t rows, int64_t C, const float *x, const float *m, co
     }
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * C;
-        float *yr = (float *)y + r * C;
+        const int64_t o = r * C;
+        float *yr = (float *)y + o;
         if (relu) {
 #pragma omp simd
             for (int64_t c = 0; c < C; c++) {
-                float v = (xr[c] - m[c]) * k[c] + b[c];
+                float v = (qs_cpu_load(x, x_dt, o + c) - m[c]) * k[c] + b[c];
                 yr[c] = v > 0.0f ? v : 0.0f;
             }
         } else {
 #pragma omp simd
-            for (int64_t c = 0; c < C; c++) yr[c] = (xr[c] - m[c]) * k[c] + b[c];
+            for (int64_t c = 0; c < C; c++) yr[c] = (qs_cpu_load(x, x_dt, o + c) - m[c]) * k[c] + b[c];
         }
     }
 }
@@ -84,12 +93,13 @@ static qs_status bn_check(const char *what, int64_t rows, int64_t C, int nptrs, 
     return qs_cpu_args_check(what, rows * C, nptrs, ptrs);
 }
 
-qs_status qs_cpu_batchnorm_forward_train(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const float *x,
-                                         const float *gamma, const float *beta, void *y, qs_dtype y_dt,
+qs_status qs_cpu_batchnorm_forward_train(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const void *x,
+                                         qs_dtype x_dt, const float *gamma, const float *beta, void *y, qs_dtype y_dt,
                                          float *save_mean, float *save_invstd, float *running_mean,
                                          float *running_var, float momentum, float eps, bool relu) {
     const char *what = "batchnorm_forward_train";
     QS_TRY(bn_check(what, rows, C, 4, (const void *[]){x, y, save_mean, save_invstd}));
+    QS_TRY(bn_in_dtype_check(what, x_dt));
     QS_TRY(bn_out_dtype_check(what, y_dt));
     if (rows < 2)
         return QS_FAIL(QS_ERR_INVALID_ARG,
@@ -98,9 +108,9 @@ qs_status qs_cpu_batchnorm_forward_train(qs_backend *be, qs_stream *s, int64_t r
     bn_scratch sc = {0};
     QS_TRY(bn_scratch_alloc(&sc, C, what));
     double *sum = sc.d[0], *sq = sc.d[1];
-    qs_status st = qs_cpu_colsums(rows, C, x, NULL, NULL, NULL, NULL, sum, NULL);
+    qs_status st = qs_cpu_colsums(rows, C, x, x_dt, NULL, NULL, x_dt, NULL, NULL, sum, NULL);
     for (int64_t c = 0; st == QS_OK && c < C; c++) sum[c] /= (double)rows; /* sum now holds the mean */
-    if (st == QS_OK) st = qs_cpu_colsums(rows, C, x, NULL, NULL, sum, NULL, NULL, sq);
+    if (st == QS_OK) st = qs_cpu_colsums(rows, C, x, x_dt, NULL, NULL, x_dt, sum, NULL, NULL, sq);
     if (st != QS_OK) {
         free(sc.mem);
         return st;
@@ -117,16 +127,17 @@ qs_status qs_cpu_batchnorm_forward_train(qs_backend *be, qs_stream *s, int64_t r
         if (running_var)
             running_var[c] = (1.0f - momentum) * running_var[c] + momentum * (float)(sq[c] / (double)(rows - 1));
     }
-    bn_apply(rows, C, x, save_mean, k, b, y, y_dt, relu);
+    bn_apply(rows, C, x, x_dt, save_mean, k, b, y, y_dt, relu);
     free(sc.mem);
     return QS_OK;
 }
 
-qs_status qs_cpu_batchnorm_forward_eval(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const float *x,
-                                        const float *gamma, const float *beta, const float *running_mean,
+qs_status qs_cpu_batchnorm_forward_eval(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const void *x,
+                                        qs_dtype x_dt, const float *gamma, const float *beta, const float *running_mean,
                                         const float *running_var, float eps, void *y, qs_dtype y_dt, bool relu) {
     const char *what = "batchnorm_forward_eval";
     QS_TRY(bn_check(what, rows, C, 4, (const void *[]){x, y, running_mean, running_var}));
+    QS_TRY(bn_in_dtype_check(what, x_dt));
     QS_TRY(bn_out_dtype_check(what, y_dt));
     bn_scratch sc = {0};
     QS_TRY(bn_scratch_alloc(&sc, C, what));
@@ -136,7 +147,7 @@ qs_status qs_cpu_batchnorm_forward_eval(qs_backend *be, qs_stream *s, int64_t ro
         k[c] = invstd * (gamma ? gamma[c] : 1.0f);
         b[c] = beta ? beta[c] : 0.0f;
     }
-    bn_apply(rows, C, x, running_mean, k, b, y, y_dt, relu);
+    bn_apply(rows, C, x, x_dt, running_mean, k, b, y, y_dt, relu);
     free(sc.mem);
     return QS_OK;
 }
@@ -148,12 +159,13 @@ static qs_status bn_widen_mask(const char *what, int64_t n, const void *mask, fl
     return qs_bf16_to_f32(n, mask, *out);
 }
 
-qs_status qs_cpu_batchnorm_backward(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const float *x,
-                                    const float *dy, const float *gamma, const float *save_mean,
+qs_status qs_cpu_batchnorm_backward(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const void *x,
+                                    qs_dtype x_dt, const float *dy, const float *gamma, const float *save_mean,
                                     const float *save_invstd, float *dx, bool accumulate, float *dgamma,
                                     float *dbeta, const void *y_relu_any, qs_dtype y_dt) {
     const char *what = "batchnorm_backward";
     QS_TRY(bn_check(what, rows, C, 4, (const void *[]){x, dy, save_mean, save_invstd}));
+    QS_TRY(bn_in_dtype_check(what, x_dt));
     QS_TRY(bn_out_dtype_check(what, y_dt));
     if (rows < 1) return QS_OK;
     float *widened = NULL;
@@ -168,7 +180,7 @@ qs_status qs_cpu_batchnorm_backward(qs_backend *be, qs_stream *s, int64_t rows, 
     double *sum_dy = sc.d[0], *sum_dy_xmu = sc.d[1], *mean_d = sc.d[2];
     /* the saved mean is what forward normalised with; use it (as double) as the shift */
     for (int64_t c = 0; c < C; c++) mean_d[c] = save_mean[c];
-    qs_status st = qs_cpu_colsums(rows, C, dy, y_relu, x, NULL, mean_d, sum_dy, sum_dy_xmu);
+    qs_status st = qs_cpu_colsums(rows, C, dy, QS_F32, y_relu, x, x_dt, NULL, mean_d, sum_dy, sum_dy_xmu);
     if (st != QS_OK) {
         free(sc.mem);
         free(widened);
@@ -192,22 +204,27 @@ qs_status qs_cpu_batchnorm_backward(qs_backend *be, qs_stream *s, int64_t rows, 
     }
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * C, *gr = dy + r * C, *mr = y_relu ? y_relu + r * C : NULL;
-        float *dr = dx + r * C;
+        const int64_t o = r * C;
+        const float *gr = dy + o, *mr = y_relu ? y_relu + o : NULL;
+        float *dr = dx + o;
         if (mr && accumulate) {
 #pragma omp simd
             for (int64_t c = 0; c < C; c++)
-                dr[c] += (gr[c] * (float)(mr[c] > 0.0f) - a[c] - (xr[c] - save_mean[c]) * p[c]) * k[c];
+                dr[c] += (gr[c] * (float)(mr[c] > 0.0f) - a[c] - (qs_cpu_load(x, x_dt, o + c) - save_mean[c]) * p[c]) *
+                         k[c];
         } else if (mr) {
 #pragma omp simd
             for (int64_t c = 0; c < C; c++)
-                dr[c] = (gr[c] * (float)(mr[c] > 0.0f) - a[c] - (xr[c] - save_mean[c]) * p[c]) * k[c];
+                dr[c] = (gr[c] * (float)(mr[c] > 0.0f) - a[c] - (qs_cpu_load(x, x_dt, o + c) - save_mean[c]) * p[c]) *
+                        k[c];
         } else if (accumulate) {
 #pragma omp simd
-            for (int64_t c = 0; c < C; c++) dr[c] += (gr[c] - a[c] - (xr[c] - save_mean[c]) * p[c]) * k[c];
+            for (int64_t c = 0; c < C; c++)
+                dr[c] += (gr[c] - a[c] - (qs_cpu_load(x, x_dt, o + c) - save_mean[c]) * p[c]) * k[c];
         } else {
 #pragma omp simd
-            for (int64_t c = 0; c < C; c++) dr[c] = (gr[c] - a[c] - (xr[c] - save_mean[c]) * p[c]) * k[c];
+            for (int64_t c = 0; c < C; c++)
+                dr[c] = (gr[c] - a[c] - (qs_cpu_load(x, x_dt, o + c) - save_mean[c]) * p[c]) * k[c];
         }
     }
     free(sc.mem);

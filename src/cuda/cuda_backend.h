@@ -110,7 +110,7 @@ typedef enum qs_cuda_plan_kind {
 /* ---- cuda_linear.c ---- */
 qs_status qs_cuda_linear_plan(qs_backend *be, const qs_linear_desc *d, void **plan, size_t *workspace);
 qs_status qs_cuda_linear_forward(qs_backend *be, void *plan, qs_stream *s, const qs_operand *x, const qs_operand *w,
-                                 const float *b, float *y, void *ws);
+                                 const float *b, void *y, void *ws);
 qs_status qs_cuda_linear_backward_data(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
                                        const qs_operand *w, float *dx, bool accumulate, void *ws);
 qs_status qs_cuda_linear_backward_weights(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
@@ -129,7 +129,7 @@ void qs_cuda_bmm_plan_destroy(qs_backend *be, void *plan);
 /* ---- cuda_conv.c ---- */
 qs_status qs_cuda_conv_plan(qs_backend *be, const qs_conv_desc *d, void **plan, size_t *workspace);
 qs_status qs_cuda_conv_forward(qs_backend *be, void *plan, qs_stream *s, const qs_operand *x, const qs_operand *w,
-                               const float *b, float *y, void *ws);
+                               const float *b, void *y, void *ws);
 qs_status qs_cuda_conv_backward_data(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
                                      const qs_operand *w, float *dx, bool accumulate, void *ws);
 qs_status qs_cuda_conv_backward_weights(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
@@ -144,14 +144,14 @@ qs_status qs_cuda_pool_forward(qs_backend *be, void *plan, qs_stream *s, const v
 qs_status qs_cuda_pool_backward(qs_backend *be, void *plan, qs_stream *s, const void *dy, const int32_t *idx,
                                 void *dx, bool accumulate, void *ws);
 void qs_cuda_pool_plan_destroy(qs_backend *be, void *plan);
-qs_status qs_cuda_batchnorm_forward_train(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const float *x,
+qs_status qs_cuda_batchnorm_forward_train(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const void *x, qs_dtype x_dt,
                                           const float *gamma, const float *beta, void *y, qs_dtype y_dt, float *save_mean,
                                           float *save_invstd, float *running_mean, float *running_var,
                                           float momentum, float eps, bool relu);
-qs_status qs_cuda_batchnorm_forward_eval(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const float *x,
+qs_status qs_cuda_batchnorm_forward_eval(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const void *x, qs_dtype x_dt,
                                          const float *gamma, const float *beta, const float *running_mean,
                                          const float *running_var, float eps, void *y, qs_dtype y_dt, bool relu);
-qs_status qs_cuda_batchnorm_backward(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const float *x,
+qs_status qs_cuda_batchnorm_backward(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const void *x, qs_dtype x_dt,
                                      const float *dy, const float *gamma, const float *save_mean,
                                      const float *save_invstd, float *dx, bool accumulate, float *dgamma,
                                      float *dbeta, const void *y_relu, qs_dtype y_dt);

@@ -1,7 +1,9 @@
 /* src/cuda/cuda_conv.c — 2-D convolution through cuDNN 9, every CUDA precision but INT8.
  *
  * Layouts (backend.h): X (N,H,W,C) and Y (N,P,Q,K) NHWC; weights (K,C,R,S) OIHW, FP32 results
- * (at BF16, and for FP8's backward, the sums rounded once to BF16 and widened: below).
+ * (at BF16, and for FP8's backward, the sums rounded once to BF16 and widened: below), except
+ * that Y is in the plan's y_dt: FP32, or BF16 (the result rounded to nearest even; "Output
+ * dtype" below).
  * cuDNN's NHWC convolutions want KRSC filters, so every forward / backward-data call first
  * transposes W into the workspace (qs_cuda_conv_weights_krsc, widening it on the way where the
  * path needs it), and backward-weights produces dW in KRSC and transposes it back — both
@@ -50,7 +52,8 @@
  *       BF16 convolutions use; the FP32 sums are rounded once to BF16 in T and the epilogue
  *       widens them (with the FP8 scales, bias, accumulation). Not FP16: its range may not hold
  *       the sums. This rounding is the one difference from the paths below (test_cuda_ops
- *       budgets it: O = 2^-14/12 for a BF16 conv output).
+ *       budgets it: O = 2^-14/12 for a BF16 conv output). With a BF16 y, no FP8 scale and no
+ *       bias, the forward writes its result straight into y instead (below).
  *   The others are numerically the same arithmetic — exact products of the stored values, FP32 sums:
  *     GRAPH on the stored dtype: bf16×bf16 / f16×f16 → f32; FP8 forward e4m3×e4m3 → f32 (the
  *       bench's "out_f32" graph; FP8 forward is the one direction where cuDNN's FP8 pays,
@@ -75,15 +78,25 @@
  *   rounding, like the CPU's INT8 epilogue; identical to scaling the operands for the
  *   power-of-two scales that quantize chooses).
  *   Per-row (per-output-channel) weight scales and INT8: QS_ERR_UNSUPPORTED.
- * Bias: forward adds b in the epilogue kernel (fused with the FP8 scale). backward-weights: db
- * (FP32 dY only; backend.h's NULL rule) = column sums of dY (N·P·Q, K) with qs_cuda_column_sums,
- * the same double-accumulated reduction the layers use for low-precision biases.
+ * Output dtype (qs_conv_desc.y_dt, checked at plan time: F32 or BF16). A BF16 Y is what a
+ * following batch norm reads (ResNets at BF16), in half the bytes. When the forward path's cuDNN
+ * output is BF16 (cd->out_dt), the plan has no FP8 scale and no bias, cuDNN writes Y itself
+ * (`direct`: no staging, no epilogue; impl names it "bf16 y written directly"). Otherwise the
+ * result is staged in T (FP32, or a 16-bit engine's BF16) and the epilogue kernel applies the
+ * scale and bias in FP32 and rounds to nearest even into Y (a 16-bit engine's result with a bias
+ * is thus rounded twice, the same bits as that path's FP32 Y rounded). The path choice does
+ * not depend on y_dt, except that benchmark mode times each path with the Y it will write.
+ * Bias: forward adds b in the epilogue kernel (fused with the FP8 scale and a BF16 Y's
+ * rounding). backward-weights: db (FP32 dY only; backend.h's NULL rule) = column sums of dY
+ * (N·P·Q, K) with qs_cuda_column_sums, the same double-accumulated reduction the layers use for
+ * low-precision biases.
  *
  * Workspace, per direction (regions 256-byte aligned; the plan reports the maximum):
  *   [A: first operand widened (x fwd / dY bwd), when the path widens it]
  *   [B: W transposed to KRSC / widened (fwd, bwd-data; unless 1x1 or C == 1 with W used as
  *       stored) | X widened (bwd-weights, when widened)]
- *   [T: staging: the BF16 result of a 16-bit-output path (Y, dX or dW); FP32 bwd-data dX
+ *   [T: staging: the BF16 result of a 16-bit-output path (Y unless direct, dX or dW); the FP32
+ *       forward result for a BF16 Y (FP32-output paths); FP32 bwd-data dX
  *       (N·H·W·C) when accumulate cannot use beta (GRAPH or FP8), FP32 bwd-weights dW in KRSC
  *       (K·R·S·C) when it differs from OIHW]
  *   [cuDNN workspace of the chosen algorithm / plan]
@@ -136,9 +149,11 @@ static bool conv_bf16_out(void) {
 typedef struct conv_dir {
     conv_engine eng;
     qs_dtype run_a, run_b; /* dtypes cuDNN reads for the two inputs (after widening) */
-    qs_dtype out_dt;       /* dtype cuDNN writes: F32, or BF16 (staged in T, widened by the epilogue) */
+    qs_dtype out_dt;       /* dtype cuDNN writes: F32, or BF16 (staged in T, widened by the epilogue,
+                              unless `direct`) */
     bool cvt_a, cvt_b;     /* operand A / B goes through the workspace */
     bool scaled;           /* FP8: the result is multiplied by s_a·s_b */
+    bool direct;           /* forward, BF16 y: cuDNN writes its BF16 result straight into y */
     bool use_t;            /* staging region T: the BF16 result, or FP32 (see the header comment) */
     /* LEGACY */
     cudnnConvolutionDescriptor_t conv;
@@ -227,6 +242,11 @@ static qs_status dnn_handle(qs_backend *be, cudnnHandle_t *out) {
 static int64_t numel_x(const qs_conv_desc *d) { return d->N * d->H * d->W * d->C; }
 static int64_t numel_y(const qs_conv_desc *d) { return d->N * d->P * d->Q * d->K; }
 static int64_t numel_w(const qs_conv_desc *d) { return d->K * d->C * d->R * d->S; }
+
+/* Elements of the output of direction dir: Y, dX or dW. */
+static int64_t numel_out(const qs_conv_desc *d, int dir) {
+    return dir == DIR_FWD ? numel_y(d) : dir == DIR_BWD_DATA ? numel_x(d) : numel_w(d);
+}
 
 /* Elements of operand A (x in forward, dY otherwise) and B (W, or X in backward-weights). */
 static int64_t numel_a(const qs_conv_desc *d, int dir) { return dir == DIR_FWD ? numel_x(d) : numel_y(d); }
@@ -530,7 +550,7 @@ static int g_tune(const qs_conv_desc *d, int dir, cudnnHandle_t h, cudaStream_t 
     size_t wmax = 0;
     for (int i = 0; i < n; i++) wmax = wss[i] > wmax ? wss[i] : wmax;
     const size_t sa = (size_t)numel_a(d, dir) * qs_dtype_size(a_dt), sb = (size_t)numel_b(d, dir) * qs_dtype_size(b_dt);
-    const size_t so = (size_t)(dir == DIR_FWD ? numel_y(d) : dir == DIR_BWD_DATA ? numel_x(d) : numel_w(d)) * sizeof(float);
+    const size_t so = (size_t)numel_out(d, dir) * sizeof(float); /* at least what any graph output needs */
     void *a = NULL, *b = NULL, *o = NULL, *w = NULL;
     cudaEvent_t e0 = NULL, e1 = NULL;
     int best = 0;
@@ -778,12 +798,7 @@ static void dir_layout(const qs_cuda_conv_plan_t *cp, int dir, conv_dir *cd) {
     const qs_conv_desc *d = &cp->d;
     size_t sz_a = cd->cvt_a ? (size_t)numel_a(d, dir) * qs_dtype_size(cd->run_a) : 0;
     size_t sz_b = cd->cvt_b ? (size_t)numel_b(d, dir) * qs_dtype_size(cd->run_b) : 0;
-    size_t sz_t = 0;
-    if (cd->out_dt != QS_F32)
-        sz_t = (size_t)(dir == DIR_FWD ? numel_y(d) : dir == DIR_BWD_DATA ? numel_x(d) : numel_w(d)) *
-               qs_dtype_size(cd->out_dt);
-    else if (cd->use_t)
-        sz_t = (size_t)(dir == DIR_BWD_DATA ? numel_x(d) : numel_w(d)) * sizeof(float);
+    const size_t sz_t = cd->use_t ? (size_t)numel_out(d, dir) * qs_dtype_size(cd->out_dt) : 0;
     cd->off_a = 0;
     cd->off_b = cd->off_a + align_up(sz_a);
     cd->off_t = cd->off_b + align_up(sz_b);
@@ -792,7 +807,7 @@ static void dir_layout(const qs_cuda_conv_plan_t *cp, int dir, conv_dir *cd) {
 }
 
 static qs_status conv_run(qs_backend *be, qs_cuda_conv_plan_t *cp, int dir, qs_stream *s, const qs_operand *a,
-                          const qs_operand *b, const float *bias, float *out, bool accumulate, void *ws);
+                          const qs_operand *b, const float *bias, void *out, bool accumulate, void *ws);
 
 /* Operand handling, staging and workspace layout of a built path with inputs c->a, c->b. */
 static void dir_finish(const qs_cuda_conv_plan_t *cp, int dir, conv_dir *cd, const conv_cand *c) {
@@ -806,9 +821,21 @@ static void dir_finish(const qs_cuda_conv_plan_t *cp, int dir, conv_dir *cd, con
     cd->cvt_b = cd->run_b != b_store || (dir != DIR_BWD_WEIGHTS && !w_same);
     cd->scaled = is_fp8(a_store) || is_fp8(b_store);
     if (cd->eng == ENG_LEGACY) cd->out_dt = QS_F32;
-    cd->use_t = cd->out_dt != QS_F32; /* a 16-bit result is always staged, then widened */
+    /* a BF16 y takes a BF16 result as it is when nothing is left to apply (no FP8 scale, no bias);
+     * anything else is staged: a 16-bit result is widened (F32 y) or re-rounded after the bias
+     * (BF16 y), an FP32 result bound for a BF16 y is narrowed by the epilogue */
+    const bool y16 = dir == DIR_FWD && d->y_dt == QS_BF16;
+    cd->direct = y16 && cd->out_dt == QS_BF16 && !cd->scaled && !d->has_bias;
+    cd->use_t = (cd->out_dt != QS_F32 || y16) && !cd->direct;
     if (dir == DIR_BWD_DATA) cd->use_t = cd->use_t || cd->eng == ENG_GRAPH || cd->scaled;
     if (dir == DIR_BWD_WEIGHTS) cd->use_t = cd->use_t || (d->R * d->S > 1 && d->C > 1);
+    if (cd->direct) {
+        const size_t L = strlen(cd->impl);
+        snprintf(cd->impl + L, sizeof cd->impl - L, "; bf16 y written directly");
+    } else if (y16) {
+        const size_t L = strlen(cd->impl);
+        snprintf(cd->impl + L, sizeof cd->impl - L, "; bf16 y from the epilogue");
+    }
     dir_layout(cp, dir, cd);
 }
 
@@ -825,7 +852,8 @@ static int time_paths(qs_backend *be, qs_cuda_conv_plan_t *cp, int dir, conv_dir
         wmax = paths[i].total > wmax ? paths[i].total : wmax;
     }
     const size_t sa = (size_t)numel_a(d, dir) * qs_dtype_size(a_dt), sb = (size_t)numel_b(d, dir) * qs_dtype_size(b_dt);
-    const size_t so = (size_t)(dir == DIR_FWD ? numel_y(d) : dir == DIR_BWD_DATA ? numel_x(d) : numel_w(d)) * sizeof(float);
+    /* the output as a call gets it: Y in the plan's y_dt, dX and dW in FP32 */
+    const size_t so = (size_t)numel_out(d, dir) * (dir == DIR_FWD ? qs_dtype_size(d->y_dt) : sizeof(float));
     static const float ones[2] = {1.0f, 1.0f};
     void *a = NULL, *b = NULL, *o = NULL, *w = NULL, *sc = NULL;
     cudaEvent_t e0 = NULL, e1 = NULL;
@@ -946,6 +974,12 @@ qs_status qs_cuda_conv_plan(qs_backend *be, const qs_conv_desc *d, void **plan, 
     qs_conv_desc dd = *d; /* finished: the same P,Q */
     if ((unsigned)dd.prec >= QS_PREC_COUNT)
         return QS_FAIL(QS_ERR_INVALID_ARG, "conv_plan: unknown precision %d", (int)dd.prec);
+    if (dd.y_dt != QS_F32 && dd.y_dt != QS_BF16)
+        return QS_FAIL((unsigned)dd.y_dt < QS_DTYPE_COUNT ? QS_ERR_UNSUPPORTED : QS_ERR_INVALID_ARG,
+                       "conv_plan: output dtype y_dt = %s (%d); the CUDA convolution writes its forward output in f32 "
+                       "or bf16 (N=%lld H=%lld W=%lld C=%lld K=%lld %lldx%lld at %s)",
+                       qs_dtype_name(dd.y_dt), (int)dd.y_dt, (long long)dd.N, (long long)dd.H, (long long)dd.W,
+                       (long long)dd.C, (long long)dd.K, (long long)dd.R, (long long)dd.S, qs_precision_name(dd.prec));
     if (dd.prec == QS_PREC_INT8)
         return QS_FAIL(QS_ERR_UNSUPPORTED,
                        "conv_plan: INT8 convolution is not available on the CUDA backend (cuDNN has no int8 "
@@ -1010,9 +1044,10 @@ static qs_status operand_check(const qs_operand *op, qs_dtype expect, bool allow
     return QS_OK;
 }
 
-/* Run direction dir: a = x (forward) or dY, b = W or X (backward-weights), out = Y, dX or dW. */
+/* Run direction dir: a = x (forward) or dY, b = W or X (backward-weights), out = Y (in the plan's
+ * y_dt), dX or dW (FP32). */
 static qs_status conv_run(qs_backend *be, qs_cuda_conv_plan_t *cp, int dir, qs_stream *s, const qs_operand *a,
-                          const qs_operand *b, const float *bias, float *out, bool accumulate, void *ws) {
+                          const qs_operand *b, const float *bias, void *out, bool accumulate, void *ws) {
     const qs_conv_desc *d = &cp->d;
     const conv_dir *cd = &cp->dir[dir];
     if (cd->total && !ws)
@@ -1046,11 +1081,12 @@ static qs_status conv_run(qs_backend *be, qs_cuda_conv_plan_t *cp, int dir, qs_s
         pb = w8 + cd->off_b;
     }
 
-    /* staged in T: a 16-bit result (always), an accumulating backward-data that cannot use
-     * beta, a KRSC weight gradient */
+    /* staged in T: a 16-bit result (unless written straight into a BF16 y), any forward result
+     * bound for a BF16 y that is not, an accumulating backward-data that cannot use beta, a KRSC
+     * weight gradient */
     const bool out16 = cd->out_dt != QS_F32;
     float beta = 0.0f;
-    bool staged = out16;
+    bool staged = dir == DIR_FWD ? cd->use_t : out16;
     if (dir == DIR_BWD_DATA && accumulate) {
         if (cd->use_t)
             staged = true;
@@ -1069,24 +1105,27 @@ static qs_status conv_run(qs_backend *be, qs_cuda_conv_plan_t *cp, int dir, qs_s
     const float *sa = cd->scaled ? a->scale : NULL, *sb = cd->scaled ? b->scale : NULL;
     const qs_dtype tdt = cd->out_dt;
     if (dir == DIR_FWD) {
+        /* direct: cuDNN wrote y, nothing left to do (not staged, no scale, no bias) */
         if (staged || sa || bias)
-            QS_TRY(qs_cuda_conv_epilogue(st, d->N * d->P * d->Q, d->K, target, tdt, out, sa, sb, bias, false));
+            QS_TRY(qs_cuda_conv_epilogue(st, d->N * d->P * d->Q, d->K, target, tdt, out, d->y_dt, sa, sb, bias, false));
     } else if (dir == DIR_BWD_DATA) {
         if (staged || sa)
-            QS_TRY(qs_cuda_conv_epilogue(st, d->N * d->H * d->W, d->C, target, tdt, out, sa, sb, NULL, staged && accumulate));
+            QS_TRY(qs_cuda_conv_epilogue(st, d->N * d->H * d->W, d->C, target, tdt, out, QS_F32, sa, sb, NULL,
+                                         staged && accumulate));
     } else {
         const bool krsc = d->R * d->S > 1 && d->C > 1; /* dW came out KRSC */
         if (staged && krsc)
             QS_TRY(qs_cuda_conv_dw_to_oihw(st, d->K, d->C, d->R, d->S, target, tdt, out, sa, sb));
         else if (staged || sa)
-            QS_TRY(qs_cuda_conv_epilogue(st, d->K, d->C * d->R * d->S, target, tdt, out, sa, sb, NULL, false));
+            QS_TRY(qs_cuda_conv_epilogue(st, d->K, d->C * d->R * d->S, target, tdt, out, QS_F32, sa, sb, NULL, false));
     }
     return QS_OK;
 }
 
-/* y (N,P,Q,K) = conv(x (N,H,W,C), w (K,C,R,S)) + b: x, w in the plan's forward dtype. */
+/* y (N,P,Q,K) = conv(x (N,H,W,C), w (K,C,R,S)) + b: x, w in the plan's forward dtype, y in its
+ * y_dt (F32, or BF16 rounded to nearest even). */
 qs_status qs_cuda_conv_forward(qs_backend *be, void *plan, qs_stream *s, const qs_operand *x, const qs_operand *w,
-                               const float *b, float *y, void *ws) {
+                               const float *b, void *y, void *ws) {
     QS_TRY(plan_check(plan, "conv_forward"));
     qs_cuda_conv_plan_t *cp = plan;
     QS_TRY(operand_check(x, cp->fdt, false, "conv_forward x"));

@@ -1,6 +1,7 @@
 /* src/cuda/cuda_conv.h — defines: the small kernels the cuDNN convolution (cuda_conv.c) runs
  * around cuDNN (cuda_conv_kernels.cu: weight transposes, operand widening, the scale/bias/
- * accumulate epilogue), exported with C linkage, and the query of the path a conv plan chose.
+ * accumulate epilogue, which also narrows a result to a BF16 output), exported with C linkage,
+ * and the query of the path a conv plan chose.
  * All launchers are asynchronous on `s`, check the launch (qs_cuda_check_launch) and return
  * QS_ERR_BACKEND naming the kernel when it fails; element counts are int64. */
 #ifndef QSYNC_CUDA_CONV_H
@@ -31,12 +32,13 @@ qs_status qs_cuda_conv_weights_krsc(cudaStream_t s, int64_t K, int64_t C, int64_
 qs_status qs_cuda_conv_widen(cudaStream_t s, int64_t n, const void *src, qs_dtype src_dt, void *dst,
                              qs_dtype dst_dt);
 
-/* out (rows, cols) FP32: v = t·(sa ? *sa : 1)·(sb ? *sb : 1) + (bias ? bias[col] : 0);
- * out = accumulate ? out + v : v. t is F32 or BF16 (t_dt; widened exactly); an F32 t may equal out
- * (then accumulate must be false). sa, sb: device scalars (per-tensor dequantization scales) or
- * NULL. */
-qs_status qs_cuda_conv_epilogue(cudaStream_t s, int64_t rows, int64_t cols, const void *t, qs_dtype t_dt, float *out,
-                                const float *sa, const float *sb, const float *bias, bool accumulate);
+/* out (rows, cols) in out_dt: v = t·(sa ? *sa : 1)·(sb ? *sb : 1) + (bias ? bias[col] : 0) in
+ * FP32; out = accumulate ? out + v : v, stored as FP32 (out_dt F32) or rounded to nearest even to
+ * BF16 (out_dt BF16; accumulate must then be false). t is F32 or BF16 (t_dt; widened exactly); an
+ * F32 t may equal an F32 out (then accumulate must be false). sa, sb: device scalars (per-tensor
+ * dequantization scales) or NULL. */
+qs_status qs_cuda_conv_epilogue(cudaStream_t s, int64_t rows, int64_t cols, const void *t, qs_dtype t_dt, void *out,
+                                qs_dtype out_dt, const float *sa, const float *sb, const float *bias, bool accumulate);
 
 /* dw (K,C,R,S) OIHW FP32 = t (K,R,S,C) KRSC, F32 or BF16 (t_dt), transposed and widened, times
  * (sa ? *sa : 1)·(sb ? *sb : 1). */

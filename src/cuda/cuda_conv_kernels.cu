@@ -1,7 +1,8 @@
 /* src/cuda/cuda_conv_kernels.cu — the kernels cuda_conv.c runs around cuDNN: OIHW → KRSC weight
  * transposes (with exact widening), FP8/BF16/FP16 operand widening, the epilogue that applies
  * per-tensor dequantization scales, bias and accumulation to a convolution result (FP32, or BF16
- * from a 16-bit-output engine, widened), and the KRSC → OIHW transpose of weight gradients.
+ * from a 16-bit-output engine, widened) and writes it in FP32 or, for a BF16 forward output,
+ * rounded to nearest even to BF16, and the KRSC → OIHW transpose of weight gradients.
  * Contracts in cuda_conv.h. Decoding uses the project's own number formats (core/numfmt.h), so
  * a value widens to the same bits as on the CPU.
  * All loops are grid-stride over int64 indices; every launch is checked. */
@@ -72,13 +73,15 @@ __device__ __forceinline__ float scale_of(const float *sa, const float *sb) {
     return (sa ? *sa : 1.0f) * (sb ? *sb : 1.0f);
 }
 
-/* t (F32 or BF16) may alias out (no __restrict__). */
-__global__ void k_epilogue(int64_t n, int64_t cols, const void *t, qs_dtype tdt, float *out, const float *sa,
-                           const float *sb, const float *bias, bool accumulate) {
+/* t (F32 or BF16) may alias an F32 out (no __restrict__). out: F32 (accumulate allowed) or BF16
+ * (v rounded to nearest even by store_val). */
+__global__ void k_epilogue(int64_t n, int64_t cols, const void *t, qs_dtype tdt, void *out, qs_dtype odt,
+                           const float *sa, const float *sb, const float *bias, bool accumulate) {
     const float sc = scale_of(sa, sb);
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         float v = load_val(t, i, tdt) * sc + (bias ? bias[i % cols] : 0.0f);
-        out[i] = accumulate ? out[i] + v : v;
+        if (accumulate) v = static_cast<const float *>(out)[i] + v; /* F32 out only (checked) */
+        store_val(out, i, odt, v);
     }
 }
 
@@ -145,19 +148,23 @@ extern "C" qs_status qs_cuda_conv_widen(cudaStream_t s, int64_t n, const void *s
     return qs_cuda_check_launch("conv operand widening (k_widen)");
 }
 
-/* The staged results the epilogues read: FP32 sums, or BF16 from a 16-bit-output engine. */
+/* The staged results the epilogues read (FP32 sums, or BF16 from a 16-bit-output engine), and the
+ * outputs they write (FP32, or a BF16 forward output). */
 static bool staged_dtype_ok(qs_dtype t_dt) { return t_dt == QS_F32 || t_dt == QS_BF16; }
 
 extern "C" qs_status qs_cuda_conv_epilogue(cudaStream_t s, int64_t rows, int64_t cols, const void *t, qs_dtype t_dt,
-                                           float *out, const float *sa, const float *sb, const float *bias,
-                                           bool accumulate) {
+                                           void *out, qs_dtype out_dt, const float *sa, const float *sb,
+                                           const float *bias, bool accumulate) {
     const int64_t n = rows * cols;
     if (n <= 0) return QS_OK;
-    if (t == out && (accumulate || t_dt != QS_F32))
-        return QS_FAIL(QS_ERR_INTERNAL, "conv epilogue: accumulating or widening a result onto itself");
-    if (!staged_dtype_ok(t_dt))
-        return QS_FAIL(QS_ERR_INTERNAL, "conv epilogue: results of dtype %s", qs_dtype_name(t_dt));
-    k_epilogue<<<grid_for(n), kBlock, 0, s>>>(n, cols, t, t_dt, out, sa, sb, bias, accumulate);
+    if (t == out && (accumulate || t_dt != QS_F32 || out_dt != QS_F32))
+        return QS_FAIL(QS_ERR_INTERNAL, "conv epilogue: accumulating, widening or narrowing a result onto itself");
+    if (!staged_dtype_ok(t_dt) || !staged_dtype_ok(out_dt))
+        return QS_FAIL(QS_ERR_INTERNAL, "conv epilogue: results of dtype %s into an output of dtype %s",
+                       qs_dtype_name(t_dt), qs_dtype_name(out_dt));
+    if (accumulate && out_dt != QS_F32)
+        return QS_FAIL(QS_ERR_INTERNAL, "conv epilogue: accumulating onto a %s output", qs_dtype_name(out_dt));
+    k_epilogue<<<grid_for(n), kBlock, 0, s>>>(n, cols, t, t_dt, out, out_dt, sa, sb, bias, accumulate);
     return qs_cuda_check_launch("conv epilogue (scale, bias, accumulate: k_epilogue)");
 }
 

@@ -30,7 +30,15 @@
  * dequantization scales (device memory) go to cuBLASLt as CUBLASLT_MATMUL_DESC_A/B_SCALE_POINTER
  * (one scale for the whole batched tensor); α is 1 for a Linear and the descriptor's alpha for a
  * bmm (cuBLASLt applies α on top of the operand scales). D and C are FP32 for every precision
- * (C = D: β = 1 accumulates).
+ * (C = D: β = 1 accumulates), except a Linear forward's into a BF16 y (below).
+ *
+ * BF16 output (qs_linear_desc.y_dt, F32 or BF16, checked at plan time; a pointwise conv run as a
+ * Linear that feeds a batch norm). Without FP8 and without a bias, the forward product is built
+ * with D (and C) of type CUDA_R_16BF (gemm_dir.ddt): cuBLASLt rounds the FP32 accumulator to
+ * BF16 itself and writes y, no extra pass. Every other case — FP8, a bias, or no algorithm (or
+ * an input type that cuBLASLt pairs with no BF16 D, e.g. FP16 or FP32) — computes the FP32 Y as
+ * for an FP32 y into a workspace region and rounds it to nearest even into y with the backend's
+ * cast kernel (qs_cuda_cast). bmm outputs stay FP32.
  *
  * FP8 padding. Every FP8 product is issued as "TN" with A' a row-major m×k byte matrix and B' a
  * row-major n×k one. cuBLASLt's FP8 kernels need 16-byte (= 16-element) leading dimensions for
@@ -78,7 +86,9 @@
  * the B' copies (batch·np·kp bytes) when B is copied, the padded D (batch·np·mp floats) when D
  * is padded; e.g. a Linear's backward-weights without D padding Xᵀ (K·Mp) then dYᵀ (N·Mp). An
  * FP8 bmm's scratch is therefore of the order of its operands' size (bytes per element of a, b,
- * dc). Linear with an FP32 bias gradient: partial sums (chunks·N doubles). The cuBLASLt part is
+ * dc). Linear with an FP32 bias gradient: partial sums (chunks·N doubles). Linear with a BF16 y
+ * not written by cuBLASLt: the FP32 Y (M·N floats, from a 256-byte boundary after the forward's
+ * FP8 regions; the column sums, of another direction, may share its bytes). The cuBLASLt part is
  * the largest workspace any chosen algorithm asked for (searched with at most 32 MiB). ws must
  * be 256-byte aligned (alloc() is). */
 #include "cuda/cuda_backend.h"
@@ -104,19 +114,20 @@ typedef struct gemm_dir {
     int64_t m, n, k;
     bool a_tr, b_tr;   /* A stored (k, m) / B stored (k, n) instead of (m, k) / (n, k) */
     qs_dtype adt, bdt; /* storage dtypes of A and B */
+    qs_dtype ddt;      /* dtype of D (and C): F32, or BF16 (a Linear forward into a BF16 y; never FP8) */
     bool bias;         /* a bias epilogue is wanted (Linear forward) */
 } gemm_dir;
 
 /* One cuBLASLt product of the plan. */
 typedef struct lt_gemm {
     cublasLtMatmulDesc_t desc;
-    cublasLtMatrixLayout_t la, lb, ld; /* C and D share ld (FP32, m×n) */
+    cublasLtMatrixLayout_t la, lb, ld; /* C and D share ld (m×n, FP32 or BF16: d_elem) */
     cublasLtMatmulAlgo_t algo;         /* A, B, C/D aligned to align_a, align_b, align_d; bias to 16 */
     cublasLtMatmulAlgo_t algo_any;     /* element-aligned pointers; valid when has_any */
     bool has_any;
     uint32_t align_a, align_b, align_d; /* pointer alignment of algo (16, less for odd batch strides) */
     size_t ws_bytes;                   /* the larger workspace of the two algorithms */
-    size_t a_elem, b_elem;             /* element sizes of A and B (bytes) */
+    size_t a_elem, b_elem, d_elem;     /* element sizes of A, B and C/D (bytes) */
     bool scaled;                       /* FP8: A/B scale pointers */
     bool bias;                         /* CUBLASLT_EPILOGUE_BIAS */
 } lt_gemm;
@@ -152,6 +163,8 @@ typedef struct qs_cuda_linear_plan {
     qs_linear_desc d;
     qs_dtype fdt, gdt;      /* storage dtypes of X, W (forward) and dY (gradient) */
     int colsum_chunks;      /* FP32 dY with bias: row blocks of the db column sums */
+    bool y_narrow;          /* BF16 y without a BF16-D product: FP32 Y at ws + y_off, then cast */
+    size_t y_off;
     lt_plan lt;
 } qs_cuda_linear_plan_t;
 
@@ -191,8 +204,8 @@ static qs_status lt_fail(const lt_plan *p, int dir, const char *call, cublasStat
 /* What one product looks like to cuBLASLt (column-major; file comment, "Products"). */
 typedef struct gemm_spec {
     cublasComputeType_t ct;
-    cudaDataType_t at, bt;       /* A' and B' element types */
-    size_t a_elem, b_elem;
+    cudaDataType_t at, bt, dt;   /* A', B' and C'/D' element types */
+    size_t a_elem, b_elem, d_elem;
     cublasOperation_t ta, tb;
     int64_t m, n, k, lda, ldb, ldd;
     int64_t batch, stride_a, stride_b, stride_d; /* strides in elements (used when batch > 1) */
@@ -305,11 +318,12 @@ static qs_status gemm_build(lt_plan *p, int dir, cublasLtHandle_t lt, const gemm
     *no_algo = false;
     g->a_elem = sp->a_elem;
     g->b_elem = sp->b_elem;
+    g->d_elem = sp->d_elem;
     g->scaled = sp->scaled;
     g->bias = sp->bias;
     g->align_a = batch_align(sp->batch, sp->stride_a, sp->a_elem);
     g->align_b = batch_align(sp->batch, sp->stride_b, sp->b_elem);
-    g->align_d = batch_align(sp->batch, sp->stride_d, sizeof(float));
+    g->align_d = batch_align(sp->batch, sp->stride_d, sp->d_elem);
     LT_TRY(cublasLtMatmulDescCreate(&g->desc, sp->ct, CUDA_R_32F));
     const int32_t ta = (int32_t)sp->ta, tb = (int32_t)sp->tb;
     LT_TRY(cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
@@ -329,7 +343,7 @@ static qs_status gemm_build(lt_plan *p, int dir, cublasLtHandle_t lt, const gemm
                          sp->stride_a));
     QS_TRY(layout_create(p, dir, &g->lb, sp->bt, bn ? sp->k : sp->n, bn ? sp->n : sp->k, sp->ldb, sp->batch,
                          sp->stride_b));
-    QS_TRY(layout_create(p, dir, &g->ld, CUDA_R_32F, sp->m, sp->n, sp->ldd, sp->batch, sp->stride_d));
+    QS_TRY(layout_create(p, dir, &g->ld, sp->dt, sp->m, sp->n, sp->ldd, sp->batch, sp->stride_d));
 
     bool found = false;
     size_t ws = 0;
@@ -345,7 +359,7 @@ static qs_status gemm_build(lt_plan *p, int dir, cublasLtHandle_t lt, const gemm
         LT_TRY(cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ph4, sizeof ph4));
     }
     cublasStatus_t why_any = CUBLAS_STATUS_SUCCESS;
-    QS_TRY(lt_heuristic(p, dir, lt, g, (uint32_t)sp->a_elem, (uint32_t)sp->b_elem, (uint32_t)sizeof(float),
+    QS_TRY(lt_heuristic(p, dir, lt, g, (uint32_t)sp->a_elem, (uint32_t)sp->b_elem, (uint32_t)sp->d_elem,
                         &g->algo_any, &ws, &g->has_any, &why_any));
     if (g->has_any) g->ws_bytes = max_sz(g->ws_bytes, ws);
     return QS_OK;
@@ -442,6 +456,7 @@ static void make_spec(const lt_plan *p, int dir, bool want_bias, gemm_spec *sp) 
     sp->ct = p->prec == QS_PREC_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     lt_type(d->adt, &sp->at, &sp->a_elem);
     lt_type(d->bdt, &sp->bt, &sp->b_elem);
+    lt_type(d->ddt, &sp->dt, &sp->d_elem);
     sp->batch = p->batch;
     sp->scaled = p->fp8;
     sp->bias = want_bias && d->bias && !p->fp8;
@@ -463,10 +478,11 @@ static void make_spec(const lt_plan *p, int dir, bool want_bias, gemm_spec *sp) 
 }
 
 /* Build every direction of p (p->dir, prec, batch, alpha, what and dir_name set), with the
- * fallbacks of the file comment: a bias epilogue without an algorithm becomes a bias kernel;
- * an FP8 product without an algorithm for D in place is padded in m and n too. Then lay out
- * the workspace: `scratch` bytes the front end needs besides the FP8 copies, then cuBLASLt's. */
-static qs_status lt_plan_build(lt_plan *p, cublasLtHandle_t lt, size_t scratch) {
+ * fallbacks of the file comment: a bias epilogue without an algorithm becomes a bias kernel; a
+ * BF16 D that cuBLASLt cannot write (no algorithm, or a type combination it refuses) becomes an
+ * FP32 D (p->dir[dir].ddt is then F32: the front end narrows it); an FP8 product without an
+ * algorithm for D in place is padded in m and n too. */
+static qs_status lt_plan_dirs(lt_plan *p, cublasLtHandle_t lt) {
     qs_status st = QS_OK;
     for (int dir = 0; dir < DIR_COUNT && st == QS_OK; dir++) {
         if (p->fp8) fp8_layout(p, dir, false);
@@ -480,6 +496,18 @@ static qs_status lt_plan_build(lt_plan *p, cublasLtHandle_t lt, size_t scratch) 
             make_spec(p, dir, false, &sp);
             st = gemm_build(p, dir, lt, &sp, &no_algo, &why);
         }
+        if ((st != QS_OK || no_algo) && p->dir[dir].ddt != QS_F32) { /* no BF16 D: FP32 D, narrowed after */
+            if (st != QS_OK) qs_error_clear();
+            gemm_destroy(&p->g[dir]);
+            p->dir[dir].ddt = QS_F32;
+            make_spec(p, dir, true, &sp);
+            st = gemm_build(p, dir, lt, &sp, &no_algo, &why);
+            if (st == QS_OK && no_algo && sp.bias) {
+                gemm_destroy(&p->g[dir]);
+                make_spec(p, dir, false, &sp);
+                st = gemm_build(p, dir, lt, &sp, &no_algo, &why);
+            }
+        }
         if (st == QS_OK && no_algo && p->fp8) { /* none with D in place: pad m and n too, D in ws */
             fp8_layout(p, dir, true);
             if (p->f8[dir].d_pad) {
@@ -490,12 +518,23 @@ static qs_status lt_plan_build(lt_plan *p, cublasLtHandle_t lt, size_t scratch) 
         }
         if (st == QS_OK && no_algo) st = no_algo_fail(p, dir, why);
     }
-    if (st != QS_OK) return st;
+    return st;
+}
+
+/* Lay out the workspace of the built directions: `scratch` bytes the front end needs besides
+ * the FP8 copies, then cuBLASLt's. */
+static void lt_plan_layout(lt_plan *p, size_t scratch) {
     if (p->fp8)
         for (int i = 0; i < DIR_COUNT; i++) scratch = max_sz(scratch, p->f8[i].bytes);
     p->lt_off = align_up(scratch, WS_ALIGN);
     for (int i = 0; i < DIR_COUNT; i++) p->lt_bytes = max_sz(p->lt_bytes, p->g[i].ws_bytes);
     p->ws_bytes = p->lt_bytes ? p->lt_off + p->lt_bytes : scratch;
+}
+
+/* lt_plan_dirs, then lt_plan_layout. */
+static qs_status lt_plan_build(lt_plan *p, cublasLtHandle_t lt, size_t scratch) {
+    QS_TRY(lt_plan_dirs(p, lt));
+    lt_plan_layout(p, scratch);
     return QS_OK;
 }
 
@@ -523,7 +562,8 @@ static qs_status prec_check(const qs_cuda_backend *cb, qs_precision prec, const 
 
 /* A gemm_dir from its fields (row-major terms, file comment "Products"). */
 static gemm_dir gemm_dir_of(int64_t m, int64_t n, int64_t k, bool a_tr, bool b_tr, qs_dtype adt, qs_dtype bdt) {
-    return (gemm_dir){.m = m, .n = n, .k = k, .a_tr = a_tr, .b_tr = b_tr, .adt = adt, .bdt = bdt, .bias = false};
+    return (gemm_dir){.m = m, .n = n, .k = k, .a_tr = a_tr, .b_tr = b_tr, .adt = adt, .bdt = bdt, .ddt = QS_F32,
+                      .bias = false};
 }
 
 /* Contract (backend.h linear_plan): Y(M,N) = X(M,K)·W(N,K)ᵀ + b at precision d->prec; *plan
@@ -538,6 +578,12 @@ qs_status qs_cuda_linear_plan(qs_backend *be, const qs_linear_desc *d, void **pl
                        (long long)d->N, (long long)d->K);
     qs_cuda_backend *cb = qs_cuda_be(be);
     QS_TRY(prec_check(cb, d->prec, "linear_plan"));
+    if (d->y_dt != QS_F32 && d->y_dt != QS_BF16)
+        return QS_FAIL((unsigned)d->y_dt < QS_DTYPE_COUNT ? QS_ERR_UNSUPPORTED : QS_ERR_INVALID_ARG,
+                       "linear_plan: output dtype y_dt = %s (%d); the CUDA Linear writes its forward output in f32 or "
+                       "bf16 (M=%lld N=%lld K=%lld at %s)",
+                       qs_dtype_name(d->y_dt), (int)d->y_dt, (long long)d->M, (long long)d->N, (long long)d->K,
+                       qs_precision_name(d->prec));
     cublasLtHandle_t lt;
     QS_TRY(lt_handle(be, &lt));
 
@@ -558,6 +604,8 @@ qs_status qs_cuda_linear_plan(qs_backend *be, const qs_linear_desc *d, void **pl
     const int64_t M = d->M, N = d->N, K = d->K;
     p->dir[DIR_FWD] = gemm_dir_of(N, M, K, false, false, lp->fdt, lp->fdt);  /* A = W, B = X */
     p->dir[DIR_FWD].bias = d->has_bias;
+    const bool y16 = d->y_dt == QS_BF16;
+    if (y16 && !p->fp8 && !d->has_bias) p->dir[DIR_FWD].ddt = QS_BF16; /* cuBLASLt writes y (if it can) */
     p->dir[DIR_BWD1] = gemm_dir_of(K, M, N, true, false, lp->fdt, lp->gdt);  /* A = W (k,m), B = dY */
     p->dir[DIR_BWD2] = gemm_dir_of(K, N, M, true, true, lp->fdt, lp->gdt);   /* A = X (k,m), B = dY (k,n) */
     size_t scratch = 0;
@@ -565,11 +613,19 @@ qs_status qs_cuda_linear_plan(qs_backend *be, const qs_linear_desc *d, void **pl
         lp->colsum_chunks = qs_cuda_linear_column_sum_chunks(M, N, cb->props.multiProcessorCount);
         scratch = qs_cuda_linear_column_sum_bytes(N, lp->colsum_chunks);
     }
-    qs_status st = lt_plan_build(p, lt, scratch);
+    qs_status st = lt_plan_dirs(p, lt);
     if (st != QS_OK) {
         qs_cuda_linear_plan_destroy(be, lp);
         return st;
     }
+    /* a BF16 y that the forward product does not write itself: FP32 Y in the scratch, after the
+     * forward's FP8 copies (the column sums belong to backward-weights: they may overlap it) */
+    lp->y_narrow = y16 && p->dir[DIR_FWD].ddt != QS_BF16;
+    if (lp->y_narrow) {
+        lp->y_off = align_up(p->fp8 ? p->f8[DIR_FWD].bytes : 0, WS_ALIGN);
+        scratch = max_sz(scratch, lp->y_off + align_up((size_t)M * (size_t)N * sizeof(float), WS_ALIGN));
+    }
+    lt_plan_layout(p, scratch);
     *plan = lp;
     *workspace = p->ws_bytes;
     return QS_OK;
@@ -682,7 +738,7 @@ static bool aligned(const void *p, size_t a) { return (uintptr_t)p % a == 0; }
 /* D = α·A'·B' (+ beta·D) for direction dir as built; sa, sb: FP8 scale pointers; bias:
  * epilogue bias (only when the product was built with one). */
 static qs_status gemm_run(lt_plan *p, int dir, cublasLtHandle_t lt, cudaStream_t stream, const void *A,
-                          const void *B, float *D, float beta, const float *sa, const float *sb, const float *bias,
+                          const void *B, void *D, float beta, const float *sa, const float *sb, const float *bias,
                           void *ws) {
     lt_gemm *g = &p->g[dir];
     if (g->scaled) {
@@ -694,7 +750,7 @@ static qs_status gemm_run(lt_plan *p, int dir, cublasLtHandle_t lt, cudaStream_t
     if (aligned(A, g->align_a) && aligned(B, g->align_b) && aligned(D, g->align_d) &&
         (!g->bias || aligned(bias, LT_ALIGN)))
         algo = &g->algo;
-    else if (g->has_any && aligned(A, g->a_elem) && aligned(B, g->b_elem) && aligned(D, sizeof(float)) &&
+    else if (g->has_any && aligned(A, g->a_elem) && aligned(B, g->b_elem) && aligned(D, g->d_elem) &&
              (!g->bias || aligned(bias, sizeof(float))))
         algo = &g->algo_any;
     else
@@ -720,18 +776,20 @@ static qs_status fp8_operand(cudaStream_t stream, int64_t batch, const void *src
 /* Direction dir of p: out (+)= α · B·Aᵀ per batch (file comment, "Products"), then + bias (a
  * Linear forward's b, or NULL). a_src, b_src: the caller's A and B buffers (as stored, per
  * gemm_dir); a_t, b_t: NULL or their transposed copies (qs_operand.data_t, batch 1 only),
- * which an FP8 direction reads in place of making its own when it needs no padding; sa, sb: their FP8 scales (ignored otherwise); out: the caller's FP32 output (n×m per
- * batch); accumulate: out += instead of out =. FP8 operands go through their workspace copies
+ * which an FP8 direction reads in place of making its own when it needs no padding; sa, sb: their FP8 scales (ignored otherwise); out: the caller's output (n×m per
+ * batch) in the direction's ddt (FP32, or BF16 for a non-FP8 product without a bias kernel);
+ * accumulate: out += instead of out =. FP8 operands go through their workspace copies
  * and a padded D is written back, as fp8_layout decided. */
 static qs_status lt_run(lt_plan *p, int dir, cublasLtHandle_t lt, cudaStream_t stream, const void *a_src,
                         const void *b_src, const void *a_t, const void *b_t, const float *sa, const float *sb,
-                        float *out, bool accumulate, const float *bias, void *ws) {
+                        void *out, bool accumulate, const float *bias, void *ws) {
     const gemm_dir *d = &p->dir[dir];
     const float beta = accumulate ? 1.0f : 0.0f;
     if (!p->fp8) {
         const bool fused = bias && p->g[dir].bias;
         QS_TRY(gemm_run(p, dir, lt, stream, a_src, b_src, out, beta, sa, sb, fused ? bias : NULL, ws));
-        return bias && !fused ? qs_cuda_linear_bias_add(stream, d->n, d->m, bias, out) : QS_OK;
+        /* a bias kernel only with an FP32 D (a BF16 D is planned only without a bias) */
+        return bias && !fused ? qs_cuda_linear_bias_add(stream, d->n, d->m, bias, (float *)out) : QS_OK;
     }
     const fp8_dir *f = &p->f8[dir];
     const void *A = a_src, *B = b_src;
@@ -751,17 +809,19 @@ static qs_status lt_run(lt_plan *p, int dir, cublasLtHandle_t lt, cudaStream_t s
     }
     if (!f->d_pad) {
         QS_TRY(gemm_run(p, dir, lt, stream, A, B, out, beta, sa, sb, NULL, ws));
-        return bias ? qs_cuda_linear_bias_add(stream, d->n, d->m, bias, out) : QS_OK;
+        return bias ? qs_cuda_linear_bias_add(stream, d->n, d->m, bias, (float *)out) : QS_OK; /* FP8: D is FP32 */
     }
     float *dp = (float *)(void *)((char *)ws + f->off_d);
     QS_TRY(gemm_run(p, dir, lt, stream, A, B, dp, 0.0f, sa, sb, NULL, ws));
-    return qs_cuda_linear_unpad_f32(stream, p->batch, d->n, d->m, dp, f->mp, f->np * f->mp, bias, accumulate, out);
+    return qs_cuda_linear_unpad_f32(stream, p->batch, d->n, d->m, dp, f->mp, f->np * f->mp, bias, accumulate,
+                                    (float *)out);
 }
 
 /* Contract (backend.h linear_forward): y (M,N) = x (M,K) · w (N,K)ᵀ + b (N); x, w in the plan's
- * forward dtype (FP8: per-tensor scales in device memory), b FP32 (required with a bias). */
+ * forward dtype (FP8: per-tensor scales in device memory), b FP32 (required with a bias), y in
+ * the plan's y_dt: FP32, or BF16 (written by cuBLASLt, or the FP32 Y rounded by the cast kernel). */
 qs_status qs_cuda_linear_forward(qs_backend *be, void *plan, qs_stream *s, const qs_operand *x, const qs_operand *w,
-                                 const float *b, float *y, void *ws) {
+                                 const float *b, void *y, void *ws) {
     QS_TRY(plan_check(plan, QS_CUDA_PLAN_LINEAR, "linear_forward"));
     qs_cuda_linear_plan_t *lp = plan;
     QS_TRY(operand_check(x, lp->fdt, true, "linear_forward x"));
@@ -771,8 +831,11 @@ qs_status qs_cuda_linear_forward(qs_backend *be, void *plan, qs_stream *s, const
     QS_TRY(ws_check(&lp->lt, ws, "linear_forward"));
     cublasLtHandle_t lt;
     QS_TRY(lt_handle(be, &lt));
-    return lt_run(&lp->lt, DIR_FWD, lt, stream_of(be, s), w->data, x->data, NULL, NULL, w->scale, x->scale, y, false,
-                  lp->d.has_bias ? b : NULL, ws);
+    void *out = lp->y_narrow ? (char *)ws + lp->y_off : y; /* ws is non-NULL: the plan reserved the region */
+    QS_TRY(lt_run(&lp->lt, DIR_FWD, lt, stream_of(be, s), w->data, x->data, NULL, NULL, w->scale, x->scale, out, false,
+                  lp->d.has_bias ? b : NULL, ws));
+    if (!lp->y_narrow) return QS_OK;
+    return qs_cuda_cast(be, s, lp->d.M * lp->d.N, out, QS_F32, y, QS_BF16); /* RNE, core/numfmt.h */
 }
 
 /* Contract (backend.h linear_backward_data): dx (M,K) = dy (M,N) · w (N,K), or dx += that with

@@ -7,7 +7,9 @@
  *   by R·S (count_include_pad). Backward is a gather, one thread per input element, adding the
  *   contributions of the windows that contain it in (p, q) order — the order of the CPU's
  *   scatter — so no atomics: deterministic, and the same sums as the CPU.
- * Batch norm: x viewed as (rows, C). Blocks of 32 channels × 8 row lanes (a warp reads 32
+ * Batch norm: x viewed as (rows, C), FP32 or BF16 (x_dt; every kernel that reads x is templated
+ *   on its element type and widens a BF16 value exactly, so the results are bitwise those of the
+ *   FP32 op on the widened x). Blocks of 32 channels × 8 row lanes (a warp reads 32
  *   consecutive channels of one row); each block reduces one chunk of rows in double, chunk
  *   partials go to a per-call stream-ordered scratch (cudaMallocAsync) and are summed per
  *   channel in chunk order. The chunking depends only on (rows, C), so results are bitwise
@@ -182,19 +184,27 @@ __device__ __forceinline__ void bn_block_store(double (*sh)[kTx], double v, int6
     __syncthreads();
 }
 
+/* Element i of x as FP32: an FP32 x, or BF16 bits widened exactly (core/numfmt.h). X: float or
+ * uint16_t. */
+__device__ __forceinline__ float bn_load(const float *x, int64_t i) { return x[i]; }
+__device__ __forceinline__ float bn_load(const uint16_t *x, int64_t i) {
+    return qs_nf_bits_f32(qs_nf_bf16_to_f32(x[i]));
+}
+
 /* Per chunk, two (nch, C) planes of part: Σ d and Σ d² over the chunk's rows, d = x - x[0, c]
  * (shifted by the channel's first value, so the sums do not cancel when |mean| >> std), in
  * double. One pass over x. Grid (channel blocks, chunks), block (kTx, kTy). */
-__global__ void k_bn_stats(int64_t rows, int64_t C, const float *__restrict__ x, double *__restrict__ part) {
+template <typename X>
+__global__ void k_bn_stats(int64_t rows, int64_t C, const X *__restrict__ x, double *__restrict__ part) {
     __shared__ double sh[kTy][kTx];
     const int64_t c = (int64_t)blockIdx.x * kTx + threadIdx.x;
     const int64_t ch = blockIdx.y, nch = gridDim.y;
     const int64_t r0 = rows * ch / nch, r1 = rows * (ch + 1) / nch;
     double s1 = 0.0, s2 = 0.0;
     if (c < C) {
-        const double shift = (double)x[c];
+        const double shift = (double)bn_load(x, c);
         for (int64_t r = r0 + threadIdx.y; r < r1; r += kTy) {
-            const double d = (double)x[r * C + c] - shift;
+            const double d = (double)bn_load(x, r * C + c) - shift;
             s1 += d;
             s2 += d * d;
         }
@@ -206,8 +216,9 @@ __global__ void k_bn_stats(int64_t rows, int64_t C, const float *__restrict__ x,
 
 /* From the chunk sums of d = x - x[0, c]: save_mean, save_invstd = 1/sqrt(var + eps) (biased
  * var), and the running statistics (unbiased var), as cpu_norm.c. */
+template <typename X>
 __global__ void k_bn_var(int64_t rows, int64_t C, int64_t nch, const double *__restrict__ part,
-                         const float *__restrict__ x, float eps, float momentum, float *__restrict__ save_mean,
+                         const X *__restrict__ x, float eps, float momentum, float *__restrict__ save_mean,
                          float *__restrict__ save_invstd, float *running_mean, float *running_var) {
     for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < C; c += (int64_t)gridDim.x * blockDim.x) {
         double s1 = 0.0, s2 = 0.0;
@@ -218,7 +229,7 @@ __global__ void k_bn_var(int64_t rows, int64_t C, int64_t nch, const double *__r
         const double n = (double)rows, dm = s1 / n;
         double sq = s2 - s1 * dm; /* Σ (x - mean)² */
         if (sq < 0.0) sq = 0.0;
-        const double mean = (double)x[c] + dm, var = sq / n;
+        const double mean = (double)bn_load(x, c) + dm, var = sq / n;
         save_mean[c] = (float)mean;
         save_invstd[c] = (float)(1.0 / sqrt(var + (double)eps));
         if (running_mean) running_mean[c] = (1.0f - momentum) * running_mean[c] + momentum * (float)mean;
@@ -241,10 +252,10 @@ __device__ __forceinline__ float bn_mask(const uint16_t *m, int64_t i) {
 
 /* y = (x - mean[c])·k[c] + b[c] (then max(·,0) when relu), k = invstd·gamma, b = beta; invstd is
  * given (training) or 1/sqrt(var + eps) from var (evaluation). Grid (channel blocks, row
- * blocks), block (kTx, kTy); the per-channel constants are computed once per thread. Y: float
+ * blocks), block (kTx, kTy); the per-channel constants are computed once per thread. X, Y: float
  * or uint16_t (BF16 bits). */
-template <typename Y>
-__global__ void k_bn_apply(int64_t rows, int64_t C, const float *__restrict__ x, const float *__restrict__ mean,
+template <typename X, typename Y>
+__global__ void k_bn_apply(int64_t rows, int64_t C, const X *__restrict__ x, const float *__restrict__ mean,
                            const float *__restrict__ stat, bool stat_is_var, float eps, const float *__restrict__ gamma,
                            const float *__restrict__ beta, Y *__restrict__ y, bool relu) {
     const int64_t c = (int64_t)blockIdx.x * kTx + threadIdx.x;
@@ -254,15 +265,15 @@ __global__ void k_bn_apply(int64_t rows, int64_t C, const float *__restrict__ x,
     const float k = invstd * (gamma ? gamma[c] : 1.0f);
     const float b = beta ? beta[c] : 0.0f;
     for (int64_t r = (int64_t)blockIdx.y * kTy + threadIdx.y; r < rows; r += (int64_t)gridDim.y * kTy) {
-        float v = (x[r * C + c] - m) * k + b;
+        float v = (bn_load(x, r * C + c) - m) * k + b;
         bn_store(y, r * C + c, relu ? (v > 0.0f ? v : 0.0f) : v);
     }
 }
 
 /* Per chunk: Σ g and Σ g·(x - mean) in double, g = dy·[y_relu > 0] (or dy). part holds two
- * (nch, C) planes. M: the mask's element type (float or uint16_t BF16 bits). */
-template <typename M>
-__global__ void k_bn_bwd_stats(int64_t rows, int64_t C, const float *__restrict__ x, const float *__restrict__ dy,
+ * (nch, C) planes. X, M: x's and the mask's element types (float or uint16_t BF16 bits). */
+template <typename X, typename M>
+__global__ void k_bn_bwd_stats(int64_t rows, int64_t C, const X *__restrict__ x, const float *__restrict__ dy,
                                const M *__restrict__ mask, const float *__restrict__ save_mean,
                                double *__restrict__ part) {
     __shared__ double sh[kTy][kTx];
@@ -277,7 +288,7 @@ __global__ void k_bn_bwd_stats(int64_t rows, int64_t C, const float *__restrict_
             float g = dy[i];
             if (mask) g = g * bn_mask(mask, i); /* a multiply, like the CPU */
             s1 += (double)g;
-            s2 += (double)g * ((double)x[i] - m);
+            s2 += (double)g * ((double)bn_load(x, i) - m);
         }
     }
     const int64_t cc = c < C ? c : 0;
@@ -309,8 +320,8 @@ __global__ void k_bn_bwd_final(int64_t rows, int64_t C, int64_t nch, const doubl
 }
 
 /* dx (= or +=) (g - a[c] - (x - mean[c])·p[c])·k[c]. Grid (channel blocks, row blocks). */
-template <typename M>
-__global__ void k_bn_bwd_dx(int64_t rows, int64_t C, const float *__restrict__ x, const float *__restrict__ dy,
+template <typename X, typename M>
+__global__ void k_bn_bwd_dx(int64_t rows, int64_t C, const X *__restrict__ x, const float *__restrict__ dy,
                             const M *__restrict__ mask, const float *__restrict__ save_mean,
                             const float *__restrict__ kap, float *__restrict__ dx, bool accumulate) {
     const int64_t c = (int64_t)blockIdx.x * kTx + threadIdx.x;
@@ -320,7 +331,7 @@ __global__ void k_bn_bwd_dx(int64_t rows, int64_t C, const float *__restrict__ x
         const int64_t i = r * C + c;
         float g = dy[i];
         if (mask) g = g * bn_mask(mask, i);
-        float v = (g - a - (x[i] - m) * p) * k;
+        float v = (g - a - (bn_load(x, i) - m) * p) * k;
         dx[i] = accumulate ? dx[i] + v : v;
     }
 }
@@ -338,17 +349,35 @@ qs_status bn_out_dtype_check(const char *what, qs_dtype dt) {
     return QS_FAIL(QS_ERR_UNSUPPORTED, "%s: output dtype %s; batch norm writes f32 or bf16", what, qs_dtype_name(dt));
 }
 
-/* Launch k_bn_apply on y of dtype y_dt (F32 or BF16). */
-void bn_apply_launch(dim3 grid, cudaStream_t st, int64_t rows, int64_t C, const float *x, const float *mean,
-                     const float *stat, bool stat_is_var, float eps, const float *gamma, const float *beta, void *y,
-                     qs_dtype y_dt, bool relu) {
-    const dim3 blk(kTx, kTy);
-    if (y_dt == QS_BF16)
-        k_bn_apply<<<grid, blk, 0, st>>>(rows, C, x, mean, stat, stat_is_var, eps, gamma, beta,
-                                         static_cast<uint16_t *>(y), relu);
+/* Batch norm reads its input x in F32 or BF16. */
+qs_status bn_in_dtype_check(const char *what, qs_dtype dt) {
+    if (dt == QS_F32 || dt == QS_BF16) return QS_OK;
+    return QS_FAIL(QS_ERR_UNSUPPORTED, "%s: input dtype %s; batch norm reads f32 or bf16", what, qs_dtype_name(dt));
+}
+
+/* f(xp) with x typed by x_dt (checked F32 or BF16): const float *, or const uint16_t * (BF16
+ * bits) — how the launchers pick a kernel's X. */
+template <typename F>
+void with_x(const void *x, qs_dtype x_dt, F &&f) {
+    if (x_dt == QS_BF16)
+        f(static_cast<const uint16_t *>(x));
     else
-        k_bn_apply<<<grid, blk, 0, st>>>(rows, C, x, mean, stat, stat_is_var, eps, gamma, beta,
-                                         static_cast<float *>(y), relu);
+        f(static_cast<const float *>(x));
+}
+
+/* Launch k_bn_apply on x of dtype x_dt and y of dtype y_dt (each F32 or BF16). */
+void bn_apply_launch(dim3 grid, cudaStream_t st, int64_t rows, int64_t C, const void *x, qs_dtype x_dt,
+                     const float *mean, const float *stat, bool stat_is_var, float eps, const float *gamma,
+                     const float *beta, void *y, qs_dtype y_dt, bool relu) {
+    const dim3 blk(kTx, kTy);
+    with_x(x, x_dt, [&](auto xp) {
+        if (y_dt == QS_BF16)
+            k_bn_apply<<<grid, blk, 0, st>>>(rows, C, xp, mean, stat, stat_is_var, eps, gamma, beta,
+                                             static_cast<uint16_t *>(y), relu);
+        else
+            k_bn_apply<<<grid, blk, 0, st>>>(rows, C, xp, mean, stat, stat_is_var, eps, gamma, beta,
+                                             static_cast<float *>(y), relu);
+    });
 }
 
 /* ================================================================== softmax + cross-entropy */
@@ -539,15 +568,17 @@ extern "C" qs_status qs_cuda_pool_backward(qs_backend *be, void *plan, qs_stream
 
 /* ------------------------------------------------------------------ batch norm entry points */
 
-/* x, y (rows, C); save_mean, save_invstd, running_mean, running_var, gamma, beta (C). gamma/beta
- * NULL = 1/0; running_* NULL = no update. Needs rows >= 2 (like PyTorch and the CPU). */
+/* x (rows, C) in x_dt, y (rows, C) in y_dt (each F32 or BF16); save_mean, save_invstd,
+ * running_mean, running_var, gamma, beta (C). gamma/beta NULL = 1/0; running_* NULL = no update.
+ * Needs rows >= 2 (like PyTorch and the CPU). */
 extern "C" qs_status qs_cuda_batchnorm_forward_train(qs_backend *be, qs_stream *s, int64_t rows, int64_t C,
-                                                     const float *x, const float *gamma, const float *beta, void *y,
-                                                     qs_dtype y_dt, float *save_mean, float *save_invstd,
-                                                     float *running_mean, float *running_var, float momentum, float eps,
-                                                     bool relu) {
+                                                     const void *x, qs_dtype x_dt, const float *gamma,
+                                                     const float *beta, void *y, qs_dtype y_dt, float *save_mean,
+                                                     float *save_invstd, float *running_mean, float *running_var,
+                                                     float momentum, float eps, bool relu) {
     const char *what = "batchnorm_forward_train";
     QS_TRY(bn_check(what, rows, C, {x, y, save_mean, save_invstd}));
+    QS_TRY(bn_in_dtype_check(what, x_dt));
     QS_TRY(bn_out_dtype_check(what, y_dt));
     if (rows < 2)
         return QS_FAIL(QS_ERR_INVALID_ARG,
@@ -561,41 +592,46 @@ extern "C" qs_status qs_cuda_batchnorm_forward_train(qs_backend *be, qs_stream *
                                   "per-channel partial sums"));
     double *part = static_cast<double *>(sc.p);
     const dim3 blk(kTx, kTy);
-    k_bn_stats<<<dim3(cb, (unsigned)nch), blk, 0, st>>>(rows, C, x, part);
+    with_x(x, x_dt, [&](auto xp) { k_bn_stats<<<dim3(cb, (unsigned)nch), blk, 0, st>>>(rows, C, xp, part); });
     QS_TRY(qs_cuda_check_launch("batchnorm_forward_train (sums kernel)"));
-    k_bn_var<<<grid_for(C), kBlock, 0, st>>>(rows, C, nch, part, x, eps, momentum, save_mean, save_invstd,
-                                             running_mean, running_var);
+    with_x(x, x_dt, [&](auto xp) {
+        k_bn_var<<<grid_for(C), kBlock, 0, st>>>(rows, C, nch, part, xp, eps, momentum, save_mean, save_invstd,
+                                                 running_mean, running_var);
+    });
     QS_TRY(qs_cuda_check_launch("batchnorm_forward_train (variance kernel)"));
-    bn_apply_launch(dim3(cb, bn_row_blocks(rows, C)), st, rows, C, x, save_mean, save_invstd, false, eps, gamma, beta, y,
-                    y_dt, relu);
+    bn_apply_launch(dim3(cb, bn_row_blocks(rows, C)), st, rows, C, x, x_dt, save_mean, save_invstd, false, eps, gamma,
+                    beta, y, y_dt, relu);
     return qs_cuda_check_launch("batchnorm_forward_train (normalise kernel)");
 }
 
 /* y = (x - running_mean)/sqrt(running_var + eps)·gamma + beta (then ReLU when relu). */
 extern "C" qs_status qs_cuda_batchnorm_forward_eval(qs_backend *be, qs_stream *s, int64_t rows, int64_t C,
-                                                    const float *x, const float *gamma, const float *beta,
-                                                    const float *running_mean, const float *running_var, float eps,
-                                                    void *y, qs_dtype y_dt, bool relu) {
+                                                    const void *x, qs_dtype x_dt, const float *gamma,
+                                                    const float *beta, const float *running_mean,
+                                                    const float *running_var, float eps, void *y, qs_dtype y_dt,
+                                                    bool relu) {
     const char *what = "batchnorm_forward_eval";
     QS_TRY(bn_check(what, rows, C, {x, y, running_mean, running_var}));
+    QS_TRY(bn_in_dtype_check(what, x_dt));
     QS_TRY(bn_out_dtype_check(what, y_dt));
     if (rows == 0) return QS_OK;
     const unsigned cb = (unsigned)((C + kTx - 1) / kTx);
-    bn_apply_launch(dim3(cb, bn_row_blocks(rows, C)), stream_of(be, s), rows, C, x, running_mean, running_var, true, eps,
-                    gamma, beta, y, y_dt, relu);
+    bn_apply_launch(dim3(cb, bn_row_blocks(rows, C)), stream_of(be, s), rows, C, x, x_dt, running_mean, running_var, true,
+                    eps, gamma, beta, y, y_dt, relu);
     return qs_cuda_check_launch("batchnorm_forward_eval (normalise kernel)");
 }
 
 /* dx (rows, C; NULL = not needed; overwritten or accumulated), dgamma, dbeta (C; NULL = not
- * needed; overwritten) from x, dy (rows, C) and the saved statistics; y_relu (rows, C) masks dy
- * for a forward with relu. */
+ * needed; overwritten) from x (rows, C; F32 or BF16, x_dt), dy (rows, C) and the saved
+ * statistics; y_relu (rows, C) masks dy for a forward with relu. */
 extern "C" qs_status qs_cuda_batchnorm_backward(qs_backend *be, qs_stream *s, int64_t rows, int64_t C,
-                                                const float *x, const float *dy, const float *gamma,
+                                                const void *x, qs_dtype x_dt, const float *dy, const float *gamma,
                                                 const float *save_mean, const float *save_invstd, float *dx,
                                                 bool accumulate, float *dgamma, float *dbeta, const void *y_relu,
                                                 qs_dtype y_dt) {
     const char *what = "batchnorm_backward";
     QS_TRY(bn_check(what, rows, C, {x, dy, save_mean, save_invstd}));
+    QS_TRY(bn_in_dtype_check(what, x_dt));
     QS_TRY(bn_out_dtype_check(what, y_dt));
     const bool m16 = y_dt == QS_BF16;
     const float *m32 = m16 ? nullptr : static_cast<const float *>(y_relu);
@@ -611,15 +647,19 @@ extern "C" qs_status qs_cuda_batchnorm_backward(qs_backend *be, qs_stream *s, in
     double *part = static_cast<double *>(sc.p);
     float *kap = dx ? reinterpret_cast<float *>(part + 2 * nch * C) : nullptr;
     const dim3 blk(kTx, kTy);
-    if (m16) k_bn_bwd_stats<<<dim3(cb, (unsigned)nch), blk, 0, st>>>(rows, C, x, dy, mb, save_mean, part);
-    else k_bn_bwd_stats<<<dim3(cb, (unsigned)nch), blk, 0, st>>>(rows, C, x, dy, m32, save_mean, part);
+    with_x(x, x_dt, [&](auto xp) {
+        if (m16) k_bn_bwd_stats<<<dim3(cb, (unsigned)nch), blk, 0, st>>>(rows, C, xp, dy, mb, save_mean, part);
+        else k_bn_bwd_stats<<<dim3(cb, (unsigned)nch), blk, 0, st>>>(rows, C, xp, dy, m32, save_mean, part);
+    });
     QS_TRY(qs_cuda_check_launch("batchnorm_backward (reduction kernel)"));
     k_bn_bwd_final<<<grid_for(C), kBlock, 0, st>>>(rows, C, nch, part, save_invstd, gamma, kap, dgamma, dbeta);
     QS_TRY(qs_cuda_check_launch("batchnorm_backward (coefficient kernel)"));
     if (!dx) return QS_OK;
     const dim3 grid(cb, bn_row_blocks(rows, C));
-    if (m16) k_bn_bwd_dx<<<grid, blk, 0, st>>>(rows, C, x, dy, mb, save_mean, kap, dx, accumulate);
-    else k_bn_bwd_dx<<<grid, blk, 0, st>>>(rows, C, x, dy, m32, save_mean, kap, dx, accumulate);
+    with_x(x, x_dt, [&](auto xp) {
+        if (m16) k_bn_bwd_dx<<<grid, blk, 0, st>>>(rows, C, xp, dy, mb, save_mean, kap, dx, accumulate);
+        else k_bn_bwd_dx<<<grid, blk, 0, st>>>(rows, C, xp, dy, m32, save_mean, kap, dx, accumulate);
+    });
     return qs_cuda_check_launch("batchnorm_backward (input-gradient kernel)");
 }
 

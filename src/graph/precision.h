@@ -24,7 +24,16 @@ void qs_model_precision_counts(const qs_model *m, int counts[QS_PREC_COUNT]);
  * (so it is computed and counted once). Node indices after the insertion point shift. Call
  * once, before qs_model_setup; fails after setup. Returns the number of casts inserted in
  * *inserted (may be NULL). When qs_model_fuse ran, BF16 casts of BatchNorm outputs are then
- * fused into those BatchNorms (qs_model_fuse_casts; still counted as inserted). */
+ * fused into those BatchNorms (qs_model_fuse_casts; still counted as inserted). Last, it
+ * runs qs_model_bf16_conv_outputs. */
 qs_status qs_model_insert_casts(qs_model *m, int *inserted);
+
+/* Part of the BF16 precision's semantics: a BF16 convolution without bias whose only reader is
+ * a BatchNorm writes its output in BF16 (out_dtype; the FP32 sums rounded to nearest even, the
+ * plans' y_dt), which the BatchNorm reads — as PyTorch's autocast keeps BF16 convolution
+ * outputs. It halves the bytes of that activation and of the batch norm's reads of it; the
+ * gradient stays FP32. Before qs_model_setup only (returns 0 after); returns how many
+ * convolutions write BF16. */
+int qs_model_bf16_conv_outputs(qs_model *m);
 
 #endif

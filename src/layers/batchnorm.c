@@ -1,7 +1,9 @@
 /* src/layers/batchnorm.c — BatchNorm2d over channels-last input (N,H,W,C): statistics per
  * channel over N·H·W rows; running stats updated in training (PyTorch semantics). Its
  * backward computes dx, dγ and dβ in one fused op, accounted as backward-data. With
- * cfg.bn.relu (qs_model_fuse) it also applies the following ReLU and its backward. */
+ * cfg.bn.relu (qs_model_fuse) it also applies the following ReLU and its backward. Its input
+ * is FP32, or BF16 where a BF16 convolution writes BF16 for it (qs_model_bf16_conv_outputs);
+ * its gradient dx is FP32 either way. */
 #include "layers/layer_util.h"
 
 static qs_status bn_infer(qs_model *m, qs_node *n) {
@@ -44,14 +46,15 @@ static qs_status bn_setup(qs_model *m, qs_node *n) {
 
 static qs_status bn_forward(qs_model *m, qs_node *n) {
     int64_t C = n->out_shape[3], rows = qs_shape_numel(3, n->out_shape);
-    const float *x = qs_layer_input(m, n, 0)->y;
+    const qs_node *in = qs_layer_input(m, n, 0);
+    const void *x = in->y;
     const float *g = qs_model_param_ptr(m, n->param[0]), *b = qs_model_param_ptr(m, n->param[1]);
     float *rm = qs_model_buffer_ptr(m, n->buffer[0]), *rv = qs_model_buffer_ptr(m, n->buffer[1]);
     if (m->training)
-        return m->be->ops->batchnorm_forward_train(m->be, m->stream, rows, C, x, g, b, n->y, n->out_dtype,
+        return m->be->ops->batchnorm_forward_train(m->be, m->stream, rows, C, x, in->out_dtype, g, b, n->y, n->out_dtype,
                                                    n->saved[0], n->saved[1], rm, rv, n->cfg.bn.momentum,
                                                    n->cfg.bn.eps, n->cfg.bn.relu);
-    return m->be->ops->batchnorm_forward_eval(m->be, m->stream, rows, C, x, g, b, rm, rv, n->cfg.bn.eps, n->y,
+    return m->be->ops->batchnorm_forward_eval(m->be, m->stream, rows, C, x, in->out_dtype, g, b, rm, rv, n->cfg.bn.eps, n->y,
                                               n->out_dtype, n->cfg.bn.relu);
 }
 
@@ -59,7 +62,8 @@ static qs_status bn_backward(qs_model *m, qs_node *n) {
     int64_t C = n->out_shape[3], rows = qs_shape_numel(3, n->out_shape);
     bool acc;
     void *dx = qs_model_grad_target(m, n, 0, &acc);
-    return m->be->ops->batchnorm_backward(m->be, m->stream, rows, C, qs_layer_input(m, n, 0)->y, n->dy,
+    const qs_node *in = qs_layer_input(m, n, 0);
+    return m->be->ops->batchnorm_backward(m->be, m->stream, rows, C, in->y, in->out_dtype, n->dy,
                                           qs_model_param_ptr(m, n->param[0]), n->saved[0], n->saved[1], dx,
                                           acc, qs_model_grad_ptr(m, n->param[0]),
                                           qs_model_grad_ptr(m, n->param[1]), n->cfg.bn.relu ? n->y : NULL,

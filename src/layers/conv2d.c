@@ -5,7 +5,9 @@
  * On a backend that asks for it (qs_backend.pointwise_conv_as_linear: CUDA, where cuBLASLt
  * runs ResNet-50's 1×1 layers several times faster than cuDNN, docs/BENCHMARKS.md) it runs the
  * backend's Linear ops and keeps FP8 transposed copies like a Linear (qs_conv_runs_as_linear);
- * every other convolution runs the backend's conv ops. */
+ * every other convolution runs the backend's conv ops. Its output y is FP32, or BF16 where the
+ * precision pass made it so (qs_model_bf16_conv_outputs: a BF16 convolution whose only reader
+ * is a batch norm); the plans get that dtype as y_dt. */
 #include <math.h>
 #include "layers/gemm_quant.h"
 
@@ -21,7 +23,7 @@ static qs_conv_desc conv_desc(qs_model *m, const qs_node *n, int64_t batch) {
                       .K = n->cfg.conv.out_channels, .R = n->cfg.conv.kernel, .S = n->cfg.conv.kernel,
                       .stride_h = n->cfg.conv.stride, .stride_w = n->cfg.conv.stride,
                       .pad_h = n->cfg.conv.pad, .pad_w = n->cfg.conv.pad,
-                      .has_bias = n->cfg.conv.bias, .prec = n->prec};
+                      .has_bias = n->cfg.conv.bias, .prec = n->prec, .y_dt = n->out_dtype};
     return d;
 }
 
@@ -66,7 +68,7 @@ static qs_status conv_setup(qs_model *m, qs_node *n) {
     const qs_gemm_shape sh = conv_shape(m, n);
     if (qs_conv_runs_as_linear(m, n)) {
         const qs_linear_desc ld = {.M = sh.dy_rows, .N = sh.w_rows, .K = sh.w_cols, .has_bias = n->cfg.conv.bias,
-                                   .prec = n->prec};
+                                   .prec = n->prec, .y_dt = n->out_dtype};
         QS_TRY(m->be->ops->linear_plan(m->be, &ld, &n->plan, &n->workspace));
     } else {
         qs_conv_desc d = conv_desc(m, n, m->batch);

@@ -58,7 +58,7 @@ qs_status qs_gemm_quantized_dy(qs_model *m, qs_node *n, int64_t rows, int64_t co
 
 /* The three backend ops of a GEMM-like kind (linear_* or conv_*, which share signatures). */
 typedef qs_status (*qs_gemm_forward_fn)(qs_backend *be, void *plan, qs_stream *s, const qs_operand *x,
-                                        const qs_operand *w, const float *b, float *y, void *ws);
+                                        const qs_operand *w, const float *b, void *y, void *ws);
 typedef qs_status (*qs_gemm_backward_data_fn)(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
                                               const qs_operand *w, float *dx, bool accumulate, void *ws);
 typedef qs_status (*qs_gemm_backward_weights_fn)(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
