@@ -595,19 +595,19 @@ static void test_batchnorm(void **state) {
                                                NULL, NULL, momentum, eps, false));
         assert_memory_equal(y, y2, (size_t)n * sizeof(float));
         assert_memory_equal(sinv, si2, (size_t)C * sizeof(float));
-        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, QS_F32, dy, gamma, smean, sinv, dx, false, dg, dbt,
+        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, QS_F32, dy, gamma, smean, sinv, dx, QS_F32, NULL, false, dg, dbt,
                                           NULL, QS_F32));
         assert_true(qs_check_close("bn bwd dx", dx, to_ref(rdx, n, NULL), n, qs_tol_fp32(2 * K, dx_scale), NULL));
         CHECK_FP32("bn bwd dgamma", dg, to_ref(rdg, C, NULL), C, K);
         CHECK_FP32("bn bwd dbeta", dbt, to_ref(rdb, C, NULL), C, K);
         /* dx = NULL: only dgamma/dbeta, bitwise the same as with dx */
         float *dg2 = tf(C), *dbt2 = tf(C);
-        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, QS_F32, dy, gamma, smean, sinv, NULL, false, dg2,
+        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, QS_F32, dy, gamma, smean, sinv, NULL, QS_F32, NULL, false, dg2,
                                           dbt2, NULL, QS_F32));
         assert_memory_equal(dg, dg2, (size_t)C * sizeof(float));
         assert_memory_equal(dbt, dbt2, (size_t)C * sizeof(float));
         float *dx0 = rnd(n, -1, 1), *dxa = copy_of(dx0, n);
-        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, QS_F32, dy, gamma, smean, sinv, dxa, true, dg, dbt,
+        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, QS_F32, dy, gamma, smean, sinv, dxa, QS_F32, NULL, true, dg, dbt,
                                           NULL, QS_F32));
         assert_true(qs_check_close("bn bwd dx accumulate", dxa, to_ref(rdx, n, dx0), n,
                                    qs_tol_fp32(2 * K + 1, dx_scale + 1), NULL));
@@ -626,9 +626,9 @@ static void test_batchnorm(void **state) {
                                                NULL, NULL, momentum, eps, true));
         for (int64_t i = 0; i < n; i++) assert_true(yr[i] == (y2[i] > 0.0f ? y2[i] : 0.0f));
         ASSERT_OK(OPS->relu_backward(g_be, STREAM, n, yr, dy, dym, false));
-        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, QS_F32, dym, gamma, sm2, si2, dxu, false, dgu, dbu,
+        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, QS_F32, dym, gamma, sm2, si2, dxu, QS_F32, NULL, false, dgu, dbu,
                                           NULL, QS_F32));
-        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, QS_F32, dy, gamma, sm2, si2, dxf, false, dgf, dbf,
+        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, QS_F32, dy, gamma, sm2, si2, dxf, QS_F32, NULL, false, dgf, dbf,
                                           yr, QS_F32));
         assert_memory_equal(dxu, dxf, (size_t)n * sizeof(float));
         assert_memory_equal(dgu, dgf, (size_t)C * sizeof(float));
@@ -647,7 +647,7 @@ static void test_batchnorm(void **state) {
                                                NULL, NULL, momentum, eps, true));
         ASSERT_OK(qs_f32_to_bf16(n, yr, want, NULL));
         assert_memory_equal(yb, want, (size_t)n * sizeof *yb);
-        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, QS_F32, dy, gamma, sm2, si2, dxb, false, dgb, dbb,
+        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, QS_F32, dy, gamma, sm2, si2, dxb, QS_F32, NULL, false, dgb, dbb,
                                           yb, QS_BF16));
         assert_memory_equal(dxb, dxf, (size_t)n * sizeof(float));
         assert_memory_equal(dgb, dgf, (size_t)C * sizeof(float));
@@ -702,9 +702,9 @@ static void test_batchnorm_bf16_input(void **state) {
                                                           eps, ye[k], ydt, relu));
                     const void *mask = relu ? y[k] : NULL;
                     ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, xs[k], xdt[k], dy, gamma, sm[k], si[k],
-                                                      dx[k], false, dg[k], dbt[k], mask, ydt));
+                                                      dx[k], QS_F32, NULL, false, dg[k], dbt[k], mask, ydt));
                     ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, xs[k], xdt[k], dy, gamma, sm[k], si[k],
-                                                      dxa[k], true, dg[k], dbt[k], mask, ydt));
+                                                      dxa[k], QS_F32, NULL, true, dg[k], dbt[k], mask, ydt));
                 }
                 assert_memory_equal(y[0], y[1], ybytes);
                 assert_memory_equal(sm[0], sm[1], cb);
@@ -727,9 +727,93 @@ static void test_batchnorm_bf16_input(void **state) {
     assert_int_equal(OPS->batchnorm_forward_eval(g_be, STREAM, 1, 1, &one, QS_F16, NULL, NULL, &one, &one, 1e-5f,
                                                  out, QS_F32, false),
                      QS_ERR_UNSUPPORTED);
-    assert_int_equal(OPS->batchnorm_backward(g_be, STREAM, 2, 1, out, QS_S8, out, NULL, &one, &one, out, false, NULL,
+    assert_int_equal(OPS->batchnorm_backward(g_be, STREAM, 2, 1, out, QS_S8, out, NULL, &one, &one, out, QS_F32, NULL, false, NULL,
                                              NULL, NULL, QS_F32),
                      QS_ERR_UNSUPPORTED);
+}
+
+/* Batch norm backward writing a BF16 dx: bitwise the F32 op's dx followed by the backend's
+ * quantize to BF16 with the same stochastic-rounding stream (offsets 0 and non-zero; a
+ * counter_at in host memory beating the sr's counter), or by the RNE cast without an sr;
+ * dgamma/dbeta as with the F32 dx; x F32 or BF16, with and without the fused ReLU. The last
+ * shapes are larger than the op's FP32 block of rows (2^18 elements), the last one in blocks
+ * that are not multiples of 64 elements. A BF16 dx cannot accumulate; an F16 dx is refused. */
+static void test_batchnorm_bf16_dx(void **state) {
+    seed(17);
+    const int64_t shapes[][2] = {{2 * 5 * 7, 13}, {1000, 3}, {2, 1}, {4 * 28 * 28, 16}, {20000, 16}, {7000, 50}};
+    const float momentum = 0.1f, eps = 1e-5f;
+    const uint64_t key = qs_rng_key(5, "sr", 2), offsets[2] = {0, 1000003};
+    for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
+        const int64_t rows = shapes[t][0], C = shapes[t][1], n = rows * C;
+        const size_t cb = (size_t)C * sizeof(float), hb = (size_t)n * sizeof(uint16_t);
+        float *x = rnd(n, -1, 1), *gamma = rnd(C, 0.5f, 1.5f), *beta = rnd(C, -0.5f, 0.5f), *dy = rnd(n, -1, 1);
+        for (int64_t i = 0; i < n; i++) x[i] = 3.0f + 2.0f * x[i];
+        uint16_t *xb = talloc(hb), *got = talloc(hb), *want = talloc(hb), *other = talloc(hb);
+        ASSERT_OK(qs_f32_to_bf16(n, x, xb, NULL));
+        float *y = tf(n), *sm = tf(C), *si = tf(C), *dxf = tf(n), *dgf = tf(C), *dbf = tf(C), *dg = tf(C), *dbt = tf(C);
+        printf("batchnorm bf16 dx rows=%lld C=%lld\n", (long long)rows, (long long)C);
+        for (int relu = 0; relu < 2; relu++)
+            for (int xk = 0; xk < 2; xk++) {
+                const void *xs = xk ? (const void *)xb : x;
+                const qs_dtype xdt = xk ? QS_BF16 : QS_F32;
+                ASSERT_OK(OPS->batchnorm_forward_train(g_be, STREAM, rows, C, xs, xdt, gamma, beta, y, QS_F32, sm, si,
+                                                       NULL, NULL, momentum, eps, relu));
+                const float *mask = relu ? y : NULL;
+                ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, xs, xdt, dy, gamma, sm, si, dxf, QS_F32, NULL,
+                                                  false, dgf, dbf, mask, QS_F32));
+                for (int k = 0; k < 2; k++) {
+                    qs_sr sr = {.key = key, .counter = 7, .offset = offsets[k], .counter_at = NULL};
+                    ASSERT_OK(OPS->quantize(g_be, STREAM, rows, C, dxf, NULL, QS_BF16, want, NULL, false, &sr, NULL,
+                                            NULL));
+                    memset(got, 0xff, hb), memset(dg, 0xff, cb), memset(dbt, 0xff, cb);
+                    ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, xs, xdt, dy, gamma, sm, si, got, QS_BF16,
+                                                      &sr, false, dg, dbt, mask, QS_F32));
+                    assert_memory_equal(got, want, hb);
+                    assert_memory_equal(dg, dgf, cb);
+                    assert_memory_equal(dbt, dbf, cb);
+                    /* counter_at holds the counter (7): it replaces sr.counter (99) */
+                    uint64_t step = 7;
+                    qs_sr at = {.key = key, .counter = 99, .offset = offsets[k], .counter_at = &step};
+                    memset(got, 0xff, hb);
+                    ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, xs, xdt, dy, gamma, sm, si, got, QS_BF16,
+                                                      &at, false, dg, dbt, mask, QS_F32));
+                    assert_memory_equal(got, want, hb);
+                    if (n >= 1000) { /* counter 99 rounds differently somewhere (not a vacuous check) */
+                        at.counter_at = NULL;
+                        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, xs, xdt, dy, gamma, sm, si, other,
+                                                          QS_BF16, &at, false, dg, dbt, mask, QS_F32));
+                        assert_true(memcmp(other, want, hb) != 0);
+                    }
+                }
+                /* no sr: round to nearest even, the cast's bits */
+                ASSERT_OK(OPS->cast(g_be, STREAM, n, dxf, QS_F32, want, QS_BF16));
+                memset(got, 0xff, hb);
+                ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, xs, xdt, dy, gamma, sm, si, got, QS_BF16, NULL,
+                                                  false, dg, dbt, mask, QS_F32));
+                assert_memory_equal(got, want, hb);
+                assert_memory_equal(dg, dgf, cb);
+                assert_memory_equal(dbt, dbf, cb);
+                /* dx NULL with dx_dt BF16: the parameter gradients only */
+                memset(dg, 0xff, cb), memset(dbt, 0xff, cb);
+                ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, xs, xdt, dy, gamma, sm, si, NULL, QS_BF16,
+                                                  NULL, false, dg, dbt, mask, QS_F32));
+                assert_memory_equal(dg, dgf, cb);
+                assert_memory_equal(dbt, dbf, cb);
+            }
+    }
+    float one = 1.0f, in[2] = {1.0f, 2.0f}, g[1];
+    uint16_t h[2];
+    const qs_sr sr = {.key = key, .counter = 7};
+    qs_error_clear();
+    assert_int_equal(OPS->batchnorm_backward(g_be, STREAM, 2, 1, in, QS_F32, in, NULL, &one, &one, h, QS_BF16, &sr,
+                                             true, g, NULL, NULL, QS_F32),
+                     QS_ERR_INVALID_ARG);
+    assert_non_null(strstr(qs_last_error(), "accumulate"));
+    qs_error_clear();
+    assert_int_equal(OPS->batchnorm_backward(g_be, STREAM, 2, 1, in, QS_F32, in, NULL, &one, &one, h, QS_F16, NULL,
+                                             false, g, NULL, NULL, QS_F32),
+                     QS_ERR_UNSUPPORTED);
+    assert_non_null(strstr(qs_last_error(), "dx_dt"));
 }
 
 /* ------------------------------------------------------------------------- elementwise */
@@ -1085,6 +1169,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_pool, test_teardown),
         cmocka_unit_test_teardown(test_batchnorm, test_teardown),
         cmocka_unit_test_teardown(test_batchnorm_bf16_input, test_teardown),
+        cmocka_unit_test_teardown(test_batchnorm_bf16_dx, test_teardown),
         cmocka_unit_test_teardown(test_eltwise, test_teardown),
         cmocka_unit_test_teardown(test_dropout, test_teardown),
         cmocka_unit_test_teardown(test_softmax_xent, test_teardown),

@@ -90,8 +90,9 @@
  *   (batch norm, softmax, pooling windows, column sums accumulated in double: Kr = 1) scale
  *   with their length. sum_squares (double) passes at relative 1e-12.
  *
- * BF16 forward outputs (y_dt = BF16) of conv and linear, and batch norm reading a BF16 x: the
- * section "BF16 forward outputs" and test_batchnorm_bf16_x say how they are judged. */
+ * BF16 forward outputs (y_dt = BF16) of conv and linear, batch norm reading a BF16 x and writing
+ * a BF16 dx: the section "BF16 forward outputs", test_batchnorm_bf16_x and test_batchnorm_bf16_dx
+ * say how they are judged. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -1470,10 +1471,10 @@ static void test_batchnorm(void **state) {
             }
             snprintf(what, sizeof what, "bn bwd%s %s: bf16 mask = f32 mask", relu ? " (relu fused)" : "", sh);
             if (relu &&
-                gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, gg, gm2, gi2, gdxm, false, gdgm, gdbm, gy2,
+                gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, gg, gm2, gi2, gdxm, QS_F32, NULL, false, gdgm, gdbm, gy2,
                                                  QS_F32),
                         what) &&
-                gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, gg, gm2, gi2, gdxb, false, gdgb, gdbb, gyb,
+                gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, gg, gm2, gi2, gdxb, QS_F32, NULL, false, gdgb, gdbb, gyb,
                                                  QS_BF16),
                         what) &&
                 dget(hdx, gdxm, (size_t)n * 4, what) && dget(hdxb, gdxb, (size_t)n * 4, what))
@@ -1506,9 +1507,9 @@ static void test_batchnorm(void **state) {
                 }
             }
             float *cdx = hf(n), *cdg = hf(C), *cdb = hf(C), *gdx = dalloc_f(n), *gdg = dalloc_f(C), *gdb = dalloc_f(C);
-            ASSERT_OK(COPS->batchnorm_backward(g_cpu, CST, rows, C, x, QS_F32, dy, gamma, cm, ci, cdx, false, cdg, cdb, yr, QS_F32));
+            ASSERT_OK(COPS->batchnorm_backward(g_cpu, CST, rows, C, x, QS_F32, dy, gamma, cm, ci, cdx, QS_F32, NULL, false, cdg, cdb, yr, QS_F32));
             snprintf(what, sizeof what, "bn bwd%s %s: dx", relu ? " (relu fused)" : "", sh);
-            if (gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, gg, gsm, gsi, gdx, false, gdg, gdb, gyr, QS_F32), what)) {
+            if (gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, gg, gsm, gsi, gdx, QS_F32, NULL, false, gdg, gdb, gyr, QS_F32), what)) {
                 cmp_tol(what, gdx, cdx, n, 2 * K, dx_scale);
                 snprintf(what, sizeof what, "bn bwd%s %s: dgamma", relu ? " (relu fused)" : "", sh);
                 cmp_tol(what, gdg, cdg, C, K, -1);
@@ -1518,7 +1519,7 @@ static void test_batchnorm(void **state) {
             /* dx NULL: parameter gradients only */
             float *gdg2 = dalloc_f(C), *gdb2 = dalloc_f(C);
             snprintf(what, sizeof what, "bn bwd%s dx=NULL %s: dgamma", relu ? " (relu fused)" : "", sh);
-            if (gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, gg, gsm, gsi, NULL, false, gdg2, gdb2, gyr, QS_F32),
+            if (gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, gg, gsm, gsi, NULL, QS_F32, NULL, false, gdg2, gdb2, gyr, QS_F32),
                         what)) {
                 cmp_tol(what, gdg2, cdg, C, K, -1);
                 snprintf(what, sizeof what, "bn bwd%s dx=NULL %s: dbeta", relu ? " (relu fused)" : "", sh);
@@ -1526,9 +1527,9 @@ static void test_batchnorm(void **state) {
             }
             /* accumulate into dx */
             float *cdxa = hcopy(base, n), *gdxa = dup_gpu_f(base, n), *gdg3 = dalloc_f(C), *gdb3 = dalloc_f(C);
-            ASSERT_OK(COPS->batchnorm_backward(g_cpu, CST, rows, C, x, QS_F32, dy, gamma, cm, ci, cdxa, true, cdg, cdb, yr, QS_F32));
+            ASSERT_OK(COPS->batchnorm_backward(g_cpu, CST, rows, C, x, QS_F32, dy, gamma, cm, ci, cdxa, QS_F32, NULL, true, cdg, cdb, yr, QS_F32));
             snprintf(what, sizeof what, "bn bwd%s accumulate %s: dx", relu ? " (relu fused)" : "", sh);
-            if (gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, gg, gsm, gsi, gdxa, true, gdg3, gdb3, gyr, QS_F32),
+            if (gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, gg, gsm, gsi, gdxa, QS_F32, NULL, true, gdg3, gdb3, gyr, QS_F32),
                         what))
                 cmp_tol(what, gdxa, cdxa, n, 2 * K + 1, dx_scale + 1.0);
         }
@@ -1632,7 +1633,7 @@ static void test_batchnorm_bf16_x(void **state) {
                         dx[xk] = acc ? dup_gpu_f(base, n) : dalloc_f(n);
                         dg[xk] = dalloc_f(C), db[xk] = dalloc_f(C);
                         ok = gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, xk ? gxb : (const void *)gxw,
-                                                              xk ? QS_BF16 : QS_F32, gdy, gg, sm, si, dx[xk],
+                                                              xk ? QS_BF16 : QS_F32, gdy, gg, sm, si, dx[xk], QS_F32, NULL,
                                                               acc, dg[xk], db[xk], mask, mdt),
                                      what);
                     }
@@ -1657,6 +1658,128 @@ static void test_batchnorm_bf16_x(void **state) {
             snprintf(detail, sizeof detail, "%s: %s", qs_status_name(st), st == QS_OK ? "accepted" : qs_last_error());
             check_fact("bn train, f16 x refused", st == QS_ERR_UNSUPPORTED, detail);
             qs_error_clear();
+        }
+        release_to(mk);
+    }
+    END();
+}
+
+/* dgamma and dbeta of two backward calls (device, C floats each) byte for byte: one line. */
+static void same_param_grads(const char *what, const float *dg, const float *db, const float *dg_ref,
+                             const float *db_ref, int64_t C) {
+    float *h[4] = {hf(C), hf(C), hf(C), hf(C)};
+    if (dget(h[0], dg, (size_t)C * 4, what) && dget(h[1], db, (size_t)C * 4, what) &&
+        dget(h[2], dg_ref, (size_t)C * 4, what) && dget(h[3], db_ref, (size_t)C * 4, what))
+        check_fact(what, memcmp(h[0], h[2], (size_t)C * 4) == 0 && memcmp(h[1], h[3], (size_t)C * 4) == 0,
+                   "bitwise");
+}
+
+/* Batch norm writing a BF16 dx (the gradient of the BF16 convolution before it): backend.h makes
+ * it, bit for bit, the F32 op's dx followed by quantize(→ BF16) with the same qs_sr, or by the
+ * RNE cast without one. For shapes with rows·C not a multiple of 64 and C not a multiple of the
+ * kernel's 32 channels, ReLU off and on, x F32 and BF16, the GPU's BF16 dx is compared byte for
+ * byte with the GPU's own F32 dx passed through the GPU's quantize (stochastic rounding: counter
+ * 5 at offsets 0 and 1000, and the counter read from device memory while the one passed by value
+ * differs) and cast (no sr); dgamma and dbeta must be those of the F32 call. A BF16 dx that
+ * accumulates and an F16 dx are refused. Tolerance: none (memcmp). */
+static void test_batchnorm_bf16_dx(void **state) {
+    BEGIN();
+    const int64_t shapes[][2] = {{70, 13}, {2, 1}, {392, 64}, {129, 100}, {1000, 3}, {50, 256}};
+    const float momentum = 0.1f, eps = 1e-5f;
+    const uint64_t key = qs_rng_key(11, "batchnorm_bf16_dx", 0), counter = 5, other = 6;
+    const uint64_t *gctr = dup_gpu(&counter, sizeof counter);
+    const qs_sr srs[3] = {
+        {.key = key, .counter = counter, .offset = 0},
+        {.key = key, .counter = counter, .offset = 1000},
+        {.key = key, .counter = other, .offset = 1000, .counter_at = gctr}, /* counter_at wins: = srs[1] */
+    };
+    const char *const vname[4] = {"sr offset 0", "sr offset 1000", "sr offset 1000 counter_at", "no sr (rne)"};
+    char what[192], sh[80];
+    for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
+        mark mk = mark_now();
+        const int64_t rows = shapes[t][0], C = shapes[t][1], n = rows * C;
+        seed("batchnorm_bf16_dx", t);
+        float *x = rnd(n, -1, 1), *gamma = rnd(C, 0.5f, 1.5f), *beta = rnd(C, -0.5f, 0.5f), *dy = rnd(n, -1, 1);
+        for (int64_t i = 0; i < n; i++) x[i] = 3.0f + 2.0f * x[i];
+        uint16_t *xb = halloc((size_t)n * 2);
+        ASSERT_OK(qs_f32_to_bf16(n, x, xb, NULL));
+        const float *gx = dup_gpu_f(x, n), *gg = dup_gpu_f(gamma, C), *gbt = dup_gpu_f(beta, C), *gdy = dup_gpu_f(dy, n);
+        const void *gxb = dup_gpu(xb, (size_t)n * 2);
+
+        for (int relu = 0; relu < 2; relu++) {
+            /* saved statistics and (relu) the F32 output masking dy, from the F32 x */
+            float *y = dalloc_f(n), *sm = dalloc_f(C), *si = dalloc_f(C);
+            snprintf(what, sizeof what, "bn bwd bf16 dx rows=%lld C=%lld%s: forward", (long long)rows, (long long)C,
+                     relu ? " relu" : "");
+            if (!gpu_ok_(GOPS->batchnorm_forward_train(g_gpu, GST, rows, C, gx, QS_F32, gg, gbt, y, QS_F32, sm, si, NULL,
+                                                       NULL, momentum, eps, relu),
+                         what))
+                continue;
+            const float *mask = relu ? y : NULL;
+            for (int xk = 0; xk < 2; xk++) {
+                const void *xp = xk ? gxb : (const void *)gx;
+                const qs_dtype xdt = xk ? QS_BF16 : QS_F32;
+                snprintf(sh, sizeof sh, "rows=%lld C=%lld%s, %s x", (long long)rows, (long long)C, relu ? " relu" : "",
+                         qs_dtype_name(xdt));
+                /* the reference: the F32 op */
+                float *dxf = dalloc_f(n), *dgf = dalloc_f(C), *dbf = dalloc_f(C);
+                snprintf(what, sizeof what, "bn bwd bf16 dx %s: f32 dx", sh);
+                if (!gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, xp, xdt, gdy, gg, sm, si, dxf, QS_F32, NULL,
+                                                      false, dgf, dbf, mask, QS_F32),
+                             what))
+                    continue;
+                uint16_t *hq[4] = {0};
+                for (int v = 0; v < 4; v++) {
+                    const qs_sr *sr = v < 3 ? &srs[v] : NULL;
+                    uint16_t *want = dalloc((size_t)n * 2, POISON), *got = dalloc((size_t)n * 2, POISON);
+                    float *dg = dalloc_f(C), *db = dalloc_f(C);
+                    snprintf(what, sizeof what, "bn bwd bf16 dx %s, %s: reference", sh, vname[v]);
+                    const qs_status rs =
+                        v < 3 ? GOPS->quantize(g_gpu, GST, rows, C, dxf, NULL, QS_BF16, want, NULL, false,
+                                               &srs[v == 2 ? 1 : v], NULL, NULL)
+                              : GOPS->cast(g_gpu, GST, n, dxf, QS_F32, want, QS_BF16);
+                    if (!gpu_ok_(rs, what)) continue;
+                    snprintf(what, sizeof what, "bn bwd bf16 dx %s, %s", sh, vname[v]);
+                    if (!gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, xp, xdt, gdy, gg, sm, si, got, QS_BF16, sr,
+                                                          false, dg, db, mask, QS_F32),
+                                 what))
+                        continue;
+                    snprintf(what, sizeof what, "bn bwd bf16 dx %s, %s: dx = %s(f32 dx)", sh, vname[v],
+                             v < 3 ? "quantize" : "cast");
+                    same_elems(what, got, want, n, 2);
+                    snprintf(what, sizeof what, "bn bwd bf16 dx %s, %s: dgamma, dbeta = f32 op's", sh, vname[v]);
+                    same_param_grads(what, dg, db, dgf, dbf, C);
+                    hq[v] = halloc((size_t)n * 2);
+                    if (!dget(hq[v], got, (size_t)n * 2, what)) hq[v] = NULL;
+                }
+                /* the rounding is really stochastic and follows the offset (not a property of
+                 * the comparison above: quantize could share a bug) — for enough elements that
+                 * a coincidence is out of the question */
+                if (n >= 1000 && hq[0] && hq[1] && hq[3]) {
+                    snprintf(what, sizeof what, "bn bwd bf16 dx %s: sr differs from rne and across offsets", sh);
+                    check_fact(what, memcmp(hq[0], hq[3], (size_t)n * 2) != 0 && memcmp(hq[0], hq[1], (size_t)n * 2) != 0,
+                               "codes differ");
+                }
+            }
+        }
+        /* refusals: a BF16 dx cannot accumulate; dx in another dtype */
+        if (t == 0) {
+            float *sm = dalloc_f(C), *si = dalloc_f(C), *dg = dalloc_f(C), *db = dalloc_f(C);
+            void *dxb = dalloc((size_t)n * 2, POISON);
+            char detail[256];
+            qs_error_clear();
+            qs_status st = GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, gg, sm, si, dxb, QS_BF16,
+                                                    &srs[0], true, dg, db, NULL, QS_F32);
+            snprintf(detail, sizeof detail, "%s: %s", qs_status_name(st), st == QS_OK ? "accepted" : qs_last_error());
+            check_fact("bn bwd, bf16 dx with accumulate refused (invalid arg)",
+                       st == QS_ERR_INVALID_ARG && strstr(qs_last_error(), "accumulate") != NULL, detail);
+            qs_error_clear();
+            st = GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, gg, sm, si, dxb, QS_F16, NULL, false, dg,
+                                          db, NULL, QS_F32);
+            snprintf(detail, sizeof detail, "%s: %s", qs_status_name(st), st == QS_OK ? "accepted" : qs_last_error());
+            check_fact("bn bwd, f16 dx refused (unsupported)", st == QS_ERR_UNSUPPORTED, detail);
+            qs_error_clear();
+            (void)GOPS->stream_sync(g_gpu, GST);
         }
         release_to(mk);
     }
@@ -1922,6 +2045,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_optim, teardown),
         cmocka_unit_test_teardown(test_batchnorm, teardown),
         cmocka_unit_test_teardown(test_batchnorm_bf16_x, teardown),
+        cmocka_unit_test_teardown(test_batchnorm_bf16_dx, teardown),
         cmocka_unit_test_teardown(test_pool, teardown),
         cmocka_unit_test_teardown(test_softmax_xent, teardown),
         cmocka_unit_test_teardown(test_plan_lifetime, teardown),

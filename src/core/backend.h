@@ -301,14 +301,19 @@ typedef struct qs_backend_ops {
                                         const float *running_mean, const float *running_var,
                                         float eps, void *y, qs_dtype y_dt, bool relu);
     /* dx (overwritten or accumulated; may be NULL when no input gradient is needed),
-     * dgamma, dbeta (overwritten); x in x_dt as in forward (dx is FP32 either way). y_relu:
-     * NULL, or the output (dtype y_dt) of a forward with `relu`, in which case dy is the
-     * gradient w.r.t. that output and counts as 0 where y_relu <= 0. */
+     * dgamma, dbeta (overwritten); x in x_dt as in forward. y_relu: NULL, or the output (dtype
+     * y_dt) of a forward with `relu`, in which case dy is the gradient w.r.t. that output and
+     * counts as 0 where y_relu <= 0. dx_dt: F32, or BF16 — the FP32 dx rounded to BF16
+     * stochastically with dx_sr (element i of the (rows, C) matrix takes the word of global
+     * index dx_sr->offset + i, as quantize does: the same bits as quantize(F32 dx, BF16, dx_sr))
+     * or to nearest even when dx_sr is NULL; a BF16 dx cannot accumulate. This is how a
+     * BatchNorm writes the quantized gradient of the BF16 convolution before it
+     * (qs_gemm_dy_from_reader), skipping that convolution's FP32 dY and its quantizing pass. */
     qs_status (*batchnorm_backward)(qs_backend *be, qs_stream *s, int64_t rows, int64_t C,
                                     const void *x, qs_dtype x_dt, const float *dy, const float *gamma,
                                     const float *save_mean, const float *save_invstd,
-                                    float *dx, bool accumulate, float *dgamma, float *dbeta,
-                                    const void *y_relu, qs_dtype y_dt);
+                                    void *dx, qs_dtype dx_dt, const qs_sr *dx_sr, bool accumulate,
+                                    float *dgamma, float *dbeta, const void *y_relu, qs_dtype y_dt);
 
     /* y = max(x, 0) (y may alias x) */
     qs_status (*relu_forward)(qs_backend *be, qs_stream *s, int64_t n, const float *x, float *y);

@@ -174,7 +174,7 @@ qs_status qs_cpu_batchnorm_forward_eval(qs_backend *be, qs_stream *s, int64_t ro
                                         const float *running_var, float eps, void *y, qs_dtype y_dt, bool relu);
 qs_status qs_cpu_batchnorm_backward(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const void *x, qs_dtype x_dt,
                                     const float *dy, const float *gamma, const float *save_mean,
-                                    const float *save_invstd, float *dx, bool accumulate, float *dgamma,
+                                    const float *save_invstd, void *dx, qs_dtype dx_dt, const qs_sr *dx_sr, bool accumulate, float *dgamma,
                                     float *dbeta, const void *y_relu, qs_dtype y_dt);
 
 /* ---- cpu_eltwise.c ---- */

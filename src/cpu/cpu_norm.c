@@ -12,7 +12,12 @@
  * nearest even (core/numfmt.h, the rounding of the straight-through cast it replaces); its
  * backward widens the mask first. The input x is F32 or BF16 (x_dt: a convolution's BF16
  * output, qs_model_fuse_casts): every pass reads its elements through qs_cpu_load, which
- * widens BF16 exactly, so each result equals the F32 op's on the widened x bit for bit. */
+ * widens BF16 exactly, so each result equals the F32 op's on the widened x bit for bit.
+ * The backward's dx is F32 or BF16 (dx_dt): a BF16 dx is the FP32 dx rounded by the
+ * conversion quantize uses (qs_f32_to_bf16: stochastic with dx_sr, element r·C + c taking the
+ * word of global index dx_sr->offset + r·C + c, counter_at read when the op runs; nearest
+ * even without dx_sr), computed in blocks of rows, so its bits equal the F32 op followed by
+ * quantize(dx, QS_BF16, dx_sr); a BF16 dx cannot accumulate. */
 #include "cpu/cpu_backend.h"
 #include "core/numfmt.h"
 
@@ -159,14 +164,89 @@ static qs_status bn_widen_mask(const char *what, int64_t n, const void *mask, fl
     return qs_bf16_to_f32(n, mask, *out);
 }
 
+/* dx rows [r0, r1) into out (row r0 at out[0]; overwritten, or accumulated into with
+ * `accumulate`): dx = (dy·[y_relu > 0] - a[c] - (x-mean)·p[c]) · k[c]. */
+static void bn_dx_rows(int64_t r0, int64_t r1, int64_t C, const void *x, qs_dtype x_dt, const float *dy,
+                       const float *y_relu, const float *save_mean, const float *a, const float *p, const float *k,
+                       float *out, bool accumulate) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t o = r * C;
+        const float *gr = dy + o, *mr = y_relu ? y_relu + o : NULL;
+        float *dr = out + (r - r0) * C;
+        if (mr && accumulate) {
+#pragma omp simd
+            for (int64_t c = 0; c < C; c++)
+                dr[c] += (gr[c] * (float)(mr[c] > 0.0f) - a[c] - (qs_cpu_load(x, x_dt, o + c) - save_mean[c]) * p[c]) *
+                         k[c];
+        } else if (mr) {
+#pragma omp simd
+            for (int64_t c = 0; c < C; c++)
+                dr[c] = (gr[c] * (float)(mr[c] > 0.0f) - a[c] - (qs_cpu_load(x, x_dt, o + c) - save_mean[c]) * p[c]) *
+                        k[c];
+        } else if (accumulate) {
+#pragma omp simd
+            for (int64_t c = 0; c < C; c++)
+                dr[c] += (gr[c] - a[c] - (qs_cpu_load(x, x_dt, o + c) - save_mean[c]) * p[c]) * k[c];
+        } else {
+#pragma omp simd
+            for (int64_t c = 0; c < C; c++)
+                dr[c] = (gr[c] - a[c] - (qs_cpu_load(x, x_dt, o + c) - save_mean[c]) * p[c]) * k[c];
+        }
+    }
+}
+
+/* FP32 elements per block of rows a BF16 dx is computed in before rounding (1 MiB). */
+#define BN_DX_BLOCK ((int64_t)1 << 18)
+
+/* The BF16 dx: blocks of whole rows computed in FP32 into a temporary, then rounded by
+ * qs_f32_to_bf16 — the conversion quantize(…, QS_BF16, …, sr, …) runs — with the stream's
+ * offset advanced to the block's first element (offset + r0·C), so every element takes the
+ * word of global index dx_sr->offset + r·C + c and the bits equal quantize's on the whole
+ * FP32 dx; counter_at is read by qs_f32_to_bf16 (qs_sr_bits) as in quantize. */
+static qs_status bn_dx_bf16(const char *what, int64_t rows, int64_t C, const void *x, qs_dtype x_dt, const float *dy,
+                            const float *y_relu, const float *save_mean, const float *a, const float *p,
+                            const float *k, uint16_t *dx, const qs_sr *dx_sr) {
+    int64_t block = BN_DX_BLOCK / C > 0 ? BN_DX_BLOCK / C : 1;
+    if (block > rows) block = rows;
+    float *tmp = malloc((size_t)(block * C) * sizeof(float));
+    if (!tmp)
+        return QS_FAIL(QS_ERR_OOM, "%s: out of memory for a %lld-element FP32 block of dx", what,
+                       (long long)(block * C));
+    qs_status st = QS_OK;
+    for (int64_t r0 = 0; st == QS_OK && r0 < rows; r0 += block) {
+        const int64_t r1 = rows - r0 < block ? rows : r0 + block;
+        bn_dx_rows(r0, r1, C, x, x_dt, dy, y_relu, save_mean, a, p, k, tmp, false);
+        qs_sr sr = {0};
+        if (dx_sr) {
+            sr = *dx_sr;
+            sr.offset = dx_sr->offset + (uint64_t)(r0 * C);
+        }
+        st = qs_f32_to_bf16((r1 - r0) * C, tmp, dx + r0 * C, dx_sr ? &sr : NULL);
+    }
+    free(tmp);
+    return st;
+}
+
+/* Contract: core/backend.h batchnorm_backward (dx F32, or BF16 through bn_dx_bf16; the
+ * dx_dt and accumulate checks come before any work). */
 qs_status qs_cpu_batchnorm_backward(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const void *x,
                                     qs_dtype x_dt, const float *dy, const float *gamma, const float *save_mean,
-                                    const float *save_invstd, float *dx, bool accumulate, float *dgamma,
-                                    float *dbeta, const void *y_relu_any, qs_dtype y_dt) {
+                                    const float *save_invstd, void *dx, qs_dtype dx_dt, const qs_sr *dx_sr,
+                                    bool accumulate, float *dgamma, float *dbeta, const void *y_relu_any,
+                                    qs_dtype y_dt) {
     const char *what = "batchnorm_backward";
     QS_TRY(bn_check(what, rows, C, 4, (const void *[]){x, dy, save_mean, save_invstd}));
     QS_TRY(bn_in_dtype_check(what, x_dt));
     QS_TRY(bn_out_dtype_check(what, y_dt));
+    if (dx_dt != QS_F32 && dx_dt != QS_BF16)
+        return QS_FAIL(QS_ERR_UNSUPPORTED, "%s: input-gradient dtype (dx_dt) %s; batch norm writes dx in f32 or bf16",
+                       what, qs_dtype_name(dx_dt));
+    if (dx_dt == QS_BF16 && accumulate)
+        return QS_FAIL(QS_ERR_INVALID_ARG,
+                       "%s: accumulate with a bf16 dx; only an f32 dx can be accumulated into (pass accumulate=false, "
+                       "or an f32 dx)",
+                       what);
     if (rows < 1) return QS_OK;
     float *widened = NULL;
     if (y_relu_any && y_dt == QS_BF16) QS_TRY(bn_widen_mask(what, rows * C, y_relu_any, &widened));
@@ -197,37 +277,11 @@ qs_status qs_cpu_batchnorm_backward(qs_backend *be, qs_stream *s, int64_t rows, 
         if (dgamma) dgamma[c] = (float)(sum_dy_xmu[c] * is);
         if (dbeta) dbeta[c] = (float)sum_dy[c];
     }
-    if (!dx) { /* only the parameter gradients were asked for */
-        free(sc.mem);
-        free(widened);
-        return QS_OK;
-    }
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-        const int64_t o = r * C;
-        const float *gr = dy + o, *mr = y_relu ? y_relu + o : NULL;
-        float *dr = dx + o;
-        if (mr && accumulate) {
-#pragma omp simd
-            for (int64_t c = 0; c < C; c++)
-                dr[c] += (gr[c] * (float)(mr[c] > 0.0f) - a[c] - (qs_cpu_load(x, x_dt, o + c) - save_mean[c]) * p[c]) *
-                         k[c];
-        } else if (mr) {
-#pragma omp simd
-            for (int64_t c = 0; c < C; c++)
-                dr[c] = (gr[c] * (float)(mr[c] > 0.0f) - a[c] - (qs_cpu_load(x, x_dt, o + c) - save_mean[c]) * p[c]) *
-                        k[c];
-        } else if (accumulate) {
-#pragma omp simd
-            for (int64_t c = 0; c < C; c++)
-                dr[c] += (gr[c] - a[c] - (qs_cpu_load(x, x_dt, o + c) - save_mean[c]) * p[c]) * k[c];
-        } else {
-#pragma omp simd
-            for (int64_t c = 0; c < C; c++)
-                dr[c] = (gr[c] - a[c] - (qs_cpu_load(x, x_dt, o + c) - save_mean[c]) * p[c]) * k[c];
-        }
-    }
+    if (dx && dx_dt == QS_BF16)
+        st = bn_dx_bf16(what, rows, C, x, x_dt, dy, y_relu, save_mean, a, p, k, dx, dx_sr);
+    else if (dx) /* else only the parameter gradients were asked for */
+        bn_dx_rows(0, rows, C, x, x_dt, dy, y_relu, save_mean, a, p, k, dx, accumulate);
     free(sc.mem);
     free(widened);
-    return QS_OK;
+    return st;
 }

@@ -14,7 +14,11 @@
  *   partials go to a per-call stream-ordered scratch (cudaMallocAsync) and are summed per
  *   channel in chunk order. The chunking depends only on (rows, C), so results are bitwise
  *   reproducible. Training statistics are two-pass like the CPU: mean = Σx/n, then
- *   var = Σ(x-mean)²/n (biased) normalises, running_var takes Σ(x-mean)²/(n-1).
+ *   var = Σ(x-mean)²/n (biased) normalises, running_var takes Σ(x-mean)²/(n-1). The backward's
+ *   dx is FP32, or BF16 rounded in the dx kernel from the FP32 value it computes — stochastically
+ *   with the words quantize uses (core/quant_sr.h; one Philox block per element, as the
+ *   kernel's (channel, row) layout gives a thread no two elements of one block) or to nearest
+ *   even — so the BF16 gradient of the convolution before it costs no FP32 write and no pass.
  * Softmax + cross-entropy: one block per row; one pass over the logits keeps a running maximum
  *   and Σexp(x − max) per thread (FP32 exponentials, double sums), merged over the block in a
  *   fixed order into the log-sum-exp (double); a second pass writes the probabilities (float4
@@ -26,10 +30,12 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <type_traits>
 
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_launch.cuh"
 #include "core/numfmt.h"
+#include "core/quant_sr.h"
 
 namespace {
 
@@ -319,20 +325,64 @@ __global__ void k_bn_bwd_final(int64_t rows, int64_t C, int64_t nch, const doubl
     }
 }
 
-/* dx (= or +=) (g - a[c] - (x - mean[c])·p[c])·k[c]. Grid (channel blocks, row blocks). */
-template <typename X, typename M>
+/* The stochastic rounding of a BF16 dx (the qs_sr passed as dx_sr, by value): element i of the
+ * (rows, C) matrix takes the word of global index offset + i of (key, counter), the counter read
+ * from counter_at (device memory) when that is set — quantize's rounding (cuda_quant.cu). */
+struct BnDxSr {
+    uint64_t key, counter, offset;
+    const uint64_t *counter_at;
+};
+
+/* The counter a thread rounds with (SR only; read once per thread). */
+template <bool SR>
+__device__ __forceinline__ uint64_t bn_dx_counter(const BnDxSr &sr) {
+    if constexpr (SR) return sr.counter_at ? *sr.counter_at : sr.counter;
+    return 0u;
+}
+
+/* The stochastic-rounding word of global index j: qs_sr_word_inline's (core/quant_sr.h), with
+ * the block's word picked by selects rather than a dynamic index into the array, which would put
+ * the array in local memory. */
+__device__ __forceinline__ uint32_t bn_sr_word(uint64_t key, uint64_t ctr, uint64_t j) {
+    uint32_t o[4];
+    qs_sr_block(key, ctr, j >> 6, (uint32_t)(j & 15u), o);
+    const uint32_t w = (uint32_t)(j >> 4) & 3u;
+    return w == 0u ? o[0] : w == 1u ? o[1] : w == 2u ? o[2] : o[3];
+}
+
+/* Store dx element i = v: FP32 (= or +=), or BF16 (never accumulated; the caller checks) rounded
+ * stochastically (SR: the word of global index sr.offset + i, bn_sr_word, with counter ctr)
+ * or to nearest even — the bits quantize(F32 dx → BF16, sr) gives (core/numfmt.h). */
+template <bool SR>
+__device__ __forceinline__ void bn_dx_store(float *dx, int64_t i, float v, bool accumulate, const BnDxSr &,
+                                            uint64_t) {
+    dx[i] = accumulate ? dx[i] + v : v;
+}
+template <bool SR>
+__device__ __forceinline__ void bn_dx_store(uint16_t *dx, int64_t i, float v, bool, const BnDxSr &sr, uint64_t ctr) {
+    const uint32_t u = qs_nf_f32_bits(v);
+    if constexpr (SR)
+        dx[i] = qs_nf_f32_to_bf16_sr(u, bn_sr_word(sr.key, ctr, sr.offset + (uint64_t)i));
+    else
+        dx[i] = qs_nf_f32_to_bf16_rne(u);
+}
+
+/* dx (= or +=) (g - a[c] - (x - mean[c])·p[c])·k[c]. Grid (channel blocks, row blocks). D: float
+ * (FP32 dx), or uint16_t (BF16 bits: SR stochastic rounding with sr, else nearest even). */
+template <typename X, typename M, typename D, bool SR>
 __global__ void k_bn_bwd_dx(int64_t rows, int64_t C, const X *__restrict__ x, const float *__restrict__ dy,
                             const M *__restrict__ mask, const float *__restrict__ save_mean,
-                            const float *__restrict__ kap, float *__restrict__ dx, bool accumulate) {
+                            const float *__restrict__ kap, D *__restrict__ dx, bool accumulate, BnDxSr sr) {
     const int64_t c = (int64_t)blockIdx.x * kTx + threadIdx.x;
     if (c >= C) return;
     const float k = kap[c], a = kap[C + c], p = kap[2 * C + c], m = save_mean[c];
+    const uint64_t ctr = bn_dx_counter<SR>(sr);
     for (int64_t r = (int64_t)blockIdx.y * kTy + threadIdx.y; r < rows; r += (int64_t)gridDim.y * kTy) {
         const int64_t i = r * C + c;
         float g = dy[i];
         if (mask) g = g * bn_mask(mask, i);
         float v = (g - a - (bn_load(x, i) - m) * p) * k;
-        dx[i] = accumulate ? dx[i] + v : v;
+        bn_dx_store<SR>(dx, i, v, accumulate, sr, ctr);
     }
 }
 
@@ -353,6 +403,19 @@ qs_status bn_out_dtype_check(const char *what, qs_dtype dt) {
 qs_status bn_in_dtype_check(const char *what, qs_dtype dt) {
     if (dt == QS_F32 || dt == QS_BF16) return QS_OK;
     return QS_FAIL(QS_ERR_UNSUPPORTED, "%s: input dtype %s; batch norm reads f32 or bf16", what, qs_dtype_name(dt));
+}
+
+/* Batch norm writes its input gradient in F32 or BF16; a BF16 one is not accumulated. */
+qs_status bn_dx_dtype_check(const char *what, qs_dtype dx_dt, bool accumulate) {
+    if (dx_dt != QS_F32 && dx_dt != QS_BF16)
+        return QS_FAIL(QS_ERR_UNSUPPORTED, "%s: dx dtype %s; batch norm writes its input gradient in f32 or bf16", what,
+                       qs_dtype_name(dx_dt));
+    if (dx_dt == QS_BF16 && accumulate)
+        return QS_FAIL(QS_ERR_INVALID_ARG,
+                       "%s: accumulate with a bf16 dx; a rounded gradient cannot be accumulated (accumulate into an f32 "
+                       "dx and quantize the sum)",
+                       what);
+    return QS_OK;
 }
 
 /* f(xp) with x typed by x_dt (checked F32 or BF16): const float *, or const uint16_t * (BF16
@@ -623,16 +686,23 @@ extern "C" qs_status qs_cuda_batchnorm_forward_eval(qs_backend *be, qs_stream *s
 
 /* dx (rows, C; NULL = not needed; overwritten or accumulated), dgamma, dbeta (C; NULL = not
  * needed; overwritten) from x (rows, C; F32 or BF16, x_dt), dy (rows, C) and the saved
- * statistics; y_relu (rows, C) masks dy for a forward with relu. */
+ * statistics; y_relu (rows, C) masks dy for a forward with relu. dx_dt F32, or BF16: the FP32
+ * value of each dx element rounded stochastically with dx_sr (host descriptor; element i takes
+ * the word of global index dx_sr->offset + i, the counter read from dx_sr->counter_at in device
+ * memory when set, by the kernel) or to nearest even (dx_sr NULL) — the bits of the F32 op
+ * followed by quantize(dx → BF16, dx_sr). dx_sr is unused with an F32 dx. A BF16 dx cannot
+ * accumulate (QS_ERR_INVALID_ARG); another dx_dt is QS_ERR_UNSUPPORTED (checked even when dx is
+ * NULL). */
 extern "C" qs_status qs_cuda_batchnorm_backward(qs_backend *be, qs_stream *s, int64_t rows, int64_t C,
                                                 const void *x, qs_dtype x_dt, const float *dy, const float *gamma,
-                                                const float *save_mean, const float *save_invstd, float *dx,
-                                                bool accumulate, float *dgamma, float *dbeta, const void *y_relu,
-                                                qs_dtype y_dt) {
+                                                const float *save_mean, const float *save_invstd, void *dx,
+                                                qs_dtype dx_dt, const qs_sr *dx_sr, bool accumulate, float *dgamma,
+                                                float *dbeta, const void *y_relu, qs_dtype y_dt) {
     const char *what = "batchnorm_backward";
     QS_TRY(bn_check(what, rows, C, {x, dy, save_mean, save_invstd}));
     QS_TRY(bn_in_dtype_check(what, x_dt));
     QS_TRY(bn_out_dtype_check(what, y_dt));
+    QS_TRY(bn_dx_dtype_check(what, dx_dt, accumulate));
     const bool m16 = y_dt == QS_BF16;
     const float *m32 = m16 ? nullptr : static_cast<const float *>(y_relu);
     const uint16_t *mb = m16 ? static_cast<const uint16_t *>(y_relu) : nullptr;
@@ -656,9 +726,26 @@ extern "C" qs_status qs_cuda_batchnorm_backward(qs_backend *be, qs_stream *s, in
     QS_TRY(qs_cuda_check_launch("batchnorm_backward (coefficient kernel)"));
     if (!dx) return QS_OK;
     const dim3 grid(cb, bn_row_blocks(rows, C));
+    const bool bf16 = dx_dt == QS_BF16, use_sr = bf16 && dx_sr;
+    BnDxSr sr = {0u, 0u, 0u, nullptr};
+    if (use_sr) sr = {dx_sr->key, dx_sr->counter, dx_sr->offset, dx_sr->counter_at};
+    /* the kernel for x's and the mask's element types (xp, mp) and dx's: F32, BF16 SR or RNE */
+    auto launch = [&](auto xp, auto mp) {
+        using X = std::remove_cv_t<std::remove_pointer_t<decltype(xp)>>;
+        using M = std::remove_cv_t<std::remove_pointer_t<decltype(mp)>>;
+        if (!bf16)
+            k_bn_bwd_dx<X, M, float, false><<<grid, blk, 0, st>>>(rows, C, xp, dy, mp, save_mean, kap,
+                                                                  static_cast<float *>(dx), accumulate, sr);
+        else if (use_sr)
+            k_bn_bwd_dx<X, M, uint16_t, true><<<grid, blk, 0, st>>>(rows, C, xp, dy, mp, save_mean, kap,
+                                                                    static_cast<uint16_t *>(dx), false, sr);
+        else
+            k_bn_bwd_dx<X, M, uint16_t, false><<<grid, blk, 0, st>>>(rows, C, xp, dy, mp, save_mean, kap,
+                                                                     static_cast<uint16_t *>(dx), false, sr);
+    };
     with_x(x, x_dt, [&](auto xp) {
-        if (m16) k_bn_bwd_dx<<<grid, blk, 0, st>>>(rows, C, xp, dy, mb, save_mean, kap, dx, accumulate);
-        else k_bn_bwd_dx<<<grid, blk, 0, st>>>(rows, C, xp, dy, m32, save_mean, kap, dx, accumulate);
+        if (m16) launch(xp, mb);
+        else launch(xp, m32);
     });
     return qs_cuda_check_launch("batchnorm_backward (input-gradient kernel)");
 }

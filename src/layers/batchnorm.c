@@ -3,8 +3,9 @@
  * backward computes dx, dγ and dβ in one fused op, accounted as backward-data. With
  * cfg.bn.relu (qs_model_fuse) it also applies the following ReLU and its backward. Its input
  * is FP32, or BF16 where a BF16 convolution writes BF16 for it (qs_model_bf16_conv_outputs);
- * its gradient dx is FP32 either way. */
-#include "layers/layer_util.h"
+ * its gradient dx is FP32, or, for such a convolution in a fused model, that convolution's
+ * quantized BF16 dY (qs_gemm_dy_from_reader). */
+#include "layers/gemm_quant.h"
 
 static qs_status bn_infer(qs_model *m, qs_node *n) {
     QS_TRY(qs_layer_expect_ndim(m, n, 4));
@@ -58,16 +59,26 @@ static qs_status bn_forward(qs_model *m, qs_node *n) {
                                               n->out_dtype, n->cfg.bn.relu);
 }
 
+/* dx goes to the input's FP32 gradient, or — when the input is a BF16 convolution whose
+ * quantized dY this node may write (qs_gemm_dy_from_reader) — straight into that quantized dY,
+ * rounded as the convolution would round it. */
 static qs_status bn_backward(qs_model *m, qs_node *n) {
     int64_t C = n->out_shape[3], rows = qs_shape_numel(3, n->out_shape);
     bool acc;
     void *dx = qs_model_grad_target(m, n, 0, &acc);
-    const qs_node *in = qs_layer_input(m, n, 0);
-    return m->be->ops->batchnorm_backward(m->be, m->stream, rows, C, in->y, in->out_dtype, n->dy,
-                                          qs_model_param_ptr(m, n->param[0]), n->saved[0], n->saved[1], dx,
-                                          acc, qs_model_grad_ptr(m, n->param[0]),
-                                          qs_model_grad_ptr(m, n->param[1]), n->cfg.bn.relu ? n->y : NULL,
-                                          n->out_dtype);
+    qs_node *in = &m->nodes[n->inputs[0]];
+    qs_dtype dx_dt = QS_F32;
+    qs_sr sr_buf;
+    const qs_sr *sr = NULL;
+    void *dq;
+    const bool direct = dx && !acc && qs_gemm_dy_from_reader(m, in, &dq, &sr, &sr_buf);
+    if (direct) dx = dq, dx_dt = QS_BF16;
+    QS_TRY(m->be->ops->batchnorm_backward(m->be, m->stream, rows, C, in->y, in->out_dtype, n->dy,
+                                          qs_model_param_ptr(m, n->param[0]), n->saved[0], n->saved[1], dx, dx_dt, sr,
+                                          acc, qs_model_grad_ptr(m, n->param[0]), qs_model_grad_ptr(m, n->param[1]),
+                                          n->cfg.bn.relu ? n->y : NULL, n->out_dtype));
+    if (direct) qs_gemm_dy_mark_quantized(m, in);
+    return QS_OK;
 }
 
 const qs_layer_impl qs_layer_batchnorm2d = {

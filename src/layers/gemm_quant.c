@@ -123,6 +123,16 @@ static qs_operand qs_gemm_w_backward(qs_model *m, const qs_node *n, qs_gemm_shap
     return w;
 }
 
+/* The stochastic rounding stream of the node's dY (role 0) or folded dY (role 1) in *buf, or
+ * NULL when the model rounds gradients to nearest (gemm_quant.h). */
+static const qs_sr *dy_sr(const qs_model *m, const qs_node *n, int role, qs_sr *buf) {
+    if (m->grad_round_nearest) return NULL;
+    const uint64_t node_index = (uint64_t)(n - m->nodes);
+    *buf = (qs_sr){.key = qs_rng_key(m->seed, "sr", 4 * node_index + (uint64_t)role), .counter = (uint64_t)m->step,
+                   .counter_at = m->capture.on ? (const uint64_t *)(const void *)m->step_dev : NULL};
+    return buf;
+}
+
 /* dY as an operand, quantized on first use in this step; folded selects the per-channel
  * backward-data variant (only differs for per-output-channel INT8 weights). */
 static qs_status qs_gemm_dy(qs_model *m, qs_node *n, qs_gemm_shape sh, bool folded, qs_operand *dy) {
@@ -137,14 +147,11 @@ static qs_status qs_gemm_dy(qs_model *m, qs_node *n, qs_gemm_shape sh, bool fold
     *dy = (qs_operand){.data = n->saved[slot], .dt = gdt, .scale = scale, .data_t = dyt};
     if (gdt == QS_BF16 || gdt == QS_F16) dy->scale = NULL;
     if (!fold && n->quant_step == m->step) return QS_OK; /* already quantized in this step */
-    const uint64_t node_index = (uint64_t)(n - m->nodes);
-    const qs_sr sr = {.key = qs_rng_key(m->seed, "sr", 4 * node_index + (fold ? 1 : 0)),
-                      .counter = (uint64_t)m->step,
-                      .counter_at = m->capture.on ? (const uint64_t *)(const void *)m->step_dev : NULL};
+    qs_sr sr;
     const float *col_scale = fold ? w_scales(n, sh) : NULL;
     qs_quant_delayed dl;
     QS_TRY(m->be->ops->quantize(m->be, m->stream, sh.dy_rows, sh.dy_cols, n->dy, col_scale, gdt, n->saved[slot], scale,
-                                false, m->grad_round_nearest ? NULL : &sr, dyt,
+                                false, dy_sr(m, n, fold ? 1 : 0, &sr), dyt,
                                 qs_fp8_delayed(m, gemm_history(m, n, 1), &dl)));
     if (!fold) n->quant_step = m->step;
     return QS_OK;
@@ -180,3 +187,14 @@ qs_status qs_gemm_backward_weights(qs_model *m, qs_node *n, qs_gemm_shape sh, qs
     if (!db || fused_db) return QS_OK;
     return m->be->ops->column_sums(m->be, m->stream, sh.dy_rows, sh.dy_cols, n->dy, db);
 }
+
+bool qs_gemm_dy_from_reader(qs_model *m, qs_node *n, void **dst, const qs_sr **sr, qs_sr *buf) {
+    if (!m->fuse_casts || n->kind != QS_NODE_CONV2D || n->out_dtype != QS_BF16 || n->n_params > 1 || !n->saved[1] ||
+        qs_precision_operand_dtype(n->prec, true) != QS_BF16 || per_channel(m, n) || n->keeps_transposed)
+        return false;
+    *dst = n->saved[1]; /* [data | scale]: BF16 data at offset 0, no transposed copy, no scale read */
+    *sr = dy_sr(m, n, 0, buf);
+    return true;
+}
+
+void qs_gemm_dy_mark_quantized(qs_model *m, qs_node *n) { n->quant_step = m->step; }
