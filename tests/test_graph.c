@@ -97,6 +97,9 @@ static void run_resnet_at(bool fuse, qs_precision prec, bool resize, float **par
     for (int i = 0; i < m->n_nodes; i++) bf16_convs += m->nodes[i].kind == QS_NODE_CONV2D && m->nodes[i].out_dtype == QS_BF16;
     assert_int_equal(bf16_convs, prec == QS_PREC_BF16 ? 20 : 0); /* every conv feeds one BN: 17 + 3 downsamples */
     ASSERT_OK(qs_model_setup(m, g_be, 8, 11));
+    int no_fp32_dy = 0; /* their batch norms write their quantized dY (qs_gemm_dy_written_by_reader) */
+    for (int i = 0; i < m->n_nodes; i++) no_fp32_dy += m->nodes[i].kind == QS_NODE_CONV2D && !m->nodes[i].dy;
+    assert_int_equal(no_fp32_dy, fuse && prec == QS_PREC_BF16 ? 20 : 0);
     if (resize) {
         size_t used8 = 0, used3 = 0, again = 0;
         g_be->ops->memory_stats(g_be, &used8, NULL);

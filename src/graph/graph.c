@@ -1,6 +1,7 @@
 /* src/graph/graph.c — building the node DAG, allocating its runtime memory, and driving
  * forward and backward with every op timed in its cost category. */
 #include "graph/graph.h"
+#include "layers/gemm_quant.h" /* qs_gemm_dy_written_by_reader */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -236,7 +237,8 @@ static qs_status qs_model_setup_batch(qs_model *m, int64_t batch) {
         }
         if (n->fused_into >= 0) continue; /* part of a fused attention: no buffers */
         QS_TRY(qs_be_alloc(m, qs_node_out_bytes(n), &n->y));
-        if (n->needs_grad && n->kind != QS_NODE_SOFTMAX_XENT) QS_TRY(qs_node_alloc_grad(m, n));
+        if (n->needs_grad && n->kind != QS_NODE_SOFTMAX_XENT && !qs_gemm_dy_written_by_reader(m, n))
+            QS_TRY(qs_node_alloc_grad(m, n));
         const qs_layer_impl *impl = qs_layer_impl_for(n->kind);
         if (impl->setup) {
             qs_status st = impl->setup(m, n);

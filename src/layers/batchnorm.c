@@ -64,15 +64,14 @@ static qs_status bn_forward(qs_model *m, qs_node *n) {
  * rounded as the convolution would round it. */
 static qs_status bn_backward(qs_model *m, qs_node *n) {
     int64_t C = n->out_shape[3], rows = qs_shape_numel(3, n->out_shape);
-    bool acc;
-    void *dx = qs_model_grad_target(m, n, 0, &acc);
+    bool acc = false;
     qs_node *in = &m->nodes[n->inputs[0]];
-    qs_dtype dx_dt = QS_F32;
     qs_sr sr_buf;
     const qs_sr *sr = NULL;
-    void *dq;
-    const bool direct = dx && !acc && qs_gemm_dy_from_reader(m, in, &dq, &sr, &sr_buf);
-    if (direct) dx = dq, dx_dt = QS_BF16;
+    void *dx;
+    const bool direct = in->needs_grad && qs_gemm_dy_from_reader(m, in, &dx, &sr, &sr_buf); /* its only reader */
+    const qs_dtype dx_dt = direct ? QS_BF16 : QS_F32;
+    if (!direct) dx = qs_model_grad_target(m, n, 0, &acc);
     QS_TRY(m->be->ops->batchnorm_backward(m->be, m->stream, rows, C, in->y, in->out_dtype, n->dy,
                                           qs_model_param_ptr(m, n->param[0]), n->saved[0], n->saved[1], dx, dx_dt, sr,
                                           acc, qs_model_grad_ptr(m, n->param[0]), qs_model_grad_ptr(m, n->param[1]),

@@ -188,10 +188,13 @@ qs_status qs_gemm_backward_weights(qs_model *m, qs_node *n, qs_gemm_shape sh, qs
     return m->be->ops->column_sums(m->be, m->stream, sh.dy_rows, sh.dy_cols, n->dy, db);
 }
 
+bool qs_gemm_dy_written_by_reader(const qs_model *m, const qs_node *n) {
+    return m->fuse_casts && n->kind == QS_NODE_CONV2D && n->out_dtype == QS_BF16 && n->n_params == 1 &&
+           qs_precision_operand_dtype(n->prec, true) == QS_BF16;
+}
+
 bool qs_gemm_dy_from_reader(qs_model *m, qs_node *n, void **dst, const qs_sr **sr, qs_sr *buf) {
-    if (!m->fuse_casts || n->kind != QS_NODE_CONV2D || n->out_dtype != QS_BF16 || n->n_params > 1 || !n->saved[1] ||
-        qs_precision_operand_dtype(n->prec, true) != QS_BF16 || per_channel(m, n) || n->keeps_transposed)
-        return false;
+    if (!qs_gemm_dy_written_by_reader(m, n) || !n->saved[1]) return false;
     *dst = n->saved[1]; /* [data | scale]: BF16 data at offset 0, no transposed copy, no scale read */
     *sr = dy_sr(m, n, 0, buf);
     return true;

@@ -56,12 +56,14 @@ qs_operand qs_gemm_input_operand(qs_model *m, const qs_node *n, int slot);
  * rounding unless the model asks for nearest) at a low precision, FP32 otherwise. */
 qs_status qs_gemm_quantized_dy(qs_model *m, qs_node *n, int64_t rows, int64_t cols, qs_operand *dy);
 
-/* Whether the only reader of GEMM node n (a BatchNorm, qs_model_bf16_conv_outputs) may write
- * n's quantized dY itself instead of n's FP32 dY: a BF16 Conv2d without bias whose output is
- * BF16, in a model fused by qs_model_fuse. Then *dst is where the BF16 dY goes (saved[1]) and
- * *sr its stochastic rounding stream (buf holds it; NULL: round to nearest) — the bits
- * qs_gemm_quantized_dy would make from the FP32 dY. The reader calls
- * qs_gemm_dy_mark_quantized(m, n) after writing it; n's FP32 dY is then left unwritten. */
+/* Whether the only reader of GEMM node n (a BatchNorm, qs_model_bf16_conv_outputs) writes n's
+ * quantized dY itself, so that n has no FP32 dY at all (graph.c allocates none): a BF16 Conv2d
+ * without bias whose output is BF16, in a model fused by qs_model_fuse. */
+bool qs_gemm_dy_written_by_reader(const qs_model *m, const qs_node *n);
+/* For such a node (set up): true, with *dst where the BF16 dY goes (saved[1]) and *sr its
+ * stochastic rounding stream (buf holds it; NULL: round to nearest) — the bits
+ * qs_gemm_quantized_dy would make from an FP32 dY; false for any other node. The reader calls
+ * qs_gemm_dy_mark_quantized(m, n) after writing it, before n's backward runs. */
 bool qs_gemm_dy_from_reader(qs_model *m, qs_node *n, void **dst, const qs_sr **sr, qs_sr *buf);
 void qs_gemm_dy_mark_quantized(qs_model *m, qs_node *n);
 
