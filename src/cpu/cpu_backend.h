@@ -47,13 +47,6 @@ qs_status qs_cpu_prec_check(qs_backend *be, qs_precision prec, const char *what)
  * (qs_linear_desc.y_dt, qs_conv_desc.y_dt), is F32 or BF16. `what` names the planning call. */
 qs_status qs_cpu_y_dtype_check(qs_dtype y_dt, const char *what);
 
-/* Element i of x, an F32 or BF16 array (BF16 widened exactly): the per-element load of ops
- * whose input may be either. dt is loop-invariant in their loops, which the compiler
- * unswitches, so F32 loops vectorise as before. */
-static inline float qs_cpu_load(const void *x, qs_dtype dt, int64_t i) {
-    return dt == QS_BF16 ? qs_nf_bits_f32(qs_nf_bf16_to_f32(((const uint16_t *)x)[i])) : ((const float *)x)[i];
-}
-
 /* Validate a memory-bound op's arguments: n >= 0 and, when n > 0, none of the nptrs
  * pointers is NULL. `what` names the op. Use with a compound literal:
  * qs_cpu_args_check("relu_forward", n, 2, (const void *[]){x, y}). */
@@ -157,12 +150,10 @@ void qs_cpu_transpose_s8(int64_t rows, int64_t cols, const void *src, void *dst)
  * output masking its input gradient).
  * sum2[c] = Σ_r (a[r,c]-sa[c])·(b[r,c]-sb[c])  (skipped when sum2 is NULL; sa/sb NULL mean 0;
  *                                                b NULL means the square Σ (a[r,c]-sa[c])²)
- * a and b are F32 or BF16 (a_dt, b_dt; read through qs_cpu_load, so a BF16 array sums exactly
- * as its widened F32 copy would); mask is F32.
  * Accumulated in double over a fixed row-chunk split (independent of the thread count), so
  * results are bitwise reproducible. Fails only with QS_ERR_OOM. */
-qs_status qs_cpu_colsums(int64_t rows, int64_t C, const void *a, qs_dtype a_dt, const float *mask, const void *b,
-                         qs_dtype b_dt, const double *sa, const double *sb, double *sum1, double *sum2);
+qs_status qs_cpu_colsums(int64_t rows, int64_t C, const float *a, const float *mask, const float *b,
+                         const double *sa, const double *sb, double *sum1, double *sum2);
 
 /* ---- cpu_norm.c ---- */
 qs_status qs_cpu_batchnorm_forward_train(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const void *x, qs_dtype x_dt,

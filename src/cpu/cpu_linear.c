@@ -271,7 +271,7 @@ qs_status qs_cpu_linear_backward_weights(qs_backend *be, void *plan, qs_stream *
     if (lp->path == PATH_INT8) qs_cpu_epilogue(N, K, dw, dy->scale[0] * x->scale[0], NULL, NULL, dw, false);
     if (!db) return QS_OK;
     double *sum = scratch;
-    QS_TRY(qs_cpu_colsums(M, N, dy->data, QS_F32, NULL, NULL, QS_F32, NULL, NULL, sum, NULL));
+    QS_TRY(qs_cpu_colsums(M, N, dy->data, NULL, NULL, NULL, NULL, sum, NULL));
     for (int64_t n = 0; n < N; n++) db[n] = (float)sum[n];
     return QS_OK;
 }

@@ -11,12 +11,13 @@
  * non-finite dy at masked positions). A BF16 output (y_dt) is the FP32 result rounded to
  * nearest even (core/numfmt.h, the rounding of the straight-through cast it replaces); its
  * backward widens the mask first. The input x is F32 or BF16 (x_dt: a convolution's BF16
- * output, qs_model_fuse_casts): every pass reads its elements through qs_cpu_load, which
- * widens BF16 exactly, so each result equals the F32 op's on the widened x bit for bit.
+ * output, qs_model_bf16_conv_outputs), a BF16 x widened exactly into an FP32 copy first (one
+ * vectorised pass; the FP32 loops then run unchanged), so each result equals the F32 op's on
+ * the widened x bit for bit.
  * The backward's dx is F32 or BF16 (dx_dt): a BF16 dx is the FP32 dx rounded by the
  * conversion quantize uses (qs_f32_to_bf16: stochastic with dx_sr, element r·C + c taking the
  * word of global index dx_sr->offset + r·C + c, counter_at read when the op runs; nearest
- * even without dx_sr), computed in blocks of rows, so its bits equal the F32 op followed by
+ * even without dx_sr), on the whole FP32 dx in the backend scratch, so its bits equal the F32 op followed by
  * quantize(dx, QS_BF16, dx_sr); a BF16 dx cannot accumulate. */
 #include "cpu/cpu_backend.h"
 #include "core/numfmt.h"
@@ -37,10 +38,22 @@ static qs_status bn_in_dtype_check(const char *what, qs_dtype dt) {
                    qs_dtype_name(dt));
 }
 
-/* y[r,c] = (x[r,c] - m[c])·k[c] + b[c] over all rows, then max(·, 0) when relu; x is F32 or
- * BF16 (x_dt), y F32 or BF16 (y_dt; rounded to nearest even). */
-static void bn_apply(int64_t rows, int64_t C, const void *x, qs_dtype x_dt, const float *m, const float *k,
-                     const float *b, void *y, qs_dtype y_dt, bool relu) {
+/* n elements of dtype dt as FP32: src itself (F32), or its BF16 values widened exactly into dst
+ * (n floats of the backend's scratch) — a BF16 x, or a BF16 ReLU mask (same comparisons against
+ * 0) — so the FP32 loops below run unchanged on them. */
+static const float *bn_f32_view(int64_t n, const void *src, qs_dtype dt, float *dst) {
+    if (dt != QS_BF16 || !src) return src;
+    qs_bf16_to_f32(n, src, dst); /* cannot fail: n > 0, both pointers set */
+    return dst;
+}
+
+/* Floats of scratch a BF16 tensor of n elements needs for its FP32 view (0 for F32 or absent). */
+static size_t bn_view_floats(int64_t n, const void *src, qs_dtype dt) { return dt == QS_BF16 && src ? (size_t)n : 0; }
+
+/* y[r,c] = (x[r,c] - m[c])·k[c] + b[c] over all rows, then max(·, 0) when relu; y F32 or BF16
+ * (y_dt; rounded to nearest even). */
+static void bn_apply(int64_t rows, int64_t C, const float *x, const float *m, const float *k, const float *b, void *y,
+                     qs_dtype y_dt, bool relu) {
     if (y_dt == QS_BF16) {
 #pragma omp parallel for schedule(static)
         for (int64_t r = 0; r < rows; r++) {
@@ -48,7 +61,7 @@ static void bn_apply(int64_t rows, int64_t C, const void *x, qs_dtype x_dt, cons
             uint16_t *yr = (uint16_t *)y + o;
 #pragma omp simd
             for (int64_t c = 0; c < C; c++) {
-                float v = (qs_cpu_load(x, x_dt, o + c) - m[c]) * k[c] + b[c];
+                float v = (x[o + c] - m[c]) * k[c] + b[c];
                 if (relu) v = v > 0.0f ? v : 0.0f;
                 yr[c] = qs_nf_f32_to_bf16_rne(qs_nf_f32_bits(v));
             }
@@ -62,12 +75,12 @@ static void bn_apply(int64_t rows, int64_t C, const void *x, qs_dtype x_dt, cons
         if (relu) {
 #pragma omp simd
             for (int64_t c = 0; c < C; c++) {
-                float v = (qs_cpu_load(x, x_dt, o + c) - m[c]) * k[c] + b[c];
+                float v = (x[o + c] - m[c]) * k[c] + b[c];
                 yr[c] = v > 0.0f ? v : 0.0f;
             }
         } else {
 #pragma omp simd
-            for (int64_t c = 0; c < C; c++) yr[c] = (qs_cpu_load(x, x_dt, o + c) - m[c]) * k[c] + b[c];
+            for (int64_t c = 0; c < C; c++) yr[c] = (x[o + c] - m[c]) * k[c] + b[c];
         }
     }
 }
@@ -98,24 +111,16 @@ static qs_status bn_check(const char *what, int64_t rows, int64_t C, int nptrs, 
     return qs_cpu_args_check(what, rows * C, nptrs, ptrs);
 }
 
-qs_status qs_cpu_batchnorm_forward_train(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const void *x,
-                                         qs_dtype x_dt, const float *gamma, const float *beta, void *y, qs_dtype y_dt,
-                                         float *save_mean, float *save_invstd, float *running_mean,
-                                         float *running_var, float momentum, float eps, bool relu) {
-    const char *what = "batchnorm_forward_train";
-    QS_TRY(bn_check(what, rows, C, 4, (const void *[]){x, y, save_mean, save_invstd}));
-    QS_TRY(bn_in_dtype_check(what, x_dt));
-    QS_TRY(bn_out_dtype_check(what, y_dt));
-    if (rows < 2)
-        return QS_FAIL(QS_ERR_INVALID_ARG,
-                       "%s: %lld value(s) per channel; training-mode batch norm needs at least 2 (like PyTorch)", what,
-                       (long long)rows);
+/* Training forward on an FP32 x (arguments checked). */
+static qs_status bn_train(const char *what, int64_t rows, int64_t C, const float *x, const float *gamma,
+                          const float *beta, void *y, qs_dtype y_dt, float *save_mean, float *save_invstd,
+                          float *running_mean, float *running_var, float momentum, float eps, bool relu) {
     bn_scratch sc = {0};
     QS_TRY(bn_scratch_alloc(&sc, C, what));
     double *sum = sc.d[0], *sq = sc.d[1];
-    qs_status st = qs_cpu_colsums(rows, C, x, x_dt, NULL, NULL, x_dt, NULL, NULL, sum, NULL);
+    qs_status st = qs_cpu_colsums(rows, C, x, NULL, NULL, NULL, NULL, sum, NULL);
     for (int64_t c = 0; st == QS_OK && c < C; c++) sum[c] /= (double)rows; /* sum now holds the mean */
-    if (st == QS_OK) st = qs_cpu_colsums(rows, C, x, x_dt, NULL, NULL, x_dt, sum, NULL, NULL, sq);
+    if (st == QS_OK) st = qs_cpu_colsums(rows, C, x, NULL, NULL, sum, NULL, NULL, sq);
     if (st != QS_OK) {
         free(sc.mem);
         return st;
@@ -132,9 +137,28 @@ qs_status qs_cpu_batchnorm_forward_train(qs_backend *be, qs_stream *s, int64_t r
         if (running_var)
             running_var[c] = (1.0f - momentum) * running_var[c] + momentum * (float)(sq[c] / (double)(rows - 1));
     }
-    bn_apply(rows, C, x, x_dt, save_mean, k, b, y, y_dt, relu);
+    bn_apply(rows, C, x, save_mean, k, b, y, y_dt, relu);
     free(sc.mem);
     return QS_OK;
+}
+
+qs_status qs_cpu_batchnorm_forward_train(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const void *x,
+                                         qs_dtype x_dt, const float *gamma, const float *beta, void *y, qs_dtype y_dt,
+                                         float *save_mean, float *save_invstd, float *running_mean,
+                                         float *running_var, float momentum, float eps, bool relu) {
+    const char *what = "batchnorm_forward_train";
+    QS_TRY(bn_check(what, rows, C, 4, (const void *[]){x, y, save_mean, save_invstd}));
+    QS_TRY(bn_in_dtype_check(what, x_dt));
+    QS_TRY(bn_out_dtype_check(what, y_dt));
+    if (rows < 2)
+        return QS_FAIL(QS_ERR_INVALID_ARG,
+                       "%s: %lld value(s) per channel; training-mode batch norm needs at least 2 (like PyTorch)", what,
+                       (long long)rows);
+    float *scratch = NULL;
+    const size_t nf = bn_view_floats(rows * C, x, x_dt);
+    if (nf) QS_TRY(qs_cpu_scratch(qs_cpu_be(be), nf * sizeof(float), (void **)&scratch));
+    return bn_train(what, rows, C, bn_f32_view(rows * C, x, x_dt, scratch), gamma, beta, y, y_dt, save_mean,
+                    save_invstd, running_mean, running_var, momentum, eps, relu);
 }
 
 qs_status qs_cpu_batchnorm_forward_eval(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const void *x,
@@ -152,21 +176,18 @@ qs_status qs_cpu_batchnorm_forward_eval(qs_backend *be, qs_stream *s, int64_t ro
         k[c] = invstd * (gamma ? gamma[c] : 1.0f);
         b[c] = beta ? beta[c] : 0.0f;
     }
-    bn_apply(rows, C, x, x_dt, running_mean, k, b, y, y_dt, relu);
+    float *scratch = NULL;
+    const size_t nf = bn_view_floats(rows * C, x, x_dt);
+    qs_status st = nf ? qs_cpu_scratch(qs_cpu_be(be), nf * sizeof(float), (void **)&scratch) : QS_OK;
+    if (st == QS_OK) bn_apply(rows, C, bn_f32_view(rows * C, x, x_dt, scratch), running_mean, k, b, y, y_dt, relu);
     free(sc.mem);
-    return QS_OK;
+    return st;
 }
 
-/* The BF16 ReLU mask widened to FP32 (same comparisons against 0); caller frees. */
-static qs_status bn_widen_mask(const char *what, int64_t n, const void *mask, float **out) {
-    *out = malloc((size_t)n * sizeof(float));
-    if (!*out) return QS_FAIL(QS_ERR_OOM, "%s: out of memory for a %lld-element mask", what, (long long)n);
-    return qs_bf16_to_f32(n, mask, *out);
-}
 
 /* dx rows [r0, r1) into out (row r0 at out[0]; overwritten, or accumulated into with
  * `accumulate`): dx = (dy·[y_relu > 0] - a[c] - (x-mean)·p[c]) · k[c]. */
-static void bn_dx_rows(int64_t r0, int64_t r1, int64_t C, const void *x, qs_dtype x_dt, const float *dy,
+static void bn_dx_rows(int64_t r0, int64_t r1, int64_t C, const float *x, const float *dy,
                        const float *y_relu, const float *save_mean, const float *a, const float *p, const float *k,
                        float *out, bool accumulate) {
 #pragma omp parallel for schedule(static)
@@ -177,59 +198,28 @@ static void bn_dx_rows(int64_t r0, int64_t r1, int64_t C, const void *x, qs_dtyp
         if (mr && accumulate) {
 #pragma omp simd
             for (int64_t c = 0; c < C; c++)
-                dr[c] += (gr[c] * (float)(mr[c] > 0.0f) - a[c] - (qs_cpu_load(x, x_dt, o + c) - save_mean[c]) * p[c]) *
+                dr[c] += (gr[c] * (float)(mr[c] > 0.0f) - a[c] - (x[o + c] - save_mean[c]) * p[c]) *
                          k[c];
         } else if (mr) {
 #pragma omp simd
             for (int64_t c = 0; c < C; c++)
-                dr[c] = (gr[c] * (float)(mr[c] > 0.0f) - a[c] - (qs_cpu_load(x, x_dt, o + c) - save_mean[c]) * p[c]) *
+                dr[c] = (gr[c] * (float)(mr[c] > 0.0f) - a[c] - (x[o + c] - save_mean[c]) * p[c]) *
                         k[c];
         } else if (accumulate) {
 #pragma omp simd
             for (int64_t c = 0; c < C; c++)
-                dr[c] += (gr[c] - a[c] - (qs_cpu_load(x, x_dt, o + c) - save_mean[c]) * p[c]) * k[c];
+                dr[c] += (gr[c] - a[c] - (x[o + c] - save_mean[c]) * p[c]) * k[c];
         } else {
 #pragma omp simd
             for (int64_t c = 0; c < C; c++)
-                dr[c] = (gr[c] - a[c] - (qs_cpu_load(x, x_dt, o + c) - save_mean[c]) * p[c]) * k[c];
+                dr[c] = (gr[c] - a[c] - (x[o + c] - save_mean[c]) * p[c]) * k[c];
         }
     }
 }
 
-/* FP32 elements per block of rows a BF16 dx is computed in before rounding (1 MiB). */
-#define BN_DX_BLOCK ((int64_t)1 << 18)
-
-/* The BF16 dx: blocks of whole rows computed in FP32 into a temporary, then rounded by
- * qs_f32_to_bf16 — the conversion quantize(…, QS_BF16, …, sr, …) runs — with the stream's
- * offset advanced to the block's first element (offset + r0·C), so every element takes the
- * word of global index dx_sr->offset + r·C + c and the bits equal quantize's on the whole
- * FP32 dx; counter_at is read by qs_f32_to_bf16 (qs_sr_bits) as in quantize. */
-static qs_status bn_dx_bf16(const char *what, int64_t rows, int64_t C, const void *x, qs_dtype x_dt, const float *dy,
-                            const float *y_relu, const float *save_mean, const float *a, const float *p,
-                            const float *k, uint16_t *dx, const qs_sr *dx_sr) {
-    int64_t block = BN_DX_BLOCK / C > 0 ? BN_DX_BLOCK / C : 1;
-    if (block > rows) block = rows;
-    float *tmp = malloc((size_t)(block * C) * sizeof(float));
-    if (!tmp)
-        return QS_FAIL(QS_ERR_OOM, "%s: out of memory for a %lld-element FP32 block of dx", what,
-                       (long long)(block * C));
-    qs_status st = QS_OK;
-    for (int64_t r0 = 0; st == QS_OK && r0 < rows; r0 += block) {
-        const int64_t r1 = rows - r0 < block ? rows : r0 + block;
-        bn_dx_rows(r0, r1, C, x, x_dt, dy, y_relu, save_mean, a, p, k, tmp, false);
-        qs_sr sr = {0};
-        if (dx_sr) {
-            sr = *dx_sr;
-            sr.offset = dx_sr->offset + (uint64_t)(r0 * C);
-        }
-        st = qs_f32_to_bf16((r1 - r0) * C, tmp, dx + r0 * C, dx_sr ? &sr : NULL);
-    }
-    free(tmp);
-    return st;
-}
-
-/* Contract: core/backend.h batchnorm_backward (dx F32, or BF16 through bn_dx_bf16; the
- * dx_dt and accumulate checks come before any work). */
+/* Contract: core/backend.h batchnorm_backward (dx F32; or BF16: the FP32 dx in the scratch,
+ * rounded by qs_f32_to_bf16 — the conversion quantize(…, QS_BF16, …, sr, …) runs, on the whole
+ * tensor, so the bits equal quantize's; the dx_dt and accumulate checks come before any work). */
 qs_status qs_cpu_batchnorm_backward(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const void *x,
                                     qs_dtype x_dt, const float *dy, const float *gamma, const float *save_mean,
                                     const float *save_invstd, void *dx, qs_dtype dx_dt, const qs_sr *dx_sr,
@@ -248,22 +238,22 @@ qs_status qs_cpu_batchnorm_backward(qs_backend *be, qs_stream *s, int64_t rows, 
                        "or an f32 dx)",
                        what);
     if (rows < 1) return QS_OK;
-    float *widened = NULL;
-    if (y_relu_any && y_dt == QS_BF16) QS_TRY(bn_widen_mask(what, rows * C, y_relu_any, &widened));
-    const float *y_relu = widened ? widened : y_relu_any;
+    /* scratch: [x widened | mask widened | FP32 dx before its rounding], as needed */
+    const int64_t n = rows * C;
+    const size_t nx = bn_view_floats(n, x, x_dt), nm = bn_view_floats(n, y_relu_any, y_dt);
+    const size_t nd = dx && dx_dt == QS_BF16 ? (size_t)n : 0;
+    float *scratch = NULL;
+    if (nx + nm + nd) QS_TRY(qs_cpu_scratch(qs_cpu_be(be), (nx + nm + nd) * sizeof(float), (void **)&scratch));
+    const float *xf = bn_f32_view(n, x, x_dt, scratch), *y_relu = bn_f32_view(n, y_relu_any, y_dt, scratch + nx);
+    float *dx32 = nd ? scratch + nx + nm : NULL;
     bn_scratch sc = {0};
-    qs_status sst = bn_scratch_alloc(&sc, C, what);
-    if (sst != QS_OK) {
-        free(widened);
-        return sst;
-    }
+    QS_TRY(bn_scratch_alloc(&sc, C, what));
     double *sum_dy = sc.d[0], *sum_dy_xmu = sc.d[1], *mean_d = sc.d[2];
     /* the saved mean is what forward normalised with; use it (as double) as the shift */
     for (int64_t c = 0; c < C; c++) mean_d[c] = save_mean[c];
-    qs_status st = qs_cpu_colsums(rows, C, dy, QS_F32, y_relu, x, x_dt, NULL, mean_d, sum_dy, sum_dy_xmu);
+    qs_status st = qs_cpu_colsums(rows, C, dy, y_relu, xf, NULL, mean_d, sum_dy, sum_dy_xmu);
     if (st != QS_OK) {
         free(sc.mem);
-        free(widened);
         return st;
     }
     /* dx = (dy - Σdy/n - (x-mean)·invstd²·Σdy(x-mean)/n) · invstd·gamma
@@ -277,11 +267,9 @@ qs_status qs_cpu_batchnorm_backward(qs_backend *be, qs_stream *s, int64_t rows, 
         if (dgamma) dgamma[c] = (float)(sum_dy_xmu[c] * is);
         if (dbeta) dbeta[c] = (float)sum_dy[c];
     }
-    if (dx && dx_dt == QS_BF16)
-        st = bn_dx_bf16(what, rows, C, x, x_dt, dy, y_relu, save_mean, a, p, k, dx, dx_sr);
-    else if (dx) /* else only the parameter gradients were asked for */
-        bn_dx_rows(0, rows, C, x, x_dt, dy, y_relu, save_mean, a, p, k, dx, accumulate);
+    if (dx) /* else only the parameter gradients were asked for */
+        bn_dx_rows(0, rows, C, xf, dy, y_relu, save_mean, a, p, k, dx32 ? dx32 : dx, accumulate);
+    if (dx32) st = qs_f32_to_bf16(n, dx32, dx, dx_sr);
     free(sc.mem);
-    free(widened);
     return st;
 }

@@ -199,7 +199,7 @@ qs_status qs_cpu_column_sums(qs_backend *be, qs_stream *s, int64_t rows, int64_t
                        (long long)cols);
     double *acc = NULL;
     QS_TRY(qs_cpu_scratch(qs_cpu_be(be), (size_t)cols * sizeof(double), (void **)&acc));
-    QS_TRY(qs_cpu_colsums(rows, cols, x, QS_F32, NULL, NULL, QS_F32, NULL, NULL, acc, NULL));
+    QS_TRY(qs_cpu_colsums(rows, cols, x, NULL, NULL, NULL, NULL, acc, NULL));
     for (int64_t c = 0; c < cols; c++) sums[c] = (float)acc[c];
     return QS_OK;
 }

@@ -2,8 +2,7 @@
  *
  * Rows are split into a fixed number of chunks that depends only on `rows` (not on the
  * thread count); each chunk sums into its own double row of partials (vectorised over C),
- * then the partials are added in chunk order. No atomics, so results are bitwise stable.
- * Inputs are F32 or BF16 (widened exactly per element by qs_cpu_load). */
+ * then the partials are added in chunk order. No atomics, so results are bitwise stable. */
 #include "cpu/cpu_backend.h"
 
 #include <stdlib.h>
@@ -12,8 +11,8 @@
 #define QS_REDUCE_MIN_ROWS 64   /* rows per chunk at least */
 #define QS_REDUCE_MAX_CHUNKS 32
 
-qs_status qs_cpu_colsums(int64_t rows, int64_t C, const void *a, qs_dtype a_dt, const float *mask, const void *b,
-                         qs_dtype b_dt, const double *sa, const double *sb, double *sum1, double *sum2) {
+qs_status qs_cpu_colsums(int64_t rows, int64_t C, const float *a, const float *mask, const float *b,
+                         const double *sa, const double *sb, double *sum1, double *sum2) {
     if (C <= 0) return QS_OK;
     int64_t nchunk = (rows + QS_REDUCE_MIN_ROWS - 1) / QS_REDUCE_MIN_ROWS;
     if (nchunk > QS_REDUCE_MAX_CHUNKS) nchunk = QS_REDUCE_MAX_CHUNKS;
@@ -29,8 +28,7 @@ qs_status qs_cpu_colsums(int64_t rows, int64_t C, const void *a, qs_dtype a_dt, 
                        (long long)(nchunk * nout * C));
     }
     const double *ssa = sa ? sa : zero, *ssb = sb ? sb : zero;
-    const void *bb = b ? b : a;
-    const qs_dtype bdt = b ? b_dt : a_dt;
+    const float *bb = b ? b : a;
     const double *bshift = b ? ssb : ssa;
 #pragma omp parallel for schedule(static)
     for (int64_t ch = 0; ch < nchunk; ch++) {
@@ -38,28 +36,23 @@ qs_status qs_cpu_colsums(int64_t rows, int64_t C, const void *a, qs_dtype a_dt, 
         double *p1 = sum1 ? part + ch * nout * C : NULL;
         double *p2 = sum2 ? part + ch * nout * C + (sum1 ? C : 0) : NULL;
         for (int64_t r = r0; r < r1; r++) {
-            const int64_t o = r * C;
-            const float *mr = mask ? mask + o : NULL;
+            const float *ar = a + r * C, *br = bb + r * C, *mr = mask ? mask + r * C : NULL;
             if (mr) { /* masked by a multiply with [mask > 0]: 2.5× faster here than a select */
                 if (p1)
 #pragma omp simd
-                    for (int64_t c = 0; c < C; c++)
-                        p1[c] += (double)(qs_cpu_load(a, a_dt, o + c) * (float)(mr[c] > 0.0f));
+                    for (int64_t c = 0; c < C; c++) p1[c] += (double)(ar[c] * (float)(mr[c] > 0.0f));
                 if (p2)
 #pragma omp simd
                     for (int64_t c = 0; c < C; c++)
-                        p2[c] += ((double)(qs_cpu_load(a, a_dt, o + c) * (float)(mr[c] > 0.0f)) - ssa[c]) *
-                                 ((double)qs_cpu_load(bb, bdt, o + c) - bshift[c]);
+                        p2[c] += ((double)(ar[c] * (float)(mr[c] > 0.0f)) - ssa[c]) * ((double)br[c] - bshift[c]);
                 continue;
             }
             if (p1)
 #pragma omp simd
-                for (int64_t c = 0; c < C; c++) p1[c] += (double)qs_cpu_load(a, a_dt, o + c);
+                for (int64_t c = 0; c < C; c++) p1[c] += (double)ar[c];
             if (p2)
 #pragma omp simd
-                for (int64_t c = 0; c < C; c++)
-                    p2[c] += ((double)qs_cpu_load(a, a_dt, o + c) - ssa[c]) *
-                             ((double)qs_cpu_load(bb, bdt, o + c) - bshift[c]);
+                for (int64_t c = 0; c < C; c++) p2[c] += ((double)ar[c] - ssa[c]) * ((double)br[c] - bshift[c]);
         }
     }
     if (sum1) memset(sum1, 0, (size_t)C * sizeof(double));

@@ -84,7 +84,7 @@ qs_status qs_cpu_layernorm_backward(qs_backend *be, qs_stream *s, int64_t rows, 
 #pragma omp simd
         for (int64_t c = 0; c < C; c++) store(&dr[c], rs * (gr[c] * gamma[c] - a - hr[c] * b), accumulate);
     }
-    QS_TRY(qs_cpu_colsums(rows, C, dy, QS_F32, NULL, xhat, QS_F32, NULL, NULL, sum_dy, sum_dy_xhat));
+    QS_TRY(qs_cpu_colsums(rows, C, dy, NULL, xhat, NULL, NULL, sum_dy, sum_dy_xhat));
     for (int64_t c = 0; c < C; c++) {
         dbeta[c] = (float)sum_dy[c];
         dgamma[c] = (float)sum_dy_xhat[c];
