@@ -193,6 +193,11 @@ qs_status qs_quantize_delayed_check(qs_dtype dt, const qs_quant_delayed *delayed
  * NULL. `what` names the op in the message. */
 qs_status qs_bias_grad_check(qs_dtype dy_dt, const float *db, bool has_bias, const char *what);
 
+/* The dtype rules of the batch-norm ops (their comments below): x_dt, y_dt and dx_dt F32 or BF16
+ * (QS_ERR_UNSUPPORTED naming which), and no accumulating into a BF16 dx (QS_ERR_INVALID_ARG).
+ * Forward ops pass dx_dt F32 and accumulate false. `what` names the op in the message. */
+qs_status qs_batchnorm_dtype_check(const char *what, qs_dtype x_dt, qs_dtype y_dt, qs_dtype dx_dt, bool accumulate);
+
 typedef struct qs_backend_ops {
     const char *name;     /* "cpu", "cuda" */
 

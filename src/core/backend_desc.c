@@ -133,3 +133,21 @@ qs_status qs_pool_plan_args(const qs_pool_desc *d, void **plan, size_t *workspac
                        (long long)dd.H, (long long)dd.W);
     return QS_OK;
 }
+
+/* An F32-or-BF16 dtype of a batch-norm op (`role` names the argument). */
+static qs_status bn_dtype(const char *what, const char *role, qs_dtype dt) {
+    if (dt == QS_F32 || dt == QS_BF16) return QS_OK;
+    return QS_FAIL(QS_ERR_UNSUPPORTED, "%s: %s %s; batch norm takes f32 or bf16 there", what, role, qs_dtype_name(dt));
+}
+
+qs_status qs_batchnorm_dtype_check(const char *what, qs_dtype x_dt, qs_dtype y_dt, qs_dtype dx_dt, bool accumulate) {
+    QS_TRY(bn_dtype(what, "input dtype (x_dt)", x_dt));
+    QS_TRY(bn_dtype(what, "output dtype (y_dt)", y_dt));
+    QS_TRY(bn_dtype(what, "input-gradient dtype (dx_dt)", dx_dt));
+    if (dx_dt == QS_BF16 && accumulate)
+        return QS_FAIL(QS_ERR_INVALID_ARG,
+                       "%s: accumulate with a bf16 dx; a rounded gradient cannot be accumulated (accumulate into an f32 "
+                       "dx and quantize the sum)",
+                       what);
+    return QS_OK;
+}

@@ -25,19 +25,6 @@
 #include <math.h>
 #include <stdlib.h>
 
-/* Batch norm writes its output in F32 or BF16. */
-static qs_status bn_out_dtype_check(const char *what, qs_dtype dt) {
-    if (dt == QS_F32 || dt == QS_BF16) return QS_OK;
-    return QS_FAIL(QS_ERR_UNSUPPORTED, "%s: output dtype %s; batch norm writes f32 or bf16", what, qs_dtype_name(dt));
-}
-
-/* Batch norm reads its input in F32 or BF16. */
-static qs_status bn_in_dtype_check(const char *what, qs_dtype dt) {
-    if (dt == QS_F32 || dt == QS_BF16) return QS_OK;
-    return QS_FAIL(QS_ERR_UNSUPPORTED, "%s: input dtype (x_dt) %s; batch norm reads f32 or bf16", what,
-                   qs_dtype_name(dt));
-}
-
 /* n elements of dtype dt as FP32: src itself (F32), or its BF16 values widened exactly into dst
  * (n floats of the backend's scratch) — a BF16 x, or a BF16 ReLU mask (same comparisons against
  * 0) — so the FP32 loops below run unchanged on them. */
@@ -148,8 +135,7 @@ qs_status qs_cpu_batchnorm_forward_train(qs_backend *be, qs_stream *s, int64_t r
                                          float *running_var, float momentum, float eps, bool relu) {
     const char *what = "batchnorm_forward_train";
     QS_TRY(bn_check(what, rows, C, 4, (const void *[]){x, y, save_mean, save_invstd}));
-    QS_TRY(bn_in_dtype_check(what, x_dt));
-    QS_TRY(bn_out_dtype_check(what, y_dt));
+    QS_TRY(qs_batchnorm_dtype_check(what, x_dt, y_dt, QS_F32, false));
     if (rows < 2)
         return QS_FAIL(QS_ERR_INVALID_ARG,
                        "%s: %lld value(s) per channel; training-mode batch norm needs at least 2 (like PyTorch)", what,
@@ -166,8 +152,7 @@ qs_status qs_cpu_batchnorm_forward_eval(qs_backend *be, qs_stream *s, int64_t ro
                                         const float *running_var, float eps, void *y, qs_dtype y_dt, bool relu) {
     const char *what = "batchnorm_forward_eval";
     QS_TRY(bn_check(what, rows, C, 4, (const void *[]){x, y, running_mean, running_var}));
-    QS_TRY(bn_in_dtype_check(what, x_dt));
-    QS_TRY(bn_out_dtype_check(what, y_dt));
+    QS_TRY(qs_batchnorm_dtype_check(what, x_dt, y_dt, QS_F32, false));
     bn_scratch sc = {0};
     QS_TRY(bn_scratch_alloc(&sc, C, what));
     float *k = sc.f[0], *b = sc.f[1];
@@ -227,16 +212,7 @@ qs_status qs_cpu_batchnorm_backward(qs_backend *be, qs_stream *s, int64_t rows, 
                                     qs_dtype y_dt) {
     const char *what = "batchnorm_backward";
     QS_TRY(bn_check(what, rows, C, 4, (const void *[]){x, dy, save_mean, save_invstd}));
-    QS_TRY(bn_in_dtype_check(what, x_dt));
-    QS_TRY(bn_out_dtype_check(what, y_dt));
-    if (dx_dt != QS_F32 && dx_dt != QS_BF16)
-        return QS_FAIL(QS_ERR_UNSUPPORTED, "%s: input-gradient dtype (dx_dt) %s; batch norm writes dx in f32 or bf16",
-                       what, qs_dtype_name(dx_dt));
-    if (dx_dt == QS_BF16 && accumulate)
-        return QS_FAIL(QS_ERR_INVALID_ARG,
-                       "%s: accumulate with a bf16 dx; only an f32 dx can be accumulated into (pass accumulate=false, "
-                       "or an f32 dx)",
-                       what);
+    QS_TRY(qs_batchnorm_dtype_check(what, x_dt, y_dt, dx_dt, accumulate));
     if (rows < 1) return QS_OK;
     /* scratch: [x widened | mask widened | FP32 dx before its rounding], as needed */
     const int64_t n = rows * C;

@@ -393,31 +393,6 @@ qs_status bn_check(const char *what, int64_t rows, int64_t C, std::initializer_l
     return args_check(what, rows * C, ptrs);
 }
 
-/* Batch norm writes its output in F32 or BF16. */
-qs_status bn_out_dtype_check(const char *what, qs_dtype dt) {
-    if (dt == QS_F32 || dt == QS_BF16) return QS_OK;
-    return QS_FAIL(QS_ERR_UNSUPPORTED, "%s: output dtype %s; batch norm writes f32 or bf16", what, qs_dtype_name(dt));
-}
-
-/* Batch norm reads its input x in F32 or BF16. */
-qs_status bn_in_dtype_check(const char *what, qs_dtype dt) {
-    if (dt == QS_F32 || dt == QS_BF16) return QS_OK;
-    return QS_FAIL(QS_ERR_UNSUPPORTED, "%s: input dtype %s; batch norm reads f32 or bf16", what, qs_dtype_name(dt));
-}
-
-/* Batch norm writes its input gradient in F32 or BF16; a BF16 one is not accumulated. */
-qs_status bn_dx_dtype_check(const char *what, qs_dtype dx_dt, bool accumulate) {
-    if (dx_dt != QS_F32 && dx_dt != QS_BF16)
-        return QS_FAIL(QS_ERR_UNSUPPORTED, "%s: dx dtype %s; batch norm writes its input gradient in f32 or bf16", what,
-                       qs_dtype_name(dx_dt));
-    if (dx_dt == QS_BF16 && accumulate)
-        return QS_FAIL(QS_ERR_INVALID_ARG,
-                       "%s: accumulate with a bf16 dx; a rounded gradient cannot be accumulated (accumulate into an f32 "
-                       "dx and quantize the sum)",
-                       what);
-    return QS_OK;
-}
-
 /* f(xp) with x typed by x_dt (checked F32 or BF16): const float *, or const uint16_t * (BF16
  * bits) — how the launchers pick a kernel's X. */
 template <typename F>
@@ -641,8 +616,7 @@ extern "C" qs_status qs_cuda_batchnorm_forward_train(qs_backend *be, qs_stream *
                                                      float momentum, float eps, bool relu) {
     const char *what = "batchnorm_forward_train";
     QS_TRY(bn_check(what, rows, C, {x, y, save_mean, save_invstd}));
-    QS_TRY(bn_in_dtype_check(what, x_dt));
-    QS_TRY(bn_out_dtype_check(what, y_dt));
+    QS_TRY(qs_batchnorm_dtype_check(what, x_dt, y_dt, QS_F32, false));
     if (rows < 2)
         return QS_FAIL(QS_ERR_INVALID_ARG,
                        "%s: %lld value(s) per channel; training-mode batch norm needs at least 2 (like PyTorch)", what,
@@ -675,8 +649,7 @@ extern "C" qs_status qs_cuda_batchnorm_forward_eval(qs_backend *be, qs_stream *s
                                                     bool relu) {
     const char *what = "batchnorm_forward_eval";
     QS_TRY(bn_check(what, rows, C, {x, y, running_mean, running_var}));
-    QS_TRY(bn_in_dtype_check(what, x_dt));
-    QS_TRY(bn_out_dtype_check(what, y_dt));
+    QS_TRY(qs_batchnorm_dtype_check(what, x_dt, y_dt, QS_F32, false));
     if (rows == 0) return QS_OK;
     const unsigned cb = (unsigned)((C + kTx - 1) / kTx);
     bn_apply_launch(dim3(cb, bn_row_blocks(rows, C)), stream_of(be, s), rows, C, x, x_dt, running_mean, running_var, true,
@@ -700,9 +673,7 @@ extern "C" qs_status qs_cuda_batchnorm_backward(qs_backend *be, qs_stream *s, in
                                                 float *dbeta, const void *y_relu, qs_dtype y_dt) {
     const char *what = "batchnorm_backward";
     QS_TRY(bn_check(what, rows, C, {x, dy, save_mean, save_invstd}));
-    QS_TRY(bn_in_dtype_check(what, x_dt));
-    QS_TRY(bn_out_dtype_check(what, y_dt));
-    QS_TRY(bn_dx_dtype_check(what, dx_dt, accumulate));
+    QS_TRY(qs_batchnorm_dtype_check(what, x_dt, y_dt, dx_dt, accumulate));
     const bool m16 = y_dt == QS_BF16;
     const float *m32 = m16 ? nullptr : static_cast<const float *>(y_relu);
     const uint16_t *mb = m16 ? static_cast<const uint16_t *>(y_relu) : nullptr;
