@@ -100,6 +100,15 @@ static void run_resnet_at(bool fuse, qs_precision prec, bool resize, float **par
     int no_fp32_dy = 0; /* their batch norms write their quantized dY (qs_gemm_dy_written_by_reader) */
     for (int i = 0; i < m->n_nodes; i++) no_fp32_dy += m->nodes[i].kind == QS_NODE_CONV2D && !m->nodes[i].dy;
     assert_int_equal(no_fp32_dy, fuse && prec == QS_PREC_BF16 ? 20 : 0);
+    int bn_reads_add = 0; /* each block's bn2 and the 3 downsample BNs read their Add's dy */
+    for (int i = 0; i < m->n_nodes; i++) bn_reads_add += m->nodes[i].kind == QS_NODE_BATCHNORM2D && !m->nodes[i].dy;
+    assert_int_equal(bn_reads_add, fuse ? 11 : 0);
+    int cast_grads = 0; /* every quantizing cast passes its gradient in place (shared with its input) */
+    for (int i = 0; i < m->n_nodes; i++) {
+        const qs_node *c = &m->nodes[i];
+        if (c->kind == QS_NODE_CAST && c->alias_of < 0 && c->dy) cast_grads += c->dy_alias ? 1 : 100;
+    }
+    assert_int_equal(cast_grads, prec == QS_PREC_FP32 ? 0 : fuse && prec == QS_PREC_BF16 ? 9 : 17); /* 8 conv1 (+ downsample), 8 conv2 unless fused into bn1, fc */
     if (resize) {
         size_t used8 = 0, used3 = 0, again = 0;
         g_be->ops->memory_stats(g_be, &used8, NULL);

@@ -64,7 +64,7 @@ def kernel_breakdown(step, sync, steps):
         top[ev.name] = top.get(ev.name, 0.0) + us
     out = {k: round(v / 1000.0 / steps, 4) for k, v in sorted(per.items())}
     out["all"] = round(sum(per.values()) / 1000.0 / steps, 4)
-    out["top"] = [[n[:120], round(v / 1000.0 / steps, 4)] for n, v in sorted(top.items(), key=lambda t: -t[1])[:12]]
+    out["top"] = [[n[:120], round(v / 1000.0 / steps, 4)] for n, v in sorted(top.items(), key=lambda t: -t[1])[:30]]
     return out
 
 

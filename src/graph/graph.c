@@ -1,7 +1,7 @@
 /* src/graph/graph.c — building the node DAG, allocating its runtime memory, and driving
  * forward and backward with every op timed in its cost category. */
 #include "graph/graph.h"
-#include "layers/gemm_quant.h" /* qs_gemm_dy_written_by_reader */
+#include "layers/gemm_quant.h" /* qs_gemm_dy_written_by_reader, qs_bn_grad_from_add */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -170,11 +170,12 @@ static size_t qs_node_grad_bytes(const qs_node *n) {
     return (size_t)qs_shape_numel(n->out_ndim, n->out_shape) * sizeof(float);
 }
 
-/* Allocate n->dy, or share the input's when n is a straight-through cast that is its input's
- * only consumer (its backward is then the identity in place). */
+/* Allocate n->dy, or share the input's when n is a straight-through cast (its backward is then
+ * the identity in place: the cast's readers write, or accumulate into, the input's gradient;
+ * qs_model_grad_target counts them on the input). */
 static qs_status qs_node_alloc_grad(qs_model *m, qs_node *n) {
     const qs_node *in = n->n_inputs ? &m->nodes[n->inputs[0]] : NULL;
-    if (n->kind == QS_NODE_CAST && n->cfg.cast.straight_through && in->n_consumers == 1 && in->dy) {
+    if (n->kind == QS_NODE_CAST && n->cfg.cast.straight_through && in->dy) {
         n->dy = in->dy;
         n->dy_alias = true;
         return QS_OK;
@@ -237,7 +238,8 @@ static qs_status qs_model_setup_batch(qs_model *m, int64_t batch) {
         }
         if (n->fused_into >= 0) continue; /* part of a fused attention: no buffers */
         QS_TRY(qs_be_alloc(m, qs_node_out_bytes(n), &n->y));
-        if (n->needs_grad && n->kind != QS_NODE_SOFTMAX_XENT && !qs_gemm_dy_written_by_reader(m, n))
+        if (n->needs_grad && n->kind != QS_NODE_SOFTMAX_XENT && !qs_gemm_dy_written_by_reader(m, n) &&
+            !qs_bn_grad_from_add(m, n))
             QS_TRY(qs_node_alloc_grad(m, n));
         const qs_layer_impl *impl = qs_layer_impl_for(n->kind);
         if (impl->setup) {
@@ -385,8 +387,17 @@ qs_status qs_model_backward(qs_model *m, float loss_scale) {
     return QS_OK;
 }
 
+qs_node *qs_model_only_reader(qs_model *m, int i) {
+    if (m->nodes[i].n_consumers != 1) return NULL;
+    for (int j = i + 1; j < m->n_nodes; j++)
+        for (int k = 0; k < m->nodes[j].n_inputs; k++)
+            if (m->nodes[j].inputs[k] == i) return &m->nodes[j];
+    return NULL;
+}
+
 void *qs_model_grad_target(qs_model *m, qs_node *n, int slot, bool *accumulate) {
     qs_node *in = &m->nodes[n->inputs[slot]];
+    while (in->dy_alias) in = &m->nodes[in->inputs[0]]; /* a cast sharing its input's gradient */
     *accumulate = false;
     if (!in->needs_grad || !in->dy) return NULL;
     *accumulate = in->grads_received > 0;

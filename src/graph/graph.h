@@ -400,8 +400,12 @@ qs_status qs_model_logits(qs_model *m, float *host_out);
 /* Where node `n` must write the gradient for its input slot `slot`: returns a pointer and
  * whether to accumulate (the input has several consumers and another one wrote first), or
  * NULL when the input needs no gradient. Backward visits consumers in descending order; the
- * first consumer of an input to run overwrites, the others accumulate. */
+ * first consumer of an input to run overwrites, the others accumulate. For a straight-through
+ * cast that shares its input's gradient (dy_alias), the input is the target and is counted. */
 void *qs_model_grad_target(qs_model *m, qs_node *n, int slot, bool *accumulate);
+
+/* The node that reads node i's output, when exactly one input slot of one node does, else NULL. */
+qs_node *qs_model_only_reader(qs_model *m, int i);
 
 /* Pointers into the tables. */
 void *qs_model_param_ptr(qs_model *m, int param_index);

@@ -99,15 +99,6 @@ static qs_status cast_input(qs_model *m, int *i, int slot, int *inserted) {
     return QS_OK;
 }
 
-/* The node that reads node i, when it has exactly one reader, else NULL. */
-static qs_node *only_reader(qs_model *m, int i) {
-    if (m->nodes[i].n_consumers != 1) return NULL;
-    for (int j = i + 1; j < m->n_nodes; j++)
-        for (int k = 0; k < m->nodes[j].n_inputs; k++)
-            if (m->nodes[j].inputs[k] == i) return &m->nodes[j];
-    return NULL;
-}
-
 int qs_model_bf16_conv_outputs(qs_model *m) {
     if (m->be) return 0;
     int made = 0;
@@ -116,7 +107,7 @@ int qs_model_bf16_conv_outputs(qs_model *m) {
         if (c->kind != QS_NODE_CONV2D || c->alias_of >= 0 || c->cfg.conv.bias || c->out_dtype != QS_F32 ||
             qs_precision_operand_dtype(c->prec, false) != QS_BF16)
             continue;
-        const qs_node *r = only_reader(m, i);
+        const qs_node *r = qs_model_only_reader(m, i);
         if (!r || r->kind != QS_NODE_BATCHNORM2D || r->alias_of >= 0) continue;
         c->out_dtype = QS_BF16;
         made++;

@@ -4,7 +4,9 @@
  * cfg.bn.relu (qs_model_fuse) it also applies the following ReLU and its backward. Its input
  * is FP32, or BF16 where a BF16 convolution writes BF16 for it (qs_model_bf16_conv_outputs);
  * its gradient dx is FP32, or, for such a convolution in a fused model, that convolution's
- * quantized BF16 dY (qs_gemm_dy_from_reader). */
+ * quantized BF16 dY (qs_gemm_dy_from_reader). When its only reader is an Add (a residual
+ * block's last batch norm), it reads the Add's gradient and ReLU mask itself
+ * (qs_bn_grad_from_add). */
 #include "layers/gemm_quant.h"
 
 static qs_status bn_infer(qs_model *m, qs_node *n) {
@@ -72,10 +74,13 @@ static qs_status bn_backward(qs_model *m, qs_node *n) {
     const bool direct = in->needs_grad && qs_gemm_dy_from_reader(m, in, &dx, &sr, &sr_buf); /* its only reader */
     const qs_dtype dx_dt = direct ? QS_BF16 : QS_F32;
     if (!direct) dx = qs_model_grad_target(m, n, 0, &acc);
-    QS_TRY(m->be->ops->batchnorm_backward(m->be, m->stream, rows, C, in->y, in->out_dtype, n->dy,
+    const qs_node *add = qs_bn_grad_from_add(m, n); /* dy and mask: the Add's, or ours */
+    const qs_node *g = add ? add : n;
+    const bool masked = add ? add->cfg.add.relu : n->cfg.bn.relu;
+    QS_TRY(m->be->ops->batchnorm_backward(m->be, m->stream, rows, C, in->y, in->out_dtype, g->dy,
                                           qs_model_param_ptr(m, n->param[0]), n->saved[0], n->saved[1], dx, dx_dt, sr,
                                           acc, qs_model_grad_ptr(m, n->param[0]), qs_model_grad_ptr(m, n->param[1]),
-                                          n->cfg.bn.relu ? n->y : NULL, n->out_dtype));
+                                          masked ? g->y : NULL, g->out_dtype));
     if (direct) qs_gemm_dy_mark_quantized(m, in);
     return QS_OK;
 }

@@ -65,9 +65,17 @@ static qs_status add_forward(qs_model *m, qs_node *n) {
     return m->be->ops->add_forward(m->be, m->stream, numel(m, n), qs_layer_input(m, n, 0)->y,
                                    qs_layer_input(m, n, 1)->y, n->y, n->cfg.add.relu);
 }
-/* Both inputs receive dy (masked by [y > 0] when a ReLU is fused in). */
+qs_node *qs_bn_grad_from_add(qs_model *m, const qs_node *n) {
+    if (!m->fuse_casts || n->kind != QS_NODE_BATCHNORM2D || n->cfg.bn.relu || n->alias_of >= 0) return NULL;
+    qs_node *r = qs_model_only_reader(m, (int)(n - m->nodes));
+    return r && r->kind == QS_NODE_ADD && r->alias_of < 0 ? r : NULL;
+}
+
+/* Both inputs receive dy (masked by [y > 0] when a ReLU is fused in), except a BatchNorm that
+ * reads it itself (qs_bn_grad_from_add). */
 static qs_status add_backward(qs_model *m, qs_node *n) {
     for (int k = 0; k < 2; k++) {
+        if (qs_bn_grad_from_add(m, qs_layer_input(m, n, k)) == n) continue;
         bool acc;
         float *dx = qs_model_grad_target(m, n, k, &acc);
         if (!dx) continue;
