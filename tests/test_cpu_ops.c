@@ -583,7 +583,7 @@ static void test_batchnorm(void **state) {
         printf("batchnorm rows=%lld C=%lld\n", (long long)rows, (long long)C);
         const double K = (double)rows;
         ASSERT_OK(OPS->batchnorm_forward_train(g_be, STREAM, rows, C, x, QS_F32, gamma, beta, y, QS_F32, smean, sinv,
-                                               rm, rv, momentum, eps, false));
+                                               rm, rv, momentum, eps, false, NULL));
         CHECK_FP32("bn train y", y, to_ref(ry, n, NULL), n, K);
         CHECK_FP32("bn save_mean", smean, to_ref(rmean, C, NULL), C, K);
         CHECK_FP32("bn save_invstd", sinv, to_ref(rinv, C, NULL), C, K);
@@ -592,23 +592,23 @@ static void test_batchnorm(void **state) {
         /* determinism */
         float *y2 = tf(n), *sm2 = tf(C), *si2 = tf(C);
         ASSERT_OK(OPS->batchnorm_forward_train(g_be, STREAM, rows, C, x, QS_F32, gamma, beta, y2, QS_F32, sm2, si2,
-                                               NULL, NULL, momentum, eps, false));
+                                               NULL, NULL, momentum, eps, false, NULL));
         assert_memory_equal(y, y2, (size_t)n * sizeof(float));
         assert_memory_equal(sinv, si2, (size_t)C * sizeof(float));
         ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, QS_F32, dy, gamma, smean, sinv, dx, QS_F32, NULL, false, dg, dbt,
-                                          NULL, QS_F32));
+                                          NULL, QS_F32, NULL, false));
         assert_true(qs_check_close("bn bwd dx", dx, to_ref(rdx, n, NULL), n, qs_tol_fp32(2 * K, dx_scale), NULL));
         CHECK_FP32("bn bwd dgamma", dg, to_ref(rdg, C, NULL), C, K);
         CHECK_FP32("bn bwd dbeta", dbt, to_ref(rdb, C, NULL), C, K);
         /* dx = NULL: only dgamma/dbeta, bitwise the same as with dx */
         float *dg2 = tf(C), *dbt2 = tf(C);
         ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, QS_F32, dy, gamma, smean, sinv, NULL, QS_F32, NULL, false, dg2,
-                                          dbt2, NULL, QS_F32));
+                                          dbt2, NULL, QS_F32, NULL, false));
         assert_memory_equal(dg, dg2, (size_t)C * sizeof(float));
         assert_memory_equal(dbt, dbt2, (size_t)C * sizeof(float));
         float *dx0 = rnd(n, -1, 1), *dxa = copy_of(dx0, n);
         ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, QS_F32, dy, gamma, smean, sinv, dxa, QS_F32, NULL, true, dg, dbt,
-                                          NULL, QS_F32));
+                                          NULL, QS_F32, NULL, false));
         assert_true(qs_check_close("bn bwd dx accumulate", dxa, to_ref(rdx, n, dx0), n,
                                    qs_tol_fp32(2 * K + 1, dx_scale + 1), NULL));
         /* eval mode with the updated running statistics */
@@ -617,24 +617,24 @@ static void test_batchnorm(void **state) {
             ry[i] = (x[i] - (double)rm[c]) / sqrt((double)rv[c] + eps) * gamma[c] + beta[c];
         }
         ASSERT_OK(
-            OPS->batchnorm_forward_eval(g_be, STREAM, rows, C, x, QS_F32, gamma, beta, rm, rv, eps, y, QS_F32, false));
+            OPS->batchnorm_forward_eval(g_be, STREAM, rows, C, x, QS_F32, gamma, beta, rm, rv, eps, y, QS_F32, false, NULL));
         CHECK_FP32("bn eval y", y, to_ref(ry, n, NULL), n, 4);
         /* BN+ReLU fused: bitwise the unfused BN followed by ReLU, forward and backward */
         float *yr = tf(n), *dym = tf(n), *dxu = tf(n), *dxf = tf(n), *dgu = tf(C), *dbu = tf(C);
         float *dgf = tf(C), *dbf = tf(C);
         ASSERT_OK(OPS->batchnorm_forward_train(g_be, STREAM, rows, C, x, QS_F32, gamma, beta, yr, QS_F32, sm2, si2,
-                                               NULL, NULL, momentum, eps, true));
+                                               NULL, NULL, momentum, eps, true, NULL));
         for (int64_t i = 0; i < n; i++) assert_true(yr[i] == (y2[i] > 0.0f ? y2[i] : 0.0f));
         ASSERT_OK(OPS->relu_backward(g_be, STREAM, n, yr, dy, dym, false));
         ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, QS_F32, dym, gamma, sm2, si2, dxu, QS_F32, NULL, false, dgu, dbu,
-                                          NULL, QS_F32));
+                                          NULL, QS_F32, NULL, false));
         ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, QS_F32, dy, gamma, sm2, si2, dxf, QS_F32, NULL, false, dgf, dbf,
-                                          yr, QS_F32));
+                                          yr, QS_F32, NULL, false));
         assert_memory_equal(dxu, dxf, (size_t)n * sizeof(float));
         assert_memory_equal(dgu, dgf, (size_t)C * sizeof(float));
         assert_memory_equal(dbu, dbf, (size_t)C * sizeof(float));
         ASSERT_OK(
-            OPS->batchnorm_forward_eval(g_be, STREAM, rows, C, x, QS_F32, gamma, beta, rm, rv, eps, yr, QS_F32, true));
+            OPS->batchnorm_forward_eval(g_be, STREAM, rows, C, x, QS_F32, gamma, beta, rm, rv, eps, yr, QS_F32, true, NULL));
         for (int64_t i = 0; i < n; i++) assert_true(yr[i] == (y[i] > 0.0f ? y[i] : 0.0f));
         /* BF16 output (a fused straight-through cast): the FP32 output rounded to nearest even,
          * and a backward masked by it bitwise the FP32-masked one (no output is so small that
@@ -642,28 +642,28 @@ static void test_batchnorm(void **state) {
         uint16_t *yb = malloc((size_t)n * sizeof *yb), *want = malloc((size_t)n * sizeof *want);
         float *dxb = tf(n), *dgb = tf(C), *dbb = tf(C);
         ASSERT_OK(OPS->batchnorm_forward_train(g_be, STREAM, rows, C, x, QS_F32, gamma, beta, yb, QS_BF16, sm2, si2,
-                                               NULL, NULL, momentum, eps, true));
+                                               NULL, NULL, momentum, eps, true, NULL));
         ASSERT_OK(OPS->batchnorm_forward_train(g_be, STREAM, rows, C, x, QS_F32, gamma, beta, yr, QS_F32, sm2, si2,
-                                               NULL, NULL, momentum, eps, true));
+                                               NULL, NULL, momentum, eps, true, NULL));
         ASSERT_OK(qs_f32_to_bf16(n, yr, want, NULL));
         assert_memory_equal(yb, want, (size_t)n * sizeof *yb);
         ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, QS_F32, dy, gamma, sm2, si2, dxb, QS_F32, NULL, false, dgb, dbb,
-                                          yb, QS_BF16));
+                                          yb, QS_BF16, NULL, false));
         assert_memory_equal(dxb, dxf, (size_t)n * sizeof(float));
         assert_memory_equal(dgb, dgf, (size_t)C * sizeof(float));
         assert_memory_equal(dbb, dbf, (size_t)C * sizeof(float));
         ASSERT_OK(OPS->batchnorm_forward_eval(g_be, STREAM, rows, C, x, QS_F32, gamma, beta, rm, rv, eps, yb, QS_BF16,
-                                              false));
+                                              false, NULL));
         ASSERT_OK(qs_f32_to_bf16(n, y, want, NULL));
         assert_memory_equal(yb, want, (size_t)n * sizeof *yb);
         free(yb), free(want);
     }
     float one = 1.0f, out = 0.0f;
     assert_int_equal(OPS->batchnorm_forward_eval(g_be, STREAM, 1, 1, &one, QS_F32, NULL, NULL, &one, &one, 1e-5f, &out,
-                                                 QS_F16, false),
+                                                 QS_F16, false, NULL),
                      QS_ERR_UNSUPPORTED);
     assert_int_equal(OPS->batchnorm_forward_train(g_be, STREAM, 1, 1, &one, QS_F32, NULL, NULL, &out, QS_F32, &out,
-                                                  &out, NULL, NULL, 0.1f, 1e-5f, false),
+                                                  &out, NULL, NULL, 0.1f, 1e-5f, false, NULL),
                      QS_ERR_INVALID_ARG);
 }
 
@@ -697,14 +697,14 @@ static void test_batchnorm_bf16_input(void **state) {
                     sm[k] = tf(C), si[k] = tf(C), rm[k] = copy_of(rm0, C), rv[k] = copy_of(rv0, C);
                     dx[k] = tf(n), dxa[k] = copy_of(dx0, n), dg[k] = tf(C), dbt[k] = tf(C);
                     ASSERT_OK(OPS->batchnorm_forward_train(g_be, STREAM, rows, C, xs[k], xdt[k], gamma, beta, y[k],
-                                                           ydt, sm[k], si[k], rm[k], rv[k], momentum, eps, relu));
+                                                           ydt, sm[k], si[k], rm[k], rv[k], momentum, eps, relu, NULL));
                     ASSERT_OK(OPS->batchnorm_forward_eval(g_be, STREAM, rows, C, xs[k], xdt[k], gamma, beta, rm0, rv0,
-                                                          eps, ye[k], ydt, relu));
+                                                          eps, ye[k], ydt, relu, NULL));
                     const void *mask = relu ? y[k] : NULL;
                     ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, xs[k], xdt[k], dy, gamma, sm[k], si[k],
-                                                      dx[k], QS_F32, NULL, false, dg[k], dbt[k], mask, ydt));
+                                                      dx[k], QS_F32, NULL, false, dg[k], dbt[k], mask, ydt, NULL, false));
                     ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, xs[k], xdt[k], dy, gamma, sm[k], si[k],
-                                                      dxa[k], QS_F32, NULL, true, dg[k], dbt[k], mask, ydt));
+                                                      dxa[k], QS_F32, NULL, true, dg[k], dbt[k], mask, ydt, NULL, false));
                 }
                 assert_memory_equal(y[0], y[1], ybytes);
                 assert_memory_equal(sm[0], sm[1], cb);
@@ -721,14 +721,14 @@ static void test_batchnorm_bf16_input(void **state) {
     float one = 1.0f, out[2] = {0};
     qs_error_clear();
     assert_int_equal(OPS->batchnorm_forward_train(g_be, STREAM, 2, 1, out, QS_F16, NULL, NULL, out, QS_F32, &one,
-                                                  &one, NULL, NULL, 0.1f, 1e-5f, false),
+                                                  &one, NULL, NULL, 0.1f, 1e-5f, false, NULL),
                      QS_ERR_UNSUPPORTED);
     assert_non_null(strstr(qs_last_error(), "x_dt"));
     assert_int_equal(OPS->batchnorm_forward_eval(g_be, STREAM, 1, 1, &one, QS_F16, NULL, NULL, &one, &one, 1e-5f,
-                                                 out, QS_F32, false),
+                                                 out, QS_F32, false, NULL),
                      QS_ERR_UNSUPPORTED);
     assert_int_equal(OPS->batchnorm_backward(g_be, STREAM, 2, 1, out, QS_S8, out, NULL, &one, &one, out, QS_F32, NULL, false, NULL,
-                                             NULL, NULL, QS_F32),
+                                             NULL, NULL, QS_F32, NULL, false),
                      QS_ERR_UNSUPPORTED);
 }
 
@@ -757,17 +757,17 @@ static void test_batchnorm_bf16_dx(void **state) {
                 const void *xs = xk ? (const void *)xb : x;
                 const qs_dtype xdt = xk ? QS_BF16 : QS_F32;
                 ASSERT_OK(OPS->batchnorm_forward_train(g_be, STREAM, rows, C, xs, xdt, gamma, beta, y, QS_F32, sm, si,
-                                                       NULL, NULL, momentum, eps, relu));
+                                                       NULL, NULL, momentum, eps, relu, NULL));
                 const float *mask = relu ? y : NULL;
                 ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, xs, xdt, dy, gamma, sm, si, dxf, QS_F32, NULL,
-                                                  false, dgf, dbf, mask, QS_F32));
+                                                  false, dgf, dbf, mask, QS_F32, NULL, false));
                 for (int k = 0; k < 2; k++) {
                     qs_sr sr = {.key = key, .counter = 7, .offset = offsets[k], .counter_at = NULL};
                     ASSERT_OK(OPS->quantize(g_be, STREAM, rows, C, dxf, NULL, QS_BF16, want, NULL, false, &sr, NULL,
                                             NULL));
                     memset(got, 0xff, hb), memset(dg, 0xff, cb), memset(dbt, 0xff, cb);
                     ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, xs, xdt, dy, gamma, sm, si, got, QS_BF16,
-                                                      &sr, false, dg, dbt, mask, QS_F32));
+                                                      &sr, false, dg, dbt, mask, QS_F32, NULL, false));
                     assert_memory_equal(got, want, hb);
                     assert_memory_equal(dg, dgf, cb);
                     assert_memory_equal(dbt, dbf, cb);
@@ -776,12 +776,12 @@ static void test_batchnorm_bf16_dx(void **state) {
                     qs_sr at = {.key = key, .counter = 99, .offset = offsets[k], .counter_at = &step};
                     memset(got, 0xff, hb);
                     ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, xs, xdt, dy, gamma, sm, si, got, QS_BF16,
-                                                      &at, false, dg, dbt, mask, QS_F32));
+                                                      &at, false, dg, dbt, mask, QS_F32, NULL, false));
                     assert_memory_equal(got, want, hb);
                     if (n >= 1000) { /* counter 99 rounds differently somewhere (not a vacuous check) */
                         at.counter_at = NULL;
                         ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, xs, xdt, dy, gamma, sm, si, other,
-                                                          QS_BF16, &at, false, dg, dbt, mask, QS_F32));
+                                                          QS_BF16, &at, false, dg, dbt, mask, QS_F32, NULL, false));
                         assert_true(memcmp(other, want, hb) != 0);
                     }
                 }
@@ -789,14 +789,14 @@ static void test_batchnorm_bf16_dx(void **state) {
                 ASSERT_OK(OPS->cast(g_be, STREAM, n, dxf, QS_F32, want, QS_BF16));
                 memset(got, 0xff, hb);
                 ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, xs, xdt, dy, gamma, sm, si, got, QS_BF16, NULL,
-                                                  false, dg, dbt, mask, QS_F32));
+                                                  false, dg, dbt, mask, QS_F32, NULL, false));
                 assert_memory_equal(got, want, hb);
                 assert_memory_equal(dg, dgf, cb);
                 assert_memory_equal(dbt, dbf, cb);
                 /* dx NULL with dx_dt BF16: the parameter gradients only */
                 memset(dg, 0xff, cb), memset(dbt, 0xff, cb);
                 ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, xs, xdt, dy, gamma, sm, si, NULL, QS_BF16,
-                                                  NULL, false, dg, dbt, mask, QS_F32));
+                                                  NULL, false, dg, dbt, mask, QS_F32, NULL, false));
                 assert_memory_equal(dg, dgf, cb);
                 assert_memory_equal(dbt, dbf, cb);
             }
@@ -806,14 +806,85 @@ static void test_batchnorm_bf16_dx(void **state) {
     const qs_sr sr = {.key = key, .counter = 7};
     qs_error_clear();
     assert_int_equal(OPS->batchnorm_backward(g_be, STREAM, 2, 1, in, QS_F32, in, NULL, &one, &one, h, QS_BF16, &sr,
-                                             true, g, NULL, NULL, QS_F32),
+                                             true, g, NULL, NULL, QS_F32, NULL, false),
                      QS_ERR_INVALID_ARG);
     assert_non_null(strstr(qs_last_error(), "accumulate"));
     qs_error_clear();
     assert_int_equal(OPS->batchnorm_backward(g_be, STREAM, 2, 1, in, QS_F32, in, NULL, &one, &one, h, QS_F16, NULL,
-                                             false, g, NULL, NULL, QS_F32),
+                                             false, g, NULL, NULL, QS_F32, NULL, false),
                      QS_ERR_UNSUPPORTED);
     assert_non_null(strstr(qs_last_error(), "dx_dt"));
+}
+
+/* A batch norm with a residual block's Add fused in (backend.h: residual, dresidual) equals the
+ * unfused ops bit for bit: forward (train and eval; ReLU off and on; y F32 and BF16) = batch
+ * norm, then add_forward (then the RNE cast for a BF16 y); backward (mask from the fused output)
+ * dx, dgamma, dbeta = the plain batch norm's on the Add's gradient, dresidual = relu_backward (a
+ * copy of dy without ReLU), overwritten and accumulated, also with dx NULL; x F32 and BF16. */
+static void test_batchnorm_residual(void **state) {
+    seed(23);
+    const int64_t shapes[][2] = {{70, 13}, {20000, 16}};
+    const float momentum = 0.1f, eps = 1e-5f;
+    for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
+        const int64_t rows = shapes[t][0], C = shapes[t][1], n = rows * C;
+        const size_t cb = (size_t)C * sizeof(float), nb = (size_t)n * sizeof(float);
+        float *x = rnd(n, -1, 1), *gamma = rnd(C, 0.5f, 1.5f), *beta = rnd(C, -0.5f, 0.5f), *r = rnd(n, -2, 2);
+        float *dy = rnd(n, -1, 1), *acc0 = rnd(n, -1, 1), *rm = rnd(C, -1, 1), *rv = rnd(C, 0.5f, 2.0f);
+        uint16_t *xb = talloc((size_t)n * 2);
+        ASSERT_OK(qs_f32_to_bf16(n, x, xb, NULL));
+        float *y0 = tf(n), *ya = tf(n), *sm = tf(C), *si = tf(C), *sm2 = tf(C), *si2 = tf(C);
+        float *dr = tf(n), *dra = tf(n), *dxw = tf(n), *dgw = tf(C), *dbw = tf(C), *dxg = tf(n), *dgg = tf(C),
+              *dbg = tf(C), *dres = tf(n), *dresa = tf(n);
+        void *want = talloc(nb), *got = talloc(nb);
+        printf("batchnorm residual rows=%lld C=%lld\n", (long long)rows, (long long)C);
+        for (int xk = 0; xk < 2; xk++)
+            for (int relu = 0; relu < 2; relu++)
+                for (int yk = 0; yk < 2; yk++) {
+                    const void *xs = xk ? (const void *)xb : x;
+                    const qs_dtype xdt = xk ? QS_BF16 : QS_F32, ydt = yk ? QS_BF16 : QS_F32;
+                    const size_t yb = (size_t)n * (yk ? 2 : 4);
+                    for (int train = 0; train < 2; train++) {
+                        if (train) {
+                            ASSERT_OK(OPS->batchnorm_forward_train(g_be, STREAM, rows, C, xs, xdt, gamma, beta, y0,
+                                                                   QS_F32, sm, si, NULL, NULL, momentum, eps, false,
+                                                                   NULL));
+                            memset(got, 0xff, nb);
+                            ASSERT_OK(OPS->batchnorm_forward_train(g_be, STREAM, rows, C, xs, xdt, gamma, beta, got, ydt,
+                                                                   sm2, si2, NULL, NULL, momentum, eps, relu, r));
+                        } else {
+                            ASSERT_OK(OPS->batchnorm_forward_eval(g_be, STREAM, rows, C, xs, xdt, gamma, beta, rm, rv,
+                                                                  eps, y0, QS_F32, false, NULL));
+                            memset(got, 0xff, nb);
+                            ASSERT_OK(OPS->batchnorm_forward_eval(g_be, STREAM, rows, C, xs, xdt, gamma, beta, rm, rv,
+                                                                  eps, got, ydt, relu, r));
+                        }
+                        ASSERT_OK(OPS->add_forward(g_be, STREAM, n, y0, r, ya, relu));
+                        ASSERT_OK(OPS->cast(g_be, STREAM, n, ya, QS_F32, want, ydt));
+                        assert_memory_equal(got, want, yb);
+                    }
+                    /* the training forward's output stays in got (ya: its FP32 twin) */
+                    const void *mask = relu ? got : NULL;
+                    memcpy(dra, acc0, nb), memcpy(dresa, acc0, nb), memset(dres, 0xff, nb);
+                    if (relu) {
+                        ASSERT_OK(OPS->relu_backward(g_be, STREAM, n, ya, dy, dr, false));
+                        ASSERT_OK(OPS->relu_backward(g_be, STREAM, n, ya, dy, dra, true));
+                    } else {
+                        ASSERT_OK(OPS->accumulate(g_be, STREAM, n, dy, dr, false));
+                        ASSERT_OK(OPS->accumulate(g_be, STREAM, n, dy, dra, true));
+                    }
+                    ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, xs, xdt, dr, gamma, sm, si, dxw, QS_F32,
+                                                      NULL, false, dgw, dbw, NULL, QS_F32, NULL, false));
+                    ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, xs, xdt, dy, gamma, sm, si, dxg, QS_F32,
+                                                      NULL, false, dgg, dbg, mask, ydt, dres, false));
+                    assert_memory_equal(dxg, dxw, nb);
+                    assert_memory_equal(dgg, dgw, cb);
+                    assert_memory_equal(dbg, dbw, cb);
+                    assert_memory_equal(dres, dr, nb);
+                    ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, xs, xdt, dy, gamma, sm, si, NULL, QS_F32,
+                                                      NULL, false, NULL, NULL, mask, ydt, dresa, true));
+                    assert_memory_equal(dresa, dra, nb);
+                }
+    }
 }
 
 /* ------------------------------------------------------------------------- elementwise */
@@ -1170,6 +1241,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_batchnorm, test_teardown),
         cmocka_unit_test_teardown(test_batchnorm_bf16_input, test_teardown),
         cmocka_unit_test_teardown(test_batchnorm_bf16_dx, test_teardown),
+        cmocka_unit_test_teardown(test_batchnorm_residual, test_teardown),
         cmocka_unit_test_teardown(test_eltwise, test_teardown),
         cmocka_unit_test_teardown(test_dropout, test_teardown),
         cmocka_unit_test_teardown(test_softmax_xent, test_teardown),

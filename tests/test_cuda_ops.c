@@ -1432,10 +1432,10 @@ static void test_batchnorm(void **state) {
             float *crm = hcopy(rm, C), *crv = hcopy(rv, C), *cy = hf(n), *cm = hf(C), *ci = hf(C);
             float *grm = dup_gpu_f(rm, C), *grv = dup_gpu_f(rv, C), *gy = dalloc_f(n), *gm = dalloc_f(C), *gi = dalloc_f(C);
             ASSERT_OK(COPS->batchnorm_forward_train(g_cpu, CST, rows, C, x, QS_F32, gamma, beta, cy, QS_F32, cm, ci, crm, crv, momentum, eps,
-                                                    relu));
+                                                    relu, NULL));
             snprintf(what, sizeof what, "bn train%s %s: y", relu ? "+relu" : "", sh);
             if (!gpu_ok_(GOPS->batchnorm_forward_train(g_gpu, GST, rows, C, gx, QS_F32, gg, gbt, gy, QS_F32, gm, gi, grm, grv, momentum, eps,
-                                                       relu),
+                                                       relu, NULL),
                          what))
                 continue;
             cmp_tol(what, gy, cy, n, K, -1);
@@ -1451,7 +1451,7 @@ static void test_batchnorm(void **state) {
             float *gy2 = dalloc_f(n), *gm2 = dalloc_f(C), *gi2 = dalloc_f(C);
             snprintf(what, sizeof what, "bn train%s %s, no running stats: y", relu ? "+relu" : "", sh);
             if (gpu_ok_(GOPS->batchnorm_forward_train(g_gpu, GST, rows, C, gx, QS_F32, gg, gbt, gy2, QS_F32, gm2, gi2, NULL, NULL, momentum,
-                                                      eps, relu),
+                                                      eps, relu, NULL),
                         what))
                 cmp_tol(what, gy2, cy, n, K, -1);
 
@@ -1463,7 +1463,7 @@ static void test_batchnorm(void **state) {
             uint16_t *hyb = halloc((size_t)n * 2), *want = halloc((size_t)n * 2), *gyb = dalloc((size_t)n * 2, 0xff);
             snprintf(what, sizeof what, "bn train%s %s: bf16 y = rne(f32 y)", relu ? "+relu" : "", sh);
             if (gpu_ok_(GOPS->batchnorm_forward_train(g_gpu, GST, rows, C, gx, QS_F32, gg, gbt, gyb, QS_BF16, gm2, gi2, NULL, NULL,
-                                                      momentum, eps, relu),
+                                                      momentum, eps, relu, NULL),
                         what) &&
                 dget(hy, gy2, (size_t)n * 4, what) && dget(hyb, gyb, (size_t)n * 2, what)) {
                 ASSERT_OK(qs_f32_to_bf16(n, hy, want, NULL));
@@ -1472,10 +1472,10 @@ static void test_batchnorm(void **state) {
             snprintf(what, sizeof what, "bn bwd%s %s: bf16 mask = f32 mask", relu ? " (relu fused)" : "", sh);
             if (relu &&
                 gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, gg, gm2, gi2, gdxm, QS_F32, NULL, false, gdgm, gdbm, gy2,
-                                                 QS_F32),
+                                                 QS_F32, NULL, false),
                         what) &&
                 gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, gg, gm2, gi2, gdxb, QS_F32, NULL, false, gdgb, gdbb, gyb,
-                                                 QS_BF16),
+                                                 QS_BF16, NULL, false),
                         what) &&
                 dget(hdx, gdxm, (size_t)n * 4, what) && dget(hdxb, gdxb, (size_t)n * 4, what))
                 check_fact(what, memcmp(hdx, hdxb, (size_t)n * 4) == 0, "bitwise");
@@ -1483,9 +1483,9 @@ static void test_batchnorm(void **state) {
             /* eval forward with the (CPU-)updated running statistics */
             const float *grm_c = dup_gpu_f(crm, C), *grv_c = dup_gpu_f(crv, C);
             float *ce = hf(n), *ge = dalloc_f(n);
-            ASSERT_OK(COPS->batchnorm_forward_eval(g_cpu, CST, rows, C, x, QS_F32, gamma, beta, crm, crv, eps, ce, QS_F32, relu));
+            ASSERT_OK(COPS->batchnorm_forward_eval(g_cpu, CST, rows, C, x, QS_F32, gamma, beta, crm, crv, eps, ce, QS_F32, relu, NULL));
             snprintf(what, sizeof what, "bn eval%s %s: y", relu ? "+relu" : "", sh);
-            if (gpu_ok_(GOPS->batchnorm_forward_eval(g_gpu, GST, rows, C, gx, QS_F32, gg, gbt, grm_c, grv_c, eps, ge, QS_F32, relu), what))
+            if (gpu_ok_(GOPS->batchnorm_forward_eval(g_gpu, GST, rows, C, gx, QS_F32, gg, gbt, grm_c, grv_c, eps, ge, QS_F32, relu, NULL), what))
                 cmp_tol(what, ge, ce, n, 8, -1);
 
             /* backward from the CPU's saved statistics (and, fused, the CPU's output) */
@@ -1507,9 +1507,9 @@ static void test_batchnorm(void **state) {
                 }
             }
             float *cdx = hf(n), *cdg = hf(C), *cdb = hf(C), *gdx = dalloc_f(n), *gdg = dalloc_f(C), *gdb = dalloc_f(C);
-            ASSERT_OK(COPS->batchnorm_backward(g_cpu, CST, rows, C, x, QS_F32, dy, gamma, cm, ci, cdx, QS_F32, NULL, false, cdg, cdb, yr, QS_F32));
+            ASSERT_OK(COPS->batchnorm_backward(g_cpu, CST, rows, C, x, QS_F32, dy, gamma, cm, ci, cdx, QS_F32, NULL, false, cdg, cdb, yr, QS_F32, NULL, false));
             snprintf(what, sizeof what, "bn bwd%s %s: dx", relu ? " (relu fused)" : "", sh);
-            if (gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, gg, gsm, gsi, gdx, QS_F32, NULL, false, gdg, gdb, gyr, QS_F32), what)) {
+            if (gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, gg, gsm, gsi, gdx, QS_F32, NULL, false, gdg, gdb, gyr, QS_F32, NULL, false), what)) {
                 cmp_tol(what, gdx, cdx, n, 2 * K, dx_scale);
                 snprintf(what, sizeof what, "bn bwd%s %s: dgamma", relu ? " (relu fused)" : "", sh);
                 cmp_tol(what, gdg, cdg, C, K, -1);
@@ -1519,7 +1519,7 @@ static void test_batchnorm(void **state) {
             /* dx NULL: parameter gradients only */
             float *gdg2 = dalloc_f(C), *gdb2 = dalloc_f(C);
             snprintf(what, sizeof what, "bn bwd%s dx=NULL %s: dgamma", relu ? " (relu fused)" : "", sh);
-            if (gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, gg, gsm, gsi, NULL, QS_F32, NULL, false, gdg2, gdb2, gyr, QS_F32),
+            if (gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, gg, gsm, gsi, NULL, QS_F32, NULL, false, gdg2, gdb2, gyr, QS_F32, NULL, false),
                         what)) {
                 cmp_tol(what, gdg2, cdg, C, K, -1);
                 snprintf(what, sizeof what, "bn bwd%s dx=NULL %s: dbeta", relu ? " (relu fused)" : "", sh);
@@ -1527,9 +1527,9 @@ static void test_batchnorm(void **state) {
             }
             /* accumulate into dx */
             float *cdxa = hcopy(base, n), *gdxa = dup_gpu_f(base, n), *gdg3 = dalloc_f(C), *gdb3 = dalloc_f(C);
-            ASSERT_OK(COPS->batchnorm_backward(g_cpu, CST, rows, C, x, QS_F32, dy, gamma, cm, ci, cdxa, QS_F32, NULL, true, cdg, cdb, yr, QS_F32));
+            ASSERT_OK(COPS->batchnorm_backward(g_cpu, CST, rows, C, x, QS_F32, dy, gamma, cm, ci, cdxa, QS_F32, NULL, true, cdg, cdb, yr, QS_F32, NULL, false));
             snprintf(what, sizeof what, "bn bwd%s accumulate %s: dx", relu ? " (relu fused)" : "", sh);
-            if (gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, gg, gsm, gsi, gdxa, QS_F32, NULL, true, gdg3, gdb3, gyr, QS_F32),
+            if (gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, gg, gsm, gsi, gdxa, QS_F32, NULL, true, gdg3, gdb3, gyr, QS_F32, NULL, false),
                         what))
                 cmp_tol(what, gdxa, cdxa, n, 2 * K + 1, dx_scale + 1.0);
         }
@@ -1584,7 +1584,7 @@ static void test_batchnorm_bf16_x(void **state) {
                     rmk[xk] = dup_gpu_f(rm, C), rvk[xk] = dup_gpu_f(rv, C);
                     ok = gpu_ok_(GOPS->batchnorm_forward_train(g_gpu, GST, rows, C, xk ? gxb : (const void *)gxw,
                                                                xk ? QS_BF16 : QS_F32, gg, gbt, yk[yb][xk], ydt, m[xk],
-                                                               is[xk], rmk[xk], rvk[xk], momentum, eps, relu),
+                                                               is[xk], rmk[xk], rvk[xk], momentum, eps, relu, NULL),
                                  what);
                 }
                 fwd_ok = fwd_ok && ok;
@@ -1610,10 +1610,10 @@ static void test_batchnorm_bf16_x(void **state) {
                 void *ea = dalloc((size_t)n * es, POISON), *eb = dalloc((size_t)n * es, POISON);
                 snprintf(what, sizeof what, "bn eval%s %s, bf16 x: %s y", rl, sh, qs_dtype_name(ydt));
                 if (gpu_ok_(GOPS->batchnorm_forward_eval(g_gpu, GST, rows, C, gxw, QS_F32, gg, gbt, grm0, grv0, eps, ea,
-                                                         ydt, relu),
+                                                         ydt, relu, NULL),
                             what) &&
                     gpu_ok_(GOPS->batchnorm_forward_eval(g_gpu, GST, rows, C, gxb, QS_BF16, gg, gbt, grm0, grv0, eps, eb,
-                                                         ydt, relu),
+                                                         ydt, relu, NULL),
                             what))
                     same_elems(what, eb, ea, n, es);
             }
@@ -1634,7 +1634,7 @@ static void test_batchnorm_bf16_x(void **state) {
                         dg[xk] = dalloc_f(C), db[xk] = dalloc_f(C);
                         ok = gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, xk ? gxb : (const void *)gxw,
                                                               xk ? QS_BF16 : QS_F32, gdy, gg, sm, si, dx[xk], QS_F32, NULL,
-                                                              acc, dg[xk], db[xk], mask, mdt),
+                                                              acc, dg[xk], db[xk], mask, mdt, NULL, false),
                                      what);
                     }
                     if (!ok) continue;
@@ -1653,7 +1653,7 @@ static void test_batchnorm_bf16_x(void **state) {
             float *gy = dalloc_f(n), *gm = dalloc_f(C), *gi = dalloc_f(C);
             qs_error_clear();
             const qs_status st = GOPS->batchnorm_forward_train(g_gpu, GST, rows, C, gxb, QS_F16, gg, gbt, gy, QS_F32, gm,
-                                                               gi, NULL, NULL, momentum, eps, false);
+                                                               gi, NULL, NULL, momentum, eps, false, NULL);
             char detail[256];
             snprintf(detail, sizeof detail, "%s: %s", qs_status_name(st), st == QS_OK ? "accepted" : qs_last_error());
             check_fact("bn train, f16 x refused", st == QS_ERR_UNSUPPORTED, detail);
@@ -1712,7 +1712,7 @@ static void test_batchnorm_bf16_dx(void **state) {
             snprintf(what, sizeof what, "bn bwd bf16 dx rows=%lld C=%lld%s: forward", (long long)rows, (long long)C,
                      relu ? " relu" : "");
             if (!gpu_ok_(GOPS->batchnorm_forward_train(g_gpu, GST, rows, C, gx, QS_F32, gg, gbt, y, QS_F32, sm, si, NULL,
-                                                       NULL, momentum, eps, relu),
+                                                       NULL, momentum, eps, relu, NULL),
                          what))
                 continue;
             const float *mask = relu ? y : NULL;
@@ -1725,7 +1725,7 @@ static void test_batchnorm_bf16_dx(void **state) {
                 float *dxf = dalloc_f(n), *dgf = dalloc_f(C), *dbf = dalloc_f(C);
                 snprintf(what, sizeof what, "bn bwd bf16 dx %s: f32 dx", sh);
                 if (!gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, xp, xdt, gdy, gg, sm, si, dxf, QS_F32, NULL,
-                                                      false, dgf, dbf, mask, QS_F32),
+                                                      false, dgf, dbf, mask, QS_F32, NULL, false),
                              what))
                     continue;
                 uint16_t *hq[4] = {0};
@@ -1741,7 +1741,7 @@ static void test_batchnorm_bf16_dx(void **state) {
                     if (!gpu_ok_(rs, what)) continue;
                     snprintf(what, sizeof what, "bn bwd bf16 dx %s, %s", sh, vname[v]);
                     if (!gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, xp, xdt, gdy, gg, sm, si, got, QS_BF16, sr,
-                                                          false, dg, db, mask, QS_F32),
+                                                          false, dg, db, mask, QS_F32, NULL, false),
                                  what))
                         continue;
                     snprintf(what, sizeof what, "bn bwd bf16 dx %s, %s: dx = %s(f32 dx)", sh, vname[v],
@@ -1769,17 +1769,107 @@ static void test_batchnorm_bf16_dx(void **state) {
             char detail[256];
             qs_error_clear();
             qs_status st = GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, gg, sm, si, dxb, QS_BF16,
-                                                    &srs[0], true, dg, db, NULL, QS_F32);
+                                                    &srs[0], true, dg, db, NULL, QS_F32, NULL, false);
             snprintf(detail, sizeof detail, "%s: %s", qs_status_name(st), st == QS_OK ? "accepted" : qs_last_error());
             check_fact("bn bwd, bf16 dx with accumulate refused (invalid arg)",
                        st == QS_ERR_INVALID_ARG && strstr(qs_last_error(), "accumulate") != NULL, detail);
             qs_error_clear();
             st = GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, gg, sm, si, dxb, QS_F16, NULL, false, dg,
-                                          db, NULL, QS_F32);
+                                          db, NULL, QS_F32, NULL, false);
             snprintf(detail, sizeof detail, "%s: %s", qs_status_name(st), st == QS_OK ? "accepted" : qs_last_error());
             check_fact("bn bwd, f16 dx refused (unsupported)", st == QS_ERR_UNSUPPORTED, detail);
             qs_error_clear();
             (void)GOPS->stream_sync(g_gpu, GST);
+        }
+        release_to(mk);
+    }
+    END();
+}
+
+/* A batch norm with a residual block's Add fused in (backend.h: residual, dresidual) equals, bit
+ * for bit, the GPU's own unfused ops: forward (train and eval; ReLU off and on; y F32 and BF16)
+ * = batch norm, then add_forward (then the RNE cast for a BF16 y); backward (mask from the fused
+ * output) dx = the plain batch norm's dx on the Add's gradient, dresidual = relu_backward (a copy
+ * of dy without ReLU), overwritten and accumulated, also with dx NULL. Shapes with C not a multiple
+ * of the kernel's 32 channels. Tolerance: none (memcmp). */
+static void test_batchnorm_residual(void **state) {
+    BEGIN();
+    const int64_t shapes[][2] = {{70, 13}, {392, 64}, {129, 100}};
+    const float momentum = 0.1f, eps = 1e-5f;
+    char what[192];
+    for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
+        mark mk = mark_now();
+        const int64_t rows = shapes[t][0], C = shapes[t][1], n = rows * C;
+        seed("batchnorm_residual", t);
+        float *x = rnd(n, -1, 1), *gamma = rnd(C, 0.5f, 1.5f), *beta = rnd(C, -0.5f, 0.5f), *r = rnd(n, -2, 2),
+              *dy = rnd(n, -1, 1), *acc0 = rnd(n, -1, 1), *rv = rnd(C, 0.5f, 2.0f);
+        const float *gx = dup_gpu_f(x, n), *gg = dup_gpu_f(gamma, C), *gbt = dup_gpu_f(beta, C), *gr = dup_gpu_f(r, n),
+                    *gdy = dup_gpu_f(dy, n), *grm = dup_gpu_f(r, C), *grv = dup_gpu_f(rv, C);
+        for (int relu = 0; relu < 2; relu++) {
+            for (int yk = 0; yk < 2; yk++) {
+                const qs_dtype ydt = yk ? QS_BF16 : QS_F32;
+                const size_t es = yk ? 2 : 4;
+                char sh[96];
+                snprintf(sh, sizeof sh, "bn+add rows=%lld C=%lld%s y %s", (long long)rows, (long long)C,
+                         relu ? " relu" : "", qs_dtype_name(ydt));
+                /* unfused: y0 = BN(x); ya = [relu](y0 + r); want = ya in ydt */
+                float *y0 = dalloc_f(n), *ya = dalloc_f(n), *sm = dalloc_f(C), *si = dalloc_f(C);
+                float *sm2 = dalloc_f(C), *si2 = dalloc_f(C), *e0 = dalloc_f(n), *ea = dalloc_f(n);
+                void *want = dalloc((size_t)n * es, POISON), *got = dalloc((size_t)n * es, POISON);
+                void *ewant = dalloc((size_t)n * es, POISON), *egot = dalloc((size_t)n * es, POISON);
+                snprintf(what, sizeof what, "%s: unfused ops", sh);
+                if (!gpu_ok_(GOPS->batchnorm_forward_train(g_gpu, GST, rows, C, gx, QS_F32, gg, gbt, y0, QS_F32, sm, si,
+                                                           NULL, NULL, momentum, eps, false, NULL), what) ||
+                    !gpu_ok_(GOPS->add_forward(g_gpu, GST, n, y0, gr, ya, relu), what) ||
+                    !gpu_ok_(GOPS->cast(g_gpu, GST, n, ya, QS_F32, want, ydt), what) ||
+                    !gpu_ok_(GOPS->batchnorm_forward_eval(g_gpu, GST, rows, C, gx, QS_F32, gg, gbt, grm, grv, eps, e0,
+                                                          QS_F32, false, NULL), what) ||
+                    !gpu_ok_(GOPS->add_forward(g_gpu, GST, n, e0, gr, ea, relu), what) ||
+                    !gpu_ok_(GOPS->cast(g_gpu, GST, n, ea, QS_F32, ewant, ydt), what))
+                    continue;
+                snprintf(what, sizeof what, "%s: fused", sh);
+                if (!gpu_ok_(GOPS->batchnorm_forward_train(g_gpu, GST, rows, C, gx, QS_F32, gg, gbt, got, ydt, sm2, si2,
+                                                           NULL, NULL, momentum, eps, relu, gr), what) ||
+                    !gpu_ok_(GOPS->batchnorm_forward_eval(g_gpu, GST, rows, C, gx, QS_F32, gg, gbt, grm, grv, eps, egot,
+                                                          ydt, relu, gr), what))
+                    continue;
+                snprintf(what, sizeof what, "%s: train y = unfused", sh);
+                same_elems(what, got, want, n, es);
+                snprintf(what, sizeof what, "%s: eval y = unfused", sh);
+                same_elems(what, egot, ewant, n, es);
+                /* backward: the Add's gradient dr (relu_backward, or dy), then the plain batch norm */
+                const void *mask = relu ? got : NULL;
+                float *dr = dalloc_f(n), *dxw = dalloc_f(n), *dgw = dalloc_f(C), *dbw = dalloc_f(C);
+                float *dra = dup_gpu_f(acc0, n), *dxg = dalloc_f(n), *dgg = dalloc_f(C), *dbg = dalloc_f(C);
+                float *dres = dalloc_f(n), *dresa = dup_gpu_f(acc0, n), *dres_nodx = dalloc_f(n);
+                snprintf(what, sizeof what, "%s: unfused backward", sh);
+                const qs_status rs = relu ? GOPS->relu_backward(g_gpu, GST, n, ya, gdy, dr, false)
+                                          : GOPS->accumulate(g_gpu, GST, n, gdy, dr, false);
+                if (!gpu_ok_(rs, what) ||
+                    !gpu_ok_(relu ? GOPS->relu_backward(g_gpu, GST, n, ya, gdy, dra, true)
+                                  : GOPS->accumulate(g_gpu, GST, n, gdy, dra, true), what) ||
+                    !gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, dr, gg, sm, si, dxw, QS_F32, NULL,
+                                                      false, dgw, dbw, NULL, QS_F32, NULL, false), what))
+                    continue;
+                snprintf(what, sizeof what, "%s: fused backward", sh);
+                if (!gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, gg, sm, si, dxg, QS_F32, NULL,
+                                                      false, dgg, dbg, mask, ydt, dres, false), what) ||
+                    !gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, gg, sm, si, NULL, QS_F32, NULL,
+                                                      false, NULL, NULL, mask, ydt, dresa, true), what) ||
+                    !gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, gg, sm, si, NULL, QS_F32, NULL,
+                                                      false, NULL, NULL, mask, ydt, dres_nodx, false), what))
+                    continue;
+                snprintf(what, sizeof what, "%s: dx = unfused", sh);
+                same_bits(what, dxg, dxw, n);
+                snprintf(what, sizeof what, "%s: dgamma, dbeta = unfused", sh);
+                same_param_grads(what, dgg, dbg, dgw, dbw, C);
+                snprintf(what, sizeof what, "%s: dresidual = the Add's gradient", sh);
+                same_bits(what, dres, dr, n);
+                snprintf(what, sizeof what, "%s: dresidual accumulated, dx NULL", sh);
+                same_bits(what, dresa, dra, n);
+                snprintf(what, sizeof what, "%s: dresidual alone (dx, dgamma, dbeta NULL)", sh);
+                same_bits(what, dres_nodx, dr, n);
+            }
         }
         release_to(mk);
     }
@@ -1977,8 +2067,8 @@ static void test_arg_errors(void **state) {
            GOPS->dropout_forward(g_gpu, GST, 4, gb, gb, (uint8_t *)gb, 1.5f, &rng1));
     PARITY("adamw step 0", COPS->adamw_step(g_cpu, CST, 4, cb, cb, cb, cb, 0.1f, 0.9, 0.99, 1e-8f, 0, 0),
            GOPS->adamw_step(g_gpu, GST, 4, gb, gb, gb, gb, 0.1f, 0.9, 0.99, 1e-8f, 0, 0));
-    PARITY("batchnorm train rows=1", COPS->batchnorm_forward_train(g_cpu, CST, 1, 1, cb, QS_F32, NULL, NULL, cb, QS_F32, cb, cb, NULL, NULL, 0.1f, 1e-5f, false),
-           GOPS->batchnorm_forward_train(g_gpu, GST, 1, 1, gb, QS_F32, NULL, NULL, gb, QS_F32, gb, gb, NULL, NULL, 0.1f, 1e-5f, false));
+    PARITY("batchnorm train rows=1", COPS->batchnorm_forward_train(g_cpu, CST, 1, 1, cb, QS_F32, NULL, NULL, cb, QS_F32, cb, cb, NULL, NULL, 0.1f, 1e-5f, false, NULL),
+           GOPS->batchnorm_forward_train(g_gpu, GST, 1, 1, gb, QS_F32, NULL, NULL, gb, QS_F32, gb, gb, NULL, NULL, 0.1f, 1e-5f, false, NULL));
     PARITY("quantize f8e4m3 per-row", COPS->quantize(g_cpu, CST, 2, 2, cb, NULL, QS_F8E4M3, cb, cb, true, NULL, NULL, NULL),
            GOPS->quantize(g_gpu, GST, 2, 2, gb, NULL, QS_F8E4M3, gb, gb, true, NULL, NULL, NULL));
     /* a plan's operand of the wrong dtype */
@@ -2046,6 +2136,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_batchnorm, teardown),
         cmocka_unit_test_teardown(test_batchnorm_bf16_x, teardown),
         cmocka_unit_test_teardown(test_batchnorm_bf16_dx, teardown),
+        cmocka_unit_test_teardown(test_batchnorm_residual, teardown),
         cmocka_unit_test_teardown(test_pool, teardown),
         cmocka_unit_test_teardown(test_softmax_xent, teardown),
         cmocka_unit_test_teardown(test_plan_lifetime, teardown),

@@ -295,16 +295,19 @@ typedef struct qs_backend_ops {
      * following ReLU: y = max(BN(x), 0). y_dt: F32, or BF16 — y rounded to nearest even, as
      * the straight-through BF16 cast a BatchNorm may absorb (qs_model_fuse_casts) would.
      * x_dt: F32, or BF16 (a convolution's BF16 output, qs_model_fuse_casts): the values are
-     * widened exactly, so every result equals the F32 op's on the widened x, bit for bit. */
+     * widened exactly, so every result equals the F32 op's on the widened x, bit for bit.
+     * residual: NULL, or an FP32 (rows, C) tensor added before the ReLU — y = [max](BN(x) +
+     * residual, 0), the bits of BN, then add_forward — a residual block's last batch norm with
+     * the block's Add fused in (qs_model_fuse). */
     qs_status (*batchnorm_forward_train)(qs_backend *be, qs_stream *s, int64_t rows, int64_t C,
                                          const void *x, qs_dtype x_dt, const float *gamma, const float *beta,
                                          void *y, qs_dtype y_dt, float *save_mean, float *save_invstd,
                                          float *running_mean, float *running_var,
-                                         float momentum, float eps, bool relu);
+                                         float momentum, float eps, bool relu, const float *residual);
     qs_status (*batchnorm_forward_eval)(qs_backend *be, qs_stream *s, int64_t rows, int64_t C,
                                         const void *x, qs_dtype x_dt, const float *gamma, const float *beta,
                                         const float *running_mean, const float *running_var,
-                                        float eps, void *y, qs_dtype y_dt, bool relu);
+                                        float eps, void *y, qs_dtype y_dt, bool relu, const float *residual);
     /* dx (overwritten or accumulated; may be NULL when no input gradient is needed),
      * dgamma, dbeta (overwritten); x in x_dt as in forward. y_relu: NULL, or the output (dtype
      * y_dt) of a forward with `relu`, in which case dy is the gradient w.r.t. that output and
@@ -313,12 +316,16 @@ typedef struct qs_backend_ops {
      * index dx_sr->offset + i, as quantize does: the same bits as quantize(F32 dx, BF16, dx_sr))
      * or to nearest even when dx_sr is NULL; a BF16 dx cannot accumulate. This is how a
      * BatchNorm writes the quantized gradient of the BF16 convolution before it
-     * (qs_gemm_dy_from_reader), skipping that convolution's FP32 dY and its quantizing pass. */
+     * (qs_gemm_dy_from_reader), skipping that convolution's FP32 dY and its quantizing pass.
+     * dresidual: NULL, or the gradient (rows, C, FP32; overwritten, or accumulated with
+     * dresidual_accumulate) of the residual a forward added: dy where y_relu > 0 (with
+     * y_relu), else 0 — relu_backward's bits; written even when dx is NULL. */
     qs_status (*batchnorm_backward)(qs_backend *be, qs_stream *s, int64_t rows, int64_t C,
                                     const void *x, qs_dtype x_dt, const float *dy, const float *gamma,
                                     const float *save_mean, const float *save_invstd,
                                     void *dx, qs_dtype dx_dt, const qs_sr *dx_sr, bool accumulate,
-                                    float *dgamma, float *dbeta, const void *y_relu, qs_dtype y_dt);
+                                    float *dgamma, float *dbeta, const void *y_relu, qs_dtype y_dt, float *dresidual,
+                                    bool dresidual_accumulate);
 
     /* y = max(x, 0) (y may alias x) */
     qs_status (*relu_forward)(qs_backend *be, qs_stream *s, int64_t n, const float *x, float *y);

@@ -159,14 +159,14 @@ qs_status qs_cpu_colsums(int64_t rows, int64_t C, const float *a, const float *m
 qs_status qs_cpu_batchnorm_forward_train(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const void *x, qs_dtype x_dt,
                                          const float *gamma, const float *beta, void *y, qs_dtype y_dt, float *save_mean,
                                          float *save_invstd, float *running_mean, float *running_var,
-                                         float momentum, float eps, bool relu);
+                                         float momentum, float eps, bool relu, const float *residual);
 qs_status qs_cpu_batchnorm_forward_eval(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const void *x, qs_dtype x_dt,
                                         const float *gamma, const float *beta, const float *running_mean,
-                                        const float *running_var, float eps, void *y, qs_dtype y_dt, bool relu);
+                                        const float *running_var, float eps, void *y, qs_dtype y_dt, bool relu, const float *residual);
 qs_status qs_cpu_batchnorm_backward(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const void *x, qs_dtype x_dt,
                                     const float *dy, const float *gamma, const float *save_mean,
                                     const float *save_invstd, void *dx, qs_dtype dx_dt, const qs_sr *dx_sr, bool accumulate, float *dgamma,
-                                    float *dbeta, const void *y_relu, qs_dtype y_dt);
+                                    float *dbeta, const void *y_relu, qs_dtype y_dt, float *dresidual, bool dresidual_accumulate);
 
 /* ---- cpu_eltwise.c ---- */
 qs_status qs_cpu_relu_forward(qs_backend *be, qs_stream *s, int64_t n, const float *x, float *y);

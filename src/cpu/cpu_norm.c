@@ -18,7 +18,10 @@
  * conversion quantize uses (qs_f32_to_bf16: stochastic with dx_sr, element r·C + c taking the
  * word of global index dx_sr->offset + r·C + c, counter_at read when the op runs; nearest
  * even without dx_sr), on the whole FP32 dx in the backend scratch, so its bits equal the F32 op followed by
- * quantize(dx, QS_BF16, dx_sr); a BF16 dx cannot accumulate. */
+ * quantize(dx, QS_BF16, dx_sr); a BF16 dx cannot accumulate.
+ * A residual (a block's Add fused in, qs_model_fuse) is added before the ReLU in forward; its
+ * gradient (dresidual) is written by relu_backward (or copied from dy without a ReLU), so its
+ * bits are those of the Add's backward. */
 #include "cpu/cpu_backend.h"
 #include "core/numfmt.h"
 
@@ -37,10 +40,10 @@ static const float *bn_f32_view(int64_t n, const void *src, qs_dtype dt, float *
 /* Floats of scratch a BF16 tensor of n elements needs for its FP32 view (0 for F32 or absent). */
 static size_t bn_view_floats(int64_t n, const void *src, qs_dtype dt) { return dt == QS_BF16 && src ? (size_t)n : 0; }
 
-/* y[r,c] = (x[r,c] - m[c])·k[c] + b[c] over all rows, then max(·, 0) when relu; y F32 or BF16
- * (y_dt; rounded to nearest even). */
-static void bn_apply(int64_t rows, int64_t C, const float *x, const float *m, const float *k, const float *b, void *y,
-                     qs_dtype y_dt, bool relu) {
+/* y[r,c] = (x[r,c] - m[c])·k[c] + b[c] (+ res[r,c] when res is set) over all rows, then
+ * max(·, 0) when relu; y F32 or BF16 (y_dt; rounded to nearest even). */
+static void bn_apply(int64_t rows, int64_t C, const float *x, const float *m, const float *k, const float *b,
+                     const float *res, void *y, qs_dtype y_dt, bool relu) {
     if (y_dt == QS_BF16) {
 #pragma omp parallel for schedule(static)
         for (int64_t r = 0; r < rows; r++) {
@@ -49,6 +52,7 @@ static void bn_apply(int64_t rows, int64_t C, const float *x, const float *m, co
 #pragma omp simd
             for (int64_t c = 0; c < C; c++) {
                 float v = (x[o + c] - m[c]) * k[c] + b[c];
+                if (res) v = v + res[o + c];
                 if (relu) v = v > 0.0f ? v : 0.0f;
                 yr[c] = qs_nf_f32_to_bf16_rne(qs_nf_f32_bits(v));
             }
@@ -59,7 +63,14 @@ static void bn_apply(int64_t rows, int64_t C, const float *x, const float *m, co
     for (int64_t r = 0; r < rows; r++) {
         const int64_t o = r * C;
         float *yr = (float *)y + o;
-        if (relu) {
+        if (res) {
+            const float *rr = res + o;
+#pragma omp simd
+            for (int64_t c = 0; c < C; c++) {
+                const float v = (x[o + c] - m[c]) * k[c] + b[c] + rr[c];
+                yr[c] = relu ? (v > 0.0f ? v : 0.0f) : v;
+            }
+        } else if (relu) {
 #pragma omp simd
             for (int64_t c = 0; c < C; c++) {
                 float v = (x[o + c] - m[c]) * k[c] + b[c];
@@ -100,7 +111,7 @@ static qs_status bn_check(const char *what, int64_t rows, int64_t C, int nptrs, 
 
 /* Training forward on an FP32 x (arguments checked). */
 static qs_status bn_train(const char *what, int64_t rows, int64_t C, const float *x, const float *gamma,
-                          const float *beta, void *y, qs_dtype y_dt, float *save_mean, float *save_invstd,
+                          const float *beta, const float *residual, void *y, qs_dtype y_dt, float *save_mean, float *save_invstd,
                           float *running_mean, float *running_var, float momentum, float eps, bool relu) {
     bn_scratch sc = {0};
     QS_TRY(bn_scratch_alloc(&sc, C, what));
@@ -124,7 +135,7 @@ static qs_status bn_train(const char *what, int64_t rows, int64_t C, const float
         if (running_var)
             running_var[c] = (1.0f - momentum) * running_var[c] + momentum * (float)(sq[c] / (double)(rows - 1));
     }
-    bn_apply(rows, C, x, save_mean, k, b, y, y_dt, relu);
+    bn_apply(rows, C, x, save_mean, k, b, residual, y, y_dt, relu);
     free(sc.mem);
     return QS_OK;
 }
@@ -132,7 +143,7 @@ static qs_status bn_train(const char *what, int64_t rows, int64_t C, const float
 qs_status qs_cpu_batchnorm_forward_train(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const void *x,
                                          qs_dtype x_dt, const float *gamma, const float *beta, void *y, qs_dtype y_dt,
                                          float *save_mean, float *save_invstd, float *running_mean,
-                                         float *running_var, float momentum, float eps, bool relu) {
+                                         float *running_var, float momentum, float eps, bool relu, const float *residual) {
     const char *what = "batchnorm_forward_train";
     QS_TRY(bn_check(what, rows, C, 4, (const void *[]){x, y, save_mean, save_invstd}));
     QS_TRY(qs_batchnorm_dtype_check(what, x_dt, y_dt, QS_F32, false));
@@ -143,13 +154,13 @@ qs_status qs_cpu_batchnorm_forward_train(qs_backend *be, qs_stream *s, int64_t r
     float *scratch = NULL;
     const size_t nf = bn_view_floats(rows * C, x, x_dt);
     if (nf) QS_TRY(qs_cpu_scratch(qs_cpu_be(be), nf * sizeof(float), (void **)&scratch));
-    return bn_train(what, rows, C, bn_f32_view(rows * C, x, x_dt, scratch), gamma, beta, y, y_dt, save_mean,
+    return bn_train(what, rows, C, bn_f32_view(rows * C, x, x_dt, scratch), gamma, beta, residual, y, y_dt, save_mean,
                     save_invstd, running_mean, running_var, momentum, eps, relu);
 }
 
 qs_status qs_cpu_batchnorm_forward_eval(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const void *x,
                                         qs_dtype x_dt, const float *gamma, const float *beta, const float *running_mean,
-                                        const float *running_var, float eps, void *y, qs_dtype y_dt, bool relu) {
+                                        const float *running_var, float eps, void *y, qs_dtype y_dt, bool relu, const float *residual) {
     const char *what = "batchnorm_forward_eval";
     QS_TRY(bn_check(what, rows, C, 4, (const void *[]){x, y, running_mean, running_var}));
     QS_TRY(qs_batchnorm_dtype_check(what, x_dt, y_dt, QS_F32, false));
@@ -164,7 +175,8 @@ qs_status qs_cpu_batchnorm_forward_eval(qs_backend *be, qs_stream *s, int64_t ro
     float *scratch = NULL;
     const size_t nf = bn_view_floats(rows * C, x, x_dt);
     qs_status st = nf ? qs_cpu_scratch(qs_cpu_be(be), nf * sizeof(float), (void **)&scratch) : QS_OK;
-    if (st == QS_OK) bn_apply(rows, C, bn_f32_view(rows * C, x, x_dt, scratch), running_mean, k, b, y, y_dt, relu);
+    if (st == QS_OK) bn_apply(rows, C, bn_f32_view(rows * C, x, x_dt, scratch), running_mean, k, b, residual, y, y_dt,
+                                 relu);
     free(sc.mem);
     return st;
 }
@@ -209,7 +221,7 @@ qs_status qs_cpu_batchnorm_backward(qs_backend *be, qs_stream *s, int64_t rows, 
                                     qs_dtype x_dt, const float *dy, const float *gamma, const float *save_mean,
                                     const float *save_invstd, void *dx, qs_dtype dx_dt, const qs_sr *dx_sr,
                                     bool accumulate, float *dgamma, float *dbeta, const void *y_relu_any,
-                                    qs_dtype y_dt) {
+                                    qs_dtype y_dt, float *dresidual, bool dresidual_accumulate) {
     const char *what = "batchnorm_backward";
     QS_TRY(bn_check(what, rows, C, 4, (const void *[]){x, dy, save_mean, save_invstd}));
     QS_TRY(qs_batchnorm_dtype_check(what, x_dt, y_dt, dx_dt, accumulate));
@@ -247,5 +259,8 @@ qs_status qs_cpu_batchnorm_backward(qs_backend *be, qs_stream *s, int64_t rows, 
         bn_dx_rows(0, rows, C, xf, dy, y_relu, save_mean, a, p, k, dx32 ? dx32 : dx, accumulate);
     if (dx32) st = qs_f32_to_bf16(n, dx32, dx, dx_sr);
     free(sc.mem);
-    return st;
+    if (st != QS_OK || !dresidual) return st;
+    if (y_relu) return qs_cpu_relu_backward(be, s, n, y_relu, dy, dresidual, dresidual_accumulate);
+    qs_cpu_copy_or_add(n, dy, dresidual, dresidual_accumulate);
+    return QS_OK;
 }

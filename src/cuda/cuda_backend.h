@@ -147,14 +147,14 @@ void qs_cuda_pool_plan_destroy(qs_backend *be, void *plan);
 qs_status qs_cuda_batchnorm_forward_train(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const void *x, qs_dtype x_dt,
                                           const float *gamma, const float *beta, void *y, qs_dtype y_dt, float *save_mean,
                                           float *save_invstd, float *running_mean, float *running_var,
-                                          float momentum, float eps, bool relu);
+                                          float momentum, float eps, bool relu, const float *residual);
 qs_status qs_cuda_batchnorm_forward_eval(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const void *x, qs_dtype x_dt,
                                          const float *gamma, const float *beta, const float *running_mean,
-                                         const float *running_var, float eps, void *y, qs_dtype y_dt, bool relu);
+                                         const float *running_var, float eps, void *y, qs_dtype y_dt, bool relu, const float *residual);
 qs_status qs_cuda_batchnorm_backward(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const void *x, qs_dtype x_dt,
                                      const float *dy, const float *gamma, const float *save_mean,
                                      const float *save_invstd, void *dx, qs_dtype dx_dt, const qs_sr *dx_sr, bool accumulate, float *dgamma,
-                                     float *dbeta, const void *y_relu, qs_dtype y_dt);
+                                     float *dbeta, const void *y_relu, qs_dtype y_dt, float *dresidual, bool dresidual_accumulate);
 qs_status qs_cuda_softmax_xent_forward(qs_backend *be, qs_stream *s, int64_t B, int64_t classes,
                                        const float *logits, const int32_t *labels, float *loss, float *probs);
 qs_status qs_cuda_softmax_xent_backward(qs_backend *be, qs_stream *s, int64_t B, int64_t classes,

@@ -256,14 +256,15 @@ __device__ __forceinline__ float bn_mask(const uint16_t *m, int64_t i) {
     return (float)(qs_nf_bits_f32(qs_nf_bf16_to_f32(m[i])) > 0.0f);
 }
 
-/* y = (x - mean[c])·k[c] + b[c] (then max(·,0) when relu), k = invstd·gamma, b = beta; invstd is
+/* y = (x - mean[c])·k[c] + b[c] (+ res when set; then max(·,0) when relu), k = invstd·gamma, b = beta; invstd is
  * given (training) or 1/sqrt(var + eps) from var (evaluation). Grid (channel blocks, row
  * blocks), block (kTx, kTy); the per-channel constants are computed once per thread. X, Y: float
  * or uint16_t (BF16 bits). */
 template <typename X, typename Y>
 __global__ void k_bn_apply(int64_t rows, int64_t C, const X *__restrict__ x, const float *__restrict__ mean,
                            const float *__restrict__ stat, bool stat_is_var, float eps, const float *__restrict__ gamma,
-                           const float *__restrict__ beta, Y *__restrict__ y, bool relu) {
+                           const float *__restrict__ beta, const float *__restrict__ res, Y *__restrict__ y,
+                           bool relu) {
     const int64_t c = (int64_t)blockIdx.x * kTx + threadIdx.x;
     if (c >= C) return;
     const float m = mean[c];
@@ -272,6 +273,7 @@ __global__ void k_bn_apply(int64_t rows, int64_t C, const X *__restrict__ x, con
     const float b = beta ? beta[c] : 0.0f;
     for (int64_t r = (int64_t)blockIdx.y * kTy + threadIdx.y; r < rows; r += (int64_t)gridDim.y * kTy) {
         float v = (bn_load(x, r * C + c) - m) * k + b;
+        if (res) v = __fadd_rn(v, res[r * C + c]); /* never contracted into the line above */
         bn_store(y, r * C + c, relu ? (v > 0.0f ? v : 0.0f) : v);
     }
 }
@@ -367,20 +369,29 @@ __device__ __forceinline__ void bn_dx_store(uint16_t *dx, int64_t i, float v, bo
         dx[i] = qs_nf_f32_to_bf16_rne(u);
 }
 
-/* dx (= or +=) (g - a[c] - (x - mean[c])·p[c])·k[c]. Grid (channel blocks, row blocks). D: float
- * (FP32 dx), or uint16_t (BF16 bits: SR stochastic rounding with sr, else nearest even). */
+/* dx (= or +=; NULL: none) (g - a[c] - (x - mean[c])·p[c])·k[c]; dres (= or += with dres_acc;
+ * NULL: none) the residual's gradient, dy where mask > 0 (relu_backward's select), or dy without
+ * a mask. Grid (channel blocks, row blocks). D: float (FP32 dx), or uint16_t (BF16 bits: SR
+ * stochastic rounding with sr, else nearest even). */
 template <typename X, typename M, typename D, bool SR>
 __global__ void k_bn_bwd_dx(int64_t rows, int64_t C, const X *__restrict__ x, const float *__restrict__ dy,
                             const M *__restrict__ mask, const float *__restrict__ save_mean,
-                            const float *__restrict__ kap, D *__restrict__ dx, bool accumulate, BnDxSr sr) {
+                            const float *__restrict__ kap, D *__restrict__ dx, bool accumulate,
+                            float *__restrict__ dres, bool dres_acc, BnDxSr sr) {
     const int64_t c = (int64_t)blockIdx.x * kTx + threadIdx.x;
     if (c >= C) return;
     const float k = kap[c], a = kap[C + c], p = kap[2 * C + c], m = save_mean[c];
     const uint64_t ctr = bn_dx_counter<SR>(sr);
     for (int64_t r = (int64_t)blockIdx.y * kTy + threadIdx.y; r < rows; r += (int64_t)gridDim.y * kTy) {
         const int64_t i = r * C + c;
-        float g = dy[i];
-        if (mask) g = g * bn_mask(mask, i);
+        const float d = dy[i];
+        const float mk = mask ? bn_mask(mask, i) : 1.0f;
+        if (dres) {
+            const float rv = mk > 0.0f ? d : 0.0f;
+            dres[i] = dres_acc ? __fadd_rn(dres[i], rv) : rv;
+        }
+        if (!dx) continue;
+        const float g = mask ? d * mk : d;
         float v = (g - a - (bn_load(x, i) - m) * p) * k;
         bn_dx_store<SR>(dx, i, v, accumulate, sr, ctr);
     }
@@ -406,14 +417,14 @@ void with_x(const void *x, qs_dtype x_dt, F &&f) {
 /* Launch k_bn_apply on x of dtype x_dt and y of dtype y_dt (each F32 or BF16). */
 void bn_apply_launch(dim3 grid, cudaStream_t st, int64_t rows, int64_t C, const void *x, qs_dtype x_dt,
                      const float *mean, const float *stat, bool stat_is_var, float eps, const float *gamma,
-                     const float *beta, void *y, qs_dtype y_dt, bool relu) {
+                     const float *beta, const float *res, void *y, qs_dtype y_dt, bool relu) {
     const dim3 blk(kTx, kTy);
     with_x(x, x_dt, [&](auto xp) {
         if (y_dt == QS_BF16)
-            k_bn_apply<<<grid, blk, 0, st>>>(rows, C, xp, mean, stat, stat_is_var, eps, gamma, beta,
+            k_bn_apply<<<grid, blk, 0, st>>>(rows, C, xp, mean, stat, stat_is_var, eps, gamma, beta, res,
                                              static_cast<uint16_t *>(y), relu);
         else
-            k_bn_apply<<<grid, blk, 0, st>>>(rows, C, xp, mean, stat, stat_is_var, eps, gamma, beta,
+            k_bn_apply<<<grid, blk, 0, st>>>(rows, C, xp, mean, stat, stat_is_var, eps, gamma, beta, res,
                                              static_cast<float *>(y), relu);
     });
 }
@@ -607,13 +618,14 @@ extern "C" qs_status qs_cuda_pool_backward(qs_backend *be, void *plan, qs_stream
 /* ------------------------------------------------------------------ batch norm entry points */
 
 /* x (rows, C) in x_dt, y (rows, C) in y_dt (each F32 or BF16); save_mean, save_invstd,
- * running_mean, running_var, gamma, beta (C). gamma/beta NULL = 1/0; running_* NULL = no update.
- * Needs rows >= 2 (like PyTorch and the CPU). */
+ * running_mean, running_var, gamma, beta (C). gamma/beta NULL = 1/0; running_* NULL = no update;
+ * residual (rows, C, FP32) NULL = none, else added before the ReLU. Needs rows >= 2 (like
+ * PyTorch and the CPU). */
 extern "C" qs_status qs_cuda_batchnorm_forward_train(qs_backend *be, qs_stream *s, int64_t rows, int64_t C,
                                                      const void *x, qs_dtype x_dt, const float *gamma,
                                                      const float *beta, void *y, qs_dtype y_dt, float *save_mean,
                                                      float *save_invstd, float *running_mean, float *running_var,
-                                                     float momentum, float eps, bool relu) {
+                                                     float momentum, float eps, bool relu, const float *residual) {
     const char *what = "batchnorm_forward_train";
     QS_TRY(bn_check(what, rows, C, {x, y, save_mean, save_invstd}));
     QS_TRY(qs_batchnorm_dtype_check(what, x_dt, y_dt, QS_F32, false));
@@ -637,23 +649,24 @@ extern "C" qs_status qs_cuda_batchnorm_forward_train(qs_backend *be, qs_stream *
     });
     QS_TRY(qs_cuda_check_launch("batchnorm_forward_train (variance kernel)"));
     bn_apply_launch(dim3(cb, bn_row_blocks(rows, C)), st, rows, C, x, x_dt, save_mean, save_invstd, false, eps, gamma,
-                    beta, y, y_dt, relu);
+                    beta, residual, y, y_dt, relu);
     return qs_cuda_check_launch("batchnorm_forward_train (normalise kernel)");
 }
 
-/* y = (x - running_mean)/sqrt(running_var + eps)·gamma + beta (then ReLU when relu). */
+/* y = (x - running_mean)/sqrt(running_var + eps)·gamma + beta (+ residual when set; then ReLU
+ * when relu). */
 extern "C" qs_status qs_cuda_batchnorm_forward_eval(qs_backend *be, qs_stream *s, int64_t rows, int64_t C,
                                                     const void *x, qs_dtype x_dt, const float *gamma,
                                                     const float *beta, const float *running_mean,
                                                     const float *running_var, float eps, void *y, qs_dtype y_dt,
-                                                    bool relu) {
+                                                    bool relu, const float *residual) {
     const char *what = "batchnorm_forward_eval";
     QS_TRY(bn_check(what, rows, C, {x, y, running_mean, running_var}));
     QS_TRY(qs_batchnorm_dtype_check(what, x_dt, y_dt, QS_F32, false));
     if (rows == 0) return QS_OK;
     const unsigned cb = (unsigned)((C + kTx - 1) / kTx);
     bn_apply_launch(dim3(cb, bn_row_blocks(rows, C)), stream_of(be, s), rows, C, x, x_dt, running_mean, running_var, true,
-                    eps, gamma, beta, y, y_dt, relu);
+                    eps, gamma, beta, residual, y, y_dt, relu);
     return qs_cuda_check_launch("batchnorm_forward_eval (normalise kernel)");
 }
 
@@ -665,12 +678,13 @@ extern "C" qs_status qs_cuda_batchnorm_forward_eval(qs_backend *be, qs_stream *s
  * memory when set, by the kernel) or to nearest even (dx_sr NULL) — the bits of the F32 op
  * followed by quantize(dx → BF16, dx_sr). dx_sr is unused with an F32 dx. A BF16 dx cannot
  * accumulate (QS_ERR_INVALID_ARG); another dx_dt is QS_ERR_UNSUPPORTED (checked even when dx is
- * NULL). */
+ * NULL). dresidual (rows, C; NULL = none; = or += with dresidual_accumulate): dy where y_relu > 0
+ * (or dy without y_relu), written by the input-gradient kernel, also when dx is NULL. */
 extern "C" qs_status qs_cuda_batchnorm_backward(qs_backend *be, qs_stream *s, int64_t rows, int64_t C,
                                                 const void *x, qs_dtype x_dt, const float *dy, const float *gamma,
                                                 const float *save_mean, const float *save_invstd, void *dx,
                                                 qs_dtype dx_dt, const qs_sr *dx_sr, bool accumulate, float *dgamma,
-                                                float *dbeta, const void *y_relu, qs_dtype y_dt) {
+                                                float *dbeta, const void *y_relu, qs_dtype y_dt, float *dresidual, bool dresidual_accumulate) {
     const char *what = "batchnorm_backward";
     QS_TRY(bn_check(what, rows, C, {x, dy, save_mean, save_invstd}));
     QS_TRY(qs_batchnorm_dtype_check(what, x_dt, y_dt, dx_dt, accumulate));
@@ -678,7 +692,7 @@ extern "C" qs_status qs_cuda_batchnorm_backward(qs_backend *be, qs_stream *s, in
     const float *m32 = m16 ? nullptr : static_cast<const float *>(y_relu);
     const uint16_t *mb = m16 ? static_cast<const uint16_t *>(y_relu) : nullptr;
     if (rows < 1) return QS_OK;
-    if (!dx && !dgamma && !dbeta) return QS_OK;
+    if (!dx && !dgamma && !dbeta && !dresidual) return QS_OK;
     cudaStream_t st = stream_of(be, s);
     const int64_t nch = bn_chunks(rows, C);
     const unsigned cb = (unsigned)((C + kTx - 1) / kTx);
@@ -686,7 +700,7 @@ extern "C" qs_status qs_cuda_batchnorm_backward(qs_backend *be, qs_stream *s, in
     QS_TRY(qs_cuda::scratch_alloc(sc, (size_t)(2 * nch) * (size_t)C * sizeof(double) + (size_t)(3 * C) * sizeof(float),
                                   what, "per-channel partial sums"));
     double *part = static_cast<double *>(sc.p);
-    float *kap = dx ? reinterpret_cast<float *>(part + 2 * nch * C) : nullptr;
+    float *kap = dx || dresidual ? reinterpret_cast<float *>(part + 2 * nch * C) : nullptr;
     const dim3 blk(kTx, kTy);
     with_x(x, x_dt, [&](auto xp) {
         if (m16) k_bn_bwd_stats<<<dim3(cb, (unsigned)nch), blk, 0, st>>>(rows, C, xp, dy, mb, save_mean, part);
@@ -695,9 +709,9 @@ extern "C" qs_status qs_cuda_batchnorm_backward(qs_backend *be, qs_stream *s, in
     QS_TRY(qs_cuda_check_launch("batchnorm_backward (reduction kernel)"));
     k_bn_bwd_final<<<grid_for(C), kBlock, 0, st>>>(rows, C, nch, part, save_invstd, gamma, kap, dgamma, dbeta);
     QS_TRY(qs_cuda_check_launch("batchnorm_backward (coefficient kernel)"));
-    if (!dx) return QS_OK;
+    if (!dx && !dresidual) return QS_OK;
     const dim3 grid(cb, bn_row_blocks(rows, C));
-    const bool bf16 = dx_dt == QS_BF16, use_sr = bf16 && dx_sr;
+    const bool bf16 = dx && dx_dt == QS_BF16, use_sr = bf16 && dx_sr;
     BnDxSr sr = {0u, 0u, 0u, nullptr};
     if (use_sr) sr = {dx_sr->key, dx_sr->counter, dx_sr->offset, dx_sr->counter_at};
     /* the kernel for x's and the mask's element types (xp, mp) and dx's: F32, BF16 SR or RNE */
@@ -706,13 +720,16 @@ extern "C" qs_status qs_cuda_batchnorm_backward(qs_backend *be, qs_stream *s, in
         using M = std::remove_cv_t<std::remove_pointer_t<decltype(mp)>>;
         if (!bf16)
             k_bn_bwd_dx<X, M, float, false><<<grid, blk, 0, st>>>(rows, C, xp, dy, mp, save_mean, kap,
-                                                                  static_cast<float *>(dx), accumulate, sr);
+                                                                  static_cast<float *>(dx), accumulate, dresidual,
+                                                                  dresidual_accumulate, sr);
         else if (use_sr)
             k_bn_bwd_dx<X, M, uint16_t, true><<<grid, blk, 0, st>>>(rows, C, xp, dy, mp, save_mean, kap,
-                                                                    static_cast<uint16_t *>(dx), false, sr);
+                                                                    static_cast<uint16_t *>(dx), false, dresidual,
+                                                                    dresidual_accumulate, sr);
         else
             k_bn_bwd_dx<X, M, uint16_t, false><<<grid, blk, 0, st>>>(rows, C, xp, dy, mp, save_mean, kap,
-                                                                     static_cast<uint16_t *>(dx), false, sr);
+                                                                     static_cast<uint16_t *>(dx), false, dresidual,
+                                                                     dresidual_accumulate, sr);
     };
     with_x(x, x_dt, [&](auto xp) {
         if (m16) launch(xp, mb);

@@ -102,7 +102,9 @@ typedef union qs_node_cfg {
      * (out_features, in)); no bias then. */
     struct { int64_t out_features; bool bias; bool tied; int tie_param; } linear;
     struct { int64_t out_channels, kernel, stride, pad; bool bias; } conv;
-    struct { float eps, momentum; bool relu; /* set by qs_model_fuse */ } bn;
+    /* relu, add: set by qs_model_fuse. add: the Add that is this BatchNorm's only reader is
+     * fused into it (the Add's alias_of); y = [relu](BN(x) + the Add's other input). */
+    struct { float eps, momentum; bool relu, add; } bn;
     struct { int64_t kernel, stride, pad; bool global; } pool;
     struct { float p; } dropout;
     struct { bool relu; /* set by qs_model_fuse */ } add;
@@ -333,8 +335,12 @@ qs_status qs_model_finalize(qs_model *m);
 
 /* Fuse a ReLU into the BatchNorm or Add that feeds it (when the ReLU is its only consumer):
  * the producer computes max(·, 0) and masks its backward, the ReLU node becomes an alias of the
- * producer's buffers. Results are bitwise those of the unfused graph (for finite gradients).
- * Call after qs_model_finalize and before qs_model_setup; returns the number of fused pairs. */
+ * producer's buffers. Then fuse each Add (with its ReLU) into a BatchNorm it alone reads (a
+ * residual block's last one, placed after the Add's other input): the BatchNorm adds the other
+ * input before its ReLU and writes the Add's gradient for it in its backward (cfg.bn.add); the
+ * Add and the ReLU become aliases of the BatchNorm. Results are bitwise those of the unfused
+ * graph (for finite gradients). Call after qs_model_finalize and before qs_model_setup; returns
+ * the number of fused pairs (a BatchNorm taking an Add counts once). */
 int qs_model_fuse(qs_model *m);
 
 /* Fuse every straight-through BF16 cast whose input is a BatchNorm (or the ReLU fused into

@@ -4,9 +4,11 @@
  * cfg.bn.relu (qs_model_fuse) it also applies the following ReLU and its backward. Its input
  * is FP32, or BF16 where a BF16 convolution writes BF16 for it (qs_model_bf16_conv_outputs);
  * its gradient dx is FP32, or, for such a convolution in a fused model, that convolution's
- * quantized BF16 dY (qs_gemm_dy_from_reader). When its only reader is an Add (a residual
- * block's last batch norm), it reads the Add's gradient and ReLU mask itself
- * (qs_bn_grad_from_add). */
+ * quantized BF16 dY (qs_gemm_dy_from_reader). With cfg.bn.add (qs_model_fuse) the Add that
+ * reads it is fused in: it adds the Add's other input (the residual) before the ReLU and
+ * writes the residual's gradient in its backward. A BatchNorm whose only reader is an Add it
+ * does not own (the residual of another one, or an unfused Add) reads the Add's gradient and
+ * ReLU mask itself (qs_bn_grad_from_add). */
 #include "layers/gemm_quant.h"
 
 static qs_status bn_infer(qs_model *m, qs_node *n) {
@@ -47,23 +49,38 @@ static qs_status bn_setup(qs_model *m, qs_node *n) {
     return QS_OK;
 }
 
+/* With an Add fused in (cfg.bn.add): that Add (n's only reader) and in *slot which of its
+ * inputs is the residual; NULL otherwise. */
+static qs_node *fused_add(qs_model *m, const qs_node *n, int *slot) {
+    if (!n->cfg.bn.add) return NULL;
+    qs_node *a = qs_model_only_reader(m, (int)(n - m->nodes));
+    *slot = a->inputs[0] == (int)(n - m->nodes) ? 1 : 0;
+    return a;
+}
+
 static qs_status bn_forward(qs_model *m, qs_node *n) {
     int64_t C = n->out_shape[3], rows = qs_shape_numel(3, n->out_shape);
     const qs_node *in = qs_layer_input(m, n, 0);
+    int slot;
+    const qs_node *add = fused_add(m, n, &slot);
+    const float *res = add ? qs_layer_input(m, add, slot)->y : NULL;
     const void *x = in->y;
     const float *g = qs_model_param_ptr(m, n->param[0]), *b = qs_model_param_ptr(m, n->param[1]);
     float *rm = qs_model_buffer_ptr(m, n->buffer[0]), *rv = qs_model_buffer_ptr(m, n->buffer[1]);
     if (m->training)
         return m->be->ops->batchnorm_forward_train(m->be, m->stream, rows, C, x, in->out_dtype, g, b, n->y, n->out_dtype,
                                                    n->saved[0], n->saved[1], rm, rv, n->cfg.bn.momentum,
-                                                   n->cfg.bn.eps, n->cfg.bn.relu);
+                                                   n->cfg.bn.eps, n->cfg.bn.relu, res);
     return m->be->ops->batchnorm_forward_eval(m->be, m->stream, rows, C, x, in->out_dtype, g, b, rm, rv, n->cfg.bn.eps, n->y,
-                                              n->out_dtype, n->cfg.bn.relu);
+                                              n->out_dtype, n->cfg.bn.relu, res);
 }
 
 /* dx goes to the input's FP32 gradient, or — when the input is a BF16 convolution whose
  * quantized dY this node may write (qs_gemm_dy_from_reader) — straight into that quantized dY,
- * rounded as the convolution would round it. */
+ * rounded as the convolution would round it. dy and the ReLU mask are this node's, or those of
+ * the Add it alone feeds (qs_bn_grad_from_add: the Add's owner's buffers when the Add is fused
+ * into another BatchNorm). With an Add fused in, it also writes the residual's gradient, unless
+ * the residual is a BatchNorm that reads it itself. */
 static qs_status bn_backward(qs_model *m, qs_node *n) {
     int64_t C = n->out_shape[3], rows = qs_shape_numel(3, n->out_shape);
     bool acc = false;
@@ -74,13 +91,19 @@ static qs_status bn_backward(qs_model *m, qs_node *n) {
     const bool direct = in->needs_grad && qs_gemm_dy_from_reader(m, in, &dx, &sr, &sr_buf); /* its only reader */
     const qs_dtype dx_dt = direct ? QS_BF16 : QS_F32;
     if (!direct) dx = qs_model_grad_target(m, n, 0, &acc);
-    const qs_node *add = qs_bn_grad_from_add(m, n); /* dy and mask: the Add's, or ours */
-    const qs_node *g = add ? add : n;
-    const bool masked = add ? add->cfg.add.relu : n->cfg.bn.relu;
+    const qs_node *reader = qs_bn_grad_from_add(m, n);
+    const qs_node *g = reader && reader->alias_of >= 0 ? &m->nodes[reader->alias_of] : reader ? reader : n;
+    const bool masked = reader ? reader->cfg.add.relu : n->cfg.bn.relu;
+    int slot;
+    qs_node *add = fused_add(m, n, &slot);
+    float *dres = NULL;
+    bool dres_acc = false;
+    if (add && qs_bn_grad_from_add(m, qs_layer_input(m, add, slot)) != add)
+        dres = qs_model_grad_target(m, add, slot, &dres_acc);
     QS_TRY(m->be->ops->batchnorm_backward(m->be, m->stream, rows, C, in->y, in->out_dtype, g->dy,
                                           qs_model_param_ptr(m, n->param[0]), n->saved[0], n->saved[1], dx, dx_dt, sr,
                                           acc, qs_model_grad_ptr(m, n->param[0]), qs_model_grad_ptr(m, n->param[1]),
-                                          masked ? g->y : NULL, g->out_dtype));
+                                          masked ? g->y : NULL, g->out_dtype, dres, dres_acc));
     if (direct) qs_gemm_dy_mark_quantized(m, in);
     return QS_OK;
 }

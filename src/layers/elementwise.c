@@ -66,9 +66,10 @@ static qs_status add_forward(qs_model *m, qs_node *n) {
                                    qs_layer_input(m, n, 1)->y, n->y, n->cfg.add.relu);
 }
 qs_node *qs_bn_grad_from_add(qs_model *m, const qs_node *n) {
-    if (!m->fuse_casts || n->kind != QS_NODE_BATCHNORM2D || n->cfg.bn.relu || n->alias_of >= 0) return NULL;
+    if (!m->fuse_casts || n->kind != QS_NODE_BATCHNORM2D || n->cfg.bn.relu || n->cfg.bn.add || n->alias_of >= 0)
+        return NULL;
     qs_node *r = qs_model_only_reader(m, (int)(n - m->nodes));
-    return r && r->kind == QS_NODE_ADD && r->alias_of < 0 ? r : NULL;
+    return r && r->kind == QS_NODE_ADD ? r : NULL;
 }
 
 /* Both inputs receive dy (masked by [y > 0] when a ReLU is fused in), except a BatchNorm that

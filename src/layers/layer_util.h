@@ -38,11 +38,12 @@ void qs_layer_set_out_nhwc(qs_node *n, int64_t h, int64_t w, int64_t c);
 /* Per-sample element count of a node's output. */
 int64_t qs_layer_out_numel_per_sample(const qs_node *n);
 
-/* In a model fused by qs_model_fuse: the Add (not fused into another node) that is the only
- * reader of BatchNorm n (n without a fused ReLU), else NULL. n's backward then reads that
- * Add's dy, masked by the Add's output when a ReLU is fused into it, instead of a dy of its
- * own, which n then does not have (graph.c allocates none); the Add writes no gradient for n.
- * The same values as the Add writing n's dy first, one pass over the activation less. */
+/* In a model fused by qs_model_fuse: the Add that is the only reader of BatchNorm n (n
+ * without a fused ReLU or Add), else NULL. n's backward then reads that Add's dy, masked by the
+ * Add's output when a ReLU is fused into it (both in the buffers of the BatchNorm the Add may
+ * be fused into), instead of a dy of its own, which n then does not have (graph.c allocates
+ * none); the Add (or the BatchNorm owning it) writes no gradient for n. The same values as the
+ * Add writing n's dy first, one pass over the activation less. */
 qs_node *qs_bn_grad_from_add(qs_model *m, const qs_node *n);
 
 #endif

@@ -1,8 +1,9 @@
 /* src/train/op_report.c — per-op breakdown from node timers. */
 #include "train/op_report.h"
 
-/* The op's kind as reported: the layer's class name, "+ReLU" when a ReLU is fused into it. */
+/* The op's kind as reported: the layer's class name, "+Add" / "+ReLU" for what is fused into it. */
 static const char *qs_op_kind_name(const qs_node *n) {
+    if (n->kind == QS_NODE_BATCHNORM2D && n->cfg.bn.add) return n->cfg.bn.relu ? "BatchNorm2d+Add+ReLU" : "BatchNorm2d+Add";
     if (n->kind == QS_NODE_BATCHNORM2D && n->cfg.bn.relu) return "BatchNorm2d+ReLU";
     if (n->kind == QS_NODE_ADD && n->cfg.add.relu) return "Add+ReLU";
     if (n->kind == QS_NODE_MERGE_HEADS && n->cfg.merge.fused) return "FusedAttention";
