@@ -237,11 +237,69 @@ static void test_bf16_conv_output_bitwise(void **state) {
     free(p1), free(b1), free(l1);
 }
 
+/* Two Adds without ReLU: add1 = bn_a + bn_b (two conv branches of the input; fused into bn_b,
+ * the later one, while bn_a reads add1's gradient itself) and add2 = bn_c + add1 with bn_c
+ * after a conv of add1 (fused into bn_c, whose residual is add1, itself an alias of bn_b) →
+ * flatten → fc → loss, every GEMM at prec, 3 SGD steps: parameters, buffers and eval logits
+ * (host copies, caller frees); *bn_adds: BatchNorms with an Add fused in. */
+static void run_branches(bool fuse, qs_precision prec, float **params, float **buffers, float **logits,
+                         size_t *pbytes, size_t *bbytes, int *bn_adds) {
+    const int64_t B = 4, H = 5, W = 5, C = 3, K = 4;
+    qs_model *m;
+    ASSERT_OK(qs_model_create("branches", H, W, C, K, &m));
+    int a = qs_test_add(m, QS_NODE_CONV2D, "conv_a", 0, -1, CFG(.conv = {6, 3, 1, 1, false}));
+    a = qs_test_add(m, QS_NODE_BATCHNORM2D, "bn_a", a, -1, qs_test_no_cfg());
+    int b = qs_test_add(m, QS_NODE_CONV2D, "conv_b", 0, -1, CFG(.conv = {6, 1, 1, 0, false}));
+    b = qs_test_add(m, QS_NODE_BATCHNORM2D, "bn_b", b, -1, qs_test_no_cfg());
+    const int add1 = qs_test_add(m, QS_NODE_ADD, "add1", a, b, qs_test_no_cfg());
+    int c = qs_test_add(m, QS_NODE_CONV2D, "conv_c", add1, -1, CFG(.conv = {6, 3, 1, 1, false}));
+    c = qs_test_add(m, QS_NODE_BATCHNORM2D, "bn_c", c, -1, qs_test_no_cfg());
+    int h = qs_test_add(m, QS_NODE_ADD, "add2", c, add1, qs_test_no_cfg());
+    h = qs_test_add(m, QS_NODE_FLATTEN, "flatten", h, -1, qs_test_no_cfg());
+    h = qs_test_add(m, QS_NODE_LINEAR, "fc", h, -1, CFG(.linear = {.out_features = K, .bias = true}));
+    qs_test_add(m, QS_NODE_SOFTMAX_XENT, "loss", h, -1, qs_test_no_cfg());
+    ASSERT_OK(qs_model_finalize(m));
+    if (fuse) qs_model_fuse(m);
+    qs_precision_options po;
+    qs_precision_options_default(&po);
+    po.uniform = prec;
+    po.allow_emulated = true;
+    ASSERT_OK(qs_precision_setup(m, g_be, &po));
+    *bn_adds = 0;
+    for (int i = 0; i < m->n_nodes; i++) *bn_adds += m->nodes[i].kind == QS_NODE_BATCHNORM2D && m->nodes[i].cfg.bn.add;
+    ASSERT_OK(qs_model_setup(m, g_be, B, 5));
+    float x[4 * 5 * 5 * 3];
+    int32_t y[4] = {1, 0, 3, 2};
+    for (int i = 0; i < B * H * W * C; i++) x[i] = cosf(0.53f * (float)i);
+    train_3_steps(m, x, y, 0.1f, params, buffers, logits, pbytes, bbytes);
+}
+
+/* Adds without a ReLU fused into batch norms (one beside a batch norm that reads the Add's
+ * gradient itself, one whose residual is a fused Add) train bitwise like the unfused graph, at
+ * FP32 and BF16. */
+static void test_bn_add_fusion_bitwise(void **state) {
+    const qs_precision precs[] = {QS_PREC_FP32, QS_PREC_BF16};
+    for (size_t i = 0; i < sizeof precs / sizeof precs[0]; i++) {
+        float *p0, *b0, *l0, *p1, *b1, *l1;
+        size_t pb0, bb0, pb1, bb1;
+        int n0, n1;
+        run_branches(false, precs[i], &p0, &b0, &l0, &pb0, &bb0, &n0);
+        run_branches(true, precs[i], &p1, &b1, &l1, &pb1, &bb1, &n1);
+        assert_int_equal(n0, 0);
+        assert_int_equal(n1, 2);
+        assert_memory_equal(p0, p1, pb0);
+        assert_memory_equal(b0, b1, bb0);
+        assert_memory_equal(l0, l1, 4 * 4 * sizeof(float));
+        free(p0), free(b0), free(l0), free(p1), free(b1), free(l1);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_batchnorm_on_input_gets_param_grads),
                                        cmocka_unit_test(test_bn_relu_fusion_bitwise),
                                        cmocka_unit_test(test_bn_cast_fusion_bitwise),
                                        cmocka_unit_test(test_bf16_conv_output_bitwise),
+                                       cmocka_unit_test(test_bn_add_fusion_bitwise),
                                        cmocka_unit_test(test_set_batch_bitwise)};
     return cmocka_run_group_tests(tests, setup, teardown);
 }
