@@ -74,6 +74,24 @@ static void train_3_steps(qs_model *m, const float *x, const int32_t *y, float l
     qs_model_free(m);
 }
 
+/* Every selectable node of m at prec (emulated where the backend lacks it), casts inserted. */
+static void set_uniform_precision(qs_model *m, qs_precision prec) {
+    qs_precision_options po;
+    qs_precision_options_default(&po);
+    po.uniform = prec;
+    po.allow_emulated = true;
+    ASSERT_OK(qs_precision_setup(m, g_be, &po));
+}
+
+/* Two trainings' parameters (pbytes), buffers (bbytes) and n_logits logits bit for bit; frees all six. */
+static void same_training(float *p0, float *b0, float *l0, float *p1, float *b1, float *l1, size_t pbytes,
+                          size_t bbytes, size_t n_logits) {
+    assert_memory_equal(p0, p1, pbytes);
+    assert_memory_equal(b0, b1, bbytes);
+    assert_memory_equal(l0, l1, n_logits * sizeof(float));
+    free(p0), free(b0), free(l0), free(p1), free(b1), free(l1);
+}
+
 /* A width-4 resnet18 on 28×28×1 (fused or not, every GEMM-like layer at `prec`) after 3 SGD
  * steps and an eval forward: the parameters, buffers and logits (host copies, caller frees).
  * resize: set up at batch 8, changed to 3 and back to 8 (qs_model_set_batch) before training. */
@@ -86,11 +104,7 @@ static void run_resnet_at(bool fuse, qs_precision prec, bool resize, float **par
     int fused = qs_model_fuse_if(m, fuse);
     assert_int_equal(fused, fuse ? 25 : 0); /* the stem's and each block's BN→ReLU, each block's Add→ReLU, and
                                              * each block's Add into its last BN (bn2, or the downsample's) */
-    qs_precision_options po;
-    qs_precision_options_default(&po);
-    po.uniform = prec;
-    po.allow_emulated = true;
-    ASSERT_OK(qs_precision_setup(m, g_be, &po));
+    set_uniform_precision(m, prec);
     int fused_casts = 0;
     for (int i = 0; i < m->n_nodes; i++) fused_casts += m->nodes[i].kind == QS_NODE_CAST && m->nodes[i].alias_of >= 0;
     /* each block's bn1→ReLU→cast→conv2, and the last block of layers 1-3 (its BN+Add+ReLU read
@@ -150,10 +164,7 @@ static void test_set_batch_bitwise(void **state) {
         size_t pb0, bb0, pb1, bb1;
         run_resnet_at(true, precs[i], false, &p0, &b0, &l0, &pb0, &bb0);
         run_resnet_at(true, precs[i], true, &p1, &b1, &l1, &pb1, &bb1);
-        assert_memory_equal(p0, p1, pb0);
-        assert_memory_equal(b0, b1, bb0);
-        assert_memory_equal(l0, l1, 8 * 10 * sizeof(float));
-        free(p0), free(b0), free(l0), free(p1), free(b1), free(l1);
+        same_training(p0, b0, l0, p1, b1, l1, pb0, bb0, 8 * 10);
     }
 }
 
@@ -163,10 +174,7 @@ static void test_bn_relu_fusion_bitwise(void **state) {
     run_resnet(false, &p0, &b0, &l0, &pb0, &bb0);
     run_resnet(true, &p1, &b1, &l1, &pb1, &bb1);
     assert_int_equal(pb0, pb1);
-    assert_memory_equal(p0, p1, pb0);
-    assert_memory_equal(b0, b1, bb0);
-    assert_memory_equal(l0, l1, 8 * 10 * sizeof(float));
-    free(p0), free(b0), free(l0), free(p1), free(b1), free(l1);
+    same_training(p0, b0, l0, p1, b1, l1, pb0, bb0, 8 * 10);
 }
 
 /* At BF16 the fused graph also lets each BatchNorm+ReLU that only feeds a BF16 cast write the
@@ -176,10 +184,7 @@ static void test_bn_cast_fusion_bitwise(void **state) {
     size_t pb0, bb0, pb1, bb1;
     run_resnet_at(false, QS_PREC_BF16, false, &p0, &b0, &l0, &pb0, &bb0);
     run_resnet_at(true, QS_PREC_BF16, false, &p1, &b1, &l1, &pb1, &bb1);
-    assert_memory_equal(p0, p1, pb0);
-    assert_memory_equal(b0, b1, bb0);
-    assert_memory_equal(l0, l1, 8 * 10 * sizeof(float));
-    free(p0), free(b0), free(l0), free(p1), free(b1), free(l1);
+    same_training(p0, b0, l0, p1, b1, l1, pb0, bb0, 8 * 10);
 }
 
 /* conv (bias or not) → [explicit straight-through BF16 cast →] BatchNorm+ReLU → flatten → fc
@@ -200,11 +205,7 @@ static void run_conv_bn(bool explicit_cast, bool bias, float **params, float **b
     qs_test_add(m, QS_NODE_SOFTMAX_XENT, "loss", h, -1, qs_test_no_cfg());
     ASSERT_OK(qs_model_finalize(m));
     qs_model_fuse(m);
-    qs_precision_options po;
-    qs_precision_options_default(&po);
-    po.uniform = QS_PREC_BF16;
-    po.allow_emulated = true;
-    ASSERT_OK(qs_precision_setup(m, g_be, &po));
+    set_uniform_precision(m, QS_PREC_BF16);
     *bf16_convs = 0;
     for (int i = 0; i < m->n_nodes; i++) *bf16_convs += m->nodes[i].kind == QS_NODE_CONV2D && m->nodes[i].out_dtype == QS_BF16;
     m->grad_round_nearest = true; /* stochastic rounding's keys count nodes: the extra cast would shift them */
@@ -228,10 +229,7 @@ static void test_bf16_conv_output_bitwise(void **state) {
     assert_int_equal(n0, 0); /* its reader is the cast */
     assert_int_equal(n1, 1);
     assert_int_equal(pb0, pb1);
-    assert_memory_equal(p0, p1, pb0);
-    assert_memory_equal(b0, b1, bb0);
-    assert_memory_equal(l0, l1, 4 * 5 * sizeof(float));
-    free(p0), free(b0), free(l0), free(p1), free(b1), free(l1);
+    same_training(p0, b0, l0, p1, b1, l1, pb0, bb0, 4 * 5);
     run_conv_bn(false, true, &p1, &b1, &l1, &pb1, &bb1, &n1);
     assert_int_equal(n1, 0);
     free(p1), free(b1), free(l1);
@@ -260,11 +258,7 @@ static void run_branches(bool fuse, qs_precision prec, float **params, float **b
     qs_test_add(m, QS_NODE_SOFTMAX_XENT, "loss", h, -1, qs_test_no_cfg());
     ASSERT_OK(qs_model_finalize(m));
     if (fuse) qs_model_fuse(m);
-    qs_precision_options po;
-    qs_precision_options_default(&po);
-    po.uniform = prec;
-    po.allow_emulated = true;
-    ASSERT_OK(qs_precision_setup(m, g_be, &po));
+    set_uniform_precision(m, prec);
     *bn_adds = 0;
     for (int i = 0; i < m->n_nodes; i++) *bn_adds += m->nodes[i].kind == QS_NODE_BATCHNORM2D && m->nodes[i].cfg.bn.add;
     ASSERT_OK(qs_model_setup(m, g_be, B, 5));
@@ -287,10 +281,7 @@ static void test_bn_add_fusion_bitwise(void **state) {
         run_branches(true, precs[i], &p1, &b1, &l1, &pb1, &bb1, &n1);
         assert_int_equal(n0, 0);
         assert_int_equal(n1, 2);
-        assert_memory_equal(p0, p1, pb0);
-        assert_memory_equal(b0, b1, bb0);
-        assert_memory_equal(l0, l1, 4 * 4 * sizeof(float));
-        free(p0), free(b0), free(l0), free(p1), free(b1), free(l1);
+        same_training(p0, b0, l0, p1, b1, l1, pb0, bb0, 4 * 4);
     }
 }
 
