@@ -187,12 +187,25 @@ static void test_bn_cast_fusion_bitwise(void **state) {
     same_training(p0, b0, l0, p1, b1, l1, pb0, bb0, 8 * 10);
 }
 
+/* Set m up at batch 4 with `seed`, then train_3_steps (lr 0.1) on inputs sin(freq·i) (cos with
+ * `cosine`) and labels y. */
+static void train_small(qs_model *m, uint64_t seed, float freq, bool cosine, const int32_t y[4], float **params,
+                        float **buffers, float **logits, size_t *pbytes, size_t *bbytes) {
+    ASSERT_OK(qs_model_setup(m, g_be, 4, seed));
+    const int64_t n = 4 * m->in_h * m->in_w * m->in_c;
+    float *x = malloc((size_t)n * sizeof(float));
+    assert_non_null(x);
+    for (int64_t i = 0; i < n; i++) x[i] = cosine ? cosf(freq * (float)i) : sinf(freq * (float)i);
+    train_3_steps(m, x, y, 0.1f, params, buffers, logits, pbytes, bbytes);
+    free(x);
+}
+
 /* conv (bias or not) → [explicit straight-through BF16 cast →] BatchNorm+ReLU → flatten → fc
  * → loss, every GEMM at BF16, trained 3 SGD steps on the backend; the parameters, buffers
  * and eval logits (host copies, caller frees); *bf16_convs: convolutions writing BF16. */
 static void run_conv_bn(bool explicit_cast, bool bias, float **params, float **buffers, float **logits, size_t *pbytes,
                         size_t *bbytes, int *bf16_convs) {
-    const int64_t B = 4, H = 6, W = 6, C = 3, K = 5;
+    const int64_t H = 6, W = 6, C = 3, K = 5;
     qs_model *m;
     ASSERT_OK(qs_model_create("convbn", H, W, C, K, &m));
     int h = qs_test_add(m, QS_NODE_CONV2D, "conv", 0, -1, CFG(.conv = {8, 3, 1, 1, bias}));
@@ -209,11 +222,8 @@ static void run_conv_bn(bool explicit_cast, bool bias, float **params, float **b
     *bf16_convs = 0;
     for (int i = 0; i < m->n_nodes; i++) *bf16_convs += m->nodes[i].kind == QS_NODE_CONV2D && m->nodes[i].out_dtype == QS_BF16;
     m->grad_round_nearest = true; /* stochastic rounding's keys count nodes: the extra cast would shift them */
-    ASSERT_OK(qs_model_setup(m, g_be, B, 7));
-    float x[4 * 6 * 6 * 3];
-    int32_t y[4] = {0, 3, 1, 4};
-    for (int i = 0; i < B * H * W * C; i++) x[i] = sinf(0.71f * (float)i);
-    train_3_steps(m, x, y, 0.1f, params, buffers, logits, pbytes, bbytes);
+    const int32_t y[4] = {0, 3, 1, 4};
+    train_small(m, 7, 0.71f, false, y, params, buffers, logits, pbytes, bbytes);
 }
 
 /* A BF16 convolution whose only reader is a BatchNorm writes BF16 (qs_model_bf16_conv_outputs):
@@ -242,7 +252,7 @@ static void test_bf16_conv_output_bitwise(void **state) {
  * (host copies, caller frees); *bn_adds: BatchNorms with an Add fused in. */
 static void run_branches(bool fuse, qs_precision prec, float **params, float **buffers, float **logits,
                          size_t *pbytes, size_t *bbytes, int *bn_adds) {
-    const int64_t B = 4, H = 5, W = 5, C = 3, K = 4;
+    const int64_t H = 5, W = 5, C = 3, K = 4;
     qs_model *m;
     ASSERT_OK(qs_model_create("branches", H, W, C, K, &m));
     int a = qs_test_add(m, QS_NODE_CONV2D, "conv_a", 0, -1, CFG(.conv = {6, 3, 1, 1, false}));
@@ -261,11 +271,8 @@ static void run_branches(bool fuse, qs_precision prec, float **params, float **b
     set_uniform_precision(m, prec);
     *bn_adds = 0;
     for (int i = 0; i < m->n_nodes; i++) *bn_adds += m->nodes[i].kind == QS_NODE_BATCHNORM2D && m->nodes[i].cfg.bn.add;
-    ASSERT_OK(qs_model_setup(m, g_be, B, 5));
-    float x[4 * 5 * 5 * 3];
-    int32_t y[4] = {1, 0, 3, 2};
-    for (int i = 0; i < B * H * W * C; i++) x[i] = cosf(0.53f * (float)i);
-    train_3_steps(m, x, y, 0.1f, params, buffers, logits, pbytes, bbytes);
+    const int32_t y[4] = {1, 0, 3, 2};
+    train_small(m, 5, 0.53f, true, y, params, buffers, logits, pbytes, bbytes);
 }
 
 /* Adds without a ReLU fused into batch norms (one beside a batch norm that reads the Add's
