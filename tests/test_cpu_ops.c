@@ -36,7 +36,7 @@ static qs_backend *g_be;
 #define OPS (g_be->ops)
 #define STREAM (g_be->ops->default_stream(g_be))
 
-#define MAX_ALLOCS 512
+#define MAX_ALLOCS 1024
 static void *g_allocs[MAX_ALLOCS];
 static int g_nallocs;
 static void *g_plans[16];
@@ -290,6 +290,7 @@ static qs_operand quantized(const float *x, int64_t rows, int64_t cols, qs_dtype
 
 /* yb (BF16 bits) must be yf rounded to nearest even, bit for bit. */
 static void check_bf16_of(const char *what, const uint16_t *yb, const float *yf, int64_t n) {
+    assert_true(n > 0);
     uint16_t *want = talloc((size_t)n * sizeof *want);
     ASSERT_OK(qs_f32_to_bf16(n, yf, want, NULL));
     for (int64_t i = 0; i < n; i++)
@@ -302,11 +303,37 @@ static void check_bf16_of(const char *what, const uint16_t *yb, const float *yf,
  * path), per tensor otherwise. */
 static bool bf16_out_per_row(qs_precision p, bool bias) { return p == QS_PREC_INT8 && bias; }
 
-/* Linear forward at precision p with y_dt BF16: bitwise the RNE rounding of the output of the
- * same plan with y_dt F32 on the same operands. */
+/* dx of backward-data planned with dx_dt BF16 (plan pb): bitwise the RNE rounding of dx from the
+ * F32 plan pf on the same operands (w per tensor, as backward-data needs); accumulating into it
+ * is refused. `run` is the backend's linear_ or conv_backward_data. */
+typedef qs_status (*backward_data_fn)(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
+                                      const qs_operand *w, void *dx, bool accumulate, void *ws);
+static void check_bf16_dx(const char *what, backward_data_fn run, void *pf, size_t wf, void *pb, size_t wb,
+                          qs_precision p, int64_t dy_rows, int64_t dy_cols, int64_t w_rows, int64_t w_cols,
+                          int64_t nx) {
+    const qs_operand dy = quantized(rnd(dy_rows * dy_cols, -1, 1), dy_rows, dy_cols,
+                                    qs_precision_operand_dtype(p, true), false);
+    const qs_operand w = quantized(rnd(w_rows * w_cols, -0.5f, 0.5f), w_rows, w_cols,
+                                   qs_precision_operand_dtype(p, false), false);
+    float *dxf = tf(nx);
+    uint16_t *dxb = talloc((size_t)nx * sizeof *dxb);
+    void *wsb = wb ? talloc(wb) : NULL;
+    ASSERT_OK(run(g_be, pf, STREAM, &dy, &w, dxf, false, wf ? talloc(wf) : NULL));
+    ASSERT_OK(run(g_be, pb, STREAM, &dy, &w, dxb, false, wsb));
+    char label[200];
+    snprintf(label, sizeof label, "%s: backward-data dx_dt bf16", what);
+    check_bf16_of(label, dxb, dxf, nx);
+    qs_error_clear();
+    assert_int_equal(run(g_be, pb, STREAM, &dy, &w, dxb, true, wsb), QS_ERR_INVALID_ARG);
+    assert_non_null(strstr(qs_last_error(), "accumulate"));
+}
+
+/* Linear forward (backward-data) at precision p with y_dt (dx_dt) BF16: bitwise the RNE rounding
+ * of the output of the same plan with F32 outputs on the same operands. */
 static void check_linear_bf16_out(qs_precision p, int64_t M, int64_t N, int64_t K, bool bias) {
     qs_linear_desc df = {.M = M, .N = N, .K = K, .has_bias = bias, .prec = p}, db = df;
     db.y_dt = QS_BF16;
+    db.dx_dt = QS_BF16;
     void *pf = NULL, *pb = NULL;
     size_t wf = 0, wb = 0;
     ASSERT_OK(OPS->linear_plan(g_be, &df, &pf, &wf));
@@ -322,17 +349,20 @@ static void check_linear_bf16_out(qs_precision p, int64_t M, int64_t N, int64_t 
     snprintf(what, sizeof what, "%s linear fwd y_dt bf16 M%lld N%lld K%lld%s", qs_precision_name(p), (long long)M,
              (long long)N, (long long)K, bias ? " bias" : "");
     check_bf16_of(what, yb, yf, M * N);
+    check_bf16_dx(what, OPS->linear_backward_data, pf, wf, pb, wb, p, M, N, N, K, M * K);
     OPS->plan_destroy(g_be, pf);
     OPS->plan_destroy(g_be, pb);
 }
 
-/* Conv forward at precision p with y_dt BF16, as check_linear_bf16_out. */
+/* Conv forward and backward-data at precision p with y_dt and dx_dt BF16, as
+ * check_linear_bf16_out. */
 static void check_conv_bf16_out(qs_precision p, qs_conv_desc d0) {
     qs_conv_desc df = d0, *d = &df;
     df.prec = p;
     ASSERT_OK(qs_conv_desc_finish(d));
     qs_conv_desc db = df;
     db.y_dt = QS_BF16;
+    db.dx_dt = QS_BF16;
     void *pf = NULL, *pb = NULL;
     size_t wf = 0, wb = 0;
     ASSERT_OK(OPS->conv_plan(g_be, &df, &pf, &wf));
@@ -351,6 +381,8 @@ static void check_conv_bf16_out(qs_precision p, qs_conv_desc d0) {
              (long long)d->stride_h, d->has_bias ? " bias" : "");
     printf("%s\n", what);
     check_bf16_of(what, yb, yf, ny);
+    check_bf16_dx(what, OPS->conv_backward_data, pf, wf, pb, wb, p, d->N * d->P * d->Q, d->K, d->K, CRS,
+                  NHW * d->C);
     OPS->plan_destroy(g_be, pf);
     OPS->plan_destroy(g_be, pb);
 }
@@ -359,10 +391,10 @@ static void check_conv_bf16_out(qs_precision p, qs_conv_desc d0) {
 static const qs_precision g_bf16_out_precs[] = {QS_PREC_FP32, QS_PREC_BF16, QS_PREC_INT8, QS_PREC_FP16, QS_PREC_FP8};
 #define N_BF16_OUT_PRECS (sizeof g_bf16_out_precs / sizeof g_bf16_out_precs[0])
 
-/* The forward output dtypes a plan must refuse (i < 3): F16, S8 and an out-of-range value. */
+/* The output dtypes (y_dt, dx_dt) a plan must refuse (i < 3): F16, S8 and an out-of-range value. */
 static qs_dtype y_dt_bad(int i) { return i == 0 ? QS_F16 : i == 1 ? QS_S8 : QS_DTYPE_COUNT; }
 
-/* Linear y_dt BF16: the FP32 result (bias included) rounded to nearest even at every CPU
+/* Linear y_dt (dx_dt) BF16: the FP32 result (bias included) rounded to nearest even at every CPU
  * precision (paths f32, bf16, s8 + epilogue with per-tensor and per-channel weight scales,
  * emulated fp16/fp8), with and without bias; any other y_dt is refused when planning. */
 static void test_linear_bf16_output(void **state) {
@@ -380,6 +412,12 @@ static void test_linear_bf16_output(void **state) {
         assert_int_equal(OPS->linear_plan(g_be, &ld, &plan, &wsb), QS_ERR_UNSUPPORTED);
         assert_null(plan);
         assert_non_null(strstr(qs_last_error(), "y_dt"));
+        ld.y_dt = QS_F32;
+        ld.dx_dt = y_dt_bad(i);
+        qs_error_clear();
+        assert_int_equal(OPS->linear_plan(g_be, &ld, &plan, &wsb), QS_ERR_UNSUPPORTED);
+        assert_null(plan);
+        assert_non_null(strstr(qs_last_error(), "dx_dt"));
     }
 }
 
@@ -404,6 +442,12 @@ static void test_conv_bf16_output(void **state) {
         assert_int_equal(OPS->conv_plan(g_be, &d, &plan, &wsb), QS_ERR_UNSUPPORTED);
         assert_null(plan);
         assert_non_null(strstr(qs_last_error(), "y_dt"));
+        d.y_dt = QS_F32;
+        d.dx_dt = y_dt_bad(i);
+        qs_error_clear();
+        assert_int_equal(OPS->conv_plan(g_be, &d, &plan, &wsb), QS_ERR_UNSUPPORTED);
+        assert_null(plan);
+        assert_non_null(strstr(qs_last_error(), "dx_dt"));
     }
 }
 
@@ -595,19 +639,19 @@ static void test_batchnorm(void **state) {
                                                NULL, NULL, momentum, eps, false, NULL));
         assert_memory_equal(y, y2, (size_t)n * sizeof(float));
         assert_memory_equal(sinv, si2, (size_t)C * sizeof(float));
-        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, QS_F32, dy, gamma, smean, sinv, dx, QS_F32, NULL, false, dg, dbt,
+        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, QS_F32, dy, QS_F32, gamma, smean, sinv, dx, QS_F32, NULL, false, dg, dbt,
                                           NULL, QS_F32, NULL, false));
         assert_true(qs_check_close("bn bwd dx", dx, to_ref(rdx, n, NULL), n, qs_tol_fp32(2 * K, dx_scale), NULL));
         CHECK_FP32("bn bwd dgamma", dg, to_ref(rdg, C, NULL), C, K);
         CHECK_FP32("bn bwd dbeta", dbt, to_ref(rdb, C, NULL), C, K);
         /* dx = NULL: only dgamma/dbeta, bitwise the same as with dx */
         float *dg2 = tf(C), *dbt2 = tf(C);
-        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, QS_F32, dy, gamma, smean, sinv, NULL, QS_F32, NULL, false, dg2,
+        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, QS_F32, dy, QS_F32, gamma, smean, sinv, NULL, QS_F32, NULL, false, dg2,
                                           dbt2, NULL, QS_F32, NULL, false));
         assert_memory_equal(dg, dg2, (size_t)C * sizeof(float));
         assert_memory_equal(dbt, dbt2, (size_t)C * sizeof(float));
         float *dx0 = rnd(n, -1, 1), *dxa = copy_of(dx0, n);
-        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, QS_F32, dy, gamma, smean, sinv, dxa, QS_F32, NULL, true, dg, dbt,
+        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, QS_F32, dy, QS_F32, gamma, smean, sinv, dxa, QS_F32, NULL, true, dg, dbt,
                                           NULL, QS_F32, NULL, false));
         assert_true(qs_check_close("bn bwd dx accumulate", dxa, to_ref(rdx, n, dx0), n,
                                    qs_tol_fp32(2 * K + 1, dx_scale + 1), NULL));
@@ -625,10 +669,10 @@ static void test_batchnorm(void **state) {
         ASSERT_OK(OPS->batchnorm_forward_train(g_be, STREAM, rows, C, x, QS_F32, gamma, beta, yr, QS_F32, sm2, si2,
                                                NULL, NULL, momentum, eps, true, NULL));
         for (int64_t i = 0; i < n; i++) assert_true(yr[i] == (y2[i] > 0.0f ? y2[i] : 0.0f));
-        ASSERT_OK(OPS->relu_backward(g_be, STREAM, n, yr, dy, dym, false));
-        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, QS_F32, dym, gamma, sm2, si2, dxu, QS_F32, NULL, false, dgu, dbu,
+        ASSERT_OK(OPS->relu_backward(g_be, STREAM, n, yr, dy, QS_F32, dym, false));
+        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, QS_F32, dym, QS_F32, gamma, sm2, si2, dxu, QS_F32, NULL, false, dgu, dbu,
                                           NULL, QS_F32, NULL, false));
-        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, QS_F32, dy, gamma, sm2, si2, dxf, QS_F32, NULL, false, dgf, dbf,
+        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, QS_F32, dy, QS_F32, gamma, sm2, si2, dxf, QS_F32, NULL, false, dgf, dbf,
                                           yr, QS_F32, NULL, false));
         assert_memory_equal(dxu, dxf, (size_t)n * sizeof(float));
         assert_memory_equal(dgu, dgf, (size_t)C * sizeof(float));
@@ -647,7 +691,7 @@ static void test_batchnorm(void **state) {
                                                NULL, NULL, momentum, eps, true, NULL));
         ASSERT_OK(qs_f32_to_bf16(n, yr, want, NULL));
         assert_memory_equal(yb, want, (size_t)n * sizeof *yb);
-        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, QS_F32, dy, gamma, sm2, si2, dxb, QS_F32, NULL, false, dgb, dbb,
+        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, QS_F32, dy, QS_F32, gamma, sm2, si2, dxb, QS_F32, NULL, false, dgb, dbb,
                                           yb, QS_BF16, NULL, false));
         assert_memory_equal(dxb, dxf, (size_t)n * sizeof(float));
         assert_memory_equal(dgb, dgf, (size_t)C * sizeof(float));
@@ -667,9 +711,10 @@ static void test_batchnorm(void **state) {
                      QS_ERR_INVALID_ARG);
 }
 
-/* Batch norm on a BF16 x: the values are widened exactly, so train forward, eval forward and
- * backward (with and without the fused ReLU, output F32 or BF16, dx overwritten or
- * accumulated) are bitwise those of the F32 op on the widened x; any other x_dt is refused. */
+/* Batch norm on a BF16 x (and, in backward, a BF16 dy): the values are widened exactly, so train
+ * forward, eval forward and backward (with and without the fused ReLU, output F32 or BF16, dx
+ * overwritten or accumulated) are bitwise those of the F32 op on the widened x and dy; any
+ * other x_dt is refused. */
 static void test_batchnorm_bf16_input(void **state) {
     seed(16);
     const int64_t shapes[][2] = {{2 * 5 * 7, 13}, {1000, 3}, {2, 1}, {4 * 28 * 28, 16}};
@@ -678,17 +723,19 @@ static void test_batchnorm_bf16_input(void **state) {
         const int64_t rows = shapes[t][0], C = shapes[t][1], n = rows * C;
         float *x = rnd(n, -1, 1), *gamma = rnd(C, 0.5f, 1.5f), *beta = rnd(C, -0.5f, 0.5f), *dy = rnd(n, -1, 1);
         for (int64_t i = 0; i < n; i++) x[i] = 3.0f + 2.0f * x[i];
-        uint16_t *xb = talloc((size_t)n * sizeof *xb);
-        float *xw = tf(n), *rm0 = rnd(C, -0.1f, 0.1f), *rv0 = rnd(C, 0.9f, 1.1f), *dx0 = rnd(n, -1, 1);
+        uint16_t *xb = talloc((size_t)n * sizeof *xb), *dyb = talloc((size_t)n * sizeof *dyb);
+        float *xw = tf(n), *rm0 = rnd(C, -0.1f, 0.1f), *rv0 = rnd(C, 0.9f, 1.1f), *dx0 = rnd(n, -1, 1), *dyw = tf(n);
         ASSERT_OK(qs_f32_to_bf16(n, x, xb, NULL));
         ASSERT_OK(qs_bf16_to_f32(n, xb, xw));
+        ASSERT_OK(qs_f32_to_bf16(n, dy, dyb, NULL));
+        ASSERT_OK(qs_bf16_to_f32(n, dyb, dyw));
         printf("batchnorm bf16 x rows=%lld C=%lld\n", (long long)rows, (long long)C);
         for (int relu = 0; relu < 2; relu++)
             for (int o = 0; o < 2; o++) {
                 const qs_dtype ydt = o ? QS_BF16 : QS_F32;
                 const size_t ybytes = (size_t)n * qs_dtype_size(ydt), cb = (size_t)C * sizeof(float);
-                /* [0]: x_dt BF16, [1]: x_dt F32 on the widened values */
-                const void *xs[2] = {xb, xw};
+                /* [0]: x_dt and dy_dt BF16, [1]: F32 on the widened values */
+                const void *xs[2] = {xb, xw}, *dys[2] = {dyb, dyw};
                 const qs_dtype xdt[2] = {QS_BF16, QS_F32};
                 void *y[2], *ye[2];
                 float *sm[2], *si[2], *rm[2], *rv[2], *dx[2], *dxa[2], *dg[2], *dbt[2];
@@ -701,10 +748,12 @@ static void test_batchnorm_bf16_input(void **state) {
                     ASSERT_OK(OPS->batchnorm_forward_eval(g_be, STREAM, rows, C, xs[k], xdt[k], gamma, beta, rm0, rv0,
                                                           eps, ye[k], ydt, relu, NULL));
                     const void *mask = relu ? y[k] : NULL;
-                    ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, xs[k], xdt[k], dy, gamma, sm[k], si[k],
-                                                      dx[k], QS_F32, NULL, false, dg[k], dbt[k], mask, ydt, NULL, false));
-                    ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, xs[k], xdt[k], dy, gamma, sm[k], si[k],
-                                                      dxa[k], QS_F32, NULL, true, dg[k], dbt[k], mask, ydt, NULL, false));
+                    ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, xs[k], xdt[k], dys[k], xdt[k], gamma,
+                                                      sm[k], si[k], dx[k], QS_F32, NULL, false, dg[k], dbt[k], mask,
+                                                      ydt, NULL, false));
+                    ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, xs[k], xdt[k], dys[k], xdt[k], gamma,
+                                                      sm[k], si[k], dxa[k], QS_F32, NULL, true, dg[k], dbt[k], mask,
+                                                      ydt, NULL, false));
                 }
                 assert_memory_equal(y[0], y[1], ybytes);
                 assert_memory_equal(sm[0], sm[1], cb);
@@ -727,7 +776,7 @@ static void test_batchnorm_bf16_input(void **state) {
     assert_int_equal(OPS->batchnorm_forward_eval(g_be, STREAM, 1, 1, &one, QS_F16, NULL, NULL, &one, &one, 1e-5f,
                                                  out, QS_F32, false, NULL),
                      QS_ERR_UNSUPPORTED);
-    assert_int_equal(OPS->batchnorm_backward(g_be, STREAM, 2, 1, out, QS_S8, out, NULL, &one, &one, out, QS_F32, NULL, false, NULL,
+    assert_int_equal(OPS->batchnorm_backward(g_be, STREAM, 2, 1, out, QS_S8, out, QS_F32, NULL, &one, &one, out, QS_F32, NULL, false, NULL,
                                              NULL, NULL, QS_F32, NULL, false),
                      QS_ERR_UNSUPPORTED);
 }
@@ -759,14 +808,14 @@ static void test_batchnorm_bf16_dx(void **state) {
                 ASSERT_OK(OPS->batchnorm_forward_train(g_be, STREAM, rows, C, xs, xdt, gamma, beta, y, QS_F32, sm, si,
                                                        NULL, NULL, momentum, eps, relu, NULL));
                 const float *mask = relu ? y : NULL;
-                ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, xs, xdt, dy, gamma, sm, si, dxf, QS_F32, NULL,
+                ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, xs, xdt, dy, QS_F32, gamma, sm, si, dxf, QS_F32, NULL,
                                                   false, dgf, dbf, mask, QS_F32, NULL, false));
                 for (int k = 0; k < 2; k++) {
                     qs_sr sr = {.key = key, .counter = 7, .offset = offsets[k], .counter_at = NULL};
                     ASSERT_OK(OPS->quantize(g_be, STREAM, rows, C, dxf, NULL, QS_BF16, want, NULL, false, &sr, NULL,
                                             NULL));
                     memset(got, 0xff, hb), memset(dg, 0xff, cb), memset(dbt, 0xff, cb);
-                    ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, xs, xdt, dy, gamma, sm, si, got, QS_BF16,
+                    ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, xs, xdt, dy, QS_F32, gamma, sm, si, got, QS_BF16,
                                                       &sr, false, dg, dbt, mask, QS_F32, NULL, false));
                     assert_memory_equal(got, want, hb);
                     assert_memory_equal(dg, dgf, cb);
@@ -775,12 +824,12 @@ static void test_batchnorm_bf16_dx(void **state) {
                     uint64_t step = 7;
                     qs_sr at = {.key = key, .counter = 99, .offset = offsets[k], .counter_at = &step};
                     memset(got, 0xff, hb);
-                    ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, xs, xdt, dy, gamma, sm, si, got, QS_BF16,
+                    ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, xs, xdt, dy, QS_F32, gamma, sm, si, got, QS_BF16,
                                                       &at, false, dg, dbt, mask, QS_F32, NULL, false));
                     assert_memory_equal(got, want, hb);
                     if (n >= 1000) { /* counter 99 rounds differently somewhere (not a vacuous check) */
                         at.counter_at = NULL;
-                        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, xs, xdt, dy, gamma, sm, si, other,
+                        ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, xs, xdt, dy, QS_F32, gamma, sm, si, other,
                                                           QS_BF16, &at, false, dg, dbt, mask, QS_F32, NULL, false));
                         assert_true(memcmp(other, want, hb) != 0);
                     }
@@ -788,14 +837,14 @@ static void test_batchnorm_bf16_dx(void **state) {
                 /* no sr: round to nearest even, the cast's bits */
                 ASSERT_OK(OPS->cast(g_be, STREAM, n, dxf, QS_F32, want, QS_BF16));
                 memset(got, 0xff, hb);
-                ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, xs, xdt, dy, gamma, sm, si, got, QS_BF16, NULL,
+                ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, xs, xdt, dy, QS_F32, gamma, sm, si, got, QS_BF16, NULL,
                                                   false, dg, dbt, mask, QS_F32, NULL, false));
                 assert_memory_equal(got, want, hb);
                 assert_memory_equal(dg, dgf, cb);
                 assert_memory_equal(dbt, dbf, cb);
                 /* dx NULL with dx_dt BF16: the parameter gradients only */
                 memset(dg, 0xff, cb), memset(dbt, 0xff, cb);
-                ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, xs, xdt, dy, gamma, sm, si, NULL, QS_BF16,
+                ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, xs, xdt, dy, QS_F32, gamma, sm, si, NULL, QS_BF16,
                                                   NULL, false, dg, dbt, mask, QS_F32, NULL, false));
                 assert_memory_equal(dg, dgf, cb);
                 assert_memory_equal(dbt, dbf, cb);
@@ -805,12 +854,12 @@ static void test_batchnorm_bf16_dx(void **state) {
     uint16_t h[2];
     const qs_sr sr = {.key = key, .counter = 7};
     qs_error_clear();
-    assert_int_equal(OPS->batchnorm_backward(g_be, STREAM, 2, 1, in, QS_F32, in, NULL, &one, &one, h, QS_BF16, &sr,
+    assert_int_equal(OPS->batchnorm_backward(g_be, STREAM, 2, 1, in, QS_F32, in, QS_F32, NULL, &one, &one, h, QS_BF16, &sr,
                                              true, g, NULL, NULL, QS_F32, NULL, false),
                      QS_ERR_INVALID_ARG);
     assert_non_null(strstr(qs_last_error(), "accumulate"));
     qs_error_clear();
-    assert_int_equal(OPS->batchnorm_backward(g_be, STREAM, 2, 1, in, QS_F32, in, NULL, &one, &one, h, QS_F16, NULL,
+    assert_int_equal(OPS->batchnorm_backward(g_be, STREAM, 2, 1, in, QS_F32, in, QS_F32, NULL, &one, &one, h, QS_F16, NULL,
                                              false, g, NULL, NULL, QS_F32, NULL, false),
                      QS_ERR_UNSUPPORTED);
     assert_non_null(strstr(qs_last_error(), "dx_dt"));
@@ -866,21 +915,21 @@ static void test_batchnorm_residual(void **state) {
                     const void *mask = relu ? got : NULL;
                     memcpy(dra, acc0, nb), memcpy(dresa, acc0, nb), memset(dres, 0xff, nb);
                     if (relu) {
-                        ASSERT_OK(OPS->relu_backward(g_be, STREAM, n, ya, dy, dr, false));
-                        ASSERT_OK(OPS->relu_backward(g_be, STREAM, n, ya, dy, dra, true));
+                        ASSERT_OK(OPS->relu_backward(g_be, STREAM, n, ya, dy, QS_F32, dr, false));
+                        ASSERT_OK(OPS->relu_backward(g_be, STREAM, n, ya, dy, QS_F32, dra, true));
                     } else {
                         ASSERT_OK(OPS->accumulate(g_be, STREAM, n, dy, dr, false));
                         ASSERT_OK(OPS->accumulate(g_be, STREAM, n, dy, dra, true));
                     }
-                    ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, xs, xdt, dr, gamma, sm, si, dxw, QS_F32,
+                    ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, xs, xdt, dr, QS_F32, gamma, sm, si, dxw, QS_F32,
                                                       NULL, false, dgw, dbw, NULL, QS_F32, NULL, false));
-                    ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, xs, xdt, dy, gamma, sm, si, dxg, QS_F32,
+                    ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, xs, xdt, dy, QS_F32, gamma, sm, si, dxg, QS_F32,
                                                       NULL, false, dgg, dbg, mask, ydt, dres, false));
                     assert_memory_equal(dxg, dxw, nb);
                     assert_memory_equal(dgg, dgw, cb);
                     assert_memory_equal(dbg, dbw, cb);
                     assert_memory_equal(dres, dr, nb);
-                    ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, xs, xdt, dy, gamma, sm, si, NULL, QS_F32,
+                    ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, xs, xdt, dy, QS_F32, gamma, sm, si, NULL, QS_F32,
                                                       NULL, false, NULL, NULL, mask, ydt, dresa, true));
                     assert_memory_equal(dresa, dra, nb);
                 }
@@ -904,13 +953,25 @@ static void test_eltwise(void **state) {
     xa[2] = 0.0f;
     CHECK_EQ("relu fwd in place", xa, ref, n);
     float *dx = tf(n);
-    ASSERT_OK(OPS->relu_backward(g_be, STREAM, n, y, dy, dx, false));
+    ASSERT_OK(OPS->relu_backward(g_be, STREAM, n, y, dy, QS_F32, dx, false));
     for (int64_t i = 0; i < n; i++) ref[i] = y[i] > 0 ? dy[i] : 0.0f;
     CHECK_EQ("relu bwd", dx, ref, n);
     float *dx0 = rnd(n, -1, 1), *dxa = copy_of(dx0, n);
-    ASSERT_OK(OPS->relu_backward(g_be, STREAM, n, y, dy, dxa, true));
+    ASSERT_OK(OPS->relu_backward(g_be, STREAM, n, y, dy, QS_F32, dxa, true));
     for (int64_t i = 0; i < n; i++) ref[i] = dx0[i] + (y[i] > 0 ? dy[i] : 0.0f);
     CHECK_EQ("relu bwd accumulate", dxa, ref, n);
+    /* a BF16 dy: the F32 op on its widened values, bit for bit (= and +=); F16 refused */
+    uint16_t *dyb = talloc((size_t)n * sizeof *dyb);
+    float *dyw = tf(n), *dxw = tf(n), *dxbw = tf(n);
+    ASSERT_OK(qs_f32_to_bf16(n, dy, dyb, NULL));
+    ASSERT_OK(qs_bf16_to_f32(n, dyb, dyw));
+    for (int acc16 = 0; acc16 < 2; acc16++) {
+        memcpy(dxw, dx0, (size_t)n * sizeof *dxw), memcpy(dxbw, dx0, (size_t)n * sizeof *dxbw);
+        ASSERT_OK(OPS->relu_backward(g_be, STREAM, n, y, dyw, QS_F32, dxw, acc16));
+        ASSERT_OK(OPS->relu_backward(g_be, STREAM, n, y, dyb, QS_BF16, dxbw, acc16));
+        assert_memory_equal(dxbw, dxw, (size_t)n * sizeof *dxw);
+    }
+    assert_int_equal(OPS->relu_backward(g_be, STREAM, n, y, dyb, QS_F16, dxbw, false), QS_ERR_UNSUPPORTED);
 
     x[2] = 0.5f;
     ASSERT_OK(OPS->add_forward(g_be, STREAM, n, x, b, y, false));

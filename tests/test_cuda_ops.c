@@ -634,6 +634,7 @@ static void run_conv_y16(qs_precision p, qs_conv_desc d0) {
     ASSERT_OK(qs_conv_desc_finish(&gd));
     qs_conv_desc gd16 = gd, cd = gd;
     gd16.y_dt = QS_BF16;
+    gd16.dx_dt = QS_BF16;
     cd.prec = cpu_prec(p);
     const qs_conv_desc *d = &gd;
     const qs_dtype fdt = qs_precision_operand_dtype(p, false);
@@ -673,6 +674,21 @@ static void run_conv_y16(qs_precision p, qs_conv_desc d0) {
         gpu_ok_(GOPS->conv_forward(g_gpu, gplan16, GST, &qx.gpu, &qw.gpu, gb, gy16, gws16), what) &&
         dget(hy, gy, (size_t)ny * 4, what) && dget(hy16, gy16, (size_t)ny * 2, what))
         judge_bf16_y(what, hy16, hy, cy, ny, k_fwd, gemm_budget(GEMM_CONV, p, k_fwd));
+    /* backward-data into a BF16 dx (dx_dt), judged the same way */
+    const double k_bd = (double)(d->K * ((d->R + d->stride_h - 1) / d->stride_h) * ((d->S + d->stride_w - 1) / d->stride_w));
+    qmat qdy = quant_both(rnd(ny, -1, 1), d->N * d->P * d->Q, d->K, qs_precision_operand_dtype(p, true), NULL);
+    float *cdx = hf(nx), *gdx = dalloc_f(nx), *hdx = hf(nx);
+    uint16_t *gdx16 = dalloc((size_t)nx * 2, POISON), *hdx16 = halloc((size_t)nx * 2);
+    ASSERT_OK(COPS->conv_backward_data(g_cpu, cplan, CST, &qdy.cpu, &qw.cpu, cdx, false, cws));
+    snprintf(what, sizeof what, "conv %-4s bwd_data dx bf16 %s", pn, shape);
+    if (gpu_ok_(GOPS->conv_backward_data(g_gpu, gplan, GST, &qdy.gpu, &qw.gpu, gdx, false, gws), what) &&
+        gpu_ok_(GOPS->conv_backward_data(g_gpu, gplan16, GST, &qdy.gpu, &qw.gpu, gdx16, false, gws16), what) &&
+        dget(hdx, gdx, (size_t)nx * 4, what) && dget(hdx16, gdx16, (size_t)nx * 2, what))
+        judge_bf16_y(what, hdx16, hdx, cdx, nx, k_bd, gemm_budget(GEMM_CONV, p, k_bd));
+    snprintf(what, sizeof what, "conv %-4s bwd_data dx bf16 accumulate refused %s", pn, shape);
+    check_fact(what, GOPS->conv_backward_data(g_gpu, gplan16, GST, &qdy.gpu, &qw.gpu, gdx16, true, gws16) ==
+                         QS_ERR_INVALID_ARG, qs_last_error());
+    qs_error_clear();
 }
 
 /* Conv forward into a BF16 y: at BF16 without a bias cuDNN's 16-bit engine writes y itself (a
@@ -715,6 +731,7 @@ static void run_linear_y16(qs_precision p, lin_case lc) {
     snprintf(shape, sizeof shape, "M%lld N%lld K%lld%s", (long long)M, (long long)N, (long long)K, lc.bias ? " +b" : "");
     qs_linear_desc gd = {.M = M, .N = N, .K = K, .has_bias = lc.bias, .prec = p}, gd16 = gd, cd = gd;
     gd16.y_dt = QS_BF16;
+    gd16.dx_dt = QS_BF16;
     cd.prec = cpu_prec(p);
     void *cplan = NULL, *gplan = NULL, *gplan16 = NULL;
     size_t cwsb = 0, gwsb = 0, gwsb16 = 0;
@@ -744,6 +761,20 @@ static void run_linear_y16(qs_precision p, lin_case lc) {
         gpu_ok_(GOPS->linear_forward(g_gpu, gplan16, GST, &qx.gpu, &qw.gpu, gb, gy16, gws16), what) &&
         dget(hy, gy, (size_t)(M * N) * 4, what) && dget(hy16, gy16, (size_t)(M * N) * 2, what))
         judge_bf16_y(what, hy16, hy, cy, M * N, (double)K, gemm_budget(GEMM_LINEAR, p, (double)K));
+    /* backward-data into a BF16 dx (dx_dt), judged the same way */
+    qmat qdy = quant_both(rnd(M * N, -1, 1), M, N, qs_precision_operand_dtype(p, true), NULL);
+    float *cdx = hf(M * K), *gdx = dalloc_f(M * K), *hdx = hf(M * K);
+    uint16_t *gdx16 = dalloc((size_t)(M * K) * 2, POISON), *hdx16 = halloc((size_t)(M * K) * 2);
+    ASSERT_OK(COPS->linear_backward_data(g_cpu, cplan, CST, &qdy.cpu, &qw.cpu, cdx, false, cws));
+    snprintf(what, sizeof what, "linear %-4s bwd_data dx bf16 %s", pn, shape);
+    if (gpu_ok_(GOPS->linear_backward_data(g_gpu, gplan, GST, &qdy.gpu, &qw.gpu, gdx, false, gws), what) &&
+        gpu_ok_(GOPS->linear_backward_data(g_gpu, gplan16, GST, &qdy.gpu, &qw.gpu, gdx16, false, gws16), what) &&
+        dget(hdx, gdx, (size_t)(M * K) * 4, what) && dget(hdx16, gdx16, (size_t)(M * K) * 2, what))
+        judge_bf16_y(what, hdx16, hdx, cdx, M * K, (double)N, gemm_budget(GEMM_LINEAR, p, (double)N));
+    snprintf(what, sizeof what, "linear %-4s bwd_data dx bf16 accumulate refused %s", pn, shape);
+    check_fact(what, GOPS->linear_backward_data(g_gpu, gplan16, GST, &qdy.gpu, &qw.gpu, gdx16, true, gws16) ==
+                         QS_ERR_INVALID_ARG, qs_last_error());
+    qs_error_clear();
 }
 
 /* Linear forward into a BF16 y: at BF16 without a bias cuBLASLt writes a BF16 D (where it has an
@@ -1181,11 +1212,20 @@ static void test_eltwise(void **state) {
         ELT_CHECK("relu fwd in place", COPS->relu_forward(g_cpu, CST, n, cin, cin), GOPS->relu_forward(g_gpu, GST, n, gin, gin),
                   gin, cin);
         float *gyr = dup_gpu_f(yrelu, n), *gdx = dalloc_f(n);
-        ELT_CHECK("relu bwd", COPS->relu_backward(g_cpu, CST, n, yrelu, dy, cy, false),
-                  GOPS->relu_backward(g_gpu, GST, n, gyr, gdy, gdx, false), gdx, cy);
+        ELT_CHECK("relu bwd", COPS->relu_backward(g_cpu, CST, n, yrelu, dy, QS_F32, cy, false),
+                  GOPS->relu_backward(g_gpu, GST, n, gyr, gdy, QS_F32, gdx, false), gdx, cy);
         float *cacc = hcopy(base, n), *gacc = dup_gpu_f(base, n);
-        ELT_CHECK("relu bwd accumulate", COPS->relu_backward(g_cpu, CST, n, yrelu, dy, cacc, true),
-                  GOPS->relu_backward(g_gpu, GST, n, gyr, gdy, gacc, true), gacc, cacc);
+        ELT_CHECK("relu bwd accumulate", COPS->relu_backward(g_cpu, CST, n, yrelu, dy, QS_F32, cacc, true),
+                  GOPS->relu_backward(g_gpu, GST, n, gyr, gdy, QS_F32, gacc, true), gacc, cacc);
+        /* a BF16 dy (a BF16 GEMM's dx_dt): widened exactly on both backends */
+        uint16_t *dyb = halloc((size_t)n * 2);
+        ASSERT_OK(qs_f32_to_bf16(n, dy, dyb, NULL));
+        const void *gdyb = dup_gpu(dyb, (size_t)n * 2);
+        ELT_CHECK("relu bwd dy bf16", COPS->relu_backward(g_cpu, CST, n, yrelu, dyb, QS_BF16, cy, false),
+                  GOPS->relu_backward(g_gpu, GST, n, gyr, gdyb, QS_BF16, gdx, false), gdx, cy);
+        float *cacc16 = hcopy(base, n), *gacc16 = dup_gpu_f(base, n);
+        ELT_CHECK("relu bwd dy bf16 accumulate", COPS->relu_backward(g_cpu, CST, n, yrelu, dyb, QS_BF16, cacc16, true),
+                  GOPS->relu_backward(g_gpu, GST, n, gyr, gdyb, QS_BF16, gacc16, true), gacc16, cacc16);
         ELT_CHECK("add", COPS->add_forward(g_cpu, CST, n, xa, b, cy, false),
                   GOPS->add_forward(g_gpu, GST, n, gxa, gb, gy, false), gy, cy);
         ELT_CHECK("add+relu", COPS->add_forward(g_cpu, CST, n, xa, b, cy, true),
@@ -1471,10 +1511,10 @@ static void test_batchnorm(void **state) {
             }
             snprintf(what, sizeof what, "bn bwd%s %s: bf16 mask = f32 mask", relu ? " (relu fused)" : "", sh);
             if (relu &&
-                gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, gg, gm2, gi2, gdxm, QS_F32, NULL, false, gdgm, gdbm, gy2,
+                gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, QS_F32, gg, gm2, gi2, gdxm, QS_F32, NULL, false, gdgm, gdbm, gy2,
                                                  QS_F32, NULL, false),
                         what) &&
-                gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, gg, gm2, gi2, gdxb, QS_F32, NULL, false, gdgb, gdbb, gyb,
+                gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, QS_F32, gg, gm2, gi2, gdxb, QS_F32, NULL, false, gdgb, gdbb, gyb,
                                                  QS_BF16, NULL, false),
                         what) &&
                 dget(hdx, gdxm, (size_t)n * 4, what) && dget(hdxb, gdxb, (size_t)n * 4, what))
@@ -1507,9 +1547,9 @@ static void test_batchnorm(void **state) {
                 }
             }
             float *cdx = hf(n), *cdg = hf(C), *cdb = hf(C), *gdx = dalloc_f(n), *gdg = dalloc_f(C), *gdb = dalloc_f(C);
-            ASSERT_OK(COPS->batchnorm_backward(g_cpu, CST, rows, C, x, QS_F32, dy, gamma, cm, ci, cdx, QS_F32, NULL, false, cdg, cdb, yr, QS_F32, NULL, false));
+            ASSERT_OK(COPS->batchnorm_backward(g_cpu, CST, rows, C, x, QS_F32, dy, QS_F32, gamma, cm, ci, cdx, QS_F32, NULL, false, cdg, cdb, yr, QS_F32, NULL, false));
             snprintf(what, sizeof what, "bn bwd%s %s: dx", relu ? " (relu fused)" : "", sh);
-            if (gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, gg, gsm, gsi, gdx, QS_F32, NULL, false, gdg, gdb, gyr, QS_F32, NULL, false), what)) {
+            if (gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, QS_F32, gg, gsm, gsi, gdx, QS_F32, NULL, false, gdg, gdb, gyr, QS_F32, NULL, false), what)) {
                 cmp_tol(what, gdx, cdx, n, 2 * K, dx_scale);
                 snprintf(what, sizeof what, "bn bwd%s %s: dgamma", relu ? " (relu fused)" : "", sh);
                 cmp_tol(what, gdg, cdg, C, K, -1);
@@ -1519,7 +1559,7 @@ static void test_batchnorm(void **state) {
             /* dx NULL: parameter gradients only */
             float *gdg2 = dalloc_f(C), *gdb2 = dalloc_f(C);
             snprintf(what, sizeof what, "bn bwd%s dx=NULL %s: dgamma", relu ? " (relu fused)" : "", sh);
-            if (gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, gg, gsm, gsi, NULL, QS_F32, NULL, false, gdg2, gdb2, gyr, QS_F32, NULL, false),
+            if (gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, QS_F32, gg, gsm, gsi, NULL, QS_F32, NULL, false, gdg2, gdb2, gyr, QS_F32, NULL, false),
                         what)) {
                 cmp_tol(what, gdg2, cdg, C, K, -1);
                 snprintf(what, sizeof what, "bn bwd%s dx=NULL %s: dbeta", relu ? " (relu fused)" : "", sh);
@@ -1527,9 +1567,9 @@ static void test_batchnorm(void **state) {
             }
             /* accumulate into dx */
             float *cdxa = hcopy(base, n), *gdxa = dup_gpu_f(base, n), *gdg3 = dalloc_f(C), *gdb3 = dalloc_f(C);
-            ASSERT_OK(COPS->batchnorm_backward(g_cpu, CST, rows, C, x, QS_F32, dy, gamma, cm, ci, cdxa, QS_F32, NULL, true, cdg, cdb, yr, QS_F32, NULL, false));
+            ASSERT_OK(COPS->batchnorm_backward(g_cpu, CST, rows, C, x, QS_F32, dy, QS_F32, gamma, cm, ci, cdxa, QS_F32, NULL, true, cdg, cdb, yr, QS_F32, NULL, false));
             snprintf(what, sizeof what, "bn bwd%s accumulate %s: dx", relu ? " (relu fused)" : "", sh);
-            if (gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, gg, gsm, gsi, gdxa, QS_F32, NULL, true, gdg3, gdb3, gyr, QS_F32, NULL, false),
+            if (gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, QS_F32, gg, gsm, gsi, gdxa, QS_F32, NULL, true, gdg3, gdb3, gyr, QS_F32, NULL, false),
                         what))
                 cmp_tol(what, gdxa, cdxa, n, 2 * K + 1, dx_scale + 1.0);
         }
@@ -1537,12 +1577,13 @@ static void test_batchnorm(void **state) {
     END();
 }
 
-/* Batch norm reading a BF16 x (a convolution's BF16 output): backend.h makes every result equal,
- * bit for bit, to the F32 op's on the widened x, so each output — training forward (y in F32 and
- * BF16, save_mean, save_invstd, running statistics; ReLU off and on), evaluation forward (y in
- * F32 and BF16), backward (dx overwritten and accumulated, dgamma, dbeta; unmasked, and masked
- * by an F32 and a BF16 ReLU output) — is compared byte for byte with the GPU's own F32 op run on
- * x widened on the host. Tolerance: none (memcmp). */
+/* Batch norm reading a BF16 x (a convolution's BF16 output) and, in backward, a BF16 dy (that
+ * convolution's reader's BF16 dx): backend.h makes every result equal, bit for bit, to the F32
+ * op's on the widened x and dy, so each output — training forward (y in F32 and BF16,
+ * save_mean, save_invstd, running statistics; ReLU off and on), evaluation forward (y in F32
+ * and BF16), backward (dx overwritten and accumulated, dgamma, dbeta; unmasked, and masked by an
+ * F32 and a BF16 ReLU output) — is compared byte for byte with the GPU's own F32 op run on x and
+ * dy widened on the host. Tolerance: none (memcmp). */
 static void test_batchnorm_bf16_x(void **state) {
     BEGIN();
     const int64_t shapes[][2] = {{70, 13}, {6272, 8}, {2, 1}, {1000, 3}, {392, 64}};
@@ -1561,7 +1602,12 @@ static void test_batchnorm_bf16_x(void **state) {
         ASSERT_OK(qs_bf16_to_f32(n, xb, xw)); /* the BF16 values, widened exactly */
         const void *gxb = dup_gpu(xb, (size_t)n * 2);
         const float *gxw = dup_gpu_f(xw, n), *gg = dup_gpu_f(gamma, C), *gbt = dup_gpu_f(beta, C);
-        const float *gdy = dup_gpu_f(dy, n), *grm0 = dup_gpu_f(rm, C), *grv0 = dup_gpu_f(rv, C);
+        uint16_t *dyb = halloc((size_t)n * 2);
+        float *dyw = hf(n);
+        ASSERT_OK(qs_f32_to_bf16(n, dy, dyb, NULL));
+        ASSERT_OK(qs_bf16_to_f32(n, dyb, dyw));
+        const void *gdyb = dup_gpu(dyb, (size_t)n * 2);
+        const float *gdy = dup_gpu_f(dyw, n), *grm0 = dup_gpu_f(rm, C), *grv0 = dup_gpu_f(rv, C);
         char sh[48];
         snprintf(sh, sizeof sh, "rows=%lld C=%lld", (long long)rows, (long long)C);
 
@@ -1633,7 +1679,8 @@ static void test_batchnorm_bf16_x(void **state) {
                         dx[xk] = acc ? dup_gpu_f(base, n) : dalloc_f(n);
                         dg[xk] = dalloc_f(C), db[xk] = dalloc_f(C);
                         ok = gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, xk ? gxb : (const void *)gxw,
-                                                              xk ? QS_BF16 : QS_F32, gdy, gg, sm, si, dx[xk], QS_F32, NULL,
+                                                              xk ? QS_BF16 : QS_F32, xk ? gdyb : (const void *)gdy,
+                                                              xk ? QS_BF16 : QS_F32, gg, sm, si, dx[xk], QS_F32, NULL,
                                                               acc, dg[xk], db[xk], mask, mdt, NULL, false),
                                      what);
                     }
@@ -1724,7 +1771,7 @@ static void test_batchnorm_bf16_dx(void **state) {
                 /* the reference: the F32 op */
                 float *dxf = dalloc_f(n), *dgf = dalloc_f(C), *dbf = dalloc_f(C);
                 snprintf(what, sizeof what, "bn bwd bf16 dx %s: f32 dx", sh);
-                if (!gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, xp, xdt, gdy, gg, sm, si, dxf, QS_F32, NULL,
+                if (!gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, xp, xdt, gdy, QS_F32, gg, sm, si, dxf, QS_F32, NULL,
                                                       false, dgf, dbf, mask, QS_F32, NULL, false),
                              what))
                     continue;
@@ -1740,7 +1787,7 @@ static void test_batchnorm_bf16_dx(void **state) {
                               : GOPS->cast(g_gpu, GST, n, dxf, QS_F32, want, QS_BF16);
                     if (!gpu_ok_(rs, what)) continue;
                     snprintf(what, sizeof what, "bn bwd bf16 dx %s, %s", sh, vname[v]);
-                    if (!gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, xp, xdt, gdy, gg, sm, si, got, QS_BF16, sr,
+                    if (!gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, xp, xdt, gdy, QS_F32, gg, sm, si, got, QS_BF16, sr,
                                                           false, dg, db, mask, QS_F32, NULL, false),
                                  what))
                         continue;
@@ -1768,13 +1815,13 @@ static void test_batchnorm_bf16_dx(void **state) {
             void *dxb = dalloc((size_t)n * 2, POISON);
             char detail[256];
             qs_error_clear();
-            qs_status st = GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, gg, sm, si, dxb, QS_BF16,
+            qs_status st = GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, QS_F32, gg, sm, si, dxb, QS_BF16,
                                                     &srs[0], true, dg, db, NULL, QS_F32, NULL, false);
             snprintf(detail, sizeof detail, "%s: %s", qs_status_name(st), st == QS_OK ? "accepted" : qs_last_error());
             check_fact("bn bwd, bf16 dx with accumulate refused (invalid arg)",
                        st == QS_ERR_INVALID_ARG && strstr(qs_last_error(), "accumulate") != NULL, detail);
             qs_error_clear();
-            st = GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, gg, sm, si, dxb, QS_F16, NULL, false, dg,
+            st = GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, QS_F32, gg, sm, si, dxb, QS_F16, NULL, false, dg,
                                           db, NULL, QS_F32, NULL, false);
             snprintf(detail, sizeof detail, "%s: %s", qs_status_name(st), st == QS_OK ? "accepted" : qs_last_error());
             check_fact("bn bwd, f16 dx refused (unsupported)", st == QS_ERR_UNSUPPORTED, detail);
@@ -1843,20 +1890,20 @@ static void test_batchnorm_residual(void **state) {
                 float *dra = dup_gpu_f(acc0, n), *dxg = dalloc_f(n), *dgg = dalloc_f(C), *dbg = dalloc_f(C);
                 float *dres = dalloc_f(n), *dresa = dup_gpu_f(acc0, n), *dres_nodx = dalloc_f(n);
                 snprintf(what, sizeof what, "%s: unfused backward", sh);
-                const qs_status rs = relu ? GOPS->relu_backward(g_gpu, GST, n, ya, gdy, dr, false)
+                const qs_status rs = relu ? GOPS->relu_backward(g_gpu, GST, n, ya, gdy, QS_F32, dr, false)
                                           : GOPS->accumulate(g_gpu, GST, n, gdy, dr, false);
                 if (!gpu_ok_(rs, what) ||
-                    !gpu_ok_(relu ? GOPS->relu_backward(g_gpu, GST, n, ya, gdy, dra, true)
+                    !gpu_ok_(relu ? GOPS->relu_backward(g_gpu, GST, n, ya, gdy, QS_F32, dra, true)
                                   : GOPS->accumulate(g_gpu, GST, n, gdy, dra, true), what) ||
-                    !gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, dr, gg, sm, si, dxw, QS_F32, NULL,
+                    !gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, dr, QS_F32, gg, sm, si, dxw, QS_F32, NULL,
                                                       false, dgw, dbw, NULL, QS_F32, NULL, false), what))
                     continue;
                 snprintf(what, sizeof what, "%s: fused backward", sh);
-                if (!gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, gg, sm, si, dxg, QS_F32, NULL,
+                if (!gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, QS_F32, gg, sm, si, dxg, QS_F32, NULL,
                                                       false, dgg, dbg, mask, ydt, dres, false), what) ||
-                    !gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, gg, sm, si, NULL, QS_F32, NULL,
+                    !gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, QS_F32, gg, sm, si, NULL, QS_F32, NULL,
                                                       false, NULL, NULL, mask, ydt, dresa, true), what) ||
-                    !gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, gg, sm, si, NULL, QS_F32, NULL,
+                    !gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, gx, QS_F32, gdy, QS_F32, gg, sm, si, NULL, QS_F32, NULL,
                                                       false, NULL, NULL, mask, ydt, dres_nodx, false), what))
                     continue;
                 snprintf(what, sizeof what, "%s: dx = unfused", sh);

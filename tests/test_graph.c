@@ -113,6 +113,14 @@ static void run_resnet_at(bool fuse, qs_precision prec, bool resize, float **par
     int bf16_convs = 0;
     for (int i = 0; i < m->n_nodes; i++) bf16_convs += m->nodes[i].kind == QS_NODE_CONV2D && m->nodes[i].out_dtype == QS_BF16;
     assert_int_equal(bf16_convs, prec == QS_PREC_BF16 ? 20 : 0); /* every conv feeds one BN: 17 + 3 downsamples */
+    int bf16_grads = 0; /* each block's bn1 (fused) or its ReLU (unfused): conv2 alone writes its gradient */
+    for (int i = 0; i < m->n_nodes; i++) {
+        const qs_node *t = &m->nodes[i];
+        if (t->grad_dtype != QS_BF16) continue;
+        bf16_grads++;
+        assert_int_equal(t->kind, fuse ? QS_NODE_BATCHNORM2D : QS_NODE_RELU);
+    }
+    assert_int_equal(bf16_grads, prec == QS_PREC_BF16 ? 8 : 0);
     ASSERT_OK(qs_model_setup(m, g_be, 8, 11));
     int no_fp32_dy = 0; /* their batch norms write their quantized dY (qs_gemm_dy_written_by_reader) */
     for (int i = 0; i < m->n_nodes; i++) no_fp32_dy += m->nodes[i].kind == QS_NODE_CONV2D && !m->nodes[i].dy;

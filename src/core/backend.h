@@ -82,12 +82,14 @@ typedef struct qs_dropout_rng {
  * default), or BF16: the FP32 result (bias included) rounded to nearest even, as a
  * straight-through BF16 cast of it would. A backend may round its sums to BF16 directly (a
  * 16-bit-output GEMM or convolution engine) instead of rounding a separately computed FP32
- * result; the two differ only where the FP32 sums do. Backward outputs stay FP32. */
+ * result; the two differ only where the FP32 sums do. dx_dt: the same for backward-data's dx
+ * (a BF16 dx is never accumulated into). The weight gradient stays FP32. */
 typedef struct qs_linear_desc {
     int64_t M, N, K;      /* Y(M,N) = X(M,K) · W(N,K)^T + b(N) */
     bool has_bias;
     qs_precision prec;
     qs_dtype y_dt;        /* F32 or BF16 (above) */
+    qs_dtype dx_dt;       /* F32 or BF16 (above) */
 } qs_linear_desc;
 
 typedef struct qs_conv_desc {
@@ -98,6 +100,7 @@ typedef struct qs_conv_desc {
     bool has_bias;
     qs_precision prec;
     qs_dtype y_dt;        /* F32 or BF16 (see qs_linear_desc) */
+    qs_dtype dx_dt;       /* F32 or BF16 (see qs_linear_desc) */
 } qs_conv_desc;
 
 /* Batched matrix product over `batch` independent, contiguous row-major matrices:
@@ -193,6 +196,15 @@ qs_status qs_quantize_delayed_check(qs_dtype dt, const qs_quant_delayed *delayed
  * NULL. `what` names the op in the message. */
 qs_status qs_bias_grad_check(qs_dtype dy_dt, const float *db, bool has_bias, const char *what);
 
+/* The output dtypes of a GEMM-like plan (qs_linear_desc / qs_conv_desc y_dt and dx_dt): F32
+ * or BF16, else QS_ERR_UNSUPPORTED naming which. */
+qs_status qs_gemm_out_dtype_check(const char *what, qs_dtype y_dt, qs_dtype dx_dt);
+/* The output-gradient dtype of batchnorm_backward and relu_backward: F32 or BF16 (a BF16
+ * GEMM's dx_dt), else QS_ERR_UNSUPPORTED. */
+qs_status qs_dy_dtype_check(const char *what, qs_dtype dy_dt);
+/* No accumulating into a BF16 dx (QS_ERR_INVALID_ARG): a rounded gradient is never a sum. */
+qs_status qs_dx_accumulate_check(const char *what, qs_dtype dx_dt, bool accumulate);
+
 /* The dtype rules of the batch-norm ops (their comments below): x_dt, y_dt and dx_dt F32 or BF16
  * (QS_ERR_UNSUPPORTED naming which), and no accumulating into a BF16 dx (QS_ERR_INVALID_ARG).
  * Forward ops pass dx_dt F32 and accumulate false. `what` names the op in the message. */
@@ -248,9 +260,9 @@ typedef struct qs_backend_ops {
     /* y = x·wᵀ + b, y in the plan's y_dt */
     qs_status (*linear_forward)(qs_backend *be, void *plan, qs_stream *s, const qs_operand *x,
                                 const qs_operand *w, const float *b, void *y, void *ws);
-    /* dx = dy·w (accumulate: dx += ...) */
+    /* dx = dy·w (accumulate: dx += ..., F32 dx only), dx in the plan's dx_dt */
     qs_status (*linear_backward_data)(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
-                                      const qs_operand *w, float *dx, bool accumulate, void *ws);
+                                      const qs_operand *w, void *dx, bool accumulate, void *ws);
     /* dw = dyᵀ·x, db = Σ_rows dy */
     qs_status (*linear_backward_weights)(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
                                          const qs_operand *x, float *dw, float *db, void *ws);
@@ -261,7 +273,7 @@ typedef struct qs_backend_ops {
     qs_status (*conv_forward)(qs_backend *be, void *plan, qs_stream *s, const qs_operand *x,
                               const qs_operand *w, const float *b, void *y, void *ws);  /* y in y_dt */
     qs_status (*conv_backward_data)(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
-                                    const qs_operand *w, float *dx, bool accumulate, void *ws);
+                                    const qs_operand *w, void *dx, bool accumulate, void *ws);  /* dx in dx_dt */
     qs_status (*conv_backward_weights)(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
                                        const qs_operand *x, float *dw, float *db, void *ws);
 
@@ -309,7 +321,8 @@ typedef struct qs_backend_ops {
                                         const float *running_mean, const float *running_var,
                                         float eps, void *y, qs_dtype y_dt, bool relu, const float *residual);
     /* dx (overwritten or accumulated; may be NULL when no input gradient is needed),
-     * dgamma, dbeta (overwritten); x in x_dt as in forward. y_relu: NULL, or the output (dtype
+     * dgamma, dbeta (overwritten); x in x_dt as in forward; dy F32, or BF16 (dy_dt: the BF16
+     * dX of the convolution reading this batch norm alone, widened exactly). y_relu: NULL, or the output (dtype
      * y_dt) of a forward with `relu`, in which case dy is the gradient w.r.t. that output and
      * counts as 0 where y_relu <= 0. dx_dt: F32, or BF16 — the FP32 dx rounded to BF16
      * stochastically with dx_sr (element i of the (rows, C) matrix takes the word of global
@@ -321,7 +334,7 @@ typedef struct qs_backend_ops {
      * dresidual_accumulate) of the residual a forward added: dy where y_relu > 0 (with
      * y_relu), else 0 — relu_backward's bits; written even when dx is NULL. */
     qs_status (*batchnorm_backward)(qs_backend *be, qs_stream *s, int64_t rows, int64_t C,
-                                    const void *x, qs_dtype x_dt, const float *dy, const float *gamma,
+                                    const void *x, qs_dtype x_dt, const void *dy, qs_dtype dy_dt, const float *gamma,
                                     const float *save_mean, const float *save_invstd,
                                     void *dx, qs_dtype dx_dt, const qs_sr *dx_sr, bool accumulate,
                                     float *dgamma, float *dbeta, const void *y_relu, qs_dtype y_dt, float *dresidual,
@@ -329,9 +342,9 @@ typedef struct qs_backend_ops {
 
     /* y = max(x, 0) (y may alias x) */
     qs_status (*relu_forward)(qs_backend *be, qs_stream *s, int64_t n, const float *x, float *y);
-    /* dx = dy·[y > 0] */
+    /* dx = dy·[y > 0]; dy F32, or BF16 (dy_dt: widened exactly, the bits of the F32 op on it) */
     qs_status (*relu_backward)(qs_backend *be, qs_stream *s, int64_t n, const float *y,
-                               const float *dy, float *dx, bool accumulate);
+                               const void *dy, qs_dtype dy_dt, float *dx, bool accumulate);
     /* y = a + b, or max(a + b, 0) with `relu` (Add→ReLU fused) */
     qs_status (*add_forward)(qs_backend *be, qs_stream *s, int64_t n, const float *a,
                              const float *b, float *y, bool relu);

@@ -140,14 +140,34 @@ static qs_status bn_dtype(const char *what, const char *role, qs_dtype dt) {
     return QS_FAIL(QS_ERR_UNSUPPORTED, "%s: %s %s; batch norm takes f32 or bf16 there", what, role, qs_dtype_name(dt));
 }
 
-qs_status qs_batchnorm_dtype_check(const char *what, qs_dtype x_dt, qs_dtype y_dt, qs_dtype dx_dt, bool accumulate) {
-    QS_TRY(bn_dtype(what, "input dtype (x_dt)", x_dt));
-    QS_TRY(bn_dtype(what, "output dtype (y_dt)", y_dt));
-    QS_TRY(bn_dtype(what, "input-gradient dtype (dx_dt)", dx_dt));
+qs_status qs_dx_accumulate_check(const char *what, qs_dtype dx_dt, bool accumulate) {
     if (dx_dt == QS_BF16 && accumulate)
         return QS_FAIL(QS_ERR_INVALID_ARG,
                        "%s: accumulate with a bf16 dx; a rounded gradient cannot be accumulated (accumulate into an f32 "
                        "dx and quantize the sum)",
                        what);
+    return QS_OK;
+}
+
+qs_status qs_batchnorm_dtype_check(const char *what, qs_dtype x_dt, qs_dtype y_dt, qs_dtype dx_dt, bool accumulate) {
+    QS_TRY(bn_dtype(what, "input dtype (x_dt)", x_dt));
+    QS_TRY(bn_dtype(what, "output dtype (y_dt)", y_dt));
+    QS_TRY(bn_dtype(what, "input-gradient dtype (dx_dt)", dx_dt));
+    return qs_dx_accumulate_check(what, dx_dt, accumulate);
+}
+
+qs_status qs_dy_dtype_check(const char *what, qs_dtype dy_dt) {
+    if (dy_dt == QS_F32 || dy_dt == QS_BF16) return QS_OK;
+    return QS_FAIL(QS_ERR_UNSUPPORTED, "%s: output-gradient dtype (dy_dt) %s; it must be f32 or bf16", what,
+                   qs_dtype_name(dy_dt));
+}
+
+qs_status qs_gemm_out_dtype_check(const char *what, qs_dtype y_dt, qs_dtype dx_dt) {
+    const qs_dtype dts[2] = {y_dt, dx_dt};
+    const char *const roles[2] = {"forward output dtype (y_dt)", "backward-data output dtype (dx_dt)"};
+    for (int i = 0; i < 2; i++)
+        if (dts[i] != QS_F32 && dts[i] != QS_BF16)
+            return QS_FAIL(QS_ERR_UNSUPPORTED, "%s: %s %s; it must be f32 or bf16", what, roles[i],
+                           qs_dtype_name(dts[i]));
     return QS_OK;
 }

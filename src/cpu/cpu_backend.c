@@ -25,13 +25,6 @@ qs_status qs_cpu_prec_check(qs_backend *be, qs_precision prec, const char *what)
                    what, name);
 }
 
-qs_status qs_cpu_y_dtype_check(qs_dtype y_dt, const char *what) {
-    if (y_dt == QS_F32 || y_dt == QS_BF16) return QS_OK;
-    return QS_FAIL(QS_ERR_UNSUPPORTED,
-                   "%s: output dtype (y_dt) %s; the CPU backend writes a forward output in f32 or bf16", what,
-                   qs_dtype_name(y_dt));
-}
-
 qs_status qs_cpu_args_check(const char *what, int64_t n, int nptrs, const void *const *ptrs) {
     if (n < 0) return QS_FAIL(QS_ERR_INVALID_ARG, "%s: negative element count %lld", what, (long long)n);
     if (n == 0) return QS_OK;

@@ -43,10 +43,6 @@ qs_status qs_cpu_plan_check(const void *plan, qs_cpu_plan_kind kind, const char 
 /* Fail with QS_ERR_UNSUPPORTED unless the backend runs prec (natively or emulated). */
 qs_status qs_cpu_prec_check(qs_backend *be, qs_precision prec, const char *what);
 
-/* Fail with QS_ERR_UNSUPPORTED unless y_dt, the forward output dtype of a GEMM-like plan
- * (qs_linear_desc.y_dt, qs_conv_desc.y_dt), is F32 or BF16. `what` names the planning call. */
-qs_status qs_cpu_y_dtype_check(qs_dtype y_dt, const char *what);
-
 /* Validate a memory-bound op's arguments: n >= 0 and, when n > 0, none of the nptrs
  * pointers is NULL. `what` names the op. Use with a compound literal:
  * qs_cpu_args_check("relu_forward", n, 2, (const void *[]){x, y}). */
@@ -66,7 +62,7 @@ qs_status qs_cpu_linear_plan(qs_backend *be, const qs_linear_desc *d, void **pla
 qs_status qs_cpu_linear_forward(qs_backend *be, void *plan, qs_stream *s, const qs_operand *x,
                                 const qs_operand *w, const float *b, void *y, void *ws);
 qs_status qs_cpu_linear_backward_data(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
-                                      const qs_operand *w, float *dx, bool accumulate, void *ws);
+                                      const qs_operand *w, void *dx, bool accumulate, void *ws);
 qs_status qs_cpu_linear_backward_weights(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
                                          const qs_operand *x, float *dw, float *db, void *ws);
 void qs_cpu_linear_plan_destroy(void *plan);
@@ -92,7 +88,7 @@ qs_status qs_cpu_conv_plan(qs_backend *be, const qs_conv_desc *d, void **plan, s
 qs_status qs_cpu_conv_forward(qs_backend *be, void *plan, qs_stream *s, const qs_operand *x,
                               const qs_operand *w, const float *b, void *y, void *ws);
 qs_status qs_cpu_conv_backward_data(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
-                                    const qs_operand *w, float *dx, bool accumulate, void *ws);
+                                    const qs_operand *w, void *dx, bool accumulate, void *ws);
 qs_status qs_cpu_conv_backward_weights(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
                                        const qs_operand *x, float *dw, float *db, void *ws);
 void qs_cpu_conv_plan_destroy(void *plan);
@@ -164,13 +160,13 @@ qs_status qs_cpu_batchnorm_forward_eval(qs_backend *be, qs_stream *s, int64_t ro
                                         const float *gamma, const float *beta, const float *running_mean,
                                         const float *running_var, float eps, void *y, qs_dtype y_dt, bool relu, const float *residual);
 qs_status qs_cpu_batchnorm_backward(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const void *x, qs_dtype x_dt,
-                                    const float *dy, const float *gamma, const float *save_mean,
+                                    const void *dy, qs_dtype dy_dt, const float *gamma, const float *save_mean,
                                     const float *save_invstd, void *dx, qs_dtype dx_dt, const qs_sr *dx_sr, bool accumulate, float *dgamma,
                                     float *dbeta, const void *y_relu, qs_dtype y_dt, float *dresidual, bool dresidual_accumulate);
 
 /* ---- cpu_eltwise.c ---- */
 qs_status qs_cpu_relu_forward(qs_backend *be, qs_stream *s, int64_t n, const float *x, float *y);
-qs_status qs_cpu_relu_backward(qs_backend *be, qs_stream *s, int64_t n, const float *y, const float *dy,
+qs_status qs_cpu_relu_backward(qs_backend *be, qs_stream *s, int64_t n, const float *y, const void *dy, qs_dtype dy_dt,
                                float *dx, bool accumulate);
 qs_status qs_cpu_add_forward(qs_backend *be, qs_stream *s, int64_t n, const float *a, const float *b, float *y,
                              bool relu);

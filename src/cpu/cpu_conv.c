@@ -65,15 +65,17 @@
  *   direction.
  * Bias gradient: fused in FP32 backward-weights (dY is F32); a low-precision dY requires
  * db == NULL (the layer sums its FP32 gradient; backend.h).
- * Output dtype (y_dt): F32, or BF16 — every forward recipe computes its FP32 Y (bias
+ * Output dtypes (y_dt, dx_dt): F32, or BF16 — every forward recipe computes its FP32 Y (bias
  * included) into the workspace, which is then rounded to nearest even into y
- * (qs_f32_to_bf16, the rounding of the straight-through cast it replaces).
+ * (qs_f32_to_bf16, the rounding of the straight-through cast it replaces); backward-data the
+ * same for a BF16 dx.
  *
  * Workspace, per direction (each region 64-byte aligned; the plan reports the maximum):
  *   forward          [X f32 | W f32 (widened: emulated, INT8 C==1)][W in the primitive's layout]
  *                    [per-channel scales (INT8, fused)][scratchpad][FP32 Y (y_dt BF16)]
  *   backward_data    [dY f32 | W f32 (emulated)][W in the primitive's layout]
  *                    [dX f32 temp (accumulate; INT8 1×1 strided: the (N·P·Q, C) product)][scratchpad]
+ *                    [FP32 dX (dx_dt BF16)]
  *   backward_weights FP32/BF16/emulated: [dY f32 | X f32 (emulated)][dW in the primitive's layout][scratchpad]
  *                    INT8 swapped: [X chunk (C,n,H,W) s8][dY chunk in weights layout][partial f32 (C·R·S,K)]
  *                                  [sum f32 (C·R·S,K)][scratchpad]
@@ -120,7 +122,8 @@ typedef struct conv_chunk {
     int64_t len;         /* images (swapped) or rows (matmul) */
 } conv_chunk;
 
-/* Workspace regions of one direction (WS_Y: forward's FP32 Y when y_dt is BF16). */
+/* Workspace regions of one direction (WS_Y: forward's FP32 Y when y_dt is BF16, backward-data's
+ * FP32 dX when dx_dt is BF16). */
 enum { WS_A = 0, WS_B, WS_L, WS_T, WS_S, WS_SCRATCH, WS_Y, WS_N };
 
 typedef struct qs_cpu_conv_plan {
@@ -297,6 +300,7 @@ static qs_status build_bwd_data(qs_cpu_conv_plan_t *cp, const qs_dnnl_ctx *ctx) 
     sz[WS_L] = cp->w_bwd.bytes;
     sz[WS_T] = (size_t)((r == RCP_S8_GEMM ? d->N * d->P * d->Q : d->N * d->H * d->W) * d->C) * sizeof(float);
     sz[WS_SCRATCH] = max_sz(cp->bwd_data.scratch_bytes, wl_scratch(&cp->w_bwd));
+    if (d->dx_dt == QS_BF16) sz[WS_Y] = (size_t)(d->N * d->H * d->W * d->C) * sizeof(float);
     cp->ws_bytes = max_sz(cp->ws_bytes, layout_regions(cp->off[DIR_BWD_DATA], sz));
     return QS_OK;
 }
@@ -459,7 +463,7 @@ qs_status qs_cpu_conv_plan(qs_backend *be, const qs_conv_desc *d, void **plan, s
     QS_TRY(qs_conv_plan_args(d, plan, workspace));
     qs_conv_desc dd = *d; /* finished: the same P,Q */
     QS_TRY(qs_cpu_prec_check(be, d->prec, "conv_plan"));
-    QS_TRY(qs_cpu_y_dtype_check(d->y_dt, "conv_plan"));
+    QS_TRY(qs_gemm_out_dtype_check("conv_plan", d->y_dt, d->dx_dt));
     qs_cpu_conv_plan_t *cp = calloc(1, sizeof *cp);
     if (!cp) return QS_FAIL(QS_ERR_OOM, "conv_plan: out of memory for the plan");
     cp->hdr.kind = QS_CPU_PLAN_CONV;
@@ -597,14 +601,9 @@ static void scatter_epilogue(const qs_conv_desc *d, const float *acc, float alph
         }
 }
 
-qs_status qs_cpu_conv_backward_data(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dyo,
-                                    const qs_operand *wo, float *dx, bool accumulate, void *ws) {
-    QS_TRY(qs_cpu_plan_check(plan, QS_CPU_PLAN_CONV, "conv_backward_data"));
-    qs_cpu_conv_plan_t *cp = plan;
-    QS_TRY(qs_cpu_operand_check(dyo, cp->gdt, false, "conv_backward_data dy"));
-    QS_TRY(qs_cpu_operand_check(wo, cp->fdt, false, "conv_backward_data w"));
-    if (!dx) return QS_FAIL(QS_ERR_INVALID_ARG, "conv_backward_data: NULL dx");
-    QS_TRY(conv_ws_check(cp, ws, "conv_backward_data"));
+/* dx (FP32) = conv_backward_data(dy, w), or dx += ... with accumulate (arguments checked). */
+static qs_status conv_backward_data_f32(qs_backend *be, qs_cpu_conv_plan_t *cp, const qs_operand *dyo,
+                                        const qs_operand *wo, float *dx, bool accumulate, void *ws) {
     const qs_conv_desc *d = &cp->d;
     const size_t *off = cp->off[DIR_BWD_DATA];
     const conv_recipe r = cp->rcp[DIR_BWD_DATA];
@@ -635,6 +634,24 @@ qs_status qs_cpu_conv_backward_data(qs_backend *be, void *plan, qs_stream *s, co
     else if (accumulate)
         qs_cpu_copy_or_add(nx, tmp, dx, true);
     return QS_OK;
+}
+
+/* dx (N,H,W,C) in the plan's dx_dt = conv_backward_data(dy, w): F32 directly (or accumulated),
+ * BF16 as the FP32 result (in the workspace) rounded to nearest even. */
+qs_status qs_cpu_conv_backward_data(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dyo,
+                                    const qs_operand *wo, void *dx, bool accumulate, void *ws) {
+    QS_TRY(qs_cpu_plan_check(plan, QS_CPU_PLAN_CONV, "conv_backward_data"));
+    qs_cpu_conv_plan_t *cp = plan;
+    QS_TRY(qs_cpu_operand_check(dyo, cp->gdt, false, "conv_backward_data dy"));
+    QS_TRY(qs_cpu_operand_check(wo, cp->fdt, false, "conv_backward_data w"));
+    if (!dx) return QS_FAIL(QS_ERR_INVALID_ARG, "conv_backward_data: NULL dx");
+    QS_TRY(qs_dx_accumulate_check("conv_backward_data", cp->d.dx_dt, accumulate));
+    QS_TRY(conv_ws_check(cp, ws, "conv_backward_data"));
+    const qs_conv_desc *d = &cp->d;
+    if (d->dx_dt != QS_BF16) return conv_backward_data_f32(be, cp, dyo, wo, dx, accumulate, ws);
+    float *dxf = ws_at(ws, cp->off[DIR_BWD_DATA][WS_Y]);
+    QS_TRY(conv_backward_data_f32(be, cp, dyo, wo, dxf, false, ws));
+    return qs_f32_to_bf16(d->N * d->H * d->W * d->C, dxf, dx, NULL);
 }
 
 /* X (N,H,W,C) at the strided output positions → (N·P·Q, C) rows (1×1, pad 0). */

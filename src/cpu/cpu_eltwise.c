@@ -1,6 +1,7 @@
 /* src/cpu/cpu_eltwise.c — elementwise FP32 ops: relu, add, accumulate/copy, scale.
  * Flat OpenMP loops over n elements (vectorised by the compiler). */
 #include "cpu/cpu_backend.h"
+#include "core/numfmt.h"
 
 void qs_cpu_copy_or_add(int64_t n, const float *src, float *dst, bool accumulate) {
     if (accumulate) {
@@ -20,10 +21,18 @@ qs_status qs_cpu_relu_forward(qs_backend *be, qs_stream *s, int64_t n, const flo
     return QS_OK;
 }
 
-/* dx = dy·[y > 0] (or dx += ...). */
-qs_status qs_cpu_relu_backward(qs_backend *be, qs_stream *s, int64_t n, const float *y, const float *dy,
-                               float *dx, bool accumulate) {
-    QS_TRY(qs_cpu_args_check("relu_backward", n, 3, (const void *[]){y, dy, dx}));
+/* dx = dy·[y > 0] (or dx += ...); a BF16 dy (dy_dt) is widened exactly into the scratch first. */
+qs_status qs_cpu_relu_backward(qs_backend *be, qs_stream *s, int64_t n, const float *y, const void *dy_any,
+                               qs_dtype dy_dt, float *dx, bool accumulate) {
+    QS_TRY(qs_cpu_args_check("relu_backward", n, 3, (const void *[]){y, dy_any, dx}));
+    QS_TRY(qs_dy_dtype_check("relu_backward", dy_dt));
+    const float *dy = dy_any;
+    if (dy_dt == QS_BF16 && n > 0) {
+        float *wide;
+        QS_TRY(qs_cpu_scratch(qs_cpu_be(be), (size_t)n * sizeof(float), (void **)&wide));
+        qs_bf16_to_f32(n, dy_any, wide); /* cannot fail: n > 0, both pointers set */
+        dy = wide;
+    }
     if (accumulate) {
 #pragma omp parallel for simd schedule(static)
         for (int64_t i = 0; i < n; i++) dx[i] += y[i] > 0.0f ? dy[i] : 0.0f;

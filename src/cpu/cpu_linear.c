@@ -22,11 +22,11 @@
  *         (one byte per element) and the product reads it plainly.
  *   FP16, FP8 (emulated) operands widened to f32 in the workspace, then the FP32 primitives:
  *         the values are exactly those of the format, the arithmetic FP32.
- * Output dtype (y_dt): F32, or BF16 — every path computes its FP32 Y (bias included) into the
- * workspace, which is then rounded to nearest even into y (qs_f32_to_bf16, the rounding of
- * the straight-through cast it replaces).
- * Workspace: [widened / temporary operands][oneDNN scratchpad][FP32 Y (y_dt BF16)], sized for
- * the worst direction. */
+ * Output dtypes (y_dt, dx_dt): F32, or BF16 — every path computes its FP32 Y (bias included)
+ * into the workspace, which is then rounded to nearest even into y (qs_f32_to_bf16, the
+ * rounding of the straight-through cast it replaces); backward-data the same for a BF16 dx.
+ * Workspace: [widened / temporary operands][oneDNN scratchpad][FP32 Y (y_dt BF16) | FP32 dX
+ * (dx_dt BF16)], sized for the worst direction. */
 #include "cpu/cpu_backend.h"
 
 #include <stdlib.h>
@@ -52,7 +52,8 @@ typedef struct qs_cpu_linear_plan {
     qs_dnnl_prim bwd_weights_tail; /* INT8, M % chunk != 0: dW += last partial chunk */
     int64_t chunk;               /* rows per backward-weights product */
     size_t tmp_bytes;            /* workspace before the scratchpad */
-    size_t y_off;                /* y_dt BF16: offset of the FP32 Y (M·N floats) */
+    size_t y_off;                /* y_dt BF16: offset of the FP32 Y (M·N floats); dx_dt BF16: of the
+                                  * FP32 dX (M·K floats) */
     size_t ws_bytes;
 } qs_cpu_linear_plan_t;
 
@@ -123,7 +124,9 @@ static qs_status linear_build(qs_cpu_linear_plan_t *lp, const qs_dnnl_ctx *ctx) 
     if (lp->d.has_bias) scratch = max_sz(scratch, (size_t)N * sizeof(double));
     lp->tmp_bytes = tmp;
     lp->y_off = tmp + qs_cpu_align(scratch);
-    lp->ws_bytes = lp->y_off + (lp->d.y_dt == QS_BF16 ? qs_cpu_align(f * (size_t)(M * N)) : 0);
+    const size_t narrow = max_sz(lp->d.y_dt == QS_BF16 ? (size_t)(M * N) : 0,  /* FP32 Y */
+                                 lp->d.dx_dt == QS_BF16 ? (size_t)(M * K) : 0); /* FP32 dX */
+    lp->ws_bytes = lp->y_off + qs_cpu_align(f * narrow);
     return QS_OK;
 }
 
@@ -135,7 +138,7 @@ qs_status qs_cpu_linear_plan(qs_backend *be, const qs_linear_desc *d, void **pla
         return QS_FAIL(QS_ERR_INVALID_ARG, "linear_plan: M=%lld N=%lld K=%lld must all be >= 1", (long long)d->M,
                        (long long)d->N, (long long)d->K);
     QS_TRY(qs_cpu_prec_check(be, d->prec, "linear_plan"));
-    QS_TRY(qs_cpu_y_dtype_check(d->y_dt, "linear_plan"));
+    QS_TRY(qs_gemm_out_dtype_check("linear_plan", d->y_dt, d->dx_dt));
     qs_cpu_linear_plan_t *lp = calloc(1, sizeof *lp);
     if (!lp) return QS_FAIL(QS_ERR_OOM, "linear_plan: out of memory for the plan");
     lp->hdr.kind = QS_CPU_PLAN_LINEAR;
@@ -217,14 +220,9 @@ qs_status qs_cpu_linear_forward(qs_backend *be, void *plan, qs_stream *s, const 
     return qs_f32_to_bf16(lp->d.M * lp->d.N, yf, y, NULL);
 }
 
-qs_status qs_cpu_linear_backward_data(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
-                                      const qs_operand *w, float *dx, bool accumulate, void *ws) {
-    QS_TRY(qs_cpu_plan_check(plan, QS_CPU_PLAN_LINEAR, "linear_backward_data"));
-    qs_cpu_linear_plan_t *lp = plan;
-    QS_TRY(qs_cpu_operand_check(dy, lp->gdt, false, "linear_backward_data dy"));
-    QS_TRY(qs_cpu_operand_check(w, lp->fdt, false, "linear_backward_data w"));
-    if (!dx) return QS_FAIL(QS_ERR_INVALID_ARG, "linear_backward_data: NULL dx");
-    QS_TRY(ws_check(lp, ws, "linear_backward_data"));
+/* dx (M,K, FP32) = dy·w, or dx += that with accumulate (arguments checked). */
+static qs_status linear_backward_data_f32(qs_backend *be, qs_cpu_linear_plan_t *lp, const qs_operand *dy,
+                                          const qs_operand *w, float *dx, bool accumulate, void *ws) {
     const int64_t M = lp->d.M, N = lp->d.N, K = lp->d.K;
     void *pdy, *pw;
     QS_TRY(operands_in(be, lp, dy, M, N, w, N, K, ws, &pdy, &pw));
@@ -239,6 +237,23 @@ qs_status qs_cpu_linear_backward_data(qs_backend *be, void *plan, qs_stream *s, 
     QS_TRY(qs_dnnl_prim_exec(&lp->bwd_data, ctx, h, scratch_of(lp, ws), "linear backward-data (int8)"));
     qs_cpu_epilogue(M, K, acc, dy->scale[0] * w->scale[0], NULL, NULL, dx, accumulate);
     return QS_OK;
+}
+
+/* dx (M,K) in the plan's dx_dt = dy·w: F32 directly (or accumulated), BF16 as the FP32 result
+ * (in the workspace, where a BF16 y's FP32 Y goes in forward) rounded to nearest even. */
+qs_status qs_cpu_linear_backward_data(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
+                                      const qs_operand *w, void *dx, bool accumulate, void *ws) {
+    QS_TRY(qs_cpu_plan_check(plan, QS_CPU_PLAN_LINEAR, "linear_backward_data"));
+    qs_cpu_linear_plan_t *lp = plan;
+    QS_TRY(qs_cpu_operand_check(dy, lp->gdt, false, "linear_backward_data dy"));
+    QS_TRY(qs_cpu_operand_check(w, lp->fdt, false, "linear_backward_data w"));
+    if (!dx) return QS_FAIL(QS_ERR_INVALID_ARG, "linear_backward_data: NULL dx");
+    QS_TRY(qs_dx_accumulate_check("linear_backward_data", lp->d.dx_dt, accumulate));
+    QS_TRY(ws_check(lp, ws, "linear_backward_data"));
+    if (lp->d.dx_dt != QS_BF16) return linear_backward_data_f32(be, lp, dy, w, dx, accumulate, ws);
+    float *dxf = (float *)((char *)ws + lp->y_off);
+    QS_TRY(linear_backward_data_f32(be, lp, dy, w, dxf, false, ws));
+    return qs_f32_to_bf16(lp->d.M * lp->d.K, dxf, dx, NULL);
 }
 
 qs_status qs_cpu_linear_backward_weights(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,

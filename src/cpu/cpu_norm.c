@@ -14,7 +14,8 @@
  * output, qs_model_bf16_conv_outputs), a BF16 x widened exactly into an FP32 copy first (one
  * vectorised pass; the FP32 loops then run unchanged), so each result equals the F32 op's on
  * the widened x bit for bit.
- * The backward's dx is F32 or BF16 (dx_dt): a BF16 dx is the FP32 dx rounded by the
+ * The backward's dy is F32 or BF16 (dy_dt: a BF16 convolution's gradient of its input, widened
+ * exactly into the scratch like x). The backward's dx is F32 or BF16 (dx_dt): a BF16 dx is the FP32 dx rounded by the
  * conversion quantize uses (qs_f32_to_bf16: stochastic with dx_sr, element r·C + c taking the
  * word of global index dx_sr->offset + r·C + c, counter_at read when the op runs; nearest
  * even without dx_sr), on the whole FP32 dx in the backend scratch, so its bits equal the F32 op followed by
@@ -218,22 +219,26 @@ static void bn_dx_rows(int64_t r0, int64_t r1, int64_t C, const float *x, const 
  * rounded by qs_f32_to_bf16 — the conversion quantize(…, QS_BF16, …, sr, …) runs, on the whole
  * tensor, so the bits equal quantize's; the dx_dt and accumulate checks come before any work). */
 qs_status qs_cpu_batchnorm_backward(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const void *x,
-                                    qs_dtype x_dt, const float *dy, const float *gamma, const float *save_mean,
+                                    qs_dtype x_dt, const void *dy_any, qs_dtype dy_dt, const float *gamma,
+                                    const float *save_mean,
                                     const float *save_invstd, void *dx, qs_dtype dx_dt, const qs_sr *dx_sr,
                                     bool accumulate, float *dgamma, float *dbeta, const void *y_relu_any,
                                     qs_dtype y_dt, float *dresidual, bool dresidual_accumulate) {
     const char *what = "batchnorm_backward";
-    QS_TRY(bn_check(what, rows, C, 4, (const void *[]){x, dy, save_mean, save_invstd}));
+    QS_TRY(bn_check(what, rows, C, 4, (const void *[]){x, dy_any, save_mean, save_invstd}));
     QS_TRY(qs_batchnorm_dtype_check(what, x_dt, y_dt, dx_dt, accumulate));
+    QS_TRY(qs_dy_dtype_check(what, dy_dt));
     if (rows < 1) return QS_OK;
-    /* scratch: [x widened | mask widened | FP32 dx before its rounding], as needed */
+    /* scratch: [x widened | mask widened | dy widened | FP32 dx before its rounding], as needed */
     const int64_t n = rows * C;
     const size_t nx = bn_view_floats(n, x, x_dt), nm = bn_view_floats(n, y_relu_any, y_dt);
-    const size_t nd = dx && dx_dt == QS_BF16 ? (size_t)n : 0;
+    const size_t ng = bn_view_floats(n, dy_any, dy_dt), nd = dx && dx_dt == QS_BF16 ? (size_t)n : 0;
     float *scratch = NULL;
-    if (nx + nm + nd) QS_TRY(qs_cpu_scratch(qs_cpu_be(be), (nx + nm + nd) * sizeof(float), (void **)&scratch));
+    if (nx + nm + ng + nd)
+        QS_TRY(qs_cpu_scratch(qs_cpu_be(be), (nx + nm + ng + nd) * sizeof(float), (void **)&scratch));
     const float *xf = bn_f32_view(n, x, x_dt, scratch), *y_relu = bn_f32_view(n, y_relu_any, y_dt, scratch + nx);
-    float *dx32 = nd ? scratch + nx + nm : NULL;
+    const float *dy = bn_f32_view(n, dy_any, dy_dt, scratch + nx + nm);
+    float *dx32 = nd ? scratch + nx + nm + ng : NULL;
     bn_scratch sc = {0};
     QS_TRY(bn_scratch_alloc(&sc, C, what));
     double *sum_dy = sc.d[0], *sum_dy_xmu = sc.d[1], *mean_d = sc.d[2];
@@ -260,7 +265,7 @@ qs_status qs_cpu_batchnorm_backward(qs_backend *be, qs_stream *s, int64_t rows, 
     if (dx32) st = qs_f32_to_bf16(n, dx32, dx, dx_sr);
     free(sc.mem);
     if (st != QS_OK || !dresidual) return st;
-    if (y_relu) return qs_cpu_relu_backward(be, s, n, y_relu, dy, dresidual, dresidual_accumulate);
+    if (y_relu) return qs_cpu_relu_backward(be, s, n, y_relu, dy, QS_F32, dresidual, dresidual_accumulate);
     qs_cpu_copy_or_add(n, dy, dresidual, dresidual_accumulate);
     return QS_OK;
 }

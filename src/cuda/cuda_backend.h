@@ -112,7 +112,7 @@ qs_status qs_cuda_linear_plan(qs_backend *be, const qs_linear_desc *d, void **pl
 qs_status qs_cuda_linear_forward(qs_backend *be, void *plan, qs_stream *s, const qs_operand *x, const qs_operand *w,
                                  const float *b, void *y, void *ws);
 qs_status qs_cuda_linear_backward_data(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
-                                       const qs_operand *w, float *dx, bool accumulate, void *ws);
+                                       const qs_operand *w, void *dx, bool accumulate, void *ws);
 qs_status qs_cuda_linear_backward_weights(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
                                           const qs_operand *x, float *dw, float *db, void *ws);
 void qs_cuda_linear_plan_destroy(qs_backend *be, void *plan);
@@ -131,7 +131,7 @@ qs_status qs_cuda_conv_plan(qs_backend *be, const qs_conv_desc *d, void **plan, 
 qs_status qs_cuda_conv_forward(qs_backend *be, void *plan, qs_stream *s, const qs_operand *x, const qs_operand *w,
                                const float *b, void *y, void *ws);
 qs_status qs_cuda_conv_backward_data(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
-                                     const qs_operand *w, float *dx, bool accumulate, void *ws);
+                                     const qs_operand *w, void *dx, bool accumulate, void *ws);
 qs_status qs_cuda_conv_backward_weights(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
                                         const qs_operand *x, float *dw, float *db, void *ws);
 void qs_cuda_conv_plan_destroy(qs_backend *be, void *plan);
@@ -152,7 +152,7 @@ qs_status qs_cuda_batchnorm_forward_eval(qs_backend *be, qs_stream *s, int64_t r
                                          const float *gamma, const float *beta, const float *running_mean,
                                          const float *running_var, float eps, void *y, qs_dtype y_dt, bool relu, const float *residual);
 qs_status qs_cuda_batchnorm_backward(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const void *x, qs_dtype x_dt,
-                                     const float *dy, const float *gamma, const float *save_mean,
+                                     const void *dy, qs_dtype dy_dt, const float *gamma, const float *save_mean,
                                      const float *save_invstd, void *dx, qs_dtype dx_dt, const qs_sr *dx_sr, bool accumulate, float *dgamma,
                                      float *dbeta, const void *y_relu, qs_dtype y_dt, float *dresidual, bool dresidual_accumulate);
 qs_status qs_cuda_softmax_xent_forward(qs_backend *be, qs_stream *s, int64_t B, int64_t classes,
@@ -162,7 +162,7 @@ qs_status qs_cuda_softmax_xent_backward(qs_backend *be, qs_stream *s, int64_t B,
 
 /* ---- cuda_elementwise.cu ---- */
 qs_status qs_cuda_relu_forward(qs_backend *be, qs_stream *s, int64_t n, const float *x, float *y);
-qs_status qs_cuda_relu_backward(qs_backend *be, qs_stream *s, int64_t n, const float *y, const float *dy, float *dx,
+qs_status qs_cuda_relu_backward(qs_backend *be, qs_stream *s, int64_t n, const float *y, const void *dy, qs_dtype dy_dt, float *dx,
                                 bool accumulate);
 qs_status qs_cuda_add_forward(qs_backend *be, qs_stream *s, int64_t n, const float *a, const float *b, float *y,
                               bool relu);

@@ -78,14 +78,17 @@
  *   rounding, like the CPU's INT8 epilogue; identical to scaling the operands for the
  *   power-of-two scales that quantize chooses).
  *   Per-row (per-output-channel) weight scales and INT8: QS_ERR_UNSUPPORTED.
- * Output dtype (qs_conv_desc.y_dt, checked at plan time: F32 or BF16). A BF16 Y is what a
- * following batch norm reads (ResNets at BF16), in half the bytes. When the forward path's cuDNN
- * output is BF16 (cd->out_dt), the plan has no FP8 scale and no bias, cuDNN writes Y itself
- * (`direct`: no staging, no epilogue; impl names it "bf16 y written directly"). Otherwise the
- * result is staged in T (FP32, or a 16-bit engine's BF16) and the epilogue kernel applies the
- * scale and bias in FP32 and rounds to nearest even into Y (a 16-bit engine's result with a bias
- * is thus rounded twice, the same bits as that path's FP32 Y rounded). The path choice does
- * not depend on y_dt, except that benchmark mode times each path with the Y it will write.
+ * Output dtypes (qs_conv_desc.y_dt and dx_dt, checked at plan time: F32 or BF16). A BF16 Y is
+ * what a following batch norm reads (ResNets at BF16), in half the bytes; a BF16 dX is that
+ * batch norm's (or ReLU's) output gradient when this convolution is its only reader. When the
+ * direction's cuDNN output is BF16 (cd->out_dt), the plan has no FP8 scale and (forward) no
+ * bias, cuDNN writes Y or dX itself (`direct`: no staging, no epilogue; impl names it "bf16 y
+ * written directly" / "bf16 dx ..."). Otherwise the result is staged in T (FP32, or a 16-bit
+ * engine's BF16) and the epilogue kernel applies the scale and bias in FP32 and rounds to
+ * nearest even into Y or dX (a 16-bit engine's result with a bias is thus rounded twice, the
+ * same bits as that path's FP32 Y rounded). A BF16 dX is never accumulated. The path choice
+ * does not depend on y_dt or dx_dt, except that benchmark mode times each path with the output
+ * it will write.
  * Bias: forward adds b in the epilogue kernel (fused with the FP8 scale and a BF16 Y's
  * rounding). backward-weights: db (FP32 dY only; backend.h's NULL rule) = column sums of dY
  * (N·P·Q, K) with qs_cuda_column_sums, the same double-accumulated reduction the layers use for
@@ -246,6 +249,11 @@ static int64_t numel_w(const qs_conv_desc *d) { return d->K * d->C * d->R * d->S
 /* Elements of the output of direction dir: Y, dX or dW. */
 static int64_t numel_out(const qs_conv_desc *d, int dir) {
     return dir == DIR_FWD ? numel_y(d) : dir == DIR_BWD_DATA ? numel_x(d) : numel_w(d);
+}
+
+/* The dtype a call's output of direction dir is in: Y in y_dt, dX in dx_dt, dW FP32. */
+static qs_dtype out_dtype(const qs_conv_desc *d, int dir) {
+    return dir == DIR_FWD ? d->y_dt : dir == DIR_BWD_DATA ? d->dx_dt : QS_F32;
 }
 
 /* Elements of operand A (x in forward, dY otherwise) and B (W, or X in backward-weights). */
@@ -821,20 +829,19 @@ static void dir_finish(const qs_cuda_conv_plan_t *cp, int dir, conv_dir *cd, con
     cd->cvt_b = cd->run_b != b_store || (dir != DIR_BWD_WEIGHTS && !w_same);
     cd->scaled = is_fp8(a_store) || is_fp8(b_store);
     if (cd->eng == ENG_LEGACY) cd->out_dt = QS_F32;
-    /* a BF16 y takes a BF16 result as it is when nothing is left to apply (no FP8 scale, no bias);
-     * anything else is staged: a 16-bit result is widened (F32 y) or re-rounded after the bias
-     * (BF16 y), an FP32 result bound for a BF16 y is narrowed by the epilogue */
-    const bool y16 = dir == DIR_FWD && d->y_dt == QS_BF16;
-    cd->direct = y16 && cd->out_dt == QS_BF16 && !cd->scaled && !d->has_bias;
-    cd->use_t = (cd->out_dt != QS_F32 || y16) && !cd->direct;
-    if (dir == DIR_BWD_DATA) cd->use_t = cd->use_t || cd->eng == ENG_GRAPH || cd->scaled;
+    /* a BF16 y or dX takes a BF16 result as it is when nothing is left to apply (no FP8 scale, no
+     * bias); anything else is staged: a 16-bit result is widened (F32 output) or re-rounded after
+     * the bias (BF16 y), an FP32 result bound for a BF16 output is narrowed by the epilogue. An
+     * F32 dX keeps T for accumulating where beta cannot (a BF16 dX never accumulates). */
+    const bool n16 = out_dtype(d, dir) == QS_BF16;
+    cd->direct = n16 && cd->out_dt == QS_BF16 && !cd->scaled && !(dir == DIR_FWD && d->has_bias);
+    cd->use_t = (cd->out_dt != QS_F32 || n16) && !cd->direct;
+    if (dir == DIR_BWD_DATA && !n16) cd->use_t = cd->use_t || cd->eng == ENG_GRAPH || cd->scaled;
     if (dir == DIR_BWD_WEIGHTS) cd->use_t = cd->use_t || (d->R * d->S > 1 && d->C > 1);
-    if (cd->direct) {
+    if (n16) {
         const size_t L = strlen(cd->impl);
-        snprintf(cd->impl + L, sizeof cd->impl - L, "; bf16 y written directly");
-    } else if (y16) {
-        const size_t L = strlen(cd->impl);
-        snprintf(cd->impl + L, sizeof cd->impl - L, "; bf16 y from the epilogue");
+        snprintf(cd->impl + L, sizeof cd->impl - L, "; bf16 %s %s", dir == DIR_FWD ? "y" : "dx",
+                 cd->direct ? "written directly" : "from the epilogue");
     }
     dir_layout(cp, dir, cd);
 }
@@ -852,8 +859,8 @@ static int time_paths(qs_backend *be, qs_cuda_conv_plan_t *cp, int dir, conv_dir
         wmax = paths[i].total > wmax ? paths[i].total : wmax;
     }
     const size_t sa = (size_t)numel_a(d, dir) * qs_dtype_size(a_dt), sb = (size_t)numel_b(d, dir) * qs_dtype_size(b_dt);
-    /* the output as a call gets it: Y in the plan's y_dt, dX and dW in FP32 */
-    const size_t so = (size_t)numel_out(d, dir) * (dir == DIR_FWD ? qs_dtype_size(d->y_dt) : sizeof(float));
+    /* the output as a call gets it: Y in the plan's y_dt, dX in its dx_dt, dW in FP32 */
+    const size_t so = (size_t)numel_out(d, dir) * qs_dtype_size(out_dtype(d, dir));
     static const float ones[2] = {1.0f, 1.0f};
     void *a = NULL, *b = NULL, *o = NULL, *w = NULL, *sc = NULL;
     cudaEvent_t e0 = NULL, e1 = NULL;
@@ -974,12 +981,7 @@ qs_status qs_cuda_conv_plan(qs_backend *be, const qs_conv_desc *d, void **plan, 
     qs_conv_desc dd = *d; /* finished: the same P,Q */
     if ((unsigned)dd.prec >= QS_PREC_COUNT)
         return QS_FAIL(QS_ERR_INVALID_ARG, "conv_plan: unknown precision %d", (int)dd.prec);
-    if (dd.y_dt != QS_F32 && dd.y_dt != QS_BF16)
-        return QS_FAIL((unsigned)dd.y_dt < QS_DTYPE_COUNT ? QS_ERR_UNSUPPORTED : QS_ERR_INVALID_ARG,
-                       "conv_plan: output dtype y_dt = %s (%d); the CUDA convolution writes its forward output in f32 "
-                       "or bf16 (N=%lld H=%lld W=%lld C=%lld K=%lld %lldx%lld at %s)",
-                       qs_dtype_name(dd.y_dt), (int)dd.y_dt, (long long)dd.N, (long long)dd.H, (long long)dd.W,
-                       (long long)dd.C, (long long)dd.K, (long long)dd.R, (long long)dd.S, qs_precision_name(dd.prec));
+    QS_TRY(qs_gemm_out_dtype_check("conv_plan", dd.y_dt, dd.dx_dt));
     if (dd.prec == QS_PREC_INT8)
         return QS_FAIL(QS_ERR_UNSUPPORTED,
                        "conv_plan: INT8 convolution is not available on the CUDA backend (cuDNN has no int8 "
@@ -1045,7 +1047,7 @@ static qs_status operand_check(const qs_operand *op, qs_dtype expect, bool allow
 }
 
 /* Run direction dir: a = x (forward) or dY, b = W or X (backward-weights), out = Y (in the plan's
- * y_dt), dX or dW (FP32). */
+ * y_dt), dX (in its dx_dt) or dW (FP32). */
 static qs_status conv_run(qs_backend *be, qs_cuda_conv_plan_t *cp, int dir, qs_stream *s, const qs_operand *a,
                           const qs_operand *b, const float *bias, void *out, bool accumulate, void *ws) {
     const qs_conv_desc *d = &cp->d;
@@ -1081,12 +1083,13 @@ static qs_status conv_run(qs_backend *be, qs_cuda_conv_plan_t *cp, int dir, qs_s
         pb = w8 + cd->off_b;
     }
 
-    /* staged in T: a 16-bit result (unless written straight into a BF16 y), any forward result
-     * bound for a BF16 y that is not, an accumulating backward-data that cannot use beta, a KRSC
-     * weight gradient */
+    /* staged in T: a 16-bit result (unless written straight into a BF16 y or dX), any result
+     * bound for a BF16 y or dX that is not, an accumulating backward-data that cannot use beta, a
+     * KRSC weight gradient */
     const bool out16 = cd->out_dt != QS_F32;
+    const qs_dtype call_dt = out_dtype(d, dir);
     float beta = 0.0f;
-    bool staged = dir == DIR_FWD ? cd->use_t : out16;
+    bool staged = dir == DIR_FWD || call_dt == QS_BF16 ? cd->use_t : out16;
     if (dir == DIR_BWD_DATA && accumulate) {
         if (cd->use_t)
             staged = true;
@@ -1110,7 +1113,7 @@ static qs_status conv_run(qs_backend *be, qs_cuda_conv_plan_t *cp, int dir, qs_s
             QS_TRY(qs_cuda_conv_epilogue(st, d->N * d->P * d->Q, d->K, target, tdt, out, d->y_dt, sa, sb, bias, false));
     } else if (dir == DIR_BWD_DATA) {
         if (staged || sa)
-            QS_TRY(qs_cuda_conv_epilogue(st, d->N * d->H * d->W, d->C, target, tdt, out, QS_F32, sa, sb, NULL,
+            QS_TRY(qs_cuda_conv_epilogue(st, d->N * d->H * d->W, d->C, target, tdt, out, call_dt, sa, sb, NULL,
                                          staged && accumulate));
     } else {
         const bool krsc = d->R * d->S > 1 && d->C > 1; /* dW came out KRSC */
@@ -1135,14 +1138,16 @@ qs_status qs_cuda_conv_forward(qs_backend *be, void *plan, qs_stream *s, const q
     return conv_run(be, cp, DIR_FWD, s, x, w, cp->d.has_bias ? b : NULL, y, false, ws);
 }
 
-/* dx (N,H,W,C) = conv_backward_data(dy (N,P,Q,K), w), or dx += ... with accumulate. */
+/* dx (N,H,W,C) in the plan's dx_dt = conv_backward_data(dy (N,P,Q,K), w), or (F32 dx) dx += ...
+ * with accumulate. */
 qs_status qs_cuda_conv_backward_data(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
-                                     const qs_operand *w, float *dx, bool accumulate, void *ws) {
+                                     const qs_operand *w, void *dx, bool accumulate, void *ws) {
     QS_TRY(plan_check(plan, "conv_backward_data"));
     qs_cuda_conv_plan_t *cp = plan;
     QS_TRY(operand_check(dy, cp->gdt, false, "conv_backward_data dy"));
     QS_TRY(operand_check(w, cp->fdt, false, "conv_backward_data w"));
     if (!dx) return QS_FAIL(QS_ERR_INVALID_ARG, "conv_backward_data: NULL dx");
+    QS_TRY(qs_dx_accumulate_check("conv_backward_data", cp->d.dx_dt, accumulate));
     return conv_run(be, cp, DIR_BWD_DATA, s, dy, w, NULL, dx, accumulate, ws);
 }
 

@@ -88,16 +88,27 @@ struct ReluFwd {
     }
 };
 
-/* dx = y > 0 ? dy : 0, or dx += that. */
-template <bool ACC>
+/* Element i (one) or elements 4·i4 .. 4·i4+3 (four, 8-byte aligned) of an FP32 or BF16 (uint16_t
+ * bits, widened exactly) tensor, as FP32. */
+__device__ __forceinline__ float ld1(const float *p, int64_t i) { return p[i]; }
+__device__ __forceinline__ float ld1(const uint16_t *p, int64_t i) { return qs_nf_bits_f32(qs_nf_bf16_to_f32(p[i])); }
+__device__ __forceinline__ float4 ld4(const uint16_t *p, int64_t i4) {
+    const uint2 u = reinterpret_cast<const uint2 *>(p)[i4];
+    return make_float4(qs_nf_bits_f32(u.x << 16), qs_nf_bits_f32(u.x & 0xffff0000u), qs_nf_bits_f32(u.y << 16),
+                       qs_nf_bits_f32(u.y & 0xffff0000u));
+}
+
+/* dx = y > 0 ? dy : 0, or dx += that; G: dy's element type (float, or uint16_t BF16 bits). */
+template <bool ACC, typename G>
 struct ReluBwd {
-    const float *y, *dy;
+    const float *y;
+    const G *dy;
     float *dx;
     __device__ static float f(float yv, float g, float old) {
         float d = yv > 0.0f ? g : 0.0f;
         return ACC ? __fadd_rn(old, d) : d;
     }
-    __device__ void one(int64_t i) const { dx[i] = f(y[i], dy[i], ACC ? dx[i] : 0.0f); }
+    __device__ void one(int64_t i) const { dx[i] = f(y[i], ld1(dy, i), ACC ? dx[i] : 0.0f); }
     __device__ void four(int64_t i) const {
         const float4 a = ld4(y, i), g = ld4(dy, i);
         const float4 o = ACC ? ld4(dx, i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -431,13 +442,20 @@ qs_status qs_cuda_relu_forward(qs_backend *be, qs_stream *s, int64_t n, const fl
     return launch_map(be, s, n, aligned16({x, y}), ReluFwd{x, y}, "relu_forward");
 }
 
-/* dx = dy·[y > 0], or dx += that with accumulate. */
-qs_status qs_cuda_relu_backward(qs_backend *be, qs_stream *s, int64_t n, const float *y, const float *dy, float *dx,
-                                bool accumulate) {
+/* dx = dy·[y > 0], or dx += that with accumulate; dy F32 or BF16 (dy_dt). */
+qs_status qs_cuda_relu_backward(qs_backend *be, qs_stream *s, int64_t n, const float *y, const void *dy,
+                                qs_dtype dy_dt, float *dx, bool accumulate) {
     QS_TRY(args_check("relu_backward", n, {y, dy, dx}));
+    QS_TRY(qs_dy_dtype_check("relu_backward", dy_dt));
     const bool vec = aligned16({y, dy, dx});
-    if (accumulate) return launch_map(be, s, n, vec, ReluBwd<true>{y, dy, dx}, "relu_backward");
-    return launch_map(be, s, n, vec, ReluBwd<false>{y, dy, dx}, "relu_backward");
+    if (dy_dt == QS_BF16) {
+        const uint16_t *g = static_cast<const uint16_t *>(dy);
+        if (accumulate) return launch_map(be, s, n, vec, ReluBwd<true, uint16_t>{y, g, dx}, "relu_backward");
+        return launch_map(be, s, n, vec, ReluBwd<false, uint16_t>{y, g, dx}, "relu_backward");
+    }
+    const float *g = static_cast<const float *>(dy);
+    if (accumulate) return launch_map(be, s, n, vec, ReluBwd<true, float>{y, g, dx}, "relu_backward");
+    return launch_map(be, s, n, vec, ReluBwd<false, float>{y, g, dx}, "relu_backward");
 }
 
 /* y = a + b, or max(a + b, 0) with relu (y may alias a or b). */

@@ -32,13 +32,14 @@
  * bmm (cuBLASLt applies α on top of the operand scales). D and C are FP32 for every precision
  * (C = D: β = 1 accumulates), except a Linear forward's into a BF16 y (below).
  *
- * BF16 output (qs_linear_desc.y_dt, F32 or BF16, checked at plan time; a pointwise conv run as a
- * Linear that feeds a batch norm). Without FP8 and without a bias, the forward product is built
- * with D (and C) of type CUDA_R_16BF (gemm_dir.ddt): cuBLASLt rounds the FP32 accumulator to
- * BF16 itself and writes y, no extra pass. Every other case — FP8, a bias, or no algorithm (or
- * an input type that cuBLASLt pairs with no BF16 D, e.g. FP16 or FP32) — computes the FP32 Y as
- * for an FP32 y into a workspace region and rounds it to nearest even into y with the backend's
- * cast kernel (qs_cuda_cast). bmm outputs stay FP32.
+ * BF16 outputs (qs_linear_desc.y_dt and dx_dt, F32 or BF16, checked at plan time; a pointwise
+ * conv run as a Linear that feeds a batch norm, or whose input gradient is a batch norm's or
+ * ReLU's alone). Without FP8 and (forward) without a bias, the product is built with D (and C)
+ * of type CUDA_R_16BF (gemm_dir.ddt): cuBLASLt rounds the FP32 accumulator to BF16 itself and
+ * writes y or dx, no extra pass. Every other case — FP8, a bias, or no algorithm (or an input
+ * type that cuBLASLt pairs with no BF16 D, e.g. FP16 or FP32) — computes the FP32 result as for
+ * an FP32 output into a workspace region and rounds it to nearest even with the backend's cast
+ * kernel (qs_cuda_cast). A BF16 dx is never accumulated into. bmm outputs stay FP32.
  *
  * FP8 padding. Every FP8 product is issued as "TN" with A' a row-major m×k byte matrix and B' a
  * row-major n×k one. cuBLASLt's FP8 kernels need 16-byte (= 16-element) leading dimensions for
@@ -87,8 +88,9 @@
  * is padded; e.g. a Linear's backward-weights without D padding Xᵀ (K·Mp) then dYᵀ (N·Mp). An
  * FP8 bmm's scratch is therefore of the order of its operands' size (bytes per element of a, b,
  * dc). Linear with an FP32 bias gradient: partial sums (chunks·N doubles). Linear with a BF16 y
- * not written by cuBLASLt: the FP32 Y (M·N floats, from a 256-byte boundary after the forward's
- * FP8 regions; the column sums, of another direction, may share its bytes). The cuBLASLt part is
+ * or dx not written by cuBLASLt: the FP32 Y (M·N floats) or dX (M·K), from a 256-byte boundary
+ * after the forward's and backward-data's FP8 regions (the column sums, of another direction,
+ * may share its bytes). The cuBLASLt part is
  * the largest workspace any chosen algorithm asked for (searched with at most 32 MiB). ws must
  * be 256-byte aligned (alloc() is). */
 #include "cuda/cuda_backend.h"
@@ -114,7 +116,7 @@ typedef struct gemm_dir {
     int64_t m, n, k;
     bool a_tr, b_tr;   /* A stored (k, m) / B stored (k, n) instead of (m, k) / (n, k) */
     qs_dtype adt, bdt; /* storage dtypes of A and B */
-    qs_dtype ddt;      /* dtype of D (and C): F32, or BF16 (a Linear forward into a BF16 y; never FP8) */
+    qs_dtype ddt;      /* dtype of D (and C): F32, or BF16 (a Linear's BF16 y or dx; never FP8) */
     bool bias;         /* a bias epilogue is wanted (Linear forward) */
 } gemm_dir;
 
@@ -163,8 +165,9 @@ typedef struct qs_cuda_linear_plan {
     qs_linear_desc d;
     qs_dtype fdt, gdt;      /* storage dtypes of X, W (forward) and dY (gradient) */
     int colsum_chunks;      /* FP32 dY with bias: row blocks of the db column sums */
-    bool y_narrow;          /* BF16 y without a BF16-D product: FP32 Y at ws + y_off, then cast */
-    size_t y_off;
+    bool y_narrow;          /* BF16 y without a BF16-D product: FP32 Y at ws + narrow_off, then cast */
+    bool dx_narrow;         /* the same for a BF16 dx (FP32 dX at ws + narrow_off) */
+    size_t narrow_off;
     lt_plan lt;
 } qs_cuda_linear_plan_t;
 
@@ -578,12 +581,7 @@ qs_status qs_cuda_linear_plan(qs_backend *be, const qs_linear_desc *d, void **pl
                        (long long)d->N, (long long)d->K);
     qs_cuda_backend *cb = qs_cuda_be(be);
     QS_TRY(prec_check(cb, d->prec, "linear_plan"));
-    if (d->y_dt != QS_F32 && d->y_dt != QS_BF16)
-        return QS_FAIL((unsigned)d->y_dt < QS_DTYPE_COUNT ? QS_ERR_UNSUPPORTED : QS_ERR_INVALID_ARG,
-                       "linear_plan: output dtype y_dt = %s (%d); the CUDA Linear writes its forward output in f32 or "
-                       "bf16 (M=%lld N=%lld K=%lld at %s)",
-                       qs_dtype_name(d->y_dt), (int)d->y_dt, (long long)d->M, (long long)d->N, (long long)d->K,
-                       qs_precision_name(d->prec));
+    QS_TRY(qs_gemm_out_dtype_check("linear_plan", d->y_dt, d->dx_dt));
     cublasLtHandle_t lt;
     QS_TRY(lt_handle(be, &lt));
 
@@ -607,6 +605,8 @@ qs_status qs_cuda_linear_plan(qs_backend *be, const qs_linear_desc *d, void **pl
     const bool y16 = d->y_dt == QS_BF16;
     if (y16 && !p->fp8 && !d->has_bias) p->dir[DIR_FWD].ddt = QS_BF16; /* cuBLASLt writes y (if it can) */
     p->dir[DIR_BWD1] = gemm_dir_of(K, M, N, true, false, lp->fdt, lp->gdt);  /* A = W (k,m), B = dY */
+    const bool dx16 = d->dx_dt == QS_BF16;
+    if (dx16 && !p->fp8) p->dir[DIR_BWD1].ddt = QS_BF16; /* cuBLASLt writes dx (if it can) */
     p->dir[DIR_BWD2] = gemm_dir_of(K, N, M, true, true, lp->fdt, lp->gdt);   /* A = X (k,m), B = dY (k,n) */
     size_t scratch = 0;
     if (d->has_bias && lp->gdt == QS_F32) {
@@ -618,12 +618,16 @@ qs_status qs_cuda_linear_plan(qs_backend *be, const qs_linear_desc *d, void **pl
         qs_cuda_linear_plan_destroy(be, lp);
         return st;
     }
-    /* a BF16 y that the forward product does not write itself: FP32 Y in the scratch, after the
-     * forward's FP8 copies (the column sums belong to backward-weights: they may overlap it) */
+    /* a BF16 y (dx) that the forward (backward-data) product does not write itself: FP32 Y (dX)
+     * in the scratch, after that direction's FP8 copies (the column sums belong to
+     * backward-weights: they may overlap it) */
     lp->y_narrow = y16 && p->dir[DIR_FWD].ddt != QS_BF16;
-    if (lp->y_narrow) {
-        lp->y_off = align_up(p->fp8 ? p->f8[DIR_FWD].bytes : 0, WS_ALIGN);
-        scratch = max_sz(scratch, lp->y_off + align_up((size_t)M * (size_t)N * sizeof(float), WS_ALIGN));
+    lp->dx_narrow = dx16 && p->dir[DIR_BWD1].ddt != QS_BF16;
+    if (lp->y_narrow || lp->dx_narrow) {
+        const size_t f8 = p->fp8 ? max_sz(p->f8[DIR_FWD].bytes, p->f8[DIR_BWD1].bytes) : 0;
+        const size_t cols = max_sz(lp->y_narrow ? (size_t)N : 0, lp->dx_narrow ? (size_t)K : 0);
+        lp->narrow_off = align_up(f8, WS_ALIGN);
+        scratch = max_sz(scratch, lp->narrow_off + align_up((size_t)M * cols * sizeof(float), WS_ALIGN));
     }
     lt_plan_layout(p, scratch);
     *plan = lp;
@@ -831,27 +835,32 @@ qs_status qs_cuda_linear_forward(qs_backend *be, void *plan, qs_stream *s, const
     QS_TRY(ws_check(&lp->lt, ws, "linear_forward"));
     cublasLtHandle_t lt;
     QS_TRY(lt_handle(be, &lt));
-    void *out = lp->y_narrow ? (char *)ws + lp->y_off : y; /* ws is non-NULL: the plan reserved the region */
+    void *out = lp->y_narrow ? (char *)ws + lp->narrow_off : y; /* ws is non-NULL: the plan reserved it */
     QS_TRY(lt_run(&lp->lt, DIR_FWD, lt, stream_of(be, s), w->data, x->data, NULL, NULL, w->scale, x->scale, out, false,
                   lp->d.has_bias ? b : NULL, ws));
     if (!lp->y_narrow) return QS_OK;
     return qs_cuda_cast(be, s, lp->d.M * lp->d.N, out, QS_F32, y, QS_BF16); /* RNE, core/numfmt.h */
 }
 
-/* Contract (backend.h linear_backward_data): dx (M,K) = dy (M,N) · w (N,K), or dx += that with
- * accumulate; dy in the gradient dtype, w in the forward dtype, both per-tensor. */
+/* Contract (backend.h linear_backward_data): dx (M,K) = dy (M,N) · w (N,K), or (F32 dx) dx += that
+ * with accumulate; dy in the gradient dtype, w in the forward dtype, both per-tensor; dx in the
+ * plan's dx_dt (BF16: written by cuBLASLt, or the FP32 dX rounded by the cast kernel). */
 qs_status qs_cuda_linear_backward_data(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
-                                       const qs_operand *w, float *dx, bool accumulate, void *ws) {
+                                       const qs_operand *w, void *dx, bool accumulate, void *ws) {
     QS_TRY(plan_check(plan, QS_CUDA_PLAN_LINEAR, "linear_backward_data"));
     qs_cuda_linear_plan_t *lp = plan;
     QS_TRY(operand_check(dy, lp->gdt, true, "linear_backward_data dy"));
     QS_TRY(operand_check(w, lp->fdt, true, "linear_backward_data w"));
     if (!dx) return QS_FAIL(QS_ERR_INVALID_ARG, "linear_backward_data: NULL dx");
+    QS_TRY(qs_dx_accumulate_check("linear_backward_data", lp->d.dx_dt, accumulate));
     QS_TRY(ws_check(&lp->lt, ws, "linear_backward_data"));
     cublasLtHandle_t lt;
     QS_TRY(lt_handle(be, &lt));
-    return lt_run(&lp->lt, DIR_BWD1, lt, stream_of(be, s), w->data, dy->data, w->data_t, NULL, w->scale, dy->scale, dx, accumulate, NULL,
-                  ws);
+    void *out = lp->dx_narrow ? (char *)ws + lp->narrow_off : dx;
+    QS_TRY(lt_run(&lp->lt, DIR_BWD1, lt, stream_of(be, s), w->data, dy->data, w->data_t, NULL, w->scale, dy->scale,
+                  out, accumulate, NULL, ws));
+    if (!lp->dx_narrow) return QS_OK;
+    return qs_cuda_cast(be, s, lp->d.M * lp->d.K, out, QS_F32, dx, QS_BF16); /* RNE, core/numfmt.h */
 }
 
 /* Contract (backend.h linear_backward_weights): dw (N,K) = dy (M,N)ᵀ · x (M,K) (overwritten);

@@ -279,9 +279,9 @@ __global__ void k_bn_apply(int64_t rows, int64_t C, const X *__restrict__ x, con
 }
 
 /* Per chunk: Σ g and Σ g·(x - mean) in double, g = dy·[y_relu > 0] (or dy). part holds two
- * (nch, C) planes. X, M: x's and the mask's element types (float or uint16_t BF16 bits). */
-template <typename X, typename M>
-__global__ void k_bn_bwd_stats(int64_t rows, int64_t C, const X *__restrict__ x, const float *__restrict__ dy,
+ * (nch, C) planes. X, G, M: x's, dy's and the mask's element types (float or uint16_t BF16 bits). */
+template <typename X, typename G, typename M>
+__global__ void k_bn_bwd_stats(int64_t rows, int64_t C, const X *__restrict__ x, const G *__restrict__ dy,
                                const M *__restrict__ mask, const float *__restrict__ save_mean,
                                double *__restrict__ part) {
     __shared__ double sh[kTy][kTx];
@@ -293,7 +293,7 @@ __global__ void k_bn_bwd_stats(int64_t rows, int64_t C, const X *__restrict__ x,
         const double m = (double)save_mean[c];
         for (int64_t r = r0 + threadIdx.y; r < r1; r += kTy) {
             const int64_t i = r * C + c;
-            float g = dy[i];
+            float g = bn_load(dy, i);
             if (mask) g = g * bn_mask(mask, i); /* a multiply, like the CPU */
             s1 += (double)g;
             s2 += (double)g * ((double)bn_load(x, i) - m);
@@ -371,10 +371,11 @@ __device__ __forceinline__ void bn_dx_store(uint16_t *dx, int64_t i, float v, bo
 
 /* dx (= or +=; NULL: none) (g - a[c] - (x - mean[c])·p[c])·k[c]; dres (= or += with dres_acc;
  * NULL: none) the residual's gradient, dy where mask > 0 (relu_backward's select), or dy without
- * a mask. Grid (channel blocks, row blocks). D: float (FP32 dx), or uint16_t (BF16 bits: SR
- * stochastic rounding with sr, else nearest even). */
-template <typename X, typename M, typename D, bool SR>
-__global__ void k_bn_bwd_dx(int64_t rows, int64_t C, const X *__restrict__ x, const float *__restrict__ dy,
+ * a mask. Grid (channel blocks, row blocks). G: dy's element type (float or uint16_t BF16 bits).
+ * D: float (FP32 dx), or uint16_t (BF16 bits: SR stochastic rounding with sr, else nearest
+ * even). */
+template <typename X, typename G, typename M, typename D, bool SR>
+__global__ void k_bn_bwd_dx(int64_t rows, int64_t C, const X *__restrict__ x, const G *__restrict__ dy,
                             const M *__restrict__ mask, const float *__restrict__ save_mean,
                             const float *__restrict__ kap, D *__restrict__ dx, bool accumulate,
                             float *__restrict__ dres, bool dres_acc, BnDxSr sr) {
@@ -384,7 +385,7 @@ __global__ void k_bn_bwd_dx(int64_t rows, int64_t C, const X *__restrict__ x, co
     const uint64_t ctr = bn_dx_counter<SR>(sr);
     for (int64_t r = (int64_t)blockIdx.y * kTy + threadIdx.y; r < rows; r += (int64_t)gridDim.y * kTy) {
         const int64_t i = r * C + c;
-        const float d = dy[i];
+        const float d = bn_load(dy, i);
         const float mk = mask ? bn_mask(mask, i) : 1.0f;
         if (dres) {
             const float rv = mk > 0.0f ? d : 0.0f;
@@ -404,7 +405,7 @@ qs_status bn_check(const char *what, int64_t rows, int64_t C, std::initializer_l
     return args_check(what, rows * C, ptrs);
 }
 
-/* f(xp) with x typed by x_dt (checked F32 or BF16): const float *, or const uint16_t * (BF16
+/* f(xp) with x (or dy) typed by x_dt (checked F32 or BF16): const float *, or const uint16_t * (BF16
  * bits) — how the launchers pick a kernel's X. */
 template <typename F>
 void with_x(const void *x, qs_dtype x_dt, F &&f) {
@@ -671,7 +672,7 @@ extern "C" qs_status qs_cuda_batchnorm_forward_eval(qs_backend *be, qs_stream *s
 }
 
 /* dx (rows, C; NULL = not needed; overwritten or accumulated), dgamma, dbeta (C; NULL = not
- * needed; overwritten) from x (rows, C; F32 or BF16, x_dt), dy (rows, C) and the saved
+ * needed; overwritten) from x (rows, C; F32 or BF16, x_dt), dy (rows, C; F32 or BF16, dy_dt) and the saved
  * statistics; y_relu (rows, C) masks dy for a forward with relu. dx_dt F32, or BF16: the FP32
  * value of each dx element rounded stochastically with dx_sr (host descriptor; element i takes
  * the word of global index dx_sr->offset + i, the counter read from dx_sr->counter_at in device
@@ -681,13 +682,15 @@ extern "C" qs_status qs_cuda_batchnorm_forward_eval(qs_backend *be, qs_stream *s
  * NULL). dresidual (rows, C; NULL = none; = or += with dresidual_accumulate): dy where y_relu > 0
  * (or dy without y_relu), written by the input-gradient kernel, also when dx is NULL. */
 extern "C" qs_status qs_cuda_batchnorm_backward(qs_backend *be, qs_stream *s, int64_t rows, int64_t C,
-                                                const void *x, qs_dtype x_dt, const float *dy, const float *gamma,
+                                                const void *x, qs_dtype x_dt, const void *dy, qs_dtype dy_dt,
+                                                const float *gamma,
                                                 const float *save_mean, const float *save_invstd, void *dx,
                                                 qs_dtype dx_dt, const qs_sr *dx_sr, bool accumulate, float *dgamma,
                                                 float *dbeta, const void *y_relu, qs_dtype y_dt, float *dresidual, bool dresidual_accumulate) {
     const char *what = "batchnorm_backward";
     QS_TRY(bn_check(what, rows, C, {x, dy, save_mean, save_invstd}));
     QS_TRY(qs_batchnorm_dtype_check(what, x_dt, y_dt, dx_dt, accumulate));
+    QS_TRY(qs_dy_dtype_check(what, dy_dt));
     const bool m16 = y_dt == QS_BF16;
     const float *m32 = m16 ? nullptr : static_cast<const float *>(y_relu);
     const uint16_t *mb = m16 ? static_cast<const uint16_t *>(y_relu) : nullptr;
@@ -703,8 +706,10 @@ extern "C" qs_status qs_cuda_batchnorm_backward(qs_backend *be, qs_stream *s, in
     float *kap = dx || dresidual ? reinterpret_cast<float *>(part + 2 * nch * C) : nullptr;
     const dim3 blk(kTx, kTy);
     with_x(x, x_dt, [&](auto xp) {
-        if (m16) k_bn_bwd_stats<<<dim3(cb, (unsigned)nch), blk, 0, st>>>(rows, C, xp, dy, mb, save_mean, part);
-        else k_bn_bwd_stats<<<dim3(cb, (unsigned)nch), blk, 0, st>>>(rows, C, xp, dy, m32, save_mean, part);
+        with_x(dy, dy_dt, [&](auto gp) {
+            if (m16) k_bn_bwd_stats<<<dim3(cb, (unsigned)nch), blk, 0, st>>>(rows, C, xp, gp, mb, save_mean, part);
+            else k_bn_bwd_stats<<<dim3(cb, (unsigned)nch), blk, 0, st>>>(rows, C, xp, gp, m32, save_mean, part);
+        });
     });
     QS_TRY(qs_cuda_check_launch("batchnorm_backward (reduction kernel)"));
     k_bn_bwd_final<<<grid_for(C), kBlock, 0, st>>>(rows, C, nch, part, save_invstd, gamma, kap, dgamma, dbeta);
@@ -714,26 +719,30 @@ extern "C" qs_status qs_cuda_batchnorm_backward(qs_backend *be, qs_stream *s, in
     const bool bf16 = dx && dx_dt == QS_BF16, use_sr = bf16 && dx_sr;
     BnDxSr sr = {0u, 0u, 0u, nullptr};
     if (use_sr) sr = {dx_sr->key, dx_sr->counter, dx_sr->offset, dx_sr->counter_at};
-    /* the kernel for x's and the mask's element types (xp, mp) and dx's: F32, BF16 SR or RNE */
-    auto launch = [&](auto xp, auto mp) {
+    /* the kernel for x's, dy's and the mask's element types (xp, gp, mp) and dx's: F32, BF16 SR or
+     * RNE */
+    auto launch = [&](auto xp, auto gp, auto mp) {
         using X = std::remove_cv_t<std::remove_pointer_t<decltype(xp)>>;
+        using G = std::remove_cv_t<std::remove_pointer_t<decltype(gp)>>;
         using M = std::remove_cv_t<std::remove_pointer_t<decltype(mp)>>;
         if (!bf16)
-            k_bn_bwd_dx<X, M, float, false><<<grid, blk, 0, st>>>(rows, C, xp, dy, mp, save_mean, kap,
-                                                                  static_cast<float *>(dx), accumulate, dresidual,
-                                                                  dresidual_accumulate, sr);
-        else if (use_sr)
-            k_bn_bwd_dx<X, M, uint16_t, true><<<grid, blk, 0, st>>>(rows, C, xp, dy, mp, save_mean, kap,
-                                                                    static_cast<uint16_t *>(dx), false, dresidual,
-                                                                    dresidual_accumulate, sr);
-        else
-            k_bn_bwd_dx<X, M, uint16_t, false><<<grid, blk, 0, st>>>(rows, C, xp, dy, mp, save_mean, kap,
-                                                                     static_cast<uint16_t *>(dx), false, dresidual,
+            k_bn_bwd_dx<X, G, M, float, false><<<grid, blk, 0, st>>>(rows, C, xp, gp, mp, save_mean, kap,
+                                                                     static_cast<float *>(dx), accumulate, dresidual,
                                                                      dresidual_accumulate, sr);
+        else if (use_sr)
+            k_bn_bwd_dx<X, G, M, uint16_t, true><<<grid, blk, 0, st>>>(rows, C, xp, gp, mp, save_mean, kap,
+                                                                       static_cast<uint16_t *>(dx), false, dresidual,
+                                                                       dresidual_accumulate, sr);
+        else
+            k_bn_bwd_dx<X, G, M, uint16_t, false><<<grid, blk, 0, st>>>(rows, C, xp, gp, mp, save_mean, kap,
+                                                                        static_cast<uint16_t *>(dx), false, dresidual,
+                                                                        dresidual_accumulate, sr);
     };
     with_x(x, x_dt, [&](auto xp) {
-        if (m16) launch(xp, mb);
-        else launch(xp, m32);
+        with_x(dy, dy_dt, [&](auto gp) {
+            if (m16) launch(xp, gp, mb);
+            else launch(xp, gp, m32);
+        });
     });
     return qs_cuda_check_launch("batchnorm_backward (input-gradient kernel)");
 }

@@ -162,12 +162,12 @@ static size_t qs_node_out_bytes(const qs_node *n) {
 
 static qs_status qs_be_alloc(qs_model *m, size_t bytes, void **out);
 
-/* Gradients are FP32, except a plain (not straight-through) cast's, which arrives in the
- * cast's output dtype; a BatchNorm that writes BF16 (a fused cast, qs_model_fuse_casts) still
- * gets an FP32 gradient. */
+/* Gradients are in grad_dtype (FP32, or BF16: qs_model_bf16_input_grads), except a plain (not
+ * straight-through) cast's, which arrives in the cast's output dtype; a BatchNorm that writes
+ * BF16 (a fused cast, qs_model_fuse_casts) still gets a gradient of its grad_dtype. */
 static size_t qs_node_grad_bytes(const qs_node *n) {
     if (n->kind == QS_NODE_CAST && !n->cfg.cast.straight_through) return qs_node_out_bytes(n);
-    return (size_t)qs_shape_numel(n->out_ndim, n->out_shape) * sizeof(float);
+    return (size_t)qs_shape_numel(n->out_ndim, n->out_shape) * qs_dtype_size(n->grad_dtype);
 }
 
 /* Allocate n->dy, or share the input's when n is a straight-through cast (its backward is then
@@ -393,6 +393,15 @@ qs_node *qs_model_only_reader(qs_model *m, int i) {
         for (int k = 0; k < m->nodes[j].n_inputs; k++)
             if (m->nodes[j].inputs[k] == i) return &m->nodes[j];
     return NULL;
+}
+
+int qs_model_grad_owner(const qs_model *m, int i) {
+    for (;;) {
+        const qs_node *n = &m->nodes[i];
+        if (n->alias_of >= 0) i = n->alias_of;
+        else if (n->kind == QS_NODE_CAST && n->cfg.cast.straight_through && n->n_inputs == 1) i = n->inputs[0];
+        else return i;
+    }
 }
 
 void *qs_model_grad_target(qs_model *m, qs_node *n, int slot, bool *accumulate) {

@@ -143,6 +143,8 @@ typedef struct qs_node {
     int out_ndim;
     int64_t out_shape[4];
     qs_dtype out_dtype;
+    qs_dtype grad_dtype;       /* dtype of dy: F32, or BF16 where one BF16 GEMM alone writes it
+                                * (qs_model_bf16_input_grads); a plain cast's follows out_dtype */
 
     /* parameters (index into model->params) and buffers (model->buffers); -1 if absent */
     int param[QS_MAX_NODE_PARAMS];
@@ -412,6 +414,12 @@ void *qs_model_grad_target(qs_model *m, qs_node *n, int slot, bool *accumulate);
 
 /* The node that reads node i's output, when exactly one input slot of one node does, else NULL. */
 qs_node *qs_model_only_reader(qs_model *m, int i);
+
+/* The index of the node whose gradient buffer a reader of node i writes into: i, or — past
+ * unfused straight-through casts (which share their input's gradient once set up) and fused
+ * nodes (whose buffers are their owner's, alias_of) — the node that owns it. Valid before and
+ * after qs_model_setup. */
+int qs_model_grad_owner(const qs_model *m, int i);
 
 /* Pointers into the tables. */
 void *qs_model_param_ptr(qs_model *m, int param_index);

@@ -115,6 +115,40 @@ int qs_model_bf16_conv_outputs(qs_model *m) {
     return made;
 }
 
+/* Whether node j writes the gradient of its input slot k into that input's owner's buffer:
+ * everything but a straight-through cast (it shares the buffer) and a node fused into that owner
+ * (its backward is the owner's). */
+static bool writes_input_grad(const qs_model *m, int j, int k) {
+    const qs_node *r = &m->nodes[j];
+    if (r->kind == QS_NODE_CAST && r->cfg.cast.straight_through && r->alias_of < 0) return false;
+    return r->alias_of < 0 || r->alias_of != qs_model_grad_owner(m, r->inputs[k]);
+}
+
+int qs_model_bf16_input_grads(qs_model *m) {
+    if (m->be) return 0;
+    int made = 0;
+    for (int i = 1; i < m->n_nodes; i++) {
+        qs_node *t = &m->nodes[i];
+        if ((t->kind != QS_NODE_BATCHNORM2D && t->kind != QS_NODE_RELU) || t->alias_of >= 0 || t->grad_dtype != QS_F32)
+            continue;
+        int writers = 0, writer = -1;
+        for (int j = i + 1; j < m->n_nodes; j++)
+            for (int k = 0; k < m->nodes[j].n_inputs; k++)
+                if (qs_model_grad_owner(m, m->nodes[j].inputs[k]) == i && writes_input_grad(m, j, k)) {
+                    writers++;
+                    writer = j;
+                }
+        if (writers != 1) continue;
+        const qs_node *g = &m->nodes[writer];
+        if ((g->kind != QS_NODE_CONV2D && g->kind != QS_NODE_LINEAR) || g->alias_of >= 0 ||
+            qs_model_grad_owner(m, g->inputs[0]) != i || qs_precision_operand_dtype(g->prec, false) != QS_BF16)
+            continue;
+        t->grad_dtype = QS_BF16;
+        made++;
+    }
+    return made;
+}
+
 qs_status qs_model_insert_casts(qs_model *m, int *inserted) {
     if (inserted) *inserted = 0;
     if (m->be) return QS_FAIL(QS_ERR_INVALID_ARG, "model %s: casts must be inserted before qs_model_setup", m->arch);
@@ -125,5 +159,6 @@ qs_status qs_model_insert_casts(qs_model *m, int *inserted) {
     }
     if (m->fuse_casts) qs_model_fuse_casts(m);
     qs_model_bf16_conv_outputs(m);
+    qs_model_bf16_input_grads(m);
     return QS_OK;
 }

@@ -25,7 +25,7 @@ void qs_model_precision_counts(const qs_model *m, int counts[QS_PREC_COUNT]);
  * once, before qs_model_setup; fails after setup. Returns the number of casts inserted in
  * *inserted (may be NULL). When qs_model_fuse ran, BF16 casts of BatchNorm outputs are then
  * fused into those BatchNorms (qs_model_fuse_casts; still counted as inserted). Last, it
- * runs qs_model_bf16_conv_outputs. */
+ * runs qs_model_bf16_conv_outputs and qs_model_bf16_input_grads. */
 qs_status qs_model_insert_casts(qs_model *m, int *inserted);
 
 /* Part of the BF16 precision's semantics: a BF16 convolution without bias whose only reader is
@@ -35,5 +35,15 @@ qs_status qs_model_insert_casts(qs_model *m, int *inserted);
  * gradient stays FP32. Before qs_model_setup only (returns 0 after); returns how many
  * convolutions write BF16. */
 int qs_model_bf16_conv_outputs(qs_model *m);
+
+/* Part of the BF16 precision's semantics, for gradients: a BatchNorm or ReLU (not fused into
+ * another node) whose output gradient one BF16 Conv2d or Linear alone writes — its only reader,
+ * directly or through quantizing casts — receives that gradient in BF16 (grad_dtype; the
+ * GEMM's plan gets it as dx_dt): the FP32 dX rounded to nearest even, which the BF16
+ * convolution engines on the GPU produce anyway; the BatchNorm or ReLU widens it exactly. It
+ * halves the bytes of that gradient, of its write and of the backward's reads of it, as
+ * PyTorch's autocast keeps BF16 activation gradients. Before qs_model_setup only (returns 0
+ * after); returns how many nodes receive a BF16 gradient. */
+int qs_model_bf16_input_grads(qs_model *m);
 
 #endif

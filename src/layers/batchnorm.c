@@ -100,7 +100,7 @@ static qs_status bn_backward(qs_model *m, qs_node *n) {
     bool dres_acc = false;
     if (add && qs_bn_grad_from_add(m, qs_layer_input(m, add, slot)) != add)
         dres = qs_model_grad_target(m, add, slot, &dres_acc);
-    QS_TRY(m->be->ops->batchnorm_backward(m->be, m->stream, rows, C, in->y, in->out_dtype, g->dy,
+    QS_TRY(m->be->ops->batchnorm_backward(m->be, m->stream, rows, C, in->y, in->out_dtype, g->dy, g->grad_dtype,
                                           qs_model_param_ptr(m, n->param[0]), n->saved[0], n->saved[1], dx, dx_dt, sr,
                                           acc, qs_model_grad_ptr(m, n->param[0]), qs_model_grad_ptr(m, n->param[1]),
                                           masked ? g->y : NULL, g->out_dtype, dres, dres_acc));

@@ -23,7 +23,8 @@ static qs_conv_desc conv_desc(qs_model *m, const qs_node *n, int64_t batch) {
                       .K = n->cfg.conv.out_channels, .R = n->cfg.conv.kernel, .S = n->cfg.conv.kernel,
                       .stride_h = n->cfg.conv.stride, .stride_w = n->cfg.conv.stride,
                       .pad_h = n->cfg.conv.pad, .pad_w = n->cfg.conv.pad,
-                      .has_bias = n->cfg.conv.bias, .prec = n->prec, .y_dt = n->out_dtype};
+                      .has_bias = n->cfg.conv.bias, .prec = n->prec, .y_dt = n->out_dtype,
+                      .dx_dt = qs_gemm_dx_dtype(m, n)};
     return d;
 }
 
@@ -68,7 +69,7 @@ static qs_status conv_setup(qs_model *m, qs_node *n) {
     const qs_gemm_shape sh = conv_shape(m, n);
     if (qs_conv_runs_as_linear(m, n)) {
         const qs_linear_desc ld = {.M = sh.dy_rows, .N = sh.w_rows, .K = sh.w_cols, .has_bias = n->cfg.conv.bias,
-                                   .prec = n->prec, .y_dt = n->out_dtype};
+                                   .prec = n->prec, .y_dt = n->out_dtype, .dx_dt = qs_gemm_dx_dtype(m, n)};
         QS_TRY(m->be->ops->linear_plan(m->be, &ld, &n->plan, &n->workspace));
     } else {
         qs_conv_desc d = conv_desc(m, n, m->batch);

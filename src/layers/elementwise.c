@@ -40,7 +40,7 @@ static qs_status relu_backward(qs_model *m, qs_node *n) {
     bool acc;
     float *dx = qs_model_grad_target(m, n, 0, &acc);
     if (!dx) return QS_OK;
-    return m->be->ops->relu_backward(m->be, m->stream, numel(m, n), n->y, n->dy, dx, acc);
+    return m->be->ops->relu_backward(m->be, m->stream, numel(m, n), n->y, n->dy, n->grad_dtype, dx, acc);
 }
 const qs_layer_impl qs_layer_relu = {
     .kind_name = "ReLU", .infer = relu_infer, .forward = relu_forward, .backward_data = relu_backward};
@@ -80,7 +80,8 @@ static qs_status add_backward(qs_model *m, qs_node *n) {
         bool acc;
         float *dx = qs_model_grad_target(m, n, k, &acc);
         if (!dx) continue;
-        if (n->cfg.add.relu) QS_TRY(m->be->ops->relu_backward(m->be, m->stream, numel(m, n), n->y, n->dy, dx, acc));
+        if (n->cfg.add.relu)
+            QS_TRY(m->be->ops->relu_backward(m->be, m->stream, numel(m, n), n->y, n->dy, QS_F32, dx, acc));
         else QS_TRY(m->be->ops->accumulate(m->be, m->stream, numel(m, n), n->dy, dx, acc));
     }
     return QS_OK;

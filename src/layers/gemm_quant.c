@@ -170,7 +170,7 @@ qs_status qs_gemm_forward(qs_model *m, qs_node *n, qs_gemm_shape sh, qs_gemm_for
 
 qs_status qs_gemm_backward_data(qs_model *m, qs_node *n, qs_gemm_shape sh, qs_gemm_backward_data_fn op) {
     bool acc;
-    float *dx = qs_model_grad_target(m, n, 0, &acc);
+    void *dx = qs_model_grad_target(m, n, 0, &acc); /* in qs_gemm_dx_dtype (the plan's dx_dt) */
     if (!dx) return QS_OK;
     qs_operand dy, w = qs_gemm_w_backward(m, n, sh);
     QS_TRY(qs_gemm_dy(m, n, sh, true, &dy));
@@ -186,6 +186,10 @@ qs_status qs_gemm_backward_weights(qs_model *m, qs_node *n, qs_gemm_shape sh, qs
               m->workspace));
     if (!db || fused_db) return QS_OK;
     return m->be->ops->column_sums(m->be, m->stream, sh.dy_rows, sh.dy_cols, n->dy, db);
+}
+
+qs_dtype qs_gemm_dx_dtype(const qs_model *m, const qs_node *n) {
+    return m->nodes[qs_model_grad_owner(m, n->inputs[0])].grad_dtype;
 }
 
 bool qs_gemm_dy_written_by_reader(const qs_model *m, const qs_node *n) {

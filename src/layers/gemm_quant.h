@@ -67,11 +67,16 @@ bool qs_gemm_dy_written_by_reader(const qs_model *m, const qs_node *n);
 bool qs_gemm_dy_from_reader(qs_model *m, qs_node *n, void **dst, const qs_sr **sr, qs_sr *buf);
 void qs_gemm_dy_mark_quantized(qs_model *m, qs_node *n);
 
+/* The dtype of node n's input gradient (its plans' dx_dt): the grad_dtype of the node that
+ * owns the gradient buffer of input 0 (qs_model_grad_owner; BF16 only where
+ * qs_model_bf16_input_grads found n its only writer). */
+qs_dtype qs_gemm_dx_dtype(const qs_model *m, const qs_node *n);
+
 /* The three backend ops of a GEMM-like kind (linear_* or conv_*, which share signatures). */
 typedef qs_status (*qs_gemm_forward_fn)(qs_backend *be, void *plan, qs_stream *s, const qs_operand *x,
                                         const qs_operand *w, const float *b, void *y, void *ws);
 typedef qs_status (*qs_gemm_backward_data_fn)(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
-                                              const qs_operand *w, float *dx, bool accumulate, void *ws);
+                                              const qs_operand *w, void *dx, bool accumulate, void *ws);
 typedef qs_status (*qs_gemm_backward_weights_fn)(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
                                                  const qs_operand *x, float *dw, float *db, void *ws);
 

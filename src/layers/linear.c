@@ -69,7 +69,7 @@ static qs_gemm_shape linear_shape(qs_model *m, const qs_node *n) {
 static qs_status linear_setup(qs_model *m, qs_node *n) {
     const qs_gemm_shape sh = linear_shape(m, n);
     qs_linear_desc d = {.M = sh.dy_rows, .N = sh.w_rows, .K = sh.w_cols, .has_bias = n->cfg.linear.bias,
-                        .prec = n->prec, .y_dt = n->out_dtype};
+                        .prec = n->prec, .y_dt = n->out_dtype, .dx_dt = qs_gemm_dx_dtype(m, n)};
     QS_TRY(m->be->ops->linear_plan(m->be, &d, &n->plan, &n->workspace));
     return qs_gemm_quant_setup(m, n, sh);
 }
