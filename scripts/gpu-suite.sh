@@ -12,8 +12,9 @@
 # qsync links (cJSON, oneDNN, GLPK, cmocka, ...). `bundle` copies the binaries — qsync, the
 # GPU test suites (GPU_SUITES: tests/test_cuda_ops, tests/test_cuda_transformer_ops,
 # tests/test_cuda_attention, tests/test_cuda_dist, tests/test_cuda_graphs) and the
-# CUDA benchmarks (bench/cuda/*) and the kernel tracer libqs_kernel_trace.so that were built — to <out>/bin and the shared libraries they
-# need, minus the ones that machine has itself, to <out>/lib. `run` puts <bundle>/lib on
+# CUDA benchmarks (bench/cuda/*) and the kernel tracer libqs_kernel_trace.so that were built —
+# to <out>/bin and the shared libraries they need, minus the ones that machine has itself, to
+# <out>/lib. `run` puts <bundle>/lib on
 # LD_LIBRARY_PATH (the machine's own CUDA, cuBLASLt, cuDNN, NCCL and Open MPI are found as
 # usual), lists the GPUs and runs every suite with QS_REQUIRE_GPU=1 (a missing GPU fails
 # instead of skipping), all of them even when one fails. With $OUT set (the device tool sets

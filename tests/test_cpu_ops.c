@@ -394,6 +394,15 @@ static const qs_precision g_bf16_out_precs[] = {QS_PREC_FP32, QS_PREC_BF16, QS_P
 /* The output dtypes (y_dt, dx_dt) a plan must refuse (i < 3): F16, S8 and an out-of-range value. */
 static qs_dtype y_dt_bad(int i) { return i == 0 ? QS_F16 : i == 1 ? QS_S8 : QS_DTYPE_COUNT; }
 
+/* A planning call st refused such a dtype: QS_ERR_UNSUPPORTED, no plan (*plan, read after the
+ * call), the message naming it. */
+static void expect_dtype_refused(qs_status st, void *const *plan, const char *name) {
+    assert_int_equal(st, QS_ERR_UNSUPPORTED);
+    assert_null(*plan);
+    assert_non_null(strstr(qs_last_error(), name));
+    qs_error_clear();
+}
+
 /* Linear y_dt (dx_dt) BF16: the FP32 result (bias included) rounded to nearest even at every CPU
  * precision (paths f32, bf16, s8 + epilogue with per-tensor and per-channel weight scales,
  * emulated fp16/fp8), with and without bias; any other y_dt is refused when planning. */
@@ -409,15 +418,10 @@ static void test_linear_bf16_output(void **state) {
         void *plan = NULL;
         size_t wsb = 0;
         qs_error_clear();
-        assert_int_equal(OPS->linear_plan(g_be, &ld, &plan, &wsb), QS_ERR_UNSUPPORTED);
-        assert_null(plan);
-        assert_non_null(strstr(qs_last_error(), "y_dt"));
+        expect_dtype_refused(OPS->linear_plan(g_be, &ld, &plan, &wsb), &plan, "y_dt");
         ld.y_dt = QS_F32;
         ld.dx_dt = y_dt_bad(i);
-        qs_error_clear();
-        assert_int_equal(OPS->linear_plan(g_be, &ld, &plan, &wsb), QS_ERR_UNSUPPORTED);
-        assert_null(plan);
-        assert_non_null(strstr(qs_last_error(), "dx_dt"));
+        expect_dtype_refused(OPS->linear_plan(g_be, &ld, &plan, &wsb), &plan, "dx_dt");
     }
 }
 
@@ -439,15 +443,10 @@ static void test_conv_bf16_output(void **state) {
         void *plan = NULL;
         size_t wsb = 0;
         qs_error_clear();
-        assert_int_equal(OPS->conv_plan(g_be, &d, &plan, &wsb), QS_ERR_UNSUPPORTED);
-        assert_null(plan);
-        assert_non_null(strstr(qs_last_error(), "y_dt"));
+        expect_dtype_refused(OPS->conv_plan(g_be, &d, &plan, &wsb), &plan, "y_dt");
         d.y_dt = QS_F32;
         d.dx_dt = y_dt_bad(i);
-        qs_error_clear();
-        assert_int_equal(OPS->conv_plan(g_be, &d, &plan, &wsb), QS_ERR_UNSUPPORTED);
-        assert_null(plan);
-        assert_non_null(strstr(qs_last_error(), "dx_dt"));
+        expect_dtype_refused(OPS->conv_plan(g_be, &d, &plan, &wsb), &plan, "dx_dt");
     }
 }
 

@@ -626,6 +626,16 @@ static void judge_bf16_y(const char *what, const uint16_t *y16, const float *y32
     check_nmse(line, wide, cy, n, budget + bf16_y_budget());
 }
 
+/* The outputs of an F32-output plan (g32) and a BF16-output one (g16) on the GPU, n elements of
+ * a reduction of length K: fetched and judged (judge_bf16_y) against each other and cpu. */
+static void fetch_judge_bf16(const char *what, const float *g32, const uint16_t *g16, const float *cpu, int64_t n,
+                             double K, double budget) {
+    float *h32 = hf(n);
+    uint16_t *h16 = halloc((size_t)n * 2);
+    if (dget(h32, g32, (size_t)n * 4, what) && dget(h16, g16, (size_t)n * 2, what))
+        judge_bf16_y(what, h16, h32, cpu, n, K, budget);
+}
+
 /* One conv shape at precision p: the forward of a y_dt BF16 plan against the y_dt F32 plan and
  * the CPU (above). */
 static void run_conv_y16(qs_precision p, qs_conv_desc d0) {
@@ -666,25 +676,23 @@ static void run_conv_y16(qs_precision p, qs_conv_desc d0) {
     qmat qw = quant_both(w, d->K, d->C * d->R * d->S, fdt, NULL);
     const float *gb = b ? dup_gpu_f(b, d->K) : NULL;
     const double k_fwd = (double)(d->C * d->R * d->S);
-    float *cy = hf(ny), *gy = dalloc_f(ny), *hy = hf(ny);
-    uint16_t *gy16 = dalloc((size_t)ny * 2, POISON), *hy16 = halloc((size_t)ny * 2);
+    float *cy = hf(ny), *gy = dalloc_f(ny);
+    uint16_t *gy16 = dalloc((size_t)ny * 2, POISON);
     ASSERT_OK(COPS->conv_forward(g_cpu, cplan, CST, &qx.cpu, &qw.cpu, b, cy, cws));
     snprintf(what, sizeof what, "conv %-4s fwd y bf16 %s", pn, shape);
     if (gpu_ok_(GOPS->conv_forward(g_gpu, gplan, GST, &qx.gpu, &qw.gpu, gb, gy, gws), what) &&
-        gpu_ok_(GOPS->conv_forward(g_gpu, gplan16, GST, &qx.gpu, &qw.gpu, gb, gy16, gws16), what) &&
-        dget(hy, gy, (size_t)ny * 4, what) && dget(hy16, gy16, (size_t)ny * 2, what))
-        judge_bf16_y(what, hy16, hy, cy, ny, k_fwd, gemm_budget(GEMM_CONV, p, k_fwd));
+        gpu_ok_(GOPS->conv_forward(g_gpu, gplan16, GST, &qx.gpu, &qw.gpu, gb, gy16, gws16), what))
+        fetch_judge_bf16(what, gy, gy16, cy, ny, k_fwd, gemm_budget(GEMM_CONV, p, k_fwd));
     /* backward-data into a BF16 dx (dx_dt), judged the same way */
     const double k_bd = (double)(d->K * ((d->R + d->stride_h - 1) / d->stride_h) * ((d->S + d->stride_w - 1) / d->stride_w));
     qmat qdy = quant_both(rnd(ny, -1, 1), d->N * d->P * d->Q, d->K, qs_precision_operand_dtype(p, true), NULL);
-    float *cdx = hf(nx), *gdx = dalloc_f(nx), *hdx = hf(nx);
-    uint16_t *gdx16 = dalloc((size_t)nx * 2, POISON), *hdx16 = halloc((size_t)nx * 2);
+    float *cdx = hf(nx), *gdx = dalloc_f(nx);
+    uint16_t *gdx16 = dalloc((size_t)nx * 2, POISON);
     ASSERT_OK(COPS->conv_backward_data(g_cpu, cplan, CST, &qdy.cpu, &qw.cpu, cdx, false, cws));
     snprintf(what, sizeof what, "conv %-4s bwd_data dx bf16 %s", pn, shape);
     if (gpu_ok_(GOPS->conv_backward_data(g_gpu, gplan, GST, &qdy.gpu, &qw.gpu, gdx, false, gws), what) &&
-        gpu_ok_(GOPS->conv_backward_data(g_gpu, gplan16, GST, &qdy.gpu, &qw.gpu, gdx16, false, gws16), what) &&
-        dget(hdx, gdx, (size_t)nx * 4, what) && dget(hdx16, gdx16, (size_t)nx * 2, what))
-        judge_bf16_y(what, hdx16, hdx, cdx, nx, k_bd, gemm_budget(GEMM_CONV, p, k_bd));
+        gpu_ok_(GOPS->conv_backward_data(g_gpu, gplan16, GST, &qdy.gpu, &qw.gpu, gdx16, false, gws16), what))
+        fetch_judge_bf16(what, gdx, gdx16, cdx, nx, k_bd, gemm_budget(GEMM_CONV, p, k_bd));
     snprintf(what, sizeof what, "conv %-4s bwd_data dx bf16 accumulate refused %s", pn, shape);
     check_fact(what, GOPS->conv_backward_data(g_gpu, gplan16, GST, &qdy.gpu, &qw.gpu, gdx16, true, gws16) ==
                          QS_ERR_INVALID_ARG, qs_last_error());
@@ -753,24 +761,22 @@ static void run_linear_y16(qs_precision p, lin_case lc) {
     float *b = lc.bias ? rnd(N, -1, 1) : NULL;
     qmat qx = quant_both(x, M, K, fdt, NULL), qw = quant_both(w, N, K, fdt, NULL);
     const float *gb = b ? dup_gpu_f(b, N) : NULL;
-    float *cy = hf(M * N), *gy = dalloc_f(M * N), *hy = hf(M * N);
-    uint16_t *gy16 = dalloc((size_t)(M * N) * 2, POISON), *hy16 = halloc((size_t)(M * N) * 2);
+    float *cy = hf(M * N), *gy = dalloc_f(M * N);
+    uint16_t *gy16 = dalloc((size_t)(M * N) * 2, POISON);
     ASSERT_OK(COPS->linear_forward(g_cpu, cplan, CST, &qx.cpu, &qw.cpu, b, cy, cws));
     snprintf(what, sizeof what, "linear %-4s fwd y bf16 %s", pn, shape);
     if (gpu_ok_(GOPS->linear_forward(g_gpu, gplan, GST, &qx.gpu, &qw.gpu, gb, gy, gws), what) &&
-        gpu_ok_(GOPS->linear_forward(g_gpu, gplan16, GST, &qx.gpu, &qw.gpu, gb, gy16, gws16), what) &&
-        dget(hy, gy, (size_t)(M * N) * 4, what) && dget(hy16, gy16, (size_t)(M * N) * 2, what))
-        judge_bf16_y(what, hy16, hy, cy, M * N, (double)K, gemm_budget(GEMM_LINEAR, p, (double)K));
+        gpu_ok_(GOPS->linear_forward(g_gpu, gplan16, GST, &qx.gpu, &qw.gpu, gb, gy16, gws16), what))
+        fetch_judge_bf16(what, gy, gy16, cy, M * N, (double)K, gemm_budget(GEMM_LINEAR, p, (double)K));
     /* backward-data into a BF16 dx (dx_dt), judged the same way */
     qmat qdy = quant_both(rnd(M * N, -1, 1), M, N, qs_precision_operand_dtype(p, true), NULL);
-    float *cdx = hf(M * K), *gdx = dalloc_f(M * K), *hdx = hf(M * K);
-    uint16_t *gdx16 = dalloc((size_t)(M * K) * 2, POISON), *hdx16 = halloc((size_t)(M * K) * 2);
+    float *cdx = hf(M * K), *gdx = dalloc_f(M * K);
+    uint16_t *gdx16 = dalloc((size_t)(M * K) * 2, POISON);
     ASSERT_OK(COPS->linear_backward_data(g_cpu, cplan, CST, &qdy.cpu, &qw.cpu, cdx, false, cws));
     snprintf(what, sizeof what, "linear %-4s bwd_data dx bf16 %s", pn, shape);
     if (gpu_ok_(GOPS->linear_backward_data(g_gpu, gplan, GST, &qdy.gpu, &qw.gpu, gdx, false, gws), what) &&
-        gpu_ok_(GOPS->linear_backward_data(g_gpu, gplan16, GST, &qdy.gpu, &qw.gpu, gdx16, false, gws16), what) &&
-        dget(hdx, gdx, (size_t)(M * K) * 4, what) && dget(hdx16, gdx16, (size_t)(M * K) * 2, what))
-        judge_bf16_y(what, hdx16, hdx, cdx, M * K, (double)N, gemm_budget(GEMM_LINEAR, p, (double)N));
+        gpu_ok_(GOPS->linear_backward_data(g_gpu, gplan16, GST, &qdy.gpu, &qw.gpu, gdx16, false, gws16), what))
+        fetch_judge_bf16(what, gdx, gdx16, cdx, M * K, (double)N, gemm_budget(GEMM_LINEAR, p, (double)N));
     snprintf(what, sizeof what, "linear %-4s bwd_data dx bf16 accumulate refused %s", pn, shape);
     check_fact(what, GOPS->linear_backward_data(g_gpu, gplan16, GST, &qdy.gpu, &qw.gpu, gdx16, true, gws16) ==
                          QS_ERR_INVALID_ARG, qs_last_error());
