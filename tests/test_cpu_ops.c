@@ -862,6 +862,12 @@ static void test_batchnorm_bf16_dx(void **state) {
                                              false, g, NULL, NULL, QS_F32, NULL, false),
                      QS_ERR_UNSUPPORTED);
     assert_non_null(strstr(qs_last_error(), "dx_dt"));
+    qs_error_clear();
+    float dx32[2];
+    assert_int_equal(OPS->batchnorm_backward(g_be, STREAM, 2, 1, in, QS_F32, h, QS_F16, NULL, &one, &one, dx32, QS_F32,
+                                             NULL, false, g, NULL, NULL, QS_F32, NULL, false),
+                     QS_ERR_UNSUPPORTED);
+    assert_non_null(strstr(qs_last_error(), "dy_dt"));
 }
 
 /* A batch norm with a residual block's Add fused in (backend.h: residual, dresidual) equals the
