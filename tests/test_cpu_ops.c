@@ -626,7 +626,7 @@ static void test_batchnorm(void **state) {
         printf("batchnorm rows=%lld C=%lld\n", (long long)rows, (long long)C);
         const double K = (double)rows;
         ASSERT_OK(OPS->batchnorm_forward_train(g_be, STREAM, rows, C, x, QS_F32, gamma, beta, y, QS_F32, smean, sinv,
-                                               rm, rv, momentum, eps, false, NULL));
+                                               rm, rv, momentum, eps, false, NULL, QS_F32));
         CHECK_FP32("bn train y", y, to_ref(ry, n, NULL), n, K);
         CHECK_FP32("bn save_mean", smean, to_ref(rmean, C, NULL), C, K);
         CHECK_FP32("bn save_invstd", sinv, to_ref(rinv, C, NULL), C, K);
@@ -635,7 +635,7 @@ static void test_batchnorm(void **state) {
         /* determinism */
         float *y2 = tf(n), *sm2 = tf(C), *si2 = tf(C);
         ASSERT_OK(OPS->batchnorm_forward_train(g_be, STREAM, rows, C, x, QS_F32, gamma, beta, y2, QS_F32, sm2, si2,
-                                               NULL, NULL, momentum, eps, false, NULL));
+                                               NULL, NULL, momentum, eps, false, NULL, QS_F32));
         assert_memory_equal(y, y2, (size_t)n * sizeof(float));
         assert_memory_equal(sinv, si2, (size_t)C * sizeof(float));
         ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, QS_F32, dy, QS_F32, gamma, smean, sinv, dx, QS_F32, NULL, false, dg, dbt,
@@ -660,13 +660,13 @@ static void test_batchnorm(void **state) {
             ry[i] = (x[i] - (double)rm[c]) / sqrt((double)rv[c] + eps) * gamma[c] + beta[c];
         }
         ASSERT_OK(
-            OPS->batchnorm_forward_eval(g_be, STREAM, rows, C, x, QS_F32, gamma, beta, rm, rv, eps, y, QS_F32, false, NULL));
+            OPS->batchnorm_forward_eval(g_be, STREAM, rows, C, x, QS_F32, gamma, beta, rm, rv, eps, y, QS_F32, false, NULL, QS_F32));
         CHECK_FP32("bn eval y", y, to_ref(ry, n, NULL), n, 4);
         /* BN+ReLU fused: bitwise the unfused BN followed by ReLU, forward and backward */
         float *yr = tf(n), *dym = tf(n), *dxu = tf(n), *dxf = tf(n), *dgu = tf(C), *dbu = tf(C);
         float *dgf = tf(C), *dbf = tf(C);
         ASSERT_OK(OPS->batchnorm_forward_train(g_be, STREAM, rows, C, x, QS_F32, gamma, beta, yr, QS_F32, sm2, si2,
-                                               NULL, NULL, momentum, eps, true, NULL));
+                                               NULL, NULL, momentum, eps, true, NULL, QS_F32));
         for (int64_t i = 0; i < n; i++) assert_true(yr[i] == (y2[i] > 0.0f ? y2[i] : 0.0f));
         ASSERT_OK(OPS->relu_backward(g_be, STREAM, n, yr, dy, QS_F32, dym, false));
         ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, QS_F32, dym, QS_F32, gamma, sm2, si2, dxu, QS_F32, NULL, false, dgu, dbu,
@@ -677,7 +677,7 @@ static void test_batchnorm(void **state) {
         assert_memory_equal(dgu, dgf, (size_t)C * sizeof(float));
         assert_memory_equal(dbu, dbf, (size_t)C * sizeof(float));
         ASSERT_OK(
-            OPS->batchnorm_forward_eval(g_be, STREAM, rows, C, x, QS_F32, gamma, beta, rm, rv, eps, yr, QS_F32, true, NULL));
+            OPS->batchnorm_forward_eval(g_be, STREAM, rows, C, x, QS_F32, gamma, beta, rm, rv, eps, yr, QS_F32, true, NULL, QS_F32));
         for (int64_t i = 0; i < n; i++) assert_true(yr[i] == (y[i] > 0.0f ? y[i] : 0.0f));
         /* BF16 output (a fused straight-through cast): the FP32 output rounded to nearest even,
          * and a backward masked by it bitwise the FP32-masked one (no output is so small that
@@ -685,9 +685,9 @@ static void test_batchnorm(void **state) {
         uint16_t *yb = malloc((size_t)n * sizeof *yb), *want = malloc((size_t)n * sizeof *want);
         float *dxb = tf(n), *dgb = tf(C), *dbb = tf(C);
         ASSERT_OK(OPS->batchnorm_forward_train(g_be, STREAM, rows, C, x, QS_F32, gamma, beta, yb, QS_BF16, sm2, si2,
-                                               NULL, NULL, momentum, eps, true, NULL));
+                                               NULL, NULL, momentum, eps, true, NULL, QS_F32));
         ASSERT_OK(OPS->batchnorm_forward_train(g_be, STREAM, rows, C, x, QS_F32, gamma, beta, yr, QS_F32, sm2, si2,
-                                               NULL, NULL, momentum, eps, true, NULL));
+                                               NULL, NULL, momentum, eps, true, NULL, QS_F32));
         ASSERT_OK(qs_f32_to_bf16(n, yr, want, NULL));
         assert_memory_equal(yb, want, (size_t)n * sizeof *yb);
         ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, x, QS_F32, dy, QS_F32, gamma, sm2, si2, dxb, QS_F32, NULL, false, dgb, dbb,
@@ -696,17 +696,17 @@ static void test_batchnorm(void **state) {
         assert_memory_equal(dgb, dgf, (size_t)C * sizeof(float));
         assert_memory_equal(dbb, dbf, (size_t)C * sizeof(float));
         ASSERT_OK(OPS->batchnorm_forward_eval(g_be, STREAM, rows, C, x, QS_F32, gamma, beta, rm, rv, eps, yb, QS_BF16,
-                                              false, NULL));
+                                              false, NULL, QS_F32));
         ASSERT_OK(qs_f32_to_bf16(n, y, want, NULL));
         assert_memory_equal(yb, want, (size_t)n * sizeof *yb);
         free(yb), free(want);
     }
     float one = 1.0f, out = 0.0f;
     assert_int_equal(OPS->batchnorm_forward_eval(g_be, STREAM, 1, 1, &one, QS_F32, NULL, NULL, &one, &one, 1e-5f, &out,
-                                                 QS_F16, false, NULL),
+                                                 QS_F16, false, NULL, QS_F32),
                      QS_ERR_UNSUPPORTED);
     assert_int_equal(OPS->batchnorm_forward_train(g_be, STREAM, 1, 1, &one, QS_F32, NULL, NULL, &out, QS_F32, &out,
-                                                  &out, NULL, NULL, 0.1f, 1e-5f, false, NULL),
+                                                  &out, NULL, NULL, 0.1f, 1e-5f, false, NULL, QS_F32),
                      QS_ERR_INVALID_ARG);
 }
 
@@ -743,9 +743,9 @@ static void test_batchnorm_bf16_input(void **state) {
                     sm[k] = tf(C), si[k] = tf(C), rm[k] = copy_of(rm0, C), rv[k] = copy_of(rv0, C);
                     dx[k] = tf(n), dxa[k] = copy_of(dx0, n), dg[k] = tf(C), dbt[k] = tf(C);
                     ASSERT_OK(OPS->batchnorm_forward_train(g_be, STREAM, rows, C, xs[k], xdt[k], gamma, beta, y[k],
-                                                           ydt, sm[k], si[k], rm[k], rv[k], momentum, eps, relu, NULL));
+                                                           ydt, sm[k], si[k], rm[k], rv[k], momentum, eps, relu, NULL, QS_F32));
                     ASSERT_OK(OPS->batchnorm_forward_eval(g_be, STREAM, rows, C, xs[k], xdt[k], gamma, beta, rm0, rv0,
-                                                          eps, ye[k], ydt, relu, NULL));
+                                                          eps, ye[k], ydt, relu, NULL, QS_F32));
                     const void *mask = relu ? y[k] : NULL;
                     ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, xs[k], xdt[k], dys[k], xdt[k], gamma,
                                                       sm[k], si[k], dx[k], QS_F32, NULL, false, dg[k], dbt[k], mask,
@@ -769,12 +769,22 @@ static void test_batchnorm_bf16_input(void **state) {
     float one = 1.0f, out[2] = {0};
     qs_error_clear();
     assert_int_equal(OPS->batchnorm_forward_train(g_be, STREAM, 2, 1, out, QS_F16, NULL, NULL, out, QS_F32, &one,
-                                                  &one, NULL, NULL, 0.1f, 1e-5f, false, NULL),
+                                                  &one, NULL, NULL, 0.1f, 1e-5f, false, NULL, QS_F32),
                      QS_ERR_UNSUPPORTED);
     assert_non_null(strstr(qs_last_error(), "x_dt"));
     assert_int_equal(OPS->batchnorm_forward_eval(g_be, STREAM, 1, 1, &one, QS_F16, NULL, NULL, &one, &one, 1e-5f,
-                                                 out, QS_F32, false, NULL),
+                                                 out, QS_F32, false, NULL, QS_F32),
                      QS_ERR_UNSUPPORTED);
+    for (int train = 0; train < 2; train++) { /* a residual of another dtype than f32/bf16 */
+        qs_error_clear();
+        const qs_status st =
+            train ? OPS->batchnorm_forward_train(g_be, STREAM, 2, 1, out, QS_F32, NULL, NULL, out, QS_F32, &one, &one,
+                                                 NULL, NULL, 0.1f, 1e-5f, false, out, QS_F16)
+                  : OPS->batchnorm_forward_eval(g_be, STREAM, 1, 1, &one, QS_F32, NULL, NULL, &one, &one, 1e-5f, out,
+                                                QS_F32, false, out, QS_F16);
+        assert_int_equal(st, QS_ERR_UNSUPPORTED);
+        assert_non_null(strstr(qs_last_error(), "residual_dt"));
+    }
     assert_int_equal(OPS->batchnorm_backward(g_be, STREAM, 2, 1, out, QS_S8, out, QS_F32, NULL, &one, &one, out, QS_F32, NULL, false, NULL,
                                              NULL, NULL, QS_F32, NULL, false),
                      QS_ERR_UNSUPPORTED);
@@ -805,7 +815,7 @@ static void test_batchnorm_bf16_dx(void **state) {
                 const void *xs = xk ? (const void *)xb : x;
                 const qs_dtype xdt = xk ? QS_BF16 : QS_F32;
                 ASSERT_OK(OPS->batchnorm_forward_train(g_be, STREAM, rows, C, xs, xdt, gamma, beta, y, QS_F32, sm, si,
-                                                       NULL, NULL, momentum, eps, relu, NULL));
+                                                       NULL, NULL, momentum, eps, relu, NULL, QS_F32));
                 const float *mask = relu ? y : NULL;
                 ASSERT_OK(OPS->batchnorm_backward(g_be, STREAM, rows, C, xs, xdt, dy, QS_F32, gamma, sm, si, dxf, QS_F32, NULL,
                                                   false, dgf, dbf, mask, QS_F32, NULL, false));
@@ -871,8 +881,9 @@ static void test_batchnorm_bf16_dx(void **state) {
 }
 
 /* A batch norm with a residual block's Add fused in (backend.h: residual, dresidual) equals the
- * unfused ops bit for bit: forward (train and eval; ReLU off and on; y F32 and BF16) = batch
- * norm, then add_forward (then the RNE cast for a BF16 y); backward (mask from the fused output)
+ * unfused ops bit for bit: forward (train and eval; ReLU off and on; y F32 and BF16; residual
+ * F32 and BF16, the latter as its widened values) = batch norm, then add_forward (then the RNE
+ * cast for a BF16 y); backward (mask from the fused output)
  * dx, dgamma, dbeta = the plain batch norm's on the Add's gradient, dresidual = relu_backward (a
  * copy of dy without ReLU), overwritten and accumulated, also with dx NULL; x F32 and BF16. */
 static void test_batchnorm_residual(void **state) {
@@ -884,8 +895,11 @@ static void test_batchnorm_residual(void **state) {
         const size_t cb = (size_t)C * sizeof(float), nb = (size_t)n * sizeof(float);
         float *x = rnd(n, -1, 1), *gamma = rnd(C, 0.5f, 1.5f), *beta = rnd(C, -0.5f, 0.5f), *r = rnd(n, -2, 2);
         float *dy = rnd(n, -1, 1), *acc0 = rnd(n, -1, 1), *rm = rnd(C, -1, 1), *rv = rnd(C, 0.5f, 2.0f);
-        uint16_t *xb = talloc((size_t)n * 2);
+        uint16_t *xb = talloc((size_t)n * 2), *rb = talloc((size_t)n * 2);
         ASSERT_OK(qs_f32_to_bf16(n, x, xb, NULL));
+        ASSERT_OK(qs_f32_to_bf16(n, r, rb, NULL));
+        float *rw = tf(n); /* rb widened */
+        ASSERT_OK(qs_bf16_to_f32(n, rb, rw));
         float *y0 = tf(n), *ya = tf(n), *sm = tf(C), *si = tf(C), *sm2 = tf(C), *si2 = tf(C);
         float *dr = tf(n), *dra = tf(n), *dxw = tf(n), *dgw = tf(C), *dbw = tf(C), *dxg = tf(n), *dgg = tf(C),
               *dbg = tf(C), *dres = tf(n), *dresa = tf(n);
@@ -897,25 +911,30 @@ static void test_batchnorm_residual(void **state) {
                     const void *xs = xk ? (const void *)xb : x;
                     const qs_dtype xdt = xk ? QS_BF16 : QS_F32, ydt = yk ? QS_BF16 : QS_F32;
                     const size_t yb = (size_t)n * (yk ? 2 : 4);
-                    for (int train = 0; train < 2; train++) {
-                        if (train) {
-                            ASSERT_OK(OPS->batchnorm_forward_train(g_be, STREAM, rows, C, xs, xdt, gamma, beta, y0,
-                                                                   QS_F32, sm, si, NULL, NULL, momentum, eps, false,
-                                                                   NULL));
-                            memset(got, 0xff, nb);
-                            ASSERT_OK(OPS->batchnorm_forward_train(g_be, STREAM, rows, C, xs, xdt, gamma, beta, got, ydt,
-                                                                   sm2, si2, NULL, NULL, momentum, eps, relu, r));
-                        } else {
-                            ASSERT_OK(OPS->batchnorm_forward_eval(g_be, STREAM, rows, C, xs, xdt, gamma, beta, rm, rv,
-                                                                  eps, y0, QS_F32, false, NULL));
-                            memset(got, 0xff, nb);
-                            ASSERT_OK(OPS->batchnorm_forward_eval(g_be, STREAM, rows, C, xs, xdt, gamma, beta, rm, rv,
-                                                                  eps, got, ydt, relu, r));
+                    for (int rk = 0; rk < 2; rk++) /* an F32 residual, and a BF16 one (r rounded: rb) */
+                        for (int train = 0; train < 2; train++) {
+                            const void *res = rk ? (const void *)rb : r;
+                            const qs_dtype rdt = rk ? QS_BF16 : QS_F32;
+                            if (train) {
+                                ASSERT_OK(OPS->batchnorm_forward_train(g_be, STREAM, rows, C, xs, xdt, gamma, beta, y0,
+                                                                       QS_F32, sm, si, NULL, NULL, momentum, eps, false,
+                                                                       NULL, QS_F32));
+                                memset(got, 0xff, nb);
+                                ASSERT_OK(OPS->batchnorm_forward_train(g_be, STREAM, rows, C, xs, xdt, gamma, beta, got,
+                                                                       ydt, sm2, si2, NULL, NULL, momentum, eps, relu,
+                                                                       res, rdt));
+                            } else {
+                                ASSERT_OK(OPS->batchnorm_forward_eval(g_be, STREAM, rows, C, xs, xdt, gamma, beta, rm,
+                                                                      rv, eps, y0, QS_F32, false, NULL, QS_F32));
+                                memset(got, 0xff, nb);
+                                ASSERT_OK(OPS->batchnorm_forward_eval(g_be, STREAM, rows, C, xs, xdt, gamma, beta, rm,
+                                                                      rv, eps, got, ydt, relu, res, rdt));
+                            }
+                            /* a BF16 residual counts as its exactly widened values */
+                            ASSERT_OK(OPS->add_forward(g_be, STREAM, n, y0, QS_F32, rk ? rw : r, QS_F32, ya, relu));
+                            ASSERT_OK(OPS->cast(g_be, STREAM, n, ya, QS_F32, want, ydt));
+                            assert_memory_equal(got, want, yb);
                         }
-                        ASSERT_OK(OPS->add_forward(g_be, STREAM, n, y0, r, ya, relu));
-                        ASSERT_OK(OPS->cast(g_be, STREAM, n, ya, QS_F32, want, ydt));
-                        assert_memory_equal(got, want, yb);
-                    }
                     /* the training forward's output stays in got (ya: its FP32 twin) */
                     const void *mask = relu ? got : NULL;
                     memcpy(dra, acc0, nb), memcpy(dresa, acc0, nb), memset(dres, 0xff, nb);
@@ -979,12 +998,30 @@ static void test_eltwise(void **state) {
     assert_int_equal(OPS->relu_backward(g_be, STREAM, n, y, dyb, QS_F16, dxbw, false), QS_ERR_UNSUPPORTED);
 
     x[2] = 0.5f;
-    ASSERT_OK(OPS->add_forward(g_be, STREAM, n, x, b, y, false));
+    ASSERT_OK(OPS->add_forward(g_be, STREAM, n, x, QS_F32, b, QS_F32, y, false));
     for (int64_t i = 0; i < n; i++) ref[i] = x[i] + b[i];
     CHECK_EQ("add", y, ref, n);
-    ASSERT_OK(OPS->add_forward(g_be, STREAM, n, x, b, y, true));
+    ASSERT_OK(OPS->add_forward(g_be, STREAM, n, x, QS_F32, b, QS_F32, y, true));
     for (int64_t i = 0; i < n; i++) ref[i] = x[i] + b[i] > 0.0f ? x[i] + b[i] : 0.0f;
     CHECK_EQ("add+relu", y, ref, n);
+    /* BF16 inputs (either or both): the F32 op on their widened values, bit for bit; F16 refused */
+    uint16_t *xb16 = talloc((size_t)n * 2), *bb16 = talloc((size_t)n * 2);
+    float *xw = tf(n), *bw = tf(n), *yw = tf(n);
+    ASSERT_OK(qs_f32_to_bf16(n, x, xb16, NULL));
+    ASSERT_OK(qs_f32_to_bf16(n, b, bb16, NULL));
+    ASSERT_OK(qs_bf16_to_f32(n, xb16, xw));
+    ASSERT_OK(qs_bf16_to_f32(n, bb16, bw));
+    for (int k = 1; k < 4; k++)
+        for (int relu = 0; relu < 2; relu++) {
+            const bool ab = k & 1, bbf = k & 2;
+            ASSERT_OK(OPS->add_forward(g_be, STREAM, n, ab ? xw : x, QS_F32, bbf ? bw : b, QS_F32, yw, relu));
+            memset(y, 0xff, (size_t)n * sizeof *y);
+            ASSERT_OK(OPS->add_forward(g_be, STREAM, n, ab ? (const void *)xb16 : x, ab ? QS_BF16 : QS_F32,
+                                       bbf ? (const void *)bb16 : b, bbf ? QS_BF16 : QS_F32, y, relu));
+            assert_memory_equal(y, yw, (size_t)n * sizeof *y);
+        }
+    assert_int_equal(OPS->add_forward(g_be, STREAM, n, x, QS_F32, bb16, QS_F16, y, false), QS_ERR_UNSUPPORTED);
+    assert_non_null(strstr(qs_last_error(), "b_dt"));
     float *acc = copy_of(dx0, n);
     ASSERT_OK(OPS->accumulate(g_be, STREAM, n, x, acc, true));
     for (int64_t i = 0; i < n; i++) ref[i] = dx0[i] + x[i];

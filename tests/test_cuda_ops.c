@@ -1232,10 +1232,21 @@ static void test_eltwise(void **state) {
         float *cacc16 = hcopy(base, n), *gacc16 = dup_gpu_f(base, n);
         ELT_CHECK("relu bwd dy bf16 accumulate", COPS->relu_backward(g_cpu, CST, n, yrelu, dyb, QS_BF16, cacc16, true),
                   GOPS->relu_backward(g_gpu, GST, n, gyr, gdyb, QS_BF16, gacc16, true), gacc16, cacc16);
-        ELT_CHECK("add", COPS->add_forward(g_cpu, CST, n, xa, b, cy, false),
-                  GOPS->add_forward(g_gpu, GST, n, gxa, gb, gy, false), gy, cy);
-        ELT_CHECK("add+relu", COPS->add_forward(g_cpu, CST, n, xa, b, cy, true),
-                  GOPS->add_forward(g_gpu, GST, n, gxa, gb, gy, true), gy, cy);
+        ELT_CHECK("add", COPS->add_forward(g_cpu, CST, n, xa, QS_F32, b, QS_F32, cy, false),
+                  GOPS->add_forward(g_gpu, GST, n, gxa, QS_F32, gb, QS_F32, gy, false), gy, cy);
+        ELT_CHECK("add+relu", COPS->add_forward(g_cpu, CST, n, xa, QS_F32, b, QS_F32, cy, true),
+                  GOPS->add_forward(g_gpu, GST, n, gxa, QS_F32, gb, QS_F32, gy, true), gy, cy);
+        /* BF16 inputs (a block output kept in BF16): widened exactly on both backends */
+        uint16_t *xab = halloc((size_t)n * 2), *bb = halloc((size_t)n * 2);
+        ASSERT_OK(qs_f32_to_bf16(n, xa, xab, NULL));
+        ASSERT_OK(qs_f32_to_bf16(n, b, bb, NULL));
+        const void *gxab = dup_gpu(xab, (size_t)n * 2), *gbb = dup_gpu(bb, (size_t)n * 2);
+        ELT_CHECK("add b bf16", COPS->add_forward(g_cpu, CST, n, xa, QS_F32, bb, QS_BF16, cy, false),
+                  GOPS->add_forward(g_gpu, GST, n, gxa, QS_F32, gbb, QS_BF16, gy, false), gy, cy);
+        ELT_CHECK("add+relu a bf16", COPS->add_forward(g_cpu, CST, n, xab, QS_BF16, b, QS_F32, cy, true),
+                  GOPS->add_forward(g_gpu, GST, n, gxab, QS_BF16, gb, QS_F32, gy, true), gy, cy);
+        ELT_CHECK("add+relu both bf16", COPS->add_forward(g_cpu, CST, n, xab, QS_BF16, bb, QS_BF16, cy, true),
+                  GOPS->add_forward(g_gpu, GST, n, gxab, QS_BF16, gbb, QS_BF16, gy, true), gy, cy);
         float *cacc2 = hcopy(base, n), *gacc2 = dup_gpu_f(base, n);
         ELT_CHECK("accumulate +=", COPS->accumulate(g_cpu, CST, n, x, cacc2, true),
                   GOPS->accumulate(g_gpu, GST, n, gx, gacc2, true), gacc2, cacc2);
@@ -1478,10 +1489,10 @@ static void test_batchnorm(void **state) {
             float *crm = hcopy(rm, C), *crv = hcopy(rv, C), *cy = hf(n), *cm = hf(C), *ci = hf(C);
             float *grm = dup_gpu_f(rm, C), *grv = dup_gpu_f(rv, C), *gy = dalloc_f(n), *gm = dalloc_f(C), *gi = dalloc_f(C);
             ASSERT_OK(COPS->batchnorm_forward_train(g_cpu, CST, rows, C, x, QS_F32, gamma, beta, cy, QS_F32, cm, ci, crm, crv, momentum, eps,
-                                                    relu, NULL));
+                                                    relu, NULL, QS_F32));
             snprintf(what, sizeof what, "bn train%s %s: y", relu ? "+relu" : "", sh);
             if (!gpu_ok_(GOPS->batchnorm_forward_train(g_gpu, GST, rows, C, gx, QS_F32, gg, gbt, gy, QS_F32, gm, gi, grm, grv, momentum, eps,
-                                                       relu, NULL),
+                                                       relu, NULL, QS_F32),
                          what))
                 continue;
             cmp_tol(what, gy, cy, n, K, -1);
@@ -1497,7 +1508,7 @@ static void test_batchnorm(void **state) {
             float *gy2 = dalloc_f(n), *gm2 = dalloc_f(C), *gi2 = dalloc_f(C);
             snprintf(what, sizeof what, "bn train%s %s, no running stats: y", relu ? "+relu" : "", sh);
             if (gpu_ok_(GOPS->batchnorm_forward_train(g_gpu, GST, rows, C, gx, QS_F32, gg, gbt, gy2, QS_F32, gm2, gi2, NULL, NULL, momentum,
-                                                      eps, relu, NULL),
+                                                      eps, relu, NULL, QS_F32),
                         what))
                 cmp_tol(what, gy2, cy, n, K, -1);
 
@@ -1509,7 +1520,7 @@ static void test_batchnorm(void **state) {
             uint16_t *hyb = halloc((size_t)n * 2), *want = halloc((size_t)n * 2), *gyb = dalloc((size_t)n * 2, 0xff);
             snprintf(what, sizeof what, "bn train%s %s: bf16 y = rne(f32 y)", relu ? "+relu" : "", sh);
             if (gpu_ok_(GOPS->batchnorm_forward_train(g_gpu, GST, rows, C, gx, QS_F32, gg, gbt, gyb, QS_BF16, gm2, gi2, NULL, NULL,
-                                                      momentum, eps, relu, NULL),
+                                                      momentum, eps, relu, NULL, QS_F32),
                         what) &&
                 dget(hy, gy2, (size_t)n * 4, what) && dget(hyb, gyb, (size_t)n * 2, what)) {
                 ASSERT_OK(qs_f32_to_bf16(n, hy, want, NULL));
@@ -1529,9 +1540,9 @@ static void test_batchnorm(void **state) {
             /* eval forward with the (CPU-)updated running statistics */
             const float *grm_c = dup_gpu_f(crm, C), *grv_c = dup_gpu_f(crv, C);
             float *ce = hf(n), *ge = dalloc_f(n);
-            ASSERT_OK(COPS->batchnorm_forward_eval(g_cpu, CST, rows, C, x, QS_F32, gamma, beta, crm, crv, eps, ce, QS_F32, relu, NULL));
+            ASSERT_OK(COPS->batchnorm_forward_eval(g_cpu, CST, rows, C, x, QS_F32, gamma, beta, crm, crv, eps, ce, QS_F32, relu, NULL, QS_F32));
             snprintf(what, sizeof what, "bn eval%s %s: y", relu ? "+relu" : "", sh);
-            if (gpu_ok_(GOPS->batchnorm_forward_eval(g_gpu, GST, rows, C, gx, QS_F32, gg, gbt, grm_c, grv_c, eps, ge, QS_F32, relu, NULL), what))
+            if (gpu_ok_(GOPS->batchnorm_forward_eval(g_gpu, GST, rows, C, gx, QS_F32, gg, gbt, grm_c, grv_c, eps, ge, QS_F32, relu, NULL, QS_F32), what))
                 cmp_tol(what, ge, ce, n, 8, -1);
 
             /* backward from the CPU's saved statistics (and, fused, the CPU's output) */
@@ -1636,7 +1647,7 @@ static void test_batchnorm_bf16_x(void **state) {
                     rmk[xk] = dup_gpu_f(rm, C), rvk[xk] = dup_gpu_f(rv, C);
                     ok = gpu_ok_(GOPS->batchnorm_forward_train(g_gpu, GST, rows, C, xk ? gxb : (const void *)gxw,
                                                                xk ? QS_BF16 : QS_F32, gg, gbt, yk[yb][xk], ydt, m[xk],
-                                                               is[xk], rmk[xk], rvk[xk], momentum, eps, relu, NULL),
+                                                               is[xk], rmk[xk], rvk[xk], momentum, eps, relu, NULL, QS_F32),
                                  what);
                 }
                 fwd_ok = fwd_ok && ok;
@@ -1662,10 +1673,10 @@ static void test_batchnorm_bf16_x(void **state) {
                 void *ea = dalloc((size_t)n * es, POISON), *eb = dalloc((size_t)n * es, POISON);
                 snprintf(what, sizeof what, "bn eval%s %s, bf16 x: %s y", rl, sh, qs_dtype_name(ydt));
                 if (gpu_ok_(GOPS->batchnorm_forward_eval(g_gpu, GST, rows, C, gxw, QS_F32, gg, gbt, grm0, grv0, eps, ea,
-                                                         ydt, relu, NULL),
+                                                         ydt, relu, NULL, QS_F32),
                             what) &&
                     gpu_ok_(GOPS->batchnorm_forward_eval(g_gpu, GST, rows, C, gxb, QS_BF16, gg, gbt, grm0, grv0, eps, eb,
-                                                         ydt, relu, NULL),
+                                                         ydt, relu, NULL, QS_F32),
                             what))
                     same_elems(what, eb, ea, n, es);
             }
@@ -1706,7 +1717,7 @@ static void test_batchnorm_bf16_x(void **state) {
             float *gy = dalloc_f(n), *gm = dalloc_f(C), *gi = dalloc_f(C);
             qs_error_clear();
             const qs_status st = GOPS->batchnorm_forward_train(g_gpu, GST, rows, C, gxb, QS_F16, gg, gbt, gy, QS_F32, gm,
-                                                               gi, NULL, NULL, momentum, eps, false, NULL);
+                                                               gi, NULL, NULL, momentum, eps, false, NULL, QS_F32);
             char detail[256];
             snprintf(detail, sizeof detail, "%s: %s", qs_status_name(st), st == QS_OK ? "accepted" : qs_last_error());
             check_fact("bn train, f16 x refused", st == QS_ERR_UNSUPPORTED, detail);
@@ -1765,7 +1776,7 @@ static void test_batchnorm_bf16_dx(void **state) {
             snprintf(what, sizeof what, "bn bwd bf16 dx rows=%lld C=%lld%s: forward", (long long)rows, (long long)C,
                      relu ? " relu" : "");
             if (!gpu_ok_(GOPS->batchnorm_forward_train(g_gpu, GST, rows, C, gx, QS_F32, gg, gbt, y, QS_F32, sm, si, NULL,
-                                                       NULL, momentum, eps, relu, NULL),
+                                                       NULL, momentum, eps, relu, NULL, QS_F32),
                          what))
                 continue;
             const float *mask = relu ? y : NULL;
@@ -1841,7 +1852,8 @@ static void test_batchnorm_bf16_dx(void **state) {
 
 /* A batch norm with a residual block's Add fused in (backend.h: residual, dresidual) equals, bit
  * for bit, the GPU's own unfused ops: forward (train and eval; ReLU off and on; y F32 and BF16)
- * = batch norm, then add_forward (then the RNE cast for a BF16 y); backward (mask from the fused
+ * = batch norm, then add_forward (then the RNE cast for a BF16 y), and with a BF16 residual =
+ * the fused op on its widened values; backward (mask from the fused
  * output) dx = the plain batch norm's dx on the Add's gradient, dresidual = relu_backward (a copy
  * of dy without ReLU), overwritten and accumulated, also with dx NULL. Shapes with C not a multiple
  * of the kernel's 32 channels. Tolerance: none (memcmp). */
@@ -1858,6 +1870,12 @@ static void test_batchnorm_residual(void **state) {
               *dy = rnd(n, -1, 1), *acc0 = rnd(n, -1, 1), *rv = rnd(C, 0.5f, 2.0f);
         const float *gx = dup_gpu_f(x, n), *gg = dup_gpu_f(gamma, C), *gbt = dup_gpu_f(beta, C), *gr = dup_gpu_f(r, n),
                     *gdy = dup_gpu_f(dy, n), *grm = dup_gpu_f(r, C), *grv = dup_gpu_f(rv, C);
+        uint16_t *rb = halloc((size_t)n * 2); /* r in BF16, and widened back */
+        ASSERT_OK(qs_f32_to_bf16(n, r, rb, NULL));
+        float *rw = hf(n);
+        ASSERT_OK(qs_bf16_to_f32(n, rb, rw));
+        const void *grb = dup_gpu(rb, (size_t)n * 2);
+        const float *grw = dup_gpu_f(rw, n);
         for (int relu = 0; relu < 2; relu++) {
             for (int yk = 0; yk < 2; yk++) {
                 const qs_dtype ydt = yk ? QS_BF16 : QS_F32;
@@ -1872,24 +1890,41 @@ static void test_batchnorm_residual(void **state) {
                 void *ewant = dalloc((size_t)n * es, POISON), *egot = dalloc((size_t)n * es, POISON);
                 snprintf(what, sizeof what, "%s: unfused ops", sh);
                 if (!gpu_ok_(GOPS->batchnorm_forward_train(g_gpu, GST, rows, C, gx, QS_F32, gg, gbt, y0, QS_F32, sm, si,
-                                                           NULL, NULL, momentum, eps, false, NULL), what) ||
-                    !gpu_ok_(GOPS->add_forward(g_gpu, GST, n, y0, gr, ya, relu), what) ||
+                                                           NULL, NULL, momentum, eps, false, NULL, QS_F32), what) ||
+                    !gpu_ok_(GOPS->add_forward(g_gpu, GST, n, y0, QS_F32, gr, QS_F32, ya, relu), what) ||
                     !gpu_ok_(GOPS->cast(g_gpu, GST, n, ya, QS_F32, want, ydt), what) ||
                     !gpu_ok_(GOPS->batchnorm_forward_eval(g_gpu, GST, rows, C, gx, QS_F32, gg, gbt, grm, grv, eps, e0,
-                                                          QS_F32, false, NULL), what) ||
-                    !gpu_ok_(GOPS->add_forward(g_gpu, GST, n, e0, gr, ea, relu), what) ||
+                                                          QS_F32, false, NULL, QS_F32), what) ||
+                    !gpu_ok_(GOPS->add_forward(g_gpu, GST, n, e0, QS_F32, gr, QS_F32, ea, relu), what) ||
                     !gpu_ok_(GOPS->cast(g_gpu, GST, n, ea, QS_F32, ewant, ydt), what))
                     continue;
                 snprintf(what, sizeof what, "%s: fused", sh);
                 if (!gpu_ok_(GOPS->batchnorm_forward_train(g_gpu, GST, rows, C, gx, QS_F32, gg, gbt, got, ydt, sm2, si2,
-                                                           NULL, NULL, momentum, eps, relu, gr), what) ||
+                                                           NULL, NULL, momentum, eps, relu, gr, QS_F32), what) ||
                     !gpu_ok_(GOPS->batchnorm_forward_eval(g_gpu, GST, rows, C, gx, QS_F32, gg, gbt, grm, grv, eps, egot,
-                                                          ydt, relu, gr), what))
+                                                          ydt, relu, gr, QS_F32), what))
                     continue;
                 snprintf(what, sizeof what, "%s: train y = unfused", sh);
                 same_elems(what, got, want, n, es);
                 snprintf(what, sizeof what, "%s: eval y = unfused", sh);
                 same_elems(what, egot, ewant, n, es);
+                /* a BF16 residual: the fused op on its widened values (grw), train and eval */
+                void *tb = dalloc((size_t)n * es, POISON), *tw = dalloc((size_t)n * es, POISON);
+                void *eb = dalloc((size_t)n * es, POISON), *ew = dalloc((size_t)n * es, POISON);
+                snprintf(what, sizeof what, "%s: bf16 residual", sh);
+                if (gpu_ok_(GOPS->batchnorm_forward_train(g_gpu, GST, rows, C, gx, QS_F32, gg, gbt, tb, ydt, sm2, si2, NULL,
+                                                          NULL, momentum, eps, relu, grb, QS_BF16), what) &&
+                    gpu_ok_(GOPS->batchnorm_forward_train(g_gpu, GST, rows, C, gx, QS_F32, gg, gbt, tw, ydt, sm2, si2, NULL,
+                                                          NULL, momentum, eps, relu, grw, QS_F32), what) &&
+                    gpu_ok_(GOPS->batchnorm_forward_eval(g_gpu, GST, rows, C, gx, QS_F32, gg, gbt, grm, grv, eps, eb, ydt,
+                                                         relu, grb, QS_BF16), what) &&
+                    gpu_ok_(GOPS->batchnorm_forward_eval(g_gpu, GST, rows, C, gx, QS_F32, gg, gbt, grm, grv, eps, ew, ydt,
+                                                         relu, grw, QS_F32), what)) {
+                    snprintf(what, sizeof what, "%s: train y, bf16 residual = its widened values", sh);
+                    same_elems(what, tb, tw, n, es);
+                    snprintf(what, sizeof what, "%s: eval y, bf16 residual = its widened values", sh);
+                    same_elems(what, eb, ew, n, es);
+                }
                 /* backward: the Add's gradient dr (relu_backward, or dy), then the plain batch norm */
                 const void *mask = relu ? got : NULL;
                 float *dr = dalloc_f(n), *dxw = dalloc_f(n), *dgw = dalloc_f(C), *dbw = dalloc_f(C);
@@ -2120,8 +2155,8 @@ static void test_arg_errors(void **state) {
            GOPS->dropout_forward(g_gpu, GST, 4, gb, gb, (uint8_t *)gb, 1.5f, &rng1));
     PARITY("adamw step 0", COPS->adamw_step(g_cpu, CST, 4, cb, cb, cb, cb, 0.1f, 0.9, 0.99, 1e-8f, 0, 0),
            GOPS->adamw_step(g_gpu, GST, 4, gb, gb, gb, gb, 0.1f, 0.9, 0.99, 1e-8f, 0, 0));
-    PARITY("batchnorm train rows=1", COPS->batchnorm_forward_train(g_cpu, CST, 1, 1, cb, QS_F32, NULL, NULL, cb, QS_F32, cb, cb, NULL, NULL, 0.1f, 1e-5f, false, NULL),
-           GOPS->batchnorm_forward_train(g_gpu, GST, 1, 1, gb, QS_F32, NULL, NULL, gb, QS_F32, gb, gb, NULL, NULL, 0.1f, 1e-5f, false, NULL));
+    PARITY("batchnorm train rows=1", COPS->batchnorm_forward_train(g_cpu, CST, 1, 1, cb, QS_F32, NULL, NULL, cb, QS_F32, cb, cb, NULL, NULL, 0.1f, 1e-5f, false, NULL, QS_F32),
+           GOPS->batchnorm_forward_train(g_gpu, GST, 1, 1, gb, QS_F32, NULL, NULL, gb, QS_F32, gb, gb, NULL, NULL, 0.1f, 1e-5f, false, NULL, QS_F32));
     PARITY("quantize f8e4m3 per-row", COPS->quantize(g_cpu, CST, 2, 2, cb, NULL, QS_F8E4M3, cb, cb, true, NULL, NULL, NULL),
            GOPS->quantize(g_gpu, GST, 2, 2, gb, NULL, QS_F8E4M3, gb, gb, true, NULL, NULL, NULL));
     /* a plan's operand of the wrong dtype */

@@ -202,6 +202,9 @@ qs_status qs_gemm_out_dtype_check(const char *what, qs_dtype y_dt, qs_dtype dx_d
 /* The output-gradient dtype of batchnorm_backward and relu_backward: F32 or BF16 (a BF16
  * GEMM's dx_dt), else QS_ERR_UNSUPPORTED. */
 qs_status qs_dy_dtype_check(const char *what, qs_dtype dy_dt);
+/* An operand dtype that may be F32 or BF16 (a residual, an Add input), else QS_ERR_UNSUPPORTED
+ * naming the argument (`role`). */
+qs_status qs_f32_or_bf16_check(const char *what, const char *role, qs_dtype dt);
 /* No accumulating into a BF16 dx (QS_ERR_INVALID_ARG): a rounded gradient is never a sum. */
 qs_status qs_dx_accumulate_check(const char *what, qs_dtype dx_dt, bool accumulate);
 
@@ -308,18 +311,21 @@ typedef struct qs_backend_ops {
      * the straight-through BF16 cast a BatchNorm may absorb (qs_model_fuse_casts) would.
      * x_dt: F32, or BF16 (a convolution's BF16 output, qs_model_fuse_casts): the values are
      * widened exactly, so every result equals the F32 op's on the widened x, bit for bit.
-     * residual: NULL, or an FP32 (rows, C) tensor added before the ReLU — y = [max](BN(x) +
+     * residual: NULL, or a (rows, C) tensor of residual_dt (F32, or BF16 widened exactly: a block
+     * output kept in BF16, qs_model_bf16_residuals) added before the ReLU — y = [max](BN(x) +
      * residual, 0), the bits of BN, then add_forward — a residual block's last batch norm with
      * the block's Add fused in (qs_model_fuse). */
     qs_status (*batchnorm_forward_train)(qs_backend *be, qs_stream *s, int64_t rows, int64_t C,
                                          const void *x, qs_dtype x_dt, const float *gamma, const float *beta,
                                          void *y, qs_dtype y_dt, float *save_mean, float *save_invstd,
                                          float *running_mean, float *running_var,
-                                         float momentum, float eps, bool relu, const float *residual);
+                                         float momentum, float eps, bool relu, const void *residual,
+                                         qs_dtype residual_dt);
     qs_status (*batchnorm_forward_eval)(qs_backend *be, qs_stream *s, int64_t rows, int64_t C,
                                         const void *x, qs_dtype x_dt, const float *gamma, const float *beta,
                                         const float *running_mean, const float *running_var,
-                                        float eps, void *y, qs_dtype y_dt, bool relu, const float *residual);
+                                        float eps, void *y, qs_dtype y_dt, bool relu, const void *residual,
+                                        qs_dtype residual_dt);
     /* dx (overwritten or accumulated; may be NULL when no input gradient is needed),
      * dgamma, dbeta (overwritten); x in x_dt as in forward; dy F32, or BF16 (dy_dt: the BF16
      * dX of the convolution reading this batch norm alone, widened exactly). y_relu: NULL, or the output (dtype
@@ -345,9 +351,10 @@ typedef struct qs_backend_ops {
     /* dx = dy·[y > 0]; dy F32, or BF16 (dy_dt: widened exactly, the bits of the F32 op on it) */
     qs_status (*relu_backward)(qs_backend *be, qs_stream *s, int64_t n, const float *y,
                                const void *dy, qs_dtype dy_dt, float *dx, bool accumulate);
-    /* y = a + b, or max(a + b, 0) with `relu` (Add→ReLU fused) */
-    qs_status (*add_forward)(qs_backend *be, qs_stream *s, int64_t n, const float *a,
-                             const float *b, float *y, bool relu);
+    /* y = a + b, or max(a + b, 0) with `relu` (Add→ReLU fused); a and b F32, or BF16 (a_dt,
+     * b_dt: widened exactly — a block output kept in BF16, qs_model_bf16_residuals); y F32 */
+    qs_status (*add_forward)(qs_backend *be, qs_stream *s, int64_t n, const void *a, qs_dtype a_dt,
+                             const void *b, qs_dtype b_dt, float *y, bool relu);
     /* dst = src (accumulate=false) or dst += src */
     qs_status (*accumulate)(qs_backend *be, qs_stream *s, int64_t n, const float *src, float *dst,
                             bool accumulate);

@@ -140,6 +140,11 @@ static qs_status bn_dtype(const char *what, const char *role, qs_dtype dt) {
     return QS_FAIL(QS_ERR_UNSUPPORTED, "%s: %s %s; batch norm takes f32 or bf16 there", what, role, qs_dtype_name(dt));
 }
 
+qs_status qs_f32_or_bf16_check(const char *what, const char *role, qs_dtype dt) {
+    if (dt == QS_F32 || dt == QS_BF16) return QS_OK;
+    return QS_FAIL(QS_ERR_UNSUPPORTED, "%s: %s %s; it must be f32 or bf16", what, role, qs_dtype_name(dt));
+}
+
 qs_status qs_dx_accumulate_check(const char *what, qs_dtype dx_dt, bool accumulate) {
     if (dx_dt == QS_BF16 && accumulate)
         return QS_FAIL(QS_ERR_INVALID_ARG,

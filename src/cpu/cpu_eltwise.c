@@ -43,10 +43,21 @@ qs_status qs_cpu_relu_backward(qs_backend *be, qs_stream *s, int64_t n, const fl
     return QS_OK;
 }
 
-/* y = a + b, or max(a + b, 0) with relu (y may alias a or b). */
-qs_status qs_cpu_add_forward(qs_backend *be, qs_stream *s, int64_t n, const float *a, const float *b, float *y,
-                             bool relu) {
-    QS_TRY(qs_cpu_args_check("add_forward", n, 3, (const void *[]){a, b, y}));
+/* y = a + b, or max(a + b, 0) with relu (y may alias an F32 a or b); a BF16 a or b (a_dt,
+ * b_dt) is widened exactly into the scratch first. */
+qs_status qs_cpu_add_forward(qs_backend *be, qs_stream *s, int64_t n, const void *a_any, qs_dtype a_dt,
+                             const void *b_any, qs_dtype b_dt, float *y, bool relu) {
+    QS_TRY(qs_cpu_args_check("add_forward", n, 3, (const void *[]){a_any, b_any, y}));
+    QS_TRY(qs_f32_or_bf16_check("add_forward", "first input dtype (a_dt)", a_dt));
+    QS_TRY(qs_f32_or_bf16_check("add_forward", "second input dtype (b_dt)", b_dt));
+    const float *a = a_any, *b = b_any;
+    const int wide = (a_dt == QS_BF16) + (b_dt == QS_BF16);
+    if (wide && n > 0) {
+        float *scratch;
+        QS_TRY(qs_cpu_scratch(qs_cpu_be(be), (size_t)wide * (size_t)n * sizeof(float), (void **)&scratch));
+        if (a_dt == QS_BF16) qs_bf16_to_f32(n, a_any, scratch), a = scratch;
+        if (b_dt == QS_BF16) qs_bf16_to_f32(n, b_any, scratch + (wide - 1) * n), b = scratch + (wide - 1) * n;
+    }
     if (relu) {
 #pragma omp parallel for simd schedule(static)
         for (int64_t i = 0; i < n; i++) {

@@ -41,6 +41,18 @@ static const float *bn_f32_view(int64_t n, const void *src, qs_dtype dt, float *
 /* Floats of scratch a BF16 tensor of n elements needs for its FP32 view (0 for F32 or absent). */
 static size_t bn_view_floats(int64_t n, const void *src, qs_dtype dt) { return dt == QS_BF16 && src ? (size_t)n : 0; }
 
+/* FP32 views of a forward's x and residual (n elements each; residual may be NULL): a BF16 one
+ * widened exactly into the backend's scratch (both share it), an F32 one as is. */
+static qs_status bn_f32_views(qs_backend *be, int64_t n, const void *x, qs_dtype x_dt, const void *res,
+                              qs_dtype res_dt, const float **xf, const float **rf) {
+    const size_t nx = bn_view_floats(n, x, x_dt), nr = bn_view_floats(n, res, res_dt);
+    float *scratch = NULL;
+    if (nx + nr) QS_TRY(qs_cpu_scratch(qs_cpu_be(be), (nx + nr) * sizeof(float), (void **)&scratch));
+    *xf = bn_f32_view(n, x, x_dt, scratch);
+    *rf = bn_f32_view(n, res, res_dt, scratch + nx);
+    return QS_OK;
+}
+
 /* y[r,c] = (x[r,c] - m[c])·k[c] + b[c] (+ res[r,c] when res is set) over all rows, then
  * max(·, 0) when relu; y F32 or BF16 (y_dt; rounded to nearest even). */
 static void bn_apply(int64_t rows, int64_t C, const float *x, const float *m, const float *k, const float *b,
@@ -144,27 +156,30 @@ static qs_status bn_train(const char *what, int64_t rows, int64_t C, const float
 qs_status qs_cpu_batchnorm_forward_train(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const void *x,
                                          qs_dtype x_dt, const float *gamma, const float *beta, void *y, qs_dtype y_dt,
                                          float *save_mean, float *save_invstd, float *running_mean,
-                                         float *running_var, float momentum, float eps, bool relu, const float *residual) {
+                                         float *running_var, float momentum, float eps, bool relu, const void *residual,
+                                         qs_dtype residual_dt) {
     const char *what = "batchnorm_forward_train";
     QS_TRY(bn_check(what, rows, C, 4, (const void *[]){x, y, save_mean, save_invstd}));
     QS_TRY(qs_batchnorm_dtype_check(what, x_dt, y_dt, QS_F32, false));
+    QS_TRY(qs_f32_or_bf16_check(what, "residual dtype (residual_dt)", residual_dt));
     if (rows < 2)
         return QS_FAIL(QS_ERR_INVALID_ARG,
                        "%s: %lld value(s) per channel; training-mode batch norm needs at least 2 (like PyTorch)", what,
                        (long long)rows);
-    float *scratch = NULL;
-    const size_t nf = bn_view_floats(rows * C, x, x_dt);
-    if (nf) QS_TRY(qs_cpu_scratch(qs_cpu_be(be), nf * sizeof(float), (void **)&scratch));
-    return bn_train(what, rows, C, bn_f32_view(rows * C, x, x_dt, scratch), gamma, beta, residual, y, y_dt, save_mean,
-                    save_invstd, running_mean, running_var, momentum, eps, relu);
+    const float *xf, *rf;
+    QS_TRY(bn_f32_views(be, rows * C, x, x_dt, residual, residual_dt, &xf, &rf));
+    return bn_train(what, rows, C, xf, gamma, beta, rf, y, y_dt, save_mean, save_invstd, running_mean, running_var,
+                    momentum, eps, relu);
 }
 
 qs_status qs_cpu_batchnorm_forward_eval(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const void *x,
                                         qs_dtype x_dt, const float *gamma, const float *beta, const float *running_mean,
-                                        const float *running_var, float eps, void *y, qs_dtype y_dt, bool relu, const float *residual) {
+                                        const float *running_var, float eps, void *y, qs_dtype y_dt, bool relu,
+                                        const void *residual, qs_dtype residual_dt) {
     const char *what = "batchnorm_forward_eval";
     QS_TRY(bn_check(what, rows, C, 4, (const void *[]){x, y, running_mean, running_var}));
     QS_TRY(qs_batchnorm_dtype_check(what, x_dt, y_dt, QS_F32, false));
+    QS_TRY(qs_f32_or_bf16_check(what, "residual dtype (residual_dt)", residual_dt));
     bn_scratch sc = {0};
     QS_TRY(bn_scratch_alloc(&sc, C, what));
     float *k = sc.f[0], *b = sc.f[1];
@@ -173,11 +188,9 @@ qs_status qs_cpu_batchnorm_forward_eval(qs_backend *be, qs_stream *s, int64_t ro
         k[c] = invstd * (gamma ? gamma[c] : 1.0f);
         b[c] = beta ? beta[c] : 0.0f;
     }
-    float *scratch = NULL;
-    const size_t nf = bn_view_floats(rows * C, x, x_dt);
-    qs_status st = nf ? qs_cpu_scratch(qs_cpu_be(be), nf * sizeof(float), (void **)&scratch) : QS_OK;
-    if (st == QS_OK) bn_apply(rows, C, bn_f32_view(rows * C, x, x_dt, scratch), running_mean, k, b, residual, y, y_dt,
-                                 relu);
+    const float *xf, *rf;
+    qs_status st = bn_f32_views(be, rows * C, x, x_dt, residual, residual_dt, &xf, &rf);
+    if (st == QS_OK) bn_apply(rows, C, xf, running_mean, k, b, rf, y, y_dt, relu);
     free(sc.mem);
     return st;
 }

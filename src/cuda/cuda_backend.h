@@ -147,10 +147,12 @@ void qs_cuda_pool_plan_destroy(qs_backend *be, void *plan);
 qs_status qs_cuda_batchnorm_forward_train(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const void *x, qs_dtype x_dt,
                                           const float *gamma, const float *beta, void *y, qs_dtype y_dt, float *save_mean,
                                           float *save_invstd, float *running_mean, float *running_var,
-                                          float momentum, float eps, bool relu, const float *residual);
+                                          float momentum, float eps, bool relu, const void *residual,
+                                          qs_dtype residual_dt);
 qs_status qs_cuda_batchnorm_forward_eval(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const void *x, qs_dtype x_dt,
                                          const float *gamma, const float *beta, const float *running_mean,
-                                         const float *running_var, float eps, void *y, qs_dtype y_dt, bool relu, const float *residual);
+                                         const float *running_var, float eps, void *y, qs_dtype y_dt, bool relu,
+                                         const void *residual, qs_dtype residual_dt);
 qs_status qs_cuda_batchnorm_backward(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const void *x, qs_dtype x_dt,
                                      const void *dy, qs_dtype dy_dt, const float *gamma, const float *save_mean,
                                      const float *save_invstd, void *dx, qs_dtype dx_dt, const qs_sr *dx_sr, bool accumulate, float *dgamma,
@@ -164,8 +166,8 @@ qs_status qs_cuda_softmax_xent_backward(qs_backend *be, qs_stream *s, int64_t B,
 qs_status qs_cuda_relu_forward(qs_backend *be, qs_stream *s, int64_t n, const float *x, float *y);
 qs_status qs_cuda_relu_backward(qs_backend *be, qs_stream *s, int64_t n, const float *y, const void *dy, qs_dtype dy_dt, float *dx,
                                 bool accumulate);
-qs_status qs_cuda_add_forward(qs_backend *be, qs_stream *s, int64_t n, const float *a, const float *b, float *y,
-                              bool relu);
+qs_status qs_cuda_add_forward(qs_backend *be, qs_stream *s, int64_t n, const void *a, qs_dtype a_dt, const void *b,
+                              qs_dtype b_dt, float *y, bool relu);
 qs_status qs_cuda_accumulate(qs_backend *be, qs_stream *s, int64_t n, const float *src, float *dst, bool accumulate);
 qs_status qs_cuda_dropout_forward(qs_backend *be, qs_stream *s, int64_t n, const float *x, float *y, uint8_t *mask,
                                   float p, const qs_dropout_rng *rng);

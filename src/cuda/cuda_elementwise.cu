@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include <initializer_list>
+#include <type_traits>
 
 #include "core/numfmt.h"
 #include "cuda/cuda_launch.cuh"
@@ -116,16 +117,18 @@ struct ReluBwd {
     }
 };
 
-/* y = a + b, or (a + b) > 0 ? a + b : 0 with RELU (NaN → 0, as the CPU's fused Add→ReLU). */
-template <bool RELU>
+/* y = a + b, or (a + b) > 0 ? a + b : 0 with RELU (NaN → 0, as the CPU's fused Add→ReLU); A, B:
+ * a's and b's element types (float, or uint16_t BF16 bits). */
+template <bool RELU, typename A, typename B>
 struct AddFwd {
-    const float *a, *b;
+    const A *a;
+    const B *b;
     float *y;
     __device__ static float f(float u, float v) {
         float r = __fadd_rn(u, v);
         return RELU ? (r > 0.0f ? r : 0.0f) : r;
     }
-    __device__ void one(int64_t i) const { y[i] = f(a[i], b[i]); }
+    __device__ void one(int64_t i) const { y[i] = f(ld1(a, i), ld1(b, i)); }
     __device__ void four(int64_t i) const {
         const float4 u = ld4(a, i), v = ld4(b, i);
         st4(y, i, make_float4(f(u.x, v.x), f(u.y, v.y), f(u.z, v.z), f(u.w, v.w)));
@@ -459,12 +462,31 @@ qs_status qs_cuda_relu_backward(qs_backend *be, qs_stream *s, int64_t n, const f
 }
 
 /* y = a + b, or max(a + b, 0) with relu (y may alias a or b). */
-qs_status qs_cuda_add_forward(qs_backend *be, qs_stream *s, int64_t n, const float *a, const float *b, float *y,
-                              bool relu) {
+/* f(p) with p = x typed by dt (checked F32 or BF16): const float *, or const uint16_t * (BF16 bits). */
+template <typename F>
+void with_typed(const void *x, qs_dtype dt, F &&f) {
+    if (dt == QS_BF16)
+        f(static_cast<const uint16_t *>(x));
+    else
+        f(static_cast<const float *>(x));
+}
+
+qs_status qs_cuda_add_forward(qs_backend *be, qs_stream *s, int64_t n, const void *a, qs_dtype a_dt, const void *b,
+                              qs_dtype b_dt, float *y, bool relu) {
     QS_TRY(args_check("add_forward", n, {a, b, y}));
+    QS_TRY(qs_f32_or_bf16_check("add_forward", "first input dtype (a_dt)", a_dt));
+    QS_TRY(qs_f32_or_bf16_check("add_forward", "second input dtype (b_dt)", b_dt));
     const bool vec = aligned16({a, b, y});
-    if (relu) return launch_map(be, s, n, vec, AddFwd<true>{a, b, y}, "add_forward");
-    return launch_map(be, s, n, vec, AddFwd<false>{a, b, y}, "add_forward");
+    qs_status st = QS_OK;
+    with_typed(a, a_dt, [&](auto ap) {
+        with_typed(b, b_dt, [&](auto bp) {
+            using A = std::remove_cv_t<std::remove_pointer_t<decltype(ap)>>;
+            using B = std::remove_cv_t<std::remove_pointer_t<decltype(bp)>>;
+            st = relu ? launch_map(be, s, n, vec, AddFwd<true, A, B>{ap, bp, y}, "add_forward")
+                      : launch_map(be, s, n, vec, AddFwd<false, A, B>{ap, bp, y}, "add_forward");
+        });
+    });
+    return st;
 }
 
 /* dst = src (a device copy; nothing when src == dst) or dst += src. */

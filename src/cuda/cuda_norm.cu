@@ -286,12 +286,12 @@ __device__ __forceinline__ float bn_mask(const uint16_t *m, int64_t i) {
 
 /* y = (x - mean[c])·k[c] + b[c] (+ res when set; then max(·,0) when relu), k = invstd·gamma, b = beta; invstd is
  * given (training) or 1/sqrt(var + eps) from var (evaluation). Grid (channel blocks, row
- * blocks), block (kTx, kTy); the per-channel constants are computed once per thread. X, Y: float
- * or uint16_t (BF16 bits). */
-template <typename X, typename Y>
+ * blocks), block (kTx, kTy); the per-channel constants are computed once per thread. X, R, Y:
+ * float or uint16_t (BF16 bits). */
+template <typename X, typename R, typename Y>
 __global__ void k_bn_apply(int64_t rows, int64_t C, const X *__restrict__ x, const float *__restrict__ mean,
                            const float *__restrict__ stat, bool stat_is_var, float eps, const float *__restrict__ gamma,
-                           const float *__restrict__ beta, const float *__restrict__ res, Y *__restrict__ y,
+                           const float *__restrict__ beta, const R *__restrict__ res, Y *__restrict__ y,
                            bool relu) {
     const int64_t c = (int64_t)blockIdx.x * kTx + threadIdx.x;
     if (c >= C) return;
@@ -301,7 +301,7 @@ __global__ void k_bn_apply(int64_t rows, int64_t C, const X *__restrict__ x, con
     const float b = beta ? beta[c] : 0.0f;
     for (int64_t r = (int64_t)blockIdx.y * kTy + threadIdx.y; r < rows; r += (int64_t)gridDim.y * kTy) {
         float v = (bn_load(x, r * C + c) - m) * k + b;
-        if (res) v = __fadd_rn(v, res[r * C + c]); /* never contracted into the line above */
+        if (res) v = __fadd_rn(v, bn_load(res, r * C + c)); /* never contracted into the line above */
         bn_store(y, r * C + c, relu ? (v > 0.0f ? v : 0.0f) : v);
     }
 }
@@ -441,18 +441,21 @@ void with_x(const void *x, qs_dtype x_dt, F &&f) {
         f(static_cast<const float *>(x));
 }
 
-/* Launch k_bn_apply on x of dtype x_dt and y of dtype y_dt (each F32 or BF16). */
+/* Launch k_bn_apply on x of dtype x_dt, res of res_dt (NULL: none) and y of dtype y_dt (each F32
+ * or BF16). */
 void bn_apply_launch(dim3 grid, cudaStream_t st, int64_t rows, int64_t C, const void *x, qs_dtype x_dt,
                      const float *mean, const float *stat, bool stat_is_var, float eps, const float *gamma,
-                     const float *beta, const float *res, void *y, qs_dtype y_dt, bool relu) {
+                     const float *beta, const void *res, qs_dtype res_dt, void *y, qs_dtype y_dt, bool relu) {
     const dim3 blk(kTx, kTy);
     with_x(x, x_dt, [&](auto xp) {
-        if (y_dt == QS_BF16)
-            k_bn_apply<<<grid, blk, 0, st>>>(rows, C, xp, mean, stat, stat_is_var, eps, gamma, beta, res,
-                                             static_cast<uint16_t *>(y), relu);
-        else
-            k_bn_apply<<<grid, blk, 0, st>>>(rows, C, xp, mean, stat, stat_is_var, eps, gamma, beta, res,
-                                             static_cast<float *>(y), relu);
+        with_x(res, res_dt, [&](auto rp) {
+            if (y_dt == QS_BF16)
+                k_bn_apply<<<grid, blk, 0, st>>>(rows, C, xp, mean, stat, stat_is_var, eps, gamma, beta, rp,
+                                                 static_cast<uint16_t *>(y), relu);
+            else
+                k_bn_apply<<<grid, blk, 0, st>>>(rows, C, xp, mean, stat, stat_is_var, eps, gamma, beta, rp,
+                                                 static_cast<float *>(y), relu);
+        });
     });
 }
 
@@ -646,16 +649,18 @@ extern "C" qs_status qs_cuda_pool_backward(qs_backend *be, void *plan, qs_stream
 
 /* x (rows, C) in x_dt, y (rows, C) in y_dt (each F32 or BF16); save_mean, save_invstd,
  * running_mean, running_var, gamma, beta (C). gamma/beta NULL = 1/0; running_* NULL = no update;
- * residual (rows, C, FP32) NULL = none, else added before the ReLU. Needs rows >= 2 (like
- * PyTorch and the CPU). */
+ * residual (rows, C, residual_dt: F32 or BF16) NULL = none, else added before the ReLU. Needs
+ * rows >= 2 (like PyTorch and the CPU). */
 extern "C" qs_status qs_cuda_batchnorm_forward_train(qs_backend *be, qs_stream *s, int64_t rows, int64_t C,
                                                      const void *x, qs_dtype x_dt, const float *gamma,
                                                      const float *beta, void *y, qs_dtype y_dt, float *save_mean,
                                                      float *save_invstd, float *running_mean, float *running_var,
-                                                     float momentum, float eps, bool relu, const float *residual) {
+                                                     float momentum, float eps, bool relu, const void *residual,
+                                                     qs_dtype residual_dt) {
     const char *what = "batchnorm_forward_train";
     QS_TRY(bn_check(what, rows, C, {x, y, save_mean, save_invstd}));
     QS_TRY(qs_batchnorm_dtype_check(what, x_dt, y_dt, QS_F32, false));
+    QS_TRY(qs_f32_or_bf16_check(what, "residual dtype (residual_dt)", residual_dt));
     if (rows < 2)
         return QS_FAIL(QS_ERR_INVALID_ARG,
                        "%s: %lld value(s) per channel; training-mode batch norm needs at least 2 (like PyTorch)", what,
@@ -676,7 +681,7 @@ extern "C" qs_status qs_cuda_batchnorm_forward_train(qs_backend *be, qs_stream *
     });
     QS_TRY(qs_cuda_check_launch("batchnorm_forward_train (variance kernel)"));
     bn_apply_launch(dim3(cb, bn_row_blocks(rows, C)), st, rows, C, x, x_dt, save_mean, save_invstd, false, eps, gamma,
-                    beta, residual, y, y_dt, relu);
+                    beta, residual, residual_dt, y, y_dt, relu);
     return qs_cuda_check_launch("batchnorm_forward_train (normalise kernel)");
 }
 
@@ -686,14 +691,15 @@ extern "C" qs_status qs_cuda_batchnorm_forward_eval(qs_backend *be, qs_stream *s
                                                     const void *x, qs_dtype x_dt, const float *gamma,
                                                     const float *beta, const float *running_mean,
                                                     const float *running_var, float eps, void *y, qs_dtype y_dt,
-                                                    bool relu, const float *residual) {
+                                                    bool relu, const void *residual, qs_dtype residual_dt) {
     const char *what = "batchnorm_forward_eval";
     QS_TRY(bn_check(what, rows, C, {x, y, running_mean, running_var}));
     QS_TRY(qs_batchnorm_dtype_check(what, x_dt, y_dt, QS_F32, false));
+    QS_TRY(qs_f32_or_bf16_check(what, "residual dtype (residual_dt)", residual_dt));
     if (rows == 0) return QS_OK;
     const unsigned cb = (unsigned)((C + kTx - 1) / kTx);
     bn_apply_launch(dim3(cb, bn_row_blocks(rows, C)), stream_of(be, s), rows, C, x, x_dt, running_mean, running_var, true,
-                    eps, gamma, beta, residual, y, y_dt, relu);
+                    eps, gamma, beta, residual, residual_dt, y, y_dt, relu);
     return qs_cuda_check_launch("batchnorm_forward_eval (normalise kernel)");
 }
 

@@ -115,6 +115,36 @@ int qs_model_bf16_conv_outputs(qs_model *m) {
     return made;
 }
 
+/* The straight-through BF16 cast of node src that comes before node `before` (a BF16 GEMM's
+ * quantizing cast of it, qs_model_insert_casts), or -1. */
+static int bf16_cast_of(const qs_model *m, int src, int before) {
+    for (int j = src + 1; j < before; j++) {
+        const qs_node *c = &m->nodes[j];
+        if (c->kind == QS_NODE_CAST && c->cfg.cast.straight_through && c->out_dtype == QS_BF16 && c->n_inputs == 1 &&
+            c->inputs[0] == src)
+            return j;
+    }
+    return -1;
+}
+
+int qs_model_bf16_residuals(qs_model *m) {
+    if (m->be) return 0;
+    int made = 0;
+    for (int i = 1; i < m->n_nodes; i++) {
+        qs_node *a = &m->nodes[i];
+        if (a->kind != QS_NODE_ADD) continue;
+        for (int k = 0; k < a->n_inputs; k++) {
+            const int src = a->inputs[k], cast = bf16_cast_of(m, src, i);
+            if (cast < 0) continue;
+            m->nodes[src].n_consumers--;
+            m->nodes[cast].n_consumers++;
+            a->inputs[k] = cast;
+            made++;
+        }
+    }
+    return made;
+}
+
 /* Whether node j writes the gradient of its input slot k into that input's owner's buffer:
  * everything but a straight-through cast (it shares the buffer) and a node fused into that owner
  * (its backward is the owner's). */
@@ -157,6 +187,7 @@ qs_status qs_model_insert_casts(qs_model *m, int *inserted) {
         const int slots = quantized_inputs(&m->nodes[i]);
         for (int k = 0; k < slots; k++) QS_TRY(cast_input(m, &i, k, inserted));
     }
+    qs_model_bf16_residuals(m);
     if (m->fuse_casts) qs_model_fuse_casts(m);
     qs_model_bf16_conv_outputs(m);
     qs_model_bf16_input_grads(m);

@@ -24,8 +24,9 @@ void qs_model_precision_counts(const qs_model *m, int counts[QS_PREC_COUNT]);
  * (so it is computed and counted once). Node indices after the insertion point shift. Call
  * once, before qs_model_setup; fails after setup. Returns the number of casts inserted in
  * *inserted (may be NULL). When qs_model_fuse ran, BF16 casts of BatchNorm outputs are then
- * fused into those BatchNorms (qs_model_fuse_casts; still counted as inserted). Last, it
- * runs qs_model_bf16_conv_outputs and qs_model_bf16_input_grads. */
+ * fused into those BatchNorms (qs_model_fuse_casts; still counted as inserted) — after
+ * qs_model_bf16_residuals, so that a block output read by a BF16 GEMM and a residual Add is
+ * written in BF16 once. Last, it runs qs_model_bf16_conv_outputs and qs_model_bf16_input_grads. */
 qs_status qs_model_insert_casts(qs_model *m, int *inserted);
 
 /* Part of the BF16 precision's semantics: a BF16 convolution without bias whose only reader is
@@ -35,6 +36,16 @@ qs_status qs_model_insert_casts(qs_model *m, int *inserted);
  * gradient stays FP32. Before qs_model_setup only (returns 0 after); returns how many
  * convolutions write BF16. */
 int qs_model_bf16_conv_outputs(qs_model *m);
+
+/* Part of the BF16 precision's semantics, for residual streams: an Add input that a BF16 GEMM
+ * also reads (through its straight-through BF16 cast) is read by the Add from that cast — the
+ * value rounded to nearest even, as PyTorch's autocast keeps a residual block's output in BF16
+ * for both its readers. Its gradient is unchanged (FP32, passed through the cast). With
+ * qs_model_fuse the cast is then fused into the BatchNorm that computes the block output: it
+ * writes BF16 only (half the bytes of that activation, of its residual read and of the ReLU
+ * mask read in backward, and no separate cast). Called by qs_model_insert_casts, before
+ * qs_model_setup only (returns 0 after); returns how many Add inputs now read a BF16 value. */
+int qs_model_bf16_residuals(qs_model *m);
 
 /* Part of the BF16 precision's semantics, for gradients: a BatchNorm or ReLU (not fused into
  * another node) whose output gradient one BF16 Conv2d or Linear alone writes — its only reader,

@@ -63,16 +63,18 @@ static qs_status bn_forward(qs_model *m, qs_node *n) {
     const qs_node *in = qs_layer_input(m, n, 0);
     int slot;
     const qs_node *add = fused_add(m, n, &slot);
-    const float *res = add ? qs_layer_input(m, add, slot)->y : NULL;
+    const qs_node *rn = add ? qs_layer_input(m, add, slot) : NULL; /* the residual: F32, or BF16 (qs_model_bf16_residuals) */
+    const void *res = rn ? rn->y : NULL;
+    const qs_dtype res_dt = rn ? rn->out_dtype : QS_F32;
     const void *x = in->y;
     const float *g = qs_model_param_ptr(m, n->param[0]), *b = qs_model_param_ptr(m, n->param[1]);
     float *rm = qs_model_buffer_ptr(m, n->buffer[0]), *rv = qs_model_buffer_ptr(m, n->buffer[1]);
     if (m->training)
         return m->be->ops->batchnorm_forward_train(m->be, m->stream, rows, C, x, in->out_dtype, g, b, n->y, n->out_dtype,
                                                    n->saved[0], n->saved[1], rm, rv, n->cfg.bn.momentum,
-                                                   n->cfg.bn.eps, n->cfg.bn.relu, res);
+                                                   n->cfg.bn.eps, n->cfg.bn.relu, res, res_dt);
     return m->be->ops->batchnorm_forward_eval(m->be, m->stream, rows, C, x, in->out_dtype, g, b, rm, rv, n->cfg.bn.eps, n->y,
-                                              n->out_dtype, n->cfg.bn.relu, res);
+                                              n->out_dtype, n->cfg.bn.relu, res, res_dt);
 }
 
 /* dx goes to the input's FP32 gradient, or — when the input is a BF16 convolution whose

@@ -61,9 +61,11 @@ static qs_status add_infer(qs_model *m, qs_node *n) {
     n->flops_fwd = (double)qs_layer_out_numel_per_sample(n);
     return QS_OK;
 }
+/* Either input may be a BF16 block output (qs_model_bf16_residuals); y is FP32. */
 static qs_status add_forward(qs_model *m, qs_node *n) {
-    return m->be->ops->add_forward(m->be, m->stream, numel(m, n), qs_layer_input(m, n, 0)->y,
-                                   qs_layer_input(m, n, 1)->y, n->y, n->cfg.add.relu);
+    const qs_node *a = qs_layer_input(m, n, 0), *b = qs_layer_input(m, n, 1);
+    return m->be->ops->add_forward(m->be, m->stream, numel(m, n), a->y, a->out_dtype, b->y, b->out_dtype, n->y,
+                                   n->cfg.add.relu);
 }
 qs_node *qs_bn_grad_from_add(qs_model *m, const qs_node *n) {
     if (!m->fuse_casts || n->kind != QS_NODE_BATCHNORM2D || n->cfg.bn.relu || n->cfg.bn.add || n->alias_of >= 0)
