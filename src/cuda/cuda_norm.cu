@@ -199,6 +199,24 @@ __device__ __forceinline__ float bn_load(const uint16_t *x, int64_t i) {
     return qs_nf_bits_f32(qs_nf_bf16_to_f32(x[i]));
 }
 
+/* Rows r = first, first + step, ... below end of one thread, kRowUnroll at a time: their loads
+ * first (load(r), more bytes in flight per thread: one 2-byte BF16 load at a time left most of
+ * the memory bandwidth unused), then use(r, value) in row order — the order, and so the results,
+ * of the plain loop. */
+constexpr int kRowUnroll = 4;
+template <typename Load, typename Use>
+__device__ __forceinline__ void bn_rows(int64_t r, int64_t end, int64_t step, const Load &load, const Use &use) {
+    using V = decltype(load(r));
+    for (; r + (kRowUnroll - 1) * step < end; r += kRowUnroll * step) {
+        V v[kRowUnroll];
+#pragma unroll
+        for (int u = 0; u < kRowUnroll; u++) v[u] = load(r + u * step);
+#pragma unroll
+        for (int u = 0; u < kRowUnroll; u++) use(r + u * step, v[u]);
+    }
+    for (; r < end; r += step) use(r, load(r));
+}
+
 /* Per chunk, two (nch, C) planes of part: Σ d and Σ d² over the chunk's rows, d = x - x[0, c]
  * (shifted by the channel's first value, so the sums do not cancel when |mean| >> std), in
  * double. One pass over x. Grid (channel blocks, chunks), block (kTx, kTy). */
@@ -211,11 +229,13 @@ __global__ void k_bn_stats(int64_t rows, int64_t C, const X *__restrict__ x, dou
     double s1 = 0.0, s2 = 0.0;
     if (c < C) {
         const double shift = (double)bn_load(x, c);
-        for (int64_t r = r0 + threadIdx.y; r < r1; r += kTy) {
-            const double d = (double)bn_load(x, r * C + c) - shift;
-            s1 += d;
-            s2 += d * d;
-        }
+        bn_rows(
+            r0 + threadIdx.y, r1, kTy, [&](int64_t r) { return bn_load(x, r * C + c); },
+            [&](int64_t, float xv) {
+                const double d = (double)xv - shift;
+                s1 += d;
+                s2 += d * d;
+            });
     }
     const int64_t cc = c < C ? c : 0;
     bn_block_store(sh, s1, c, C, part + ch * C + cc);
@@ -299,11 +319,14 @@ __global__ void k_bn_apply(int64_t rows, int64_t C, const X *__restrict__ x, con
     const float invstd = stat_is_var ? (float)(1.0 / sqrt((double)stat[c] + (double)eps)) : stat[c];
     const float k = invstd * (gamma ? gamma[c] : 1.0f);
     const float b = beta ? beta[c] : 0.0f;
-    for (int64_t r = (int64_t)blockIdx.y * kTy + threadIdx.y; r < rows; r += (int64_t)gridDim.y * kTy) {
-        float v = (bn_load(x, r * C + c) - m) * k + b;
-        if (res) v = __fadd_rn(v, bn_load(res, r * C + c)); /* never contracted into the line above */
-        bn_store(y, r * C + c, relu ? (v > 0.0f ? v : 0.0f) : v);
-    }
+    bn_rows(
+        (int64_t)blockIdx.y * kTy + threadIdx.y, rows, (int64_t)gridDim.y * kTy,
+        [&](int64_t r) { return make_float2(bn_load(x, r * C + c), res ? bn_load(res, r * C + c) : 0.0f); },
+        [&](int64_t r, float2 xr) {
+            float v = (xr.x - m) * k + b;
+            if (res) v = __fadd_rn(v, xr.y); /* never contracted into the line above */
+            bn_store(y, r * C + c, relu ? (v > 0.0f ? v : 0.0f) : v);
+        });
 }
 
 /* Per chunk: Σ g and Σ g·(x - mean) in double, g = dy·[y_relu > 0] (or dy). part holds two
@@ -319,13 +342,18 @@ __global__ void k_bn_bwd_stats(int64_t rows, int64_t C, const X *__restrict__ x,
     double s1 = 0.0, s2 = 0.0;
     if (c < C) {
         const double m = (double)save_mean[c];
-        for (int64_t r = r0 + threadIdx.y; r < r1; r += kTy) {
-            const int64_t i = r * C + c;
-            float g = bn_load(dy, i);
-            if (mask) g = g * bn_mask(mask, i); /* a multiply, like the CPU */
-            s1 += (double)g;
-            s2 += (double)g * ((double)bn_load(x, i) - m);
-        }
+        bn_rows(
+            r0 + threadIdx.y, r1, kTy,
+            [&](int64_t r) {
+                const int64_t i = r * C + c;
+                float g = bn_load(dy, i);
+                if (mask) g = g * bn_mask(mask, i); /* a multiply, like the CPU */
+                return make_float2(g, bn_load(x, i));
+            },
+            [&](int64_t, float2 gx) {
+                s1 += (double)gx.x;
+                s2 += (double)gx.x * ((double)gx.y - m);
+            });
     }
     const int64_t cc = c < C ? c : 0;
     bn_block_store(sh, s1, c, C, part + ch * C + cc);
@@ -409,19 +437,24 @@ __global__ void k_bn_bwd_dx(int64_t rows, int64_t C, const X *__restrict__ x, co
     if (c >= C) return;
     const float k = kap[c], a = kap[C + c], p = kap[2 * C + c], m = save_mean[c];
     const uint64_t ctr = bn_dx_counter<SR>(sr);
-    for (int64_t r = (int64_t)blockIdx.y * kTy + threadIdx.y; r < rows; r += (int64_t)gridDim.y * kTy) {
-        const int64_t i = r * C + c;
-        const float d = bn_load(dy, i);
-        const float mk = mask ? bn_mask(mask, i) : 1.0f;
-        if (dres) {
-            const float rv = mk > 0.0f ? d : 0.0f;
-            dres[i] = dres_acc ? __fadd_rn(dres[i], rv) : rv;
-        }
-        if (!dx) continue;
-        const float g = mask ? d * mk : d;
-        float v = (g - a - (bn_load(x, i) - m) * p) * k;
-        bn_dx_store<SR>(dx, i, v, accumulate, sr, ctr);
-    }
+    bn_rows(
+        (int64_t)blockIdx.y * kTy + threadIdx.y, rows, (int64_t)gridDim.y * kTy,
+        [&](int64_t r) {
+            const int64_t i = r * C + c;
+            return make_float3(bn_load(dy, i), mask ? bn_mask(mask, i) : 1.0f, dx ? bn_load(x, i) : 0.0f);
+        },
+        [&](int64_t r, float3 dmx) {
+            const int64_t i = r * C + c;
+            const float d = dmx.x, mk = dmx.y;
+            if (dres) {
+                const float rv = mk > 0.0f ? d : 0.0f;
+                dres[i] = dres_acc ? __fadd_rn(dres[i], rv) : rv;
+            }
+            if (!dx) return;
+            const float g = mask ? d * mk : d;
+            float v = (g - a - (dmx.z - m) * p) * k;
+            bn_dx_store<SR>(dx, i, v, accumulate, sr, ctr);
+        });
 }
 
 qs_status bn_check(const char *what, int64_t rows, int64_t C, std::initializer_list<const void *> ptrs) {
