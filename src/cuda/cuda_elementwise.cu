@@ -37,6 +37,7 @@ constexpr int kThreads = 256;
 using qs_cuda::args_check;
 using qs_cuda::grid_cap;
 using qs_cuda::stream_of;
+using qs_cuda::with_f32_or_bf16;
 
 /* Blocks of kThreads threads for `items` work items (one per thread per pass). */
 unsigned int grid_for(qs_backend *be, int64_t items) { return qs_cuda::grid_for(be, items, kThreads); }
@@ -461,16 +462,7 @@ qs_status qs_cuda_relu_backward(qs_backend *be, qs_stream *s, int64_t n, const f
     return launch_map(be, s, n, vec, ReluBwd<false, float>{y, g, dx}, "relu_backward");
 }
 
-/* y = a + b, or max(a + b, 0) with relu (y may alias a or b). */
-/* f(p) with p = x typed by dt (checked F32 or BF16): const float *, or const uint16_t * (BF16 bits). */
-template <typename F>
-void with_typed(const void *x, qs_dtype dt, F &&f) {
-    if (dt == QS_BF16)
-        f(static_cast<const uint16_t *>(x));
-    else
-        f(static_cast<const float *>(x));
-}
-
+/* y = a + b, or max(a + b, 0) with relu (y may alias an F32 a or b); a, b F32 or BF16. */
 qs_status qs_cuda_add_forward(qs_backend *be, qs_stream *s, int64_t n, const void *a, qs_dtype a_dt, const void *b,
                               qs_dtype b_dt, float *y, bool relu) {
     QS_TRY(args_check("add_forward", n, {a, b, y}));
@@ -478,8 +470,8 @@ qs_status qs_cuda_add_forward(qs_backend *be, qs_stream *s, int64_t n, const voi
     QS_TRY(qs_f32_or_bf16_check("add_forward", "second input dtype (b_dt)", b_dt));
     const bool vec = aligned16({a, b, y});
     qs_status st = QS_OK;
-    with_typed(a, a_dt, [&](auto ap) {
-        with_typed(b, b_dt, [&](auto bp) {
+    with_f32_or_bf16(a, a_dt, [&](auto ap) {
+        with_f32_or_bf16(b, b_dt, [&](auto bp) {
             using A = std::remove_cv_t<std::remove_pointer_t<decltype(ap)>>;
             using B = std::remove_cv_t<std::remove_pointer_t<decltype(bp)>>;
             st = relu ? launch_map(be, s, n, vec, AddFwd<true, A, B>{ap, bp, y}, "add_forward")

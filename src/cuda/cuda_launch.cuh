@@ -1,6 +1,7 @@
 /* src/cuda/cuda_launch.cuh — defines: what the CUDA kernel files share to launch their kernels
  * (CUDA C++, included by .cu files only): the stream of an op, grid sizes for grid-stride loops,
- * the argument checks every op starts with, and stream-ordered temporaries. */
+ * the argument checks every op starts with, the dispatch on an F32-or-BF16 operand, and
+ * stream-ordered temporaries. */
 #ifndef QSYNC_CUDA_CUDA_LAUNCH_CUH
 #define QSYNC_CUDA_CUDA_LAUNCH_CUH
 
@@ -42,6 +43,16 @@ inline qs_status args_check(const char *what, int64_t n, std::initializer_list<c
                            k, (long long)n);
     }
     return QS_OK;
+}
+
+/* f(p) with p = x typed by dt (checked F32 or BF16 by the caller): const float *, or const
+ * uint16_t * (BF16 bits) — how a launcher picks a kernel's element type. */
+template <typename F>
+void with_f32_or_bf16(const void *x, qs_dtype dt, F &&f) {
+    if (dt == QS_BF16)
+        f(static_cast<const uint16_t *>(x));
+    else
+        f(static_cast<const float *>(x));
 }
 
 /* A stream-ordered temporary, freed (stream-ordered) when it goes out of scope. */

@@ -54,6 +54,7 @@ unsigned grid_for(int64_t n) {
 
 using qs_cuda::Scratch;
 using qs_cuda::stream_of;
+using qs_cuda::with_f32_or_bf16;
 
 using qs_cuda::args_check;
 
@@ -464,15 +465,6 @@ qs_status bn_check(const char *what, int64_t rows, int64_t C, std::initializer_l
     return args_check(what, rows * C, ptrs);
 }
 
-/* f(xp) with x (or dy) typed by x_dt (checked F32 or BF16): const float *, or const uint16_t * (BF16
- * bits) — how the launchers pick a kernel's X. */
-template <typename F>
-void with_x(const void *x, qs_dtype x_dt, F &&f) {
-    if (x_dt == QS_BF16)
-        f(static_cast<const uint16_t *>(x));
-    else
-        f(static_cast<const float *>(x));
-}
 
 /* Launch k_bn_apply on x of dtype x_dt, res of res_dt (NULL: none) and y of dtype y_dt (each F32
  * or BF16). */
@@ -480,8 +472,8 @@ void bn_apply_launch(dim3 grid, cudaStream_t st, int64_t rows, int64_t C, const 
                      const float *mean, const float *stat, bool stat_is_var, float eps, const float *gamma,
                      const float *beta, const void *res, qs_dtype res_dt, void *y, qs_dtype y_dt, bool relu) {
     const dim3 blk(kTx, kTy);
-    with_x(x, x_dt, [&](auto xp) {
-        with_x(res, res_dt, [&](auto rp) {
+    with_f32_or_bf16(x, x_dt, [&](auto xp) {
+        with_f32_or_bf16(res, res_dt, [&](auto rp) {
             if (y_dt == QS_BF16)
                 k_bn_apply<<<grid, blk, 0, st>>>(rows, C, xp, mean, stat, stat_is_var, eps, gamma, beta, rp,
                                                  static_cast<uint16_t *>(y), relu);
@@ -706,9 +698,9 @@ extern "C" qs_status qs_cuda_batchnorm_forward_train(qs_backend *be, qs_stream *
                                   "per-channel partial sums"));
     double *part = static_cast<double *>(sc.p);
     const dim3 blk(kTx, kTy);
-    with_x(x, x_dt, [&](auto xp) { k_bn_stats<<<dim3(cb, (unsigned)nch), blk, 0, st>>>(rows, C, xp, part); });
+    with_f32_or_bf16(x, x_dt, [&](auto xp) { k_bn_stats<<<dim3(cb, (unsigned)nch), blk, 0, st>>>(rows, C, xp, part); });
     QS_TRY(qs_cuda_check_launch("batchnorm_forward_train (sums kernel)"));
-    with_x(x, x_dt, [&](auto xp) {
+    with_f32_or_bf16(x, x_dt, [&](auto xp) {
         k_bn_var<<<cb, dim3(kTx, kFinLanes), 0, st>>>(rows, C, nch, part, xp, eps, momentum, save_mean, save_invstd,
                                                       running_mean, running_var);
     });
@@ -770,8 +762,8 @@ extern "C" qs_status qs_cuda_batchnorm_backward(qs_backend *be, qs_stream *s, in
     double *part = static_cast<double *>(sc.p);
     float *kap = dx || dresidual ? reinterpret_cast<float *>(part + 2 * nch * C) : nullptr;
     const dim3 blk(kTx, kTy);
-    with_x(x, x_dt, [&](auto xp) {
-        with_x(dy, dy_dt, [&](auto gp) {
+    with_f32_or_bf16(x, x_dt, [&](auto xp) {
+        with_f32_or_bf16(dy, dy_dt, [&](auto gp) {
             if (m16) k_bn_bwd_stats<<<dim3(cb, (unsigned)nch), blk, 0, st>>>(rows, C, xp, gp, mb, save_mean, part);
             else k_bn_bwd_stats<<<dim3(cb, (unsigned)nch), blk, 0, st>>>(rows, C, xp, gp, m32, save_mean, part);
         });
@@ -803,8 +795,8 @@ extern "C" qs_status qs_cuda_batchnorm_backward(qs_backend *be, qs_stream *s, in
                                                                         static_cast<uint16_t *>(dx), false, dresidual,
                                                                         dresidual_accumulate, sr);
     };
-    with_x(x, x_dt, [&](auto xp) {
-        with_x(dy, dy_dt, [&](auto gp) {
+    with_f32_or_bf16(x, x_dt, [&](auto xp) {
+        with_f32_or_bf16(dy, dy_dt, [&](auto gp) {
             if (m16) launch(xp, gp, mb);
             else launch(xp, gp, m32);
         });
