@@ -66,6 +66,18 @@ static qs_status insert_cast(qs_model *m, int src, qs_dtype to, const char *name
     return QS_OK;
 }
 
+/* The straight-through cast of node src to dtype `to` that comes before node `before` (a GEMM's
+ * quantizing cast of it), or -1. */
+static int straight_cast_of(const qs_model *m, int src, qs_dtype to, int before) {
+    for (int j = src + 1; j < before; j++) {
+        const qs_node *c = &m->nodes[j];
+        if (c->kind == QS_NODE_CAST && c->cfg.cast.straight_through && c->out_dtype == to && c->n_inputs == 1 &&
+            c->inputs[0] == src)
+            return j;
+    }
+    return -1;
+}
+
 /* Route input `slot` of node i through a straight-through cast of its source to the node's
  * operand dtype: reuse one made for an earlier consumer, or insert one (which moves node i
  * up by one; *i follows it). */
@@ -74,12 +86,7 @@ static qs_status cast_input(qs_model *m, int *i, int slot, int *inserted) {
     const qs_dtype want = qs_precision_operand_dtype(n->prec, false);
     const int src = n->inputs[slot];
     if (m->nodes[src].out_dtype == want) return QS_OK;
-    int found = -1;
-    for (int j = src + 1; j < *i && found < 0; j++) {
-        const qs_node *c = &m->nodes[j];
-        if (c->kind == QS_NODE_CAST && c->cfg.cast.straight_through && c->inputs[0] == src && c->out_dtype == want)
-            found = j;
-    }
+    const int found = straight_cast_of(m, src, want, *i);
     if (found >= 0) {
         m->nodes[src].n_consumers--;
         m->nodes[found].n_consumers++;
@@ -115,18 +122,6 @@ int qs_model_bf16_conv_outputs(qs_model *m) {
     return made;
 }
 
-/* The straight-through BF16 cast of node src that comes before node `before` (a BF16 GEMM's
- * quantizing cast of it, qs_model_insert_casts), or -1. */
-static int bf16_cast_of(const qs_model *m, int src, int before) {
-    for (int j = src + 1; j < before; j++) {
-        const qs_node *c = &m->nodes[j];
-        if (c->kind == QS_NODE_CAST && c->cfg.cast.straight_through && c->out_dtype == QS_BF16 && c->n_inputs == 1 &&
-            c->inputs[0] == src)
-            return j;
-    }
-    return -1;
-}
-
 int qs_model_bf16_residuals(qs_model *m) {
     if (m->be) return 0;
     int made = 0;
@@ -134,7 +129,7 @@ int qs_model_bf16_residuals(qs_model *m) {
         qs_node *a = &m->nodes[i];
         if (a->kind != QS_NODE_ADD) continue;
         for (int k = 0; k < a->n_inputs; k++) {
-            const int src = a->inputs[k], cast = bf16_cast_of(m, src, i);
+            const int src = a->inputs[k], cast = straight_cast_of(m, src, QS_BF16, i);
             if (cast < 0) continue;
             m->nodes[src].n_consumers--;
             m->nodes[cast].n_consumers++;
