@@ -1740,24 +1740,30 @@ static void same_param_grads(const char *what, const float *dg, const float *db,
 
 /* Batch norm writing a BF16 dx (the gradient of the BF16 convolution before it): backend.h makes
  * it, bit for bit, the F32 op's dx followed by quantize(→ BF16) with the same qs_sr, or by the
- * RNE cast without one. For shapes with rows·C not a multiple of 64 and C not a multiple of the
- * kernel's 32 channels, ReLU off and on, x F32 and BF16, the GPU's BF16 dx is compared byte for
- * byte with the GPU's own F32 dx passed through the GPU's quantize (stochastic rounding: counter
- * 5 at offsets 0 and 1000, and the counter read from device memory while the one passed by value
- * differs) and cast (no sr); dgamma and dbeta must be those of the F32 call. A BF16 dx that
- * accumulates and an F16 dx are refused. Tolerance: none (memcmp). */
+ * RNE cast without one. For shapes with rows·C not a multiple of 64, C not a multiple of the
+ * kernel's 32 channels, and C a multiple of 64 (the four-channels-per-Philox-block kernel, taken
+ * at offsets 0 and 1024, not at 1000), ReLU off and on, x F32 and BF16, the GPU's BF16 dx is
+ * compared byte for byte with the GPU's own F32 dx passed through the GPU's quantize (stochastic
+ * rounding: counter 5 at offsets 0, 1000 and 1024, and the counter read from device memory while
+ * the one passed by value differs) and cast (no sr); dgamma, dbeta and dresidual must be those of
+ * the F32 call. A BF16 dx that accumulates and an F16 dx are refused. Tolerance: none (memcmp). */
 static void test_batchnorm_bf16_dx(void **state) {
     BEGIN();
-    const int64_t shapes[][2] = {{70, 13}, {2, 1}, {392, 64}, {129, 100}, {1000, 3}, {50, 256}};
+    const int64_t shapes[][2] = {{70, 13}, {2, 1}, {392, 64}, {129, 100}, {1000, 3}, {50, 256}, {301, 192}};
     const float momentum = 0.1f, eps = 1e-5f;
     const uint64_t key = qs_rng_key(11, "batchnorm_bf16_dx", 0), counter = 5, other = 6;
+    enum { NSR = 5 }; /* stochastic-rounding variants; variant NSR is the RNE cast */
     const uint64_t *gctr = dup_gpu(&counter, sizeof counter);
-    const qs_sr srs[3] = {
+    const qs_sr srs[NSR] = {
         {.key = key, .counter = counter, .offset = 0},
         {.key = key, .counter = counter, .offset = 1000},
         {.key = key, .counter = other, .offset = 1000, .counter_at = gctr}, /* counter_at wins: = srs[1] */
+        {.key = key, .counter = counter, .offset = 1024},
+        {.key = key, .counter = other, .offset = 1024, .counter_at = gctr}, /* = srs[3] */
     };
-    const char *const vname[4] = {"sr offset 0", "sr offset 1000", "sr offset 1000 counter_at", "no sr (rne)"};
+    const int ref_sr[NSR] = {0, 1, 1, 3, 3}; /* the qs_sr quantize gets for the reference */
+    const char *const vname[NSR + 1] = {"sr offset 0",    "sr offset 1000", "sr offset 1000 counter_at",
+                                        "sr offset 1024", "sr offset 1024 counter_at", "no sr (rne)"};
     char what[192], sh[80];
     for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
         mark mk = mark_now();
@@ -1786,42 +1792,46 @@ static void test_batchnorm_bf16_dx(void **state) {
                 snprintf(sh, sizeof sh, "rows=%lld C=%lld%s, %s x", (long long)rows, (long long)C, relu ? " relu" : "",
                          qs_dtype_name(xdt));
                 /* the reference: the F32 op */
-                float *dxf = dalloc_f(n), *dgf = dalloc_f(C), *dbf = dalloc_f(C);
+                float *dxf = dalloc_f(n), *dgf = dalloc_f(C), *dbf = dalloc_f(C), *drf = dalloc_f(n);
                 snprintf(what, sizeof what, "bn bwd bf16 dx %s: f32 dx", sh);
                 if (!gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, xp, xdt, gdy, QS_F32, gg, sm, si, dxf, QS_F32, NULL,
-                                                      false, dgf, dbf, mask, QS_F32, NULL, false),
+                                                      false, dgf, dbf, mask, QS_F32, drf, false),
                              what))
                     continue;
-                uint16_t *hq[4] = {0};
-                for (int v = 0; v < 4; v++) {
-                    const qs_sr *sr = v < 3 ? &srs[v] : NULL;
+                uint16_t *hq[NSR + 1] = {0};
+                for (int v = 0; v <= NSR; v++) {
+                    const qs_sr *sr = v < NSR ? &srs[v] : NULL;
                     uint16_t *want = dalloc((size_t)n * 2, POISON), *got = dalloc((size_t)n * 2, POISON);
-                    float *dg = dalloc_f(C), *db = dalloc_f(C);
+                    float *dg = dalloc_f(C), *db = dalloc_f(C), *dr = dalloc_f(n);
                     snprintf(what, sizeof what, "bn bwd bf16 dx %s, %s: reference", sh, vname[v]);
                     const qs_status rs =
-                        v < 3 ? GOPS->quantize(g_gpu, GST, rows, C, dxf, NULL, QS_BF16, want, NULL, false,
-                                               &srs[v == 2 ? 1 : v], NULL, NULL)
-                              : GOPS->cast(g_gpu, GST, n, dxf, QS_F32, want, QS_BF16);
+                        v < NSR ? GOPS->quantize(g_gpu, GST, rows, C, dxf, NULL, QS_BF16, want, NULL, false,
+                                                 &srs[ref_sr[v]], NULL, NULL)
+                                : GOPS->cast(g_gpu, GST, n, dxf, QS_F32, want, QS_BF16);
                     if (!gpu_ok_(rs, what)) continue;
                     snprintf(what, sizeof what, "bn bwd bf16 dx %s, %s", sh, vname[v]);
                     if (!gpu_ok_(GOPS->batchnorm_backward(g_gpu, GST, rows, C, xp, xdt, gdy, QS_F32, gg, sm, si, got, QS_BF16, sr,
-                                                          false, dg, db, mask, QS_F32, NULL, false),
+                                                          false, dg, db, mask, QS_F32, dr, false),
                                  what))
                         continue;
                     snprintf(what, sizeof what, "bn bwd bf16 dx %s, %s: dx = %s(f32 dx)", sh, vname[v],
-                             v < 3 ? "quantize" : "cast");
+                             v < NSR ? "quantize" : "cast");
                     same_elems(what, got, want, n, 2);
                     snprintf(what, sizeof what, "bn bwd bf16 dx %s, %s: dgamma, dbeta = f32 op's", sh, vname[v]);
                     same_param_grads(what, dg, db, dgf, dbf, C);
+                    snprintf(what, sizeof what, "bn bwd bf16 dx %s, %s: dresidual = f32 op's", sh, vname[v]);
+                    same_elems(what, dr, drf, n, 4);
                     hq[v] = halloc((size_t)n * 2);
                     if (!dget(hq[v], got, (size_t)n * 2, what)) hq[v] = NULL;
                 }
                 /* the rounding is really stochastic and follows the offset (not a property of
                  * the comparison above: quantize could share a bug) — for enough elements that
                  * a coincidence is out of the question */
-                if (n >= 1000 && hq[0] && hq[1] && hq[3]) {
+                if (n >= 1000 && hq[0] && hq[1] && hq[3] && hq[NSR]) {
                     snprintf(what, sizeof what, "bn bwd bf16 dx %s: sr differs from rne and across offsets", sh);
-                    check_fact(what, memcmp(hq[0], hq[3], (size_t)n * 2) != 0 && memcmp(hq[0], hq[1], (size_t)n * 2) != 0,
+                    check_fact(what,
+                               memcmp(hq[0], hq[NSR], (size_t)n * 2) != 0 && memcmp(hq[0], hq[1], (size_t)n * 2) != 0 &&
+                                   memcmp(hq[0], hq[3], (size_t)n * 2) != 0,
                                "codes differ");
                 }
             }

@@ -18,9 +18,11 @@
  *   reproducible. Training statistics are two-pass like the CPU: mean = Σx/n, then
  *   var = Σ(x-mean)²/n (biased) normalises, running_var takes Σ(x-mean)²/(n-1). The backward's
  *   dx is FP32, or BF16 rounded in the dx kernel from the FP32 value it computes — stochastically
- *   with the words quantize uses (core/quant_sr.h; one Philox block per element, as the
- *   kernel's (channel, row) layout gives a thread no two elements of one block) or to nearest
- *   even — so the BF16 gradient of the convolution before it costs no FP32 write and no pass.
+ *   with the words quantize uses (core/quant_sr.h) or to nearest even — so the BF16 gradient of
+ *   the convolution before it costs no FP32 write and no pass. When C and the rounding offset
+ *   are multiples of 64, a thread rounds four channels of a row with one Philox block
+ *   (k_bn_bwd_dx_sr64); otherwise the (channel, row) layout gives a thread no two elements of
+ *   one block and it computes a block per element.
  * Softmax + cross-entropy: one block per row; one pass over the logits keeps a running maximum
  *   and Σexp(x − max) per thread (FP32 exponentials, double sums), merged over the block in a
  *   fixed order into the log-sum-exp (double); a second pass writes the probabilities (float4
@@ -408,27 +410,51 @@ __device__ __forceinline__ uint32_t bn_sr_word(uint64_t key, uint64_t ctr, uint6
 }
 
 /* Store dx element i = v: FP32 (= or +=), or BF16 (never accumulated; the caller checks) rounded
- * stochastically (SR: the word of global index sr.offset + i, bn_sr_word, with counter ctr)
- * or to nearest even — the bits quantize(F32 dx → BF16, sr) gives (core/numfmt.h). */
+ * stochastically with the random word `word` (SR) or to nearest even — the bits quantize(F32 dx
+ * → BF16, sr) gives (core/numfmt.h) when word is the one of global index sr.offset + i. */
 template <bool SR>
-__device__ __forceinline__ void bn_dx_store(float *dx, int64_t i, float v, bool accumulate, const BnDxSr &,
-                                            uint64_t) {
+__device__ __forceinline__ void bn_dx_store(float *dx, int64_t i, float v, bool accumulate, uint32_t) {
     dx[i] = accumulate ? dx[i] + v : v;
 }
 template <bool SR>
-__device__ __forceinline__ void bn_dx_store(uint16_t *dx, int64_t i, float v, bool, const BnDxSr &sr, uint64_t ctr) {
+__device__ __forceinline__ void bn_dx_store(uint16_t *dx, int64_t i, float v, bool, uint32_t word) {
     const uint32_t u = qs_nf_f32_bits(v);
-    if constexpr (SR)
-        dx[i] = qs_nf_f32_to_bf16_sr(u, bn_sr_word(sr.key, ctr, sr.offset + (uint64_t)i));
-    else
-        dx[i] = qs_nf_f32_to_bf16_rne(u);
+    dx[i] = SR ? qs_nf_f32_to_bf16_sr(u, word) : qs_nf_f32_to_bf16_rne(u);
+}
+
+/* The per-channel constants of the input gradient: k, a, p from kap (k_bn_bwd_final) and the
+ * saved mean m of channel c. */
+struct BnDxCoef {
+    float k, a, p, m;
+};
+__device__ __forceinline__ BnDxCoef bn_dx_coef(const float *kap, const float *save_mean, int64_t C, int64_t c) {
+    return {kap[c], kap[C + c], kap[2 * C + c], save_mean[c]};
+}
+
+/* Element i's loads: (dy, mask as 0/1 (1 without a mask), x (0 without dx)). */
+template <typename X, typename G, typename M>
+__device__ __forceinline__ float3 bn_dx_load(const X *x, const G *dy, const M *mask, bool need_x, int64_t i) {
+    return make_float3(bn_load(dy, i), mask ? bn_mask(mask, i) : 1.0f, need_x ? bn_load(x, i) : 0.0f);
+}
+
+/* Element i from its loads dmx (bn_dx_load): writes dres[i] (= or += with dres_acc; NULL: none),
+ * dy where the mask is set, and returns the FP32 dx value (g - a - (x - m)·p)·k, g = dy·mask. */
+__device__ __forceinline__ float bn_dx_elem(const BnDxCoef &q, float3 dmx, bool masked, int64_t i,
+                                            float *__restrict__ dres, bool dres_acc) {
+    const float d = dmx.x, mk = dmx.y;
+    if (dres) {
+        const float rv = mk > 0.0f ? d : 0.0f;
+        dres[i] = dres_acc ? __fadd_rn(dres[i], rv) : rv;
+    }
+    const float g = masked ? d * mk : d;
+    return (g - q.a - (dmx.z - q.m) * q.p) * q.k;
 }
 
 /* dx (= or +=; NULL: none) (g - a[c] - (x - mean[c])·p[c])·k[c]; dres (= or += with dres_acc;
  * NULL: none) the residual's gradient, dy where mask > 0 (relu_backward's select), or dy without
  * a mask. Grid (channel blocks, row blocks). G: dy's element type (float or uint16_t BF16 bits).
- * D: float (FP32 dx), or uint16_t (BF16 bits: SR stochastic rounding with sr, else nearest
- * even). */
+ * D: float (FP32 dx), or uint16_t (BF16 bits: SR stochastic rounding with sr — one Philox block
+ * per element, as a thread here holds no two elements of one block — else nearest even). */
 template <typename X, typename G, typename M, typename D, bool SR>
 __global__ void k_bn_bwd_dx(int64_t rows, int64_t C, const X *__restrict__ x, const G *__restrict__ dy,
                             const M *__restrict__ mask, const float *__restrict__ save_mean,
@@ -436,26 +462,50 @@ __global__ void k_bn_bwd_dx(int64_t rows, int64_t C, const X *__restrict__ x, co
                             float *__restrict__ dres, bool dres_acc, BnDxSr sr) {
     const int64_t c = (int64_t)blockIdx.x * kTx + threadIdx.x;
     if (c >= C) return;
-    const float k = kap[c], a = kap[C + c], p = kap[2 * C + c], m = save_mean[c];
+    const BnDxCoef q = bn_dx_coef(kap, save_mean, C, c);
     const uint64_t ctr = bn_dx_counter<SR>(sr);
     bn_rows(
         (int64_t)blockIdx.y * kTy + threadIdx.y, rows, (int64_t)gridDim.y * kTy,
-        [&](int64_t r) {
-            const int64_t i = r * C + c;
-            return make_float3(bn_load(dy, i), mask ? bn_mask(mask, i) : 1.0f, dx ? bn_load(x, i) : 0.0f);
-        },
+        [&](int64_t r) { return bn_dx_load(x, dy, mask, dx != nullptr, r * C + c); },
         [&](int64_t r, float3 dmx) {
             const int64_t i = r * C + c;
-            const float d = dmx.x, mk = dmx.y;
-            if (dres) {
-                const float rv = mk > 0.0f ? d : 0.0f;
-                dres[i] = dres_acc ? __fadd_rn(dres[i], rv) : rv;
-            }
+            const float v = bn_dx_elem(q, dmx, mask != nullptr, i, dres, dres_acc);
             if (!dx) return;
-            const float g = mask ? d * mk : d;
-            float v = (g - a - (dmx.z - m) * p) * k;
-            bn_dx_store<SR>(dx, i, v, accumulate, sr, ctr);
+            bn_dx_store<SR>(dx, i, v, accumulate, SR ? bn_sr_word(sr.key, ctr, sr.offset + (uint64_t)i) : 0u);
         });
+}
+
+/* The BF16 dx with stochastic rounding when C % 64 == 0 and sr.offset % 64 == 0: then the 64
+ * words of one Philox group (core/quant_sr.h) are those of 64 consecutive channels of one row,
+ * and the thread of lane l (0..15) of a 64-channel unit rounds channels 16·w + l (w = 0..3) of a
+ * row with the four words of one Philox block — a quarter of the generator's work of
+ * k_bn_bwd_dx, which computes a block per element. Same bits as k_bn_bwd_dx<..., uint16_t, true>.
+ * Grid (C / 64 units, row blocks), block (kSrLanes, kSrRows); dx is not NULL. */
+constexpr int kSrLanes = 16, kSrRows = 16;
+constexpr int64_t kSr64Blocks = 8192;
+template <typename X, typename G, typename M>
+__global__ void __launch_bounds__(kSrLanes *kSrRows)
+    k_bn_bwd_dx_sr64(int64_t rows, int64_t C, const X *__restrict__ x, const G *__restrict__ dy,
+                     const M *__restrict__ mask, const float *__restrict__ save_mean, const float *__restrict__ kap,
+                     uint16_t *__restrict__ dx, float *__restrict__ dres, bool dres_acc, BnDxSr sr) {
+    const int64_t c0 = (int64_t)blockIdx.x * 64 + threadIdx.x;
+    BnDxCoef q[4];
+#pragma unroll
+    for (int w = 0; w < 4; w++) q[w] = bn_dx_coef(kap, save_mean, C, c0 + 16 * w);
+    const uint64_t ctr = bn_dx_counter<true>(sr);
+    const uint64_t g0 = sr.offset / 64u + blockIdx.x, groups_per_row = (uint64_t)C / 64u;
+    for (int64_t r = (int64_t)blockIdx.y * kSrRows + threadIdx.y; r < rows; r += (int64_t)gridDim.y * kSrRows) {
+        float3 v[4];
+#pragma unroll
+        for (int w = 0; w < 4; w++) v[w] = bn_dx_load(x, dy, mask, true, r * C + c0 + 16 * w);
+        uint32_t o[4];
+        qs_sr_block(sr.key, ctr, g0 + (uint64_t)r * groups_per_row, threadIdx.x, o);
+#pragma unroll
+        for (int w = 0; w < 4; w++) {
+            const int64_t i = r * C + c0 + 16 * w;
+            bn_dx_store<true>(dx, i, bn_dx_elem(q[w], v[w], mask != nullptr, i, dres, dres_acc), false, o[w]);
+        }
+    }
 }
 
 qs_status bn_check(const char *what, int64_t rows, int64_t C, std::initializer_list<const void *> ptrs) {
@@ -776,6 +826,11 @@ extern "C" qs_status qs_cuda_batchnorm_backward(qs_backend *be, qs_stream *s, in
     const bool bf16 = dx && dx_dt == QS_BF16, use_sr = bf16 && dx_sr;
     BnDxSr sr = {0u, 0u, 0u, nullptr};
     if (use_sr) sr = {dx_sr->key, dx_sr->counter, dx_sr->offset, dx_sr->counter_at};
+    const bool sr64 = use_sr && C % 64 == 0 && dx_sr->offset % 64 == 0;
+    int64_t rb64 = kSr64Blocks / (C / 64 > 0 ? C / 64 : 1), rows_in_blocks = (rows + kSrRows - 1) / kSrRows;
+    if (rb64 > rows_in_blocks) rb64 = rows_in_blocks;
+    if (rb64 > 65535) rb64 = 65535;
+    const dim3 grid64((unsigned)(C / 64 > 0 ? C / 64 : 1), (unsigned)(rb64 < 1 ? 1 : rb64));
     /* the kernel for x's, dy's and the mask's element types (xp, gp, mp) and dx's: F32, BF16 SR or
      * RNE */
     auto launch = [&](auto xp, auto gp, auto mp) {
@@ -786,6 +841,10 @@ extern "C" qs_status qs_cuda_batchnorm_backward(qs_backend *be, qs_stream *s, in
             k_bn_bwd_dx<X, G, M, float, false><<<grid, blk, 0, st>>>(rows, C, xp, gp, mp, save_mean, kap,
                                                                      static_cast<float *>(dx), accumulate, dresidual,
                                                                      dresidual_accumulate, sr);
+        else if (sr64)
+            k_bn_bwd_dx_sr64<<<grid64, dim3(kSrLanes, kSrRows), 0, st>>>(rows, C, xp, gp, mp, save_mean, kap,
+                                                                        static_cast<uint16_t *>(dx), dresidual,
+                                                                        dresidual_accumulate, sr);
         else if (use_sr)
             k_bn_bwd_dx<X, G, M, uint16_t, true><<<grid, blk, 0, st>>>(rows, C, xp, gp, mp, save_mean, kap,
                                                                        static_cast<uint16_t *>(dx), false, dresidual,
