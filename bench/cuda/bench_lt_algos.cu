@@ -215,16 +215,10 @@ int main(int argc, char **argv) {
     }
     printf(" ]\n}\n");
     CKB(cublasLtMatmulPreferenceDestroy(pref));
-    CKB(cublasLtMatrixLayoutDestroy(la));
-    CKB(cublasLtMatrixLayoutDestroy(lb));
-    CKB(cublasLtMatrixLayoutDestroy(ld));
+    for (cublasLtMatrixLayout_t l : {la, lb, ld}) CKB(cublasLtMatrixLayoutDestroy(l));
     CKB(cublasLtMatmulDescDestroy(desc));
     CKB(cublasLtDestroy(lt));
     CKB(cublasDestroy(h));
-    CK(cudaFree(ws));
-    CK(cudaFree(x));
-    CK(cudaFree(w));
-    CK(cudaFree(y));
-    CK(cudaFree(yref));
+    for (void *q : {ws, (void *)x, (void *)w, (void *)y, (void *)yref}) CK(cudaFree(q));
     return 0;
 }
