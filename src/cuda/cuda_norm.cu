@@ -173,15 +173,18 @@ int64_t bn_chunks(int64_t rows, int64_t C) {
     return n < 1 ? 1 : n;
 }
 
-/* Row blocks of the element-wise batch-norm kernels (each thread loops over its rows). */
-unsigned bn_row_blocks(int64_t rows, int64_t C) {
-    int64_t cb = (C + kTx - 1) / kTx;
-    int64_t n = 8192 / cb;
-    int64_t by_rows = (rows + kTy - 1) / kTy;
+/* Row blocks of an element-wise batch-norm kernel with col_blocks blocks across the channels
+ * and row_lanes rows per block (each thread loops over its rows): about 8192 blocks in all. */
+unsigned bn_row_blocks_of(int64_t rows, int64_t col_blocks, int64_t row_lanes) {
+    int64_t n = 8192 / (col_blocks > 0 ? col_blocks : 1);
+    int64_t by_rows = (rows + row_lanes - 1) / row_lanes;
     if (n > by_rows) n = by_rows;
     if (n > 65535) n = 65535;
     return (unsigned)(n < 1 ? 1 : n);
 }
+
+/* The same for the kernels of kTx channels × kTy rows per block. */
+unsigned bn_row_blocks(int64_t rows, int64_t C) { return bn_row_blocks_of(rows, (C + kTx - 1) / kTx, kTy); }
 
 /* Sum the 8 row lanes of a block (fixed order) and store the chunk partial of channel c. */
 __device__ __forceinline__ void bn_block_store(double (*sh)[kTx], double v, int64_t c, int64_t C, double *out) {
@@ -482,7 +485,6 @@ __global__ void k_bn_bwd_dx(int64_t rows, int64_t C, const X *__restrict__ x, co
  * k_bn_bwd_dx, which computes a block per element. Same bits as k_bn_bwd_dx<..., uint16_t, true>.
  * Grid (C / 64 units, row blocks), block (kSrLanes, kSrRows); dx is not NULL. */
 constexpr int kSrLanes = 16, kSrRows = 16;
-constexpr int64_t kSr64Blocks = 8192;
 template <typename X, typename G, typename M>
 __global__ void __launch_bounds__(kSrLanes *kSrRows)
     k_bn_bwd_dx_sr64(int64_t rows, int64_t C, const X *__restrict__ x, const G *__restrict__ dy,
@@ -827,10 +829,7 @@ extern "C" qs_status qs_cuda_batchnorm_backward(qs_backend *be, qs_stream *s, in
     BnDxSr sr = {0u, 0u, 0u, nullptr};
     if (use_sr) sr = {dx_sr->key, dx_sr->counter, dx_sr->offset, dx_sr->counter_at};
     const bool sr64 = use_sr && C % 64 == 0 && dx_sr->offset % 64 == 0;
-    int64_t rb64 = kSr64Blocks / (C / 64 > 0 ? C / 64 : 1), rows_in_blocks = (rows + kSrRows - 1) / kSrRows;
-    if (rb64 > rows_in_blocks) rb64 = rows_in_blocks;
-    if (rb64 > 65535) rb64 = 65535;
-    const dim3 grid64((unsigned)(C / 64 > 0 ? C / 64 : 1), (unsigned)(rb64 < 1 ? 1 : rb64));
+    const dim3 grid64((unsigned)(C / 64), bn_row_blocks_of(rows, C / 64, kSrRows)); /* used when sr64 */
     /* the kernel for x's, dy's and the mask's element types (xp, gp, mp) and dx's: F32, BF16 SR or
      * RNE */
     auto launch = [&](auto xp, auto gp, auto mp) {
