@@ -237,7 +237,10 @@ static uint32_t batch_align(int64_t batch, int64_t stride, size_t elem) {
 }
 
 /* One heuristic query with the given pointer alignments. *found = false when cuBLASLt has no
- * algorithm (CUBLAS_STATUS_NOT_SUPPORTED or zero results); other failures are errors. */
+ * algorithm (CUBLAS_STATUS_NOT_SUPPORTED or zero results); other failures are errors. The first
+ * answer is taken, never a timed choice, so every process picks the same algorithm (bitwise
+ * resume); for FP32 at 8192³ on an H100 it is the kernel cublasGemmEx and PyTorch run
+ * (bench/cuda/bench_lt_algos.cu, docs/BENCHMARKS.md). */
 static qs_status lt_heuristic(const lt_plan *p, int dir, cublasLtHandle_t lt, lt_gemm *g, uint32_t align_a,
                               uint32_t align_b, uint32_t align_cd, cublasLtMatmulAlgo_t *algo, size_t *ws,
                               bool *found, cublasStatus_t *why) {
