@@ -318,7 +318,8 @@ static __global__ void qq_quant_sr_kernel(qq_args a, uint64_t units) {
  * written transposed (4 source rows per thread and store).
  * SR, GROUPED (cols and offset multiples of 64): a 64-element tile row is one Philox group,
  * whose 16 blocks the row's 16 threads compute once (block l holds the words of columns
- * l + 16w) and exchange through shared memory; otherwise one block per element.
+ * l + 16w), after issuing their loads, and exchange through shared memory; otherwise one
+ * block per element.
  * AMAX (delayed scaling): the amax of what was quantized is found on the way — recorded into
  * a.amax_out (when set) and, when non-finite, reported through a.flags. */
 #define QQ_TILE 64
@@ -336,6 +337,21 @@ static __global__ void __launch_bounds__(QQ_THREADS) qq_quant_tile_kernel(qq_arg
     unsigned amax = 0; /* AMAX: bits of the largest |x| this thread quantized */
     for (int64_t t = blockIdx.x; t < ntiles; t += gridDim.x) {
         const int64_t r0 = t / tiles_c * QQ_TILE, c0 = t % tiles_c * QQ_TILE;
+        float v[QQ_TILE / 16][4];
+        const int c = 4 * l;
+        const int64_t gc = c0 + c;
+#pragma unroll
+        for (int p = 0; p < QQ_TILE / 16; p++) { /* loads first: in flight while the generator runs */
+            const int64_t gr = r0 + 16 * p + tr;
+            const float *x = a.src + gr * cols + gc;
+            if (VEC && gr < rows && gc + 3 < cols) {
+                const float4 f = *reinterpret_cast<const float4 *>(x);
+                v[p][0] = f.x, v[p][1] = f.y, v[p][2] = f.z, v[p][3] = f.w;
+            } else {
+#pragma unroll
+                for (int k = 0; k < 4; k++) v[p][k] = gr < rows && gc + k < cols ? x[k] : 0.0f;
+            }
+        }
         if constexpr (SR && GROUPED) {
 #pragma unroll
             for (int p = 0; p < QQ_TILE / 16; p++) {
@@ -347,21 +363,6 @@ static __global__ void __launch_bounds__(QQ_THREADS) qq_quant_tile_kernel(qq_arg
                 for (int w = 0; w < 4; w++) words[r][l + 16 * w] = w4[w];
             }
             __syncthreads();
-        }
-        float v[QQ_TILE / 16][4];
-        const int c = 4 * l;
-        const int64_t gc = c0 + c;
-#pragma unroll
-        for (int p = 0; p < QQ_TILE / 16; p++) { /* loads first */
-            const int64_t gr = r0 + 16 * p + tr;
-            const float *x = a.src + gr * cols + gc;
-            if (VEC && gr < rows && gc + 3 < cols) {
-                const float4 f = *reinterpret_cast<const float4 *>(x);
-                v[p][0] = f.x, v[p][1] = f.y, v[p][2] = f.z, v[p][3] = f.w;
-            } else {
-#pragma unroll
-                for (int k = 0; k < 4; k++) v[p][k] = gr < rows && gc + k < cols ? x[k] : 0.0f;
-            }
         }
 #pragma unroll
         for (int p = 0; p < QQ_TILE / 16; p++) {
