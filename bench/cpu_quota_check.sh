@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The slowdown a cgroup CPU quota (src/dist/cpu_quota.c) actually applies to a CPU-bound
+# The slowdown a cgroup CPU quota (src/parallel/cpu_quota.c) actually applies to a CPU-bound
 # loop: for each slowdown s, THREADS threads each spin for CPU_MS ms of CPU time under
 # qs_cpu_quota_apply(s, THREADS); achieved = wall × THREADS / process CPU time (1 = no
 # slowdown; a run without a quota first shows the machine's noise floor). One JSON line per
@@ -21,7 +21,7 @@ cat > "$TMP/driver.c" <<'C'
 #include <stdlib.h>
 #include <time.h>
 #include "core/timer.h"
-#include "dist/cpu_quota.h"
+#include "parallel/cpu_quota.h"
 
 static double cpu_ms_each;
 

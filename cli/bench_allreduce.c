@@ -6,7 +6,7 @@
  * all-reduce over p ranks). Every rank runs it; rank 0 prints.
  *
  * With --device cuda[:N] (every rank on that one GPU) the buffers are device memory and the two
- * paths are the one training uses there — the CUDA IPC all-reduce (dist/ipc_reduce.h) in
+ * paths are the one training uses there — the CUDA IPC all-reduce (parallel/ipc_reduce.h) in
  * 25 MiB buckets, synchronized at the end — against a host-staged MPI_Allreduce (copy to the
  * host, MPI_Allreduce, copy back: what a non-CUDA-aware MPI offers), for 1–512 MiB (GPT-2
  * 124M's gradients are 475 MiB). A timed run ends with a stream sync; one run per sample. */
@@ -14,8 +14,8 @@
 #include <stdlib.h>
 
 #include "bench_common.h"
-#include "dist/comm.h"
-#include "dist/ipc_reduce.h"
+#include "parallel/comm.h"
+#include "parallel/ipc_reduce.h"
 #include "qsync/tensor.h"
 
 typedef struct ar_case {

@@ -10,7 +10,7 @@
 #include "bench_common.h"
 #include "commands.h"
 #include "core/timer.h"
-#include "dist/comm.h"
+#include "parallel/comm.h"
 #include "options.h"
 #include "qsync/rng.h"
 

@@ -5,6 +5,7 @@
 #include <cjson/cJSON.h>
 
 #include "commands.h"
+#include "precision_args.h"
 #include "options.h"
 #include "train/trainer.h"
 

@@ -10,7 +10,7 @@
 #include "graph/precision.h"
 #include "models/models.h"
 #include "options.h"
-#include "plan/plan_file.h"
+#include "io/plan_file.h"
 
 /* Print cJSON o on stdout and free it. */
 static void qs_models_emit(cJSON *o) {

@@ -11,7 +11,7 @@
 #include "profile_args.h"
 #include "core/atomic_file.h"
 #include "core/json_doc.h"
-#include "dist/cluster.h"
+#include "io/cluster.h"
 #include "options.h"
 #include "plan/plan_build.h"
 

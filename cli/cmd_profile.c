@@ -7,10 +7,11 @@
 #include <cjson/cJSON.h>
 
 #include "commands.h"
+#include "precision_args.h"
 #include "core/atomic_file.h"
-#include "dist/cluster.h"
-#include "dist/mps.h"
-#include "dist/comm.h"
+#include "io/cluster.h"
+#include "parallel/mps.h"
+#include "parallel/comm.h"
 #include "options.h"
 #include "predict/profile_job.h"
 

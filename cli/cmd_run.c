@@ -11,9 +11,10 @@
 #include <cjson/cJSON.h>
 
 #include "commands.h"
-#include "dist/cluster.h"
-#include "dist/mps.h"
-#include "dist/comm.h"
+#include "precision_args.h"
+#include "io/cluster.h"
+#include "parallel/mps.h"
+#include "parallel/comm.h"
 #include "options.h"
 #include "run/run_job.h"
 #include "run/run_report.h"

@@ -11,12 +11,12 @@
 #include "core/atomic_file.h"
 #include "core/backend.h"
 #include "core/json_doc.h"
-#include "dist/cluster.h"
-#include "dist/cpu_quota.h"
+#include "io/cluster.h"
+#include "parallel/cpu_quota.h"
 #include "graph/precision.h"
 #include "models/models.h"
 #include "options.h"
-#include "plan/plan_file.h"
+#include "io/plan_file.h"
 #include "predict/simulate.h"
 
 
@@ -50,9 +50,8 @@ static qs_status qs_sim_build(const cJSON *prof, const char *prof_path, qs_backe
         st = qs_plan_read(pp, &plan);
         if (st == QS_OK && qs_plan_has_device_types(&plan))
             st = qs_plan_select_device_type(&plan, cw ? cw->type : "");
-        po.plan = &plan;
     }
-    if (st == QS_OK) st = qs_precision_setup(*out, be, &po);
+    if (st == QS_OK) st = qs_plan_precision_setup(pp ? &plan : NULL, *out, be, &po);
     if (pp) qs_plan_free(&plan);
     return st;
 }

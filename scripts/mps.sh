@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The NVIDIA MPS control daemon that lets several ranks share one GPU, each within its cluster
-# worker's SM share and pinned memory limit (docs/CLUSTERS.md, src/dist/mps.h).
+# worker's SM share and pinned memory limit (docs/CLUSTERS.md, src/parallel/mps.h).
 #
 #   scripts/mps.sh start    start `nvidia-cuda-mps-control -d` and wait (<= 10 s) until its control
 #                           pipe answers; already running: says so, exit 0

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dist/grad_sync.h"
+#include "parallel/grad_sync.h"
 #include "graph/precision.h"
 #include "predict/calibrate.h"
 #include "predict/profile.h"

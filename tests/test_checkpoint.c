@@ -15,7 +15,7 @@
 #include "models/models.h"
 #include "run_cmd.h"
 #include "train/checkpoint.h"
-#include "train/safetensors.h"
+#include "io/safetensors.h"
 
 typedef struct fixture {
     char dir[256];

@@ -1,4 +1,4 @@
-/* tests/test_cpu_quota.c — the cgroup CPU quota of an emulated slowdown (src/dist/cpu_quota.c):
+/* tests/test_cpu_quota.c — the cgroup CPU quota of an emulated slowdown (src/parallel/cpu_quota.c):
  * argument checks, and, where the machine lets this process use cgroups, a quota that really
  * slows a CPU-bound loop, moves every thread and back, and removes stale directories. */
 #include <stdarg.h>
@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "core/timer.h"
-#include "dist/cpu_quota.h"
+#include "parallel/cpu_quota.h"
 
 static double wall_ms(void) {
     struct timespec ts;

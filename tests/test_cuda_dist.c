@@ -1,5 +1,5 @@
 /* tests/test_cuda_dist.c — data parallelism between ranks that share one GPU (the CUDA IPC
- * all-reduce, src/dist/ipc_reduce.h) under the real launcher: 1 rank × batch B against 2 ranks
+ * all-reduce, src/parallel/ipc_reduce.h) under the real launcher: 1 rank × batch B against 2 ranks
  * × B/2 and 3 ranks × B/3 at FP32, replicas compared after every step at FP32, BF16 and FP8
  * and for a transformer (tied embedding), FP8 products reading the layers' transposed copies
  * against products making their own (bitwise equal), resume on the GPU byte-identical to an
@@ -26,8 +26,8 @@
 #include <cjson/cJSON.h>
 
 #include "core/backend.h"
-#include "dist/comm.h"
-#include "dist/nccl_reduce.h"
+#include "parallel/comm.h"
+#include "parallel/nccl_reduce.h"
 #include "dist_run.h"
 #include "run_cmd.h"
 

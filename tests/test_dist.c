@@ -27,12 +27,12 @@
 #include <cmocka.h>
 
 #include "core/backend.h" /* QS_CUDA_SM_PARTITION_ENV */
-#include "dist/cluster.h"
-#include "dist/mps.h"
+#include "io/cluster.h"
+#include "parallel/mps.h"
 #include "qsync/status.h"
 #include "dist_run.h"
 #include "run_cmd.h"
-#include "train/safetensors.h"
+#include "io/safetensors.h"
 
 /* A model with BatchNorm (per-rank running statistics) for the checkpoint test. */
 #define QS_VGG_ARGS                                                                                             \

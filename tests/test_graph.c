@@ -15,7 +15,7 @@
 
 #include "graph_helpers.h"
 #include "models/models.h"
-#include "plan/plan_file.h"
+#include "io/plan_file.h"
 
 static qs_backend *g_be;
 

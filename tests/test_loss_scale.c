@@ -20,7 +20,7 @@
 #include "graph_helpers.h"
 #include "models/models.h"
 #include "optim/loss_scale.h"
-#include "plan/plan_file.h"
+#include "io/plan_file.h"
 #include "qsync/rng.h"
 
 static qs_backend *g_be;
@@ -148,9 +148,8 @@ static qs_model *build(const char *plan_text, qs_optimizer *opt) {
     ASSERT_OK(qs_plan_parse(plan_text, "test", &p));
     qs_precision_options po;
     qs_precision_options_default(&po);
-    po.plan = &p;
     po.allow_emulated = true;
-    ASSERT_OK(qs_precision_setup(m, g_be, &po));
+    ASSERT_OK(qs_plan_precision_setup(&p, m, g_be, &po));
     qs_plan_free(&p);
     ASSERT_OK(qs_model_setup(m, g_be, BATCH, 3));
     qs_optim_config oc = qs_optim_config_default(QS_OPTIM_SGD, 0.05f);

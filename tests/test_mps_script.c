@@ -15,7 +15,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "dist/mps.h"
+#include "parallel/mps.h"
 #include "run_cmd.h"
 
 /* The stand-in control binary (bash), written into dir. */

@@ -32,7 +32,7 @@
 #include "graph_helpers.h"
 #include "optim/optim.h"
 #include "optim/schedule.h"
-#include "train/safetensors.h"
+#include "io/safetensors.h"
 
 #define U32 (1.0 / 16777216.0)
 

@@ -1,4 +1,4 @@
-/* tests/test_plan.c — precision plan files (src/plan/plan_file.h, docs/PLANS.md): parsing with
+/* tests/test_plan.c — precision plan files (src/io/plan_file.h, docs/PLANS.md): parsing with
  * precise errors, validation against a built model and the CPU backend (unknown layers,
  * layers without a selectable precision, plans for another model, unsupported and emulated
  * precisions), applying, the write → read → apply round trip, the comparison used on resume,
@@ -20,7 +20,7 @@
 #include "graph/precision.h"
 #include "graph_helpers.h"
 #include "models/models.h"
-#include "plan/plan_file.h"
+#include "io/plan_file.h"
 #include "run_cmd.h"
 
 static qs_backend *g_be;
@@ -321,16 +321,15 @@ static void test_device_types_select_errors(void **state) {
     assert_int_equal(node(m, "conv2")->prec, QS_PREC_FP32);
     qs_precision_options o;
     qs_precision_options_default(&o);
-    o.plan = &p;
     o.allow_emulated = true;
-    expect_error(qs_precision_setup(m, g_be, &o), QS_ERR_INVALID_ARG, "setup unselected", "device_types",
+    expect_error(qs_plan_precision_setup(&p, m, g_be, &o), QS_ERR_INVALID_ARG, "setup unselected", "device_types",
                  (const char *)NULL);
     assert_int_equal(count_kind(m, QS_NODE_CAST), 0);
     qs_model_free(m);
     qs_plan_free(&p);
 }
 
-static void assert_layers_equal(const qs_plan_layer *a, int na, const qs_plan_layer *b, int nb) {
+static void assert_layers_equal(const qs_layer_prec *a, int na, const qs_layer_prec *b, int nb) {
     assert_int_equal(na, nb);
     for (int i = 0; i < na; i++) {
         assert_string_equal(a[i].name, b[i].name);
@@ -580,14 +579,13 @@ static void test_precision_setup(void **state) {
     qs_model *m = build("mlp", 16);
     qs_precision_options_default(&o);
     o.allow_emulated = true; /* bf16 is emulated on CPUs without optimized bf16 kernels */
-    o.plan = &p;
     o.uniform = QS_PREC_INT8;
-    expect_error(qs_precision_setup(m, g_be, &o), QS_ERR_INVALID_ARG, "plan and uniform", "both given",
+    expect_error(qs_plan_precision_setup(&p, m, g_be, &o), QS_ERR_INVALID_ARG, "plan and uniform", "both given",
                  (const char *)NULL);
     /* a plan, one option overridden; one cast in front of fc2 */
     o.uniform = QS_PREC_FP32;
     o.weight_scales = QS_WEIGHT_SCALES_TENSOR;
-    ASSERT_OK(qs_precision_setup(m, g_be, &o));
+    ASSERT_OK(qs_plan_precision_setup(&p, m, g_be, &o));
     assert_int_equal(node(m, "fc2")->prec, QS_PREC_BF16);
     assert_int_equal(node(m, "fc1")->prec, QS_PREC_FP32);
     assert_true(m->grad_round_nearest);

@@ -22,7 +22,7 @@
 #include <cjson/cJSON.h>
 
 #include "plan/plan_build.h"
-#include "plan/plan_file.h"
+#include "io/plan_file.h"
 #include "run_cmd.h"
 
 static cJSON *read_json(const char *path) {

@@ -17,7 +17,7 @@
 #include "graph/precision.h"
 #include "predict/profile.h"
 #include "core/json_doc.h"
-#include "dist/grad_sync.h"
+#include "parallel/grad_sync.h"
 #include "predict/simulate.h"
 #include "core/backend.h"
 #include "optim/optim.h"

@@ -16,9 +16,9 @@
 #include <unistd.h>
 
 #include "core/backend.h"
-#include "dist/grad_sync.h"
+#include "parallel/grad_sync.h"
 #include "models/models.h"
-#include "plan/plan_file.h"
+#include "io/plan_file.h"
 #include "run_cmd.h"
 
 /* The mlp (width 4096) on the CPU at batch 1, every parameter set from its index. */

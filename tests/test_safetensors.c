@@ -18,7 +18,7 @@
 
 #include "fixture.h"
 #include "run_cmd.h"
-#include "train/safetensors.h"
+#include "io/safetensors.h"
 
 /* ---- helpers ---- */
 

@@ -513,7 +513,7 @@ qs_status qs_backend_cpu_create(int num_threads, qs_backend **out);
 qs_status qs_backend_cuda_create(int device, qs_backend **out);
 /* The environment variable that confines every CUDA backend of the process to SMs
  * [offset, offset+count) of its GPU: "<offset>:<count>" (src/cuda/cuda_green.h; set per rank by
- * the cluster launcher, src/dist/mps.c). */
+ * the cluster launcher, src/parallel/mps.c). */
 #define QS_CUDA_SM_PARTITION_ENV "QS_CUDA_SM_PARTITION"
 
 /* The CUDA backend on cuda:device when `cuda`, else the CPU backend with num_threads. */

@@ -16,7 +16,7 @@
  *   cuda_transformer.cu the transformer's memory-bound ops: layer norm, GELU, tanh, embedding,
  *                       position add, head permutes, masked softmax (cuda_transformer.h)
  *   cuda_conv.c         Conv2d through cuDNN
- *   cuda_ipc.c, cuda_ipc_sum.cu  the IPC all-reduce between ranks on one GPU (dist/ipc_reduce.h)
+ *   cuda_ipc.c, cuda_ipc_sum.cu  the IPC all-reduce between ranks on one GPU (parallel/ipc_reduce.h)
  *   cuda_green.c        an SM partition through a green context (QS_CUDA_SM_PARTITION)
  *   cuda_graph.c        capture of queued ops into CUDA graphs, and their replay
  *   cuda_launch.cuh     what the kernel files share: the op's stream, grid caps, argument checks,

@@ -2,7 +2,7 @@
  * CUDA green context (an emulated smaller GPU; docs/CLUSTERS.md).
  *
  * QS_CUDA_SM_PARTITION="<offset>:<count>" (set by a cluster's cuda worker with
- * emulation.sm_count, dist/mps.h, or by hand for one process) makes the backend run all its
+ * emulation.sm_count, parallel/mps.h, or by hand for one process) makes the backend run all its
  * work on `count` SMs of the device: the device's SMs are split into groups of the driver's
  * minimum partition size (8 SMs on Hopper), and the partition takes the groups that cover SMs
  * [offset, offset + count) of that split. Ranks that share a GPU take disjoint ranges, so under

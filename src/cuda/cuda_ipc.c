@@ -1,5 +1,5 @@
 /* src/cuda/cuda_ipc.c — the sum all-reduce between ranks sharing one GPU through CUDA IPC
- * (contract and protocol: src/dist/ipc_reduce.h). */
+ * (contract and protocol: src/parallel/ipc_reduce.h). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,7 +7,7 @@
 
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_ipc.h"
-#include "dist/ipc_reduce.h"
+#include "parallel/ipc_reduce.h"
 
 /* IDLE → READY (start: ready[k] recorded) → ARRIVING (first barrier issued) → READING (summed,
  * second barrier issued) → COPIED → IDLE (finish). */
@@ -86,7 +86,7 @@ static qs_status open_peer(qs_ipc_reduce *x, int p, const char *blob, const ipc_
         uuid_text(mine->uuid, a);
         uuid_text(card.uuid, b);
         return QS_FAIL(QS_ERR_UNSUPPORTED, "rank %d is on GPU %s and rank %d on GPU %s: the IPC all-reduce is for "
-                       "ranks sharing one GPU (ranks on different GPUs reduce through NCCL, dist/nccl_reduce.h)",
+                       "ranks sharing one GPU (ranks on different GPUs reduce through NCCL, parallel/nccl_reduce.h)",
                        x->rank, a, p, b);
     }
     if (card.bytes != mine->bytes || card.n_slots != mine->n_slots)

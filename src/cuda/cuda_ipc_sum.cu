@@ -2,7 +2,7 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_ipc.h"
 #include "cuda/cuda_launch.cuh"
-#include "dist/ipc_reduce.h"
+#include "parallel/ipc_reduce.h"
 
 namespace {
 

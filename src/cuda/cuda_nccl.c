@@ -1,5 +1,5 @@
 /* src/cuda/cuda_nccl.c — the GPU layout of a job's ranks and the NCCL all-reduce between ranks
- * on different GPUs (contract: src/dist/nccl_reduce.h). */
+ * on different GPUs (contract: src/parallel/nccl_reduce.h). */
 #include <dlfcn.h>
 #include <nccl.h>
 #include <stdlib.h>
@@ -8,7 +8,7 @@
 
 #include "core/timer.h"
 #include "cuda/cuda_backend.h"
-#include "dist/nccl_reduce.h"
+#include "parallel/nccl_reduce.h"
 
 /* The NCCL entry points qsync calls, from libnccl.so.2 (loaded once, on first use). */
 typedef struct nccl_api {

@@ -3,7 +3,8 @@
 #ifndef QSYNC_LAYERS_LAYER_UTIL_H
 #define QSYNC_LAYERS_LAYER_UTIL_H
 
-#include "graph/graph.h"
+#include "dag/dag.h"
+#include "layers/registry.h"
 
 /* The node feeding input slot k of n. */
 static inline qs_node *qs_layer_input(qs_model *m, const qs_node *n, int k) { return &m->nodes[n->inputs[k]]; }

@@ -103,7 +103,7 @@ qs_status qs_optimizer_state_save(const qs_optimizer *o, qs_backend *be, qs_stre
 void qs_optim_state_free(qs_optim_state *st);
 
 /* A source of named host tensors: fill *out for `name` (host data, read-only), or return
- * QS_ERR_NOT_FOUND. qs_safetensors_lookup (train/safetensors.h) is one. */
+ * QS_ERR_NOT_FOUND. qs_safetensors_lookup (io/safetensors.h) is one. */
 typedef qs_status (*qs_tensor_lookup_fn)(void *ctx, const char *name, qs_tensor *out);
 
 /* Load every state tensor by name through get(ctx, ...) and set the step counter. All

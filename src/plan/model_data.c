@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "models/models.h"
-#include "train/checkpoint.h"
+#include "io/checkpoint_model.h"
 
 /* The model's architecture and options: the checkpoint's (checked against r->model, r->width
  * and the data's shape), else r->model at the data's shape with r->width. */

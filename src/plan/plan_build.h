@@ -36,7 +36,7 @@
 #include <stdint.h>
 #include <cjson/cJSON.h>
 
-#include "dist/cluster.h"
+#include "io/cluster.h"
 #include "qsync/status.h"
 
 /* One worker of the cluster, as the replayer sees it. */

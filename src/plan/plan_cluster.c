@@ -1,7 +1,7 @@
 /* src/plan/plan_cluster.c — the allocator's view of a cluster's workers (plan_build.h). */
 #include <string.h>
 
-#include "dist/cpu_quota.h"
+#include "parallel/cpu_quota.h"
 #include "plan/plan_build.h"
 
 qs_status qs_planb_workers_from_cluster(const qs_cluster *c, const cJSON *const *profiles,

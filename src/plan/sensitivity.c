@@ -11,7 +11,7 @@
 #include "core/timer.h"
 #include "graph/precision.h"
 #include "models/models.h"
-#include "plan/plan_file.h"
+#include "io/plan_file.h"
 
 void qs_sensitivity_options_default(qs_sensitivity_options *o) {
     memset(o, 0, sizeof *o);
@@ -154,9 +154,8 @@ static qs_status qs_sens_build(const qs_model *ref, const qs_sens_weights *w, co
     }
     qs_precision_options po;
     qs_precision_options_default(&po);
-    po.plan = &plan;
     po.allow_emulated = true; /* the precisions were checked against the caller's choice already */
-    if (st == QS_OK) st = qs_precision_setup(m, ref->be, &po);
+    if (st == QS_OK) st = qs_plan_precision_setup(&plan, m, ref->be, &po);
     qs_plan_free(&plan);
     if (st == QS_OK) st = qs_model_setup(m, ref->be, ref->batch, ref->seed);
     if (st == QS_OK && !qs_sens_same_tables(ref, m))

@@ -15,12 +15,12 @@
 
 #include <stdint.h>
 #include <cjson/cJSON.h>
-#include "dist/comm.h"
+#include "parallel/comm.h"
 #include "qsync/log.h"
 #include "qsync/status.h"
 #include "models/models.h"
 #include "optim/optim.h"
-#include "plan/plan_file.h"
+#include "io/plan_file.h"
 
 #define QS_PROFILE_FORMAT "qsync-profile"
 #define QS_PROFILE_VERSION 1

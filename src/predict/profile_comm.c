@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dist/grad_sync.h"
-#include "dist/ipc_reduce.h"
-#include "dist/nccl_reduce.h"
+#include "parallel/grad_sync.h"
+#include "parallel/ipc_reduce.h"
+#include "parallel/nccl_reduce.h"
 
 #include "core/stats.h"
 #include "core/timer.h"

@@ -6,7 +6,7 @@
 #include <cjson/cJSON.h>
 #include "qsync/status.h"
 #include "core/backend.h"
-#include "dist/comm.h"
+#include "parallel/comm.h"
 #include "graph/graph.h"
 
 /* Collective over every rank of comm (world ≥ 2): time one bucket's all-reduce as training
@@ -21,7 +21,7 @@
 qs_status qs_profile_allreduce(qs_comm *comm, qs_backend *be, int reps, double max_bytes, cJSON **out);
 
 /* Collective: the time m's gradient sync costs a rank, measured in place as training runs it
- * (src/dist/grad_sync.c: buckets of bucket_bytes, overlapped with backward or all started
+ * (src/parallel/grad_sync.c: buckets of bucket_bytes, overlapped with backward or all started
  * after it, then the average): runs `step` (a forward and backward of m, then its optimizer)
  * reps + 1 times per mode (the first a warm-up) with the runtime's hooks installed and timed;
  * a step's figure is the least time any rank spent inside them (the rank that arrived last

@@ -9,7 +9,7 @@
 #include "core/stats.h"
 #include "core/timer.h"
 #include "data/dataset.h"
-#include "dist/cpu_quota.h"
+#include "parallel/cpu_quota.h"
 #include "models/models.h"
 #include "predict/profile_comm.h"
 #include "predict/profile_mixed.h"

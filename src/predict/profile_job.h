@@ -13,8 +13,8 @@
 #include <stdint.h>
 #include <cjson/cJSON.h>
 
-#include "dist/cluster.h"
-#include "dist/comm.h"
+#include "io/cluster.h"
+#include "parallel/comm.h"
 #include "predict/profile.h"
 #include "qsync/log.h"
 #include "qsync/status.h"

@@ -10,7 +10,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "dist/cluster.h"
+#include "io/cluster.h"
 #include "predict/profile.h"
 #include "qsync/status.h"
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dist/grad_sync.h"
+#include "parallel/grad_sync.h"
 #include "core/stats.h"
 #include "graph/precision.h"
 #include "qsync/rng.h"

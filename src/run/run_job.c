@@ -9,10 +9,10 @@
 #include "core/atomic_file.h"
 #include "core/json_doc.h"
 #include "core/timer.h"
-#include "dist/comm.h"
+#include "parallel/comm.h"
 #include "plan/indicate_job.h"
 #include "plan/plan_build.h"
-#include "plan/plan_file.h"
+#include "io/plan_file.h"
 #include "predict/profile_job.h"
 #include "run/run_report.h"
 

@@ -27,7 +27,7 @@
 #include <stdint.h>
 #include <cjson/cJSON.h>
 
-#include "dist/cluster.h"
+#include "io/cluster.h"
 #include "plan/indicator.h"
 #include "qsync/log.h"
 #include "qsync/status.h"

@@ -18,9 +18,8 @@
 #include "graph/graph.h"
 #include "models/models.h"
 #include "optim/optim.h"
-#include "plan/plan_file.h"
-
-#define QS_CHECKPOINT_VERSION 1
+#include "io/checkpoint_model.h"
+#include "io/plan_file.h"
 
 typedef struct qs_train_state {
     int64_t step;            /* optimizer steps done */
@@ -41,17 +40,6 @@ typedef struct qs_train_state {
  * NULL (then no state file is written). */
 qs_status qs_checkpoint_save(const char *dir, qs_model *m, const char *arch, const qs_model_options *opt,
                              const qs_optimizer *o, const qs_train_state *ts);
-/* The model file inside `path` (a checkpoint directory or a .safetensors file) into buf. */
-void qs_checkpoint_model_path(const char *path, char *buf, size_t cap);
-/* Read arch and options from a model file's metadata (path: directory or file). */
-qs_status qs_checkpoint_read_arch(const char *path, char *arch, size_t cap, qs_model_options *opt);
-/* The precision plan a model file was trained with (metadata "plan"; path: directory or
- * file). A checkpoint written before plans existed yields the all-fp32 plan of its arch. The
- * plan's origin names the file. */
-qs_status qs_checkpoint_read_plan(const char *path, qs_plan *out);
-/* Load weights and buffers into a set-up model; every tensor of the model must be present with
- * the same shape and dtype, and the file must hold no other tensor (QS_ERR_MISMATCH naming it). */
-qs_status qs_checkpoint_load_model(const char *path, qs_model *m);
 /* Load optimizer state and trainer position from dir/state.safetensors; checks it belongs to
  * the model file's step. */
 qs_status qs_checkpoint_load_state(const char *dir, qs_model *m, qs_optimizer *o, qs_train_state *ts);

@@ -18,7 +18,7 @@
 #include <stdint.h>
 #include "qsync/status.h"
 #include "graph/graph.h"
-#include "plan/plan_file.h"
+#include "io/plan_file.h"
 
 /* What a rank file records besides the buffers. */
 typedef struct qs_rank_state {

@@ -1,7 +1,7 @@
 /* src/train/emulator.h — defines: a worker's emulated slowdown over a training run (an
  * emulated weaker device, BRIEF section 8), and the slowdown actually measured.
  *
- * Enforcement: a cgroup CPU quota on the whole process (dist/cpu_quota.h; method "cgroup", or
+ * Enforcement: a cgroup CPU quota on the whole process (parallel/cpu_quota.h; method "cgroup", or
  * "auto" where the cgroup file system is writable), else a duty cycle over the model's ops
  * (graph.h, qs_emulation; method "duty-cycle", or "auto" as the fallback).
  *
@@ -23,7 +23,7 @@
 #include "qsync/log.h"
 #include "qsync/status.h"
 #include "core/stats.h"
-#include "dist/cpu_quota.h"
+#include "parallel/cpu_quota.h"
 #include "graph/graph.h"
 
 #define QS_EMULATOR_WARMUP 2          /* steps left out before each measured window */

@@ -6,7 +6,7 @@
 #include "data/dataset.h"
 #include "train/checkpoint.h"
 #include "train/evaluate.h"
-#include "train/safetensors.h"
+#include "io/safetensors.h"
 #include "train/trainer.h"
 
 /* Write logits as one f32 tensor "logits" plus the s32 "labels": (n, classes) and (n) for a
@@ -38,9 +38,8 @@ static qs_status qs_eval_precisions(const qs_eval_config *c, qs_model *m, qs_bac
     memset(&plan, 0, sizeof plan);
     if (c->plan) QS_TRY(qs_train_load_plan(c->plan, &plan));
     qs_precision_options po;
-    qs_train_precision_options(c->precision, c->plan ? &plan : NULL, c->allow_emulated, c->grad_rounding,
-                               c->weight_scales, &po);
-    qs_status st = qs_precision_setup(m, be, &po);
+    qs_train_precision_options(c->precision, c->allow_emulated, c->grad_rounding, c->weight_scales, &po);
+    qs_status st = qs_plan_precision_setup(c->plan ? &plan : NULL, m, be, &po);
     qs_plan_free(&plan);
     return st;
 }

@@ -12,10 +12,10 @@
 #include "core/stats.h"
 #include "core/timer.h"
 #include "data/dataset.h"
-#include "dist/batch_balance.h"
-#include "dist/batch_split.h"
-#include "dist/cluster.h"
-#include "dist/grad_sync.h"
+#include "parallel/batch_balance.h"
+#include "parallel/batch_split.h"
+#include "io/cluster.h"
+#include "parallel/grad_sync.h"
 #include "graph/precision.h"
 #include "optim/loss_scale.h"
 #include "optim/schedule.h"
@@ -64,11 +64,10 @@ qs_status qs_train_load_plan(const char *path, qs_plan *out) {
     return ckpt ? qs_checkpoint_read_plan(path, out) : qs_plan_read(path, out);
 }
 
-void qs_train_precision_options(qs_precision precision, const qs_plan *plan, bool allow_emulated,
-                                qs_grad_rounding gr, qs_weight_scales ws, qs_precision_options *out) {
+void qs_train_precision_options(qs_precision precision, bool allow_emulated, qs_grad_rounding gr, qs_weight_scales ws,
+                                qs_precision_options *out) {
     qs_precision_options_default(out);
     out->uniform = precision;
-    out->plan = plan;
     out->allow_emulated = allow_emulated;
     out->grad_rounding = gr;
     out->weight_scales = ws;
@@ -169,10 +168,9 @@ static qs_status qs_train_precisions(const qs_train_config *c, qs_train_job *j) 
     else if (c->plan) QS_TRY(qs_train_load_plan(c->plan, &j->plan));
     if (c->plan) QS_TRY(qs_train_select_device_type(c, j));
     qs_precision_options po;
-    qs_train_precision_options(c->precision, c->plan ? &j->plan : NULL, c->allow_emulated, c->grad_rounding,
-                               c->weight_scales, &po);
+    qs_train_precision_options(c->precision, c->allow_emulated, c->grad_rounding, c->weight_scales, &po);
     po.fp8_amax_history = c->fp8_amax_history;
-    QS_TRY(qs_precision_setup(j->m, j->be, &po));
+    QS_TRY(qs_plan_precision_setup(c->plan ? &j->plan : NULL, j->m, j->be, &po));
     if (c->resume) {
         qs_plan saved;
         char what[4200], msg[1024];

@@ -12,7 +12,7 @@
 #include "qsync/log.h"
 #include "models/models.h"
 #include "optim/optim.h"
-#include "plan/plan_file.h"
+#include "io/plan_file.h"
 
 typedef struct qs_train_config {
     const char *model;          /* built-in model name */
@@ -65,7 +65,7 @@ typedef struct qs_train_config {
      * and stop after the current step; NULL = never. */
     const atomic_int *interrupt;
     bool progress;              /* live progress line on stderr */
-    /* Data parallelism (src/dist): the process group (NULL = a single process). --batch is
+    /* Data parallelism (src/parallel): the process group (NULL = a single process). --batch is
      * the global batch, split evenly over the ranks; gradients are averaged in buckets of
      * bucket_bytes, overlapped with backward unless no_overlap; collectives time out after
      * collective_timeout_s; replicas are compared every check_replicas_every steps (0: at
@@ -75,7 +75,7 @@ typedef struct qs_train_config {
     bool no_overlap;
     double collective_timeout_s;
     int64_t check_replicas_every;
-    /* This worker's entry of a cluster file (src/dist/cluster.h): its device-type label, an
+    /* This worker's entry of a cluster file (src/io/cluster.h): its device-type label, an
      * emulated slowdown (≥ 1; 1 = none) and how it is enforced, and a memory cap in MiB
      * (0 = none), checked against the measured allocation after setup. */
     const char *device_type;
@@ -84,11 +84,11 @@ typedef struct qs_train_config {
     int64_t emulation_calibration_steps; /* unslowed steps measured before the slowdown starts (train/emulator.h) */
     int64_t memory_cap_mb;
     int mps_sm_percent;         /* a GPU worker's MPS SM share, set by the caller's environment before the
-                                 * CUDA context (dist/mps.h): reported, not applied here (0 = none) */
+                                 * CUDA context (parallel/mps.h): reported, not applied here (0 = none) */
     int sm_partition_count;     /* SMs of a GPU worker's green-context partition, likewise set through the
                                  * environment (QS_CUDA_SM_PARTITION) and only reported here (0 = none) */
     const char *const *worker_types; /* every worker's label (world entries), for rank 0's report; may be NULL */
-    /* How the global batch is split over the ranks (dist/batch_split.h): NULL or "even" →
+    /* How the global batch is split over the ranks (parallel/batch_split.h): NULL or "even" →
      * equal shares (--batch must be divisible by the ranks); "dynamic" → in proportion to
      * each rank's measured speed, re-measured every rebalance_every steps (dynamic batching);
      * "b0,b1,..." → these local batches. Unequal shares weight each rank's gradients by its
@@ -163,8 +163,9 @@ qs_status qs_eval_run(const qs_eval_config *c, qs_eval_result *res);
 /* A plan from `path`: a plan file, or a checkpoint (directory or model.safetensors) whose
  * recorded plan is taken (qs_checkpoint_read_plan). */
 qs_status qs_train_load_plan(const char *path, qs_plan *out);
-/* The run's precision options from the shared fields (plan: already loaded, or NULL). */
-void qs_train_precision_options(qs_precision precision, const qs_plan *plan, bool allow_emulated,
-                                qs_grad_rounding gr, qs_weight_scales ws, qs_precision_options *out);
+/* The run's precision options from the shared fields (a plan is added by
+ * qs_plan_precision_setup). */
+void qs_train_precision_options(qs_precision precision, bool allow_emulated, qs_grad_rounding gr, qs_weight_scales ws,
+                                qs_precision_options *out);
 
 #endif

@@ -8,7 +8,7 @@
 #include <cjson/cJSON.h>
 #include "qsync/log.h"
 #include "qsync/status.h"
-#include "dist/comm.h"
+#include "parallel/comm.h"
 #include "qsync/dtype.h"
 
 /* One rank's own figures. */

@@ -13,7 +13,7 @@
 #include <cmocka.h>
 
 #include "run_cmd.h"
-#include "train/safetensors.h"
+#include "io/safetensors.h"
 
 void qs_test_ranks_command(int n, const char *args, char *cmd, size_t cap) {
     const char *bin = getenv("QS_BIN");

@@ -1,4 +1,4 @@
-/* src/dist/grad_sync.h — defines: data-parallel gradient averaging over a qs_comm, bucketed
+/* src/parallel/grad_sync.h — defines: data-parallel gradient averaging over a qs_comm, bucketed
  * and overlapped with backward.
  *
  * Buckets: the parameter table's entries are grouped, walking from the last entry to the
@@ -14,14 +14,14 @@
  * world·b_r/B, so the result is Σ_r b_r·g_r / B, again the global-batch mean.
  * Without overlap every bucket starts at the end of backward.
  * Transport: MPI on host buffers (the CPU backend); on the CUDA backend every rank must share
- * one GPU, and buckets are summed through CUDA IPC (dist/ipc_reduce.h) without host copies. */
-#ifndef QSYNC_DIST_GRAD_SYNC_H
-#define QSYNC_DIST_GRAD_SYNC_H
+ * one GPU, and buckets are summed through CUDA IPC (parallel/ipc_reduce.h) without host copies. */
+#ifndef QSYNC_PARALLEL_GRAD_SYNC_H
+#define QSYNC_PARALLEL_GRAD_SYNC_H
 
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "dist/comm.h"
+#include "parallel/comm.h"
 #include "graph/graph.h"
 
 typedef struct qs_grad_bucket {

@@ -1,6 +1,6 @@
-/* src/dist/cpu_quota.c — an OS-enforced CPU quota for the calling process: a child cgroup
+/* src/parallel/cpu_quota.c — an OS-enforced CPU quota for the calling process: a child cgroup
  * "qsync-<pid>" of its cpu cgroup with a CFS bandwidth limit (cgroup v1 or v2). */
-#include "dist/cpu_quota.h"
+#include "parallel/cpu_quota.h"
 
 #include <ctype.h>
 #include <dirent.h>

@@ -1,10 +1,10 @@
-/* src/dist/batch_split.h — defines: how a global batch of B samples is split over the ranks
+/* src/parallel/batch_split.h — defines: how a global batch of B samples is split over the ranks
  * of a data-parallel job: evenly (the default), as given (--batch-split 40,24), or in
  * proportion to each rank's measured speed (dynamic batching, the baseline that gives a
  * slower worker fewer samples). Rank r takes positions [offset_r, offset_r + b_r) of every
  * global batch, offset_r = b_0 + ... + b_{r-1}; every b_r ≥ 1 and Σ b_r = B. */
-#ifndef QSYNC_DIST_BATCH_SPLIT_H
-#define QSYNC_DIST_BATCH_SPLIT_H
+#ifndef QSYNC_PARALLEL_BATCH_SPLIT_H
+#define QSYNC_PARALLEL_BATCH_SPLIT_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,5 +1,5 @@
-/* src/dist/mps.c — a cuda worker's NVIDIA MPS limits through the environment (see mps.h). */
-#include "dist/mps.h"
+/* src/parallel/mps.c — a cuda worker's NVIDIA MPS limits through the environment (see mps.h). */
+#include "parallel/mps.h"
 
 #include <errno.h>
 #include <fcntl.h>

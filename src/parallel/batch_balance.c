@@ -1,11 +1,11 @@
-/* src/dist/batch_balance.c — speed measurement for dynamic batching (see batch_balance.h). */
-#include "dist/batch_balance.h"
+/* src/parallel/batch_balance.c — speed measurement for dynamic batching (see batch_balance.h). */
+#include "parallel/batch_balance.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/stats.h"
-#include "dist/batch_split.h"
+#include "parallel/batch_split.h"
 
 qs_status qs_batch_balance_init(qs_batch_balance *b, int world, int rank, int64_t global, int every) {
     memset(b, 0, sizeof *b);

@@ -1,4 +1,4 @@
-/* src/dist/ipc_reduce.h — defines: the sum all-reduce of FP32 device buffers between ranks that
+/* src/parallel/ipc_reduce.h — defines: the sum all-reduce of FP32 device buffers between ranks that
  * share one GPU, through CUDA IPC (NCCL refuses two ranks on one GPU, and this machine's MPI is
  * not CUDA-aware). Used by gradient averaging (grad_sync.c) when the model lives on a GPU.
  *
@@ -19,13 +19,13 @@
  * slot's barriers of the next step before every peer reached them in this one, so an event
  * waited for is always the record of the current step. Barriers progress only in start, poll
  * and finish (Open MPI has no asynchronous progress). */
-#ifndef QSYNC_DIST_IPC_REDUCE_H
-#define QSYNC_DIST_IPC_REDUCE_H
+#ifndef QSYNC_PARALLEL_IPC_REDUCE_H
+#define QSYNC_PARALLEL_IPC_REDUCE_H
 
 #include <stddef.h>
 
 #include "core/backend.h"
-#include "dist/comm.h"
+#include "parallel/comm.h"
 
 /* At most this many ranks share one GPU. */
 #define QS_IPC_MAX_RANKS 8
@@ -36,7 +36,7 @@ typedef struct qs_ipc_reduce qs_ipc_reduce;
  * base of an allocation of backend be (CUDA); every rank passes the same bytes and n_slots.
  * Every rank fails when any does (the others with a message pointing at it). Errors:
  * QS_ERR_UNSUPPORTED (a build without CUDA; ranks on different GPUs — those reduce through
- * NCCL, dist/nccl_reduce.h; more than QS_IPC_MAX_RANKS ranks), QS_ERR_MISMATCH (ranks disagree
+ * NCCL, parallel/nccl_reduce.h; more than QS_IPC_MAX_RANKS ranks), QS_ERR_MISMATCH (ranks disagree
  * on bytes or n_slots), QS_ERR_INVALID_ARG, QS_ERR_OOM, QS_ERR_BACKEND (a CUDA call failed, or
  * another rank's setup), QS_ERR_TIMEOUT (a peer did not arrive for the handle broadcasts). */
 qs_status qs_ipc_reduce_open(qs_backend *be, qs_comm *comm, void *buf, size_t bytes, int n_slots, double timeout_s,

@@ -1,12 +1,12 @@
-/* src/dist/comm.h — defines: the process group of a data-parallel job. Under `mpirun` it is
- * MPI's world communicator (Open MPI; the only file that calls MPI is src/dist/comm_mpi.c);
+/* src/parallel/comm.h — defines: the process group of a data-parallel job. Under `mpirun` it is
+ * MPI's world communicator (Open MPI; the only file that calls MPI is src/parallel/comm_mpi.c);
  * started without a launcher it is a group of one that needs no MPI at all.
  *
  * Every blocking wait takes a timeout: a peer that stalled (SIGSTOP) or died must end the job
  * with a message, never hang it. Non-blocking collectives make progress only while the
  * caller tests them (Open MPI 4.1 has no asynchronous progress), so callers poll. */
-#ifndef QSYNC_DIST_COMM_H
-#define QSYNC_DIST_COMM_H
+#ifndef QSYNC_PARALLEL_COMM_H
+#define QSYNC_PARALLEL_COMM_H
 
 #include <stdbool.h>
 #include <stddef.h>

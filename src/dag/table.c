@@ -1,6 +1,6 @@
-/* src/graph/table.c — parameter/buffer tables: names, PyTorch shapes and aligned offsets
+/* src/dag/table.c — parameter/buffer tables: names, PyTorch shapes and aligned offsets
  * into one contiguous allocation. */
-#include "graph/graph.h"
+#include "dag/dag.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,6 +1,6 @@
-/* src/plan/plan_file.c — precision plan files: parse, validate, apply, write (see
+/* src/io/plan_file.c — precision plan files: parse, check against a model, write (see
  * plan_file.h and docs/PLANS.md). */
-#include "plan/plan_file.h"
+#include "io/plan_file.h"
 
 #include "core/json_doc.h"
 
@@ -12,30 +12,9 @@
 
 #include "core/atomic_file.h"
 #include "graph/precision.h"
+#include "graph/precision_setup.h"
 
 /* ------------------------------------------------------------------ names */
-
-bool qs_grad_rounding_parse(const char *s, qs_grad_rounding *out) {
-    if (s && strcmp(s, "stochastic") == 0) *out = QS_GRAD_ROUND_STOCHASTIC;
-    else if (s && strcmp(s, "nearest") == 0) *out = QS_GRAD_ROUND_NEAREST;
-    else return false;
-    return true;
-}
-
-bool qs_weight_scales_parse(const char *s, qs_weight_scales *out) {
-    if (s && strcmp(s, "tensor") == 0) *out = QS_WEIGHT_SCALES_TENSOR;
-    else if (s && strcmp(s, "channel") == 0) *out = QS_WEIGHT_SCALES_CHANNEL;
-    else return false;
-    return true;
-}
-
-const char *qs_grad_rounding_name(qs_grad_rounding r) {
-    return r == QS_GRAD_ROUND_STOCHASTIC ? "stochastic" : r == QS_GRAD_ROUND_NEAREST ? "nearest" : "unset";
-}
-
-const char *qs_weight_scales_name(qs_weight_scales w) {
-    return w == QS_WEIGHT_SCALES_TENSOR ? "tensor" : w == QS_WEIGHT_SCALES_CHANNEL ? "channel" : "unset";
-}
 
 /* "fp32, tf32, bf16, fp16, fp8, int8" */
 static void qs_plan_all_precisions(char *buf, size_t cap) {
@@ -115,7 +94,7 @@ static bool qs_plan_key_repeated(const cJSON *parent, const cJSON *item) {
 /* The "precisions" object at JSON path prefix + "precisions" into *layers / *n_layers
  * (allocated here; the caller frees them, on failure too). */
 static qs_status qs_plan_parse_precisions(const qs_plan *p, const cJSON *obj, const char *prefix,
-                                          qs_plan_layer **layers, int *n_layers) {
+                                          qs_layer_prec **layers, int *n_layers) {
     char where[QS_PLAN_PREFIX_MAX + 16];
     qs_plan_key_path(prefix, "precisions", where, sizeof where);
     if (!cJSON_IsObject(obj))
@@ -135,7 +114,7 @@ static qs_status qs_plan_parse_precisions(const qs_plan *p, const cJSON *obj, co
                            QS_NAME_MAX - 1);
         if (qs_plan_key_repeated(obj, item))
             return QS_FAIL(QS_ERR_FORMAT, "plan %s: %s appears twice; give each layer one precision", p->origin, path);
-        qs_plan_layer *l = &(*layers)[*n_layers];
+        qs_layer_prec *l = &(*layers)[*n_layers];
         QS_TRY(qs_plan_get_precision(p, item, path, &l->prec));
         snprintf(l->name, sizeof l->name, "%s", item->string);
         (*n_layers)++;
@@ -394,7 +373,7 @@ static void qs_plan_type_list(const qs_plan *p, char *buf, size_t cap) {
 }
 
 /* Index of layer `name` in layers[0..n), or -1. */
-static int qs_plan_find_layer(const qs_plan_layer *layers, int n, const char *name) {
+static int qs_plan_find_layer(const qs_layer_prec *layers, int n, const char *name) {
     for (int i = 0; i < n; i++)
         if (strcmp(layers[i].name, name) == 0) return i;
     return -1;
@@ -402,8 +381,8 @@ static int qs_plan_find_layer(const qs_plan_layer *layers, int n, const char *na
 
 /* p's precisions with s's merged in (a layer in both takes s's; s's other layers appended, in
  * order) into a new array *out of *n_out entries. */
-static qs_status qs_plan_merge_layers(const qs_plan *p, const qs_plan_section *s, qs_plan_layer **out, int *n_out) {
-    qs_plan_layer *m = calloc((size_t)p->n_layers + (size_t)s->n_layers + 1, sizeof *m);
+static qs_status qs_plan_merge_layers(const qs_plan *p, const qs_plan_section *s, qs_layer_prec **out, int *n_out) {
+    qs_layer_prec *m = calloc((size_t)p->n_layers + (size_t)s->n_layers + 1, sizeof *m);
     if (!m) return QS_FAIL(QS_ERR_OOM, "plan %s: out of memory selecting device type %s", p->origin, s->type);
     int n = 0;
     for (int i = 0; i < p->n_layers; i++) {
@@ -438,7 +417,7 @@ qs_status qs_plan_select_device_type(qs_plan *p, const char *type) {
     if (p->n_types == 0) return QS_OK;
     const qs_plan_section *s = type ? qs_plan_find_type(p, type) : NULL;
     if (!s) return qs_plan_type_missing(p, type);
-    qs_plan_layer *layers = NULL;
+    qs_layer_prec *layers = NULL;
     int n = 0;
     QS_TRY(qs_plan_merge_layers(p, s, &layers, &n));
     free(p->layers);
@@ -466,108 +445,14 @@ void qs_plan_uniform(const char *arch, qs_precision p, const char *origin, qs_pl
 
 /* ------------------------------------------------------------------ validation */
 
-static int qs_plan_find_node(const qs_model *m, const char *name) {
-    for (int i = 0; i < m->n_nodes; i++)
-        if (strcmp(m->nodes[i].name, name) == 0) return i;
-    return -1;
+qs_precision_assignment qs_plan_assignment(const qs_plan *p) {
+    return (qs_precision_assignment){.origin = p->origin, .uniform = p->uniform, .default_prec = p->default_prec,
+                                     .layers = p->layers, .n_layers = p->n_layers, .grad_rounding = p->grad_rounding,
+                                     .weight_scales = p->weight_scales};
 }
 
-/* The first few selectable layer names of m: "conv1, conv2, fc1, fc2" (+ ", ... (N in all)"). */
-static void qs_plan_selectable_names(const qs_model *m, char *buf, size_t cap) {
-    int total = 0, shown = 0;
-    size_t len = 0;
-    buf[0] = '\0';
-    for (int i = 0; i < m->n_nodes; i++) {
-        if (!qs_node_precision_selectable(m->nodes[i].kind)) continue;
-        total++;
-        if (shown < 6 && len < cap) {
-            len += (size_t)snprintf(buf + len, cap - len, "%s%s", shown ? ", " : "", m->nodes[i].name);
-            shown++;
-        }
-    }
-    if (total > shown && len < cap) snprintf(buf + len, cap - len, ", ... (%d in all)", total);
-    if (total == 0) snprintf(buf, cap, "(none)");
-}
-
-/* Precisions of be by support: "fp32, bf16, int8". */
-static void qs_plan_support_list(qs_backend *be, qs_prec_support want, char *buf, size_t cap) {
-    size_t len = 0;
-    int k = 0;
-    buf[0] = '\0';
-    for (int p = 0; p < QS_PREC_COUNT && len < cap; p++)
-        if (be->ops->precision_support(be, (qs_precision)p) == want)
-            len += (size_t)snprintf(buf + len, cap - len, "%s%s", k++ ? ", " : "", qs_precision_name((qs_precision)p));
-    if (!k) snprintf(buf, cap, "none");
-}
-
-/* Where a precision of the plan comes from, for messages: `precisions["conv1"] = int8` or
- * `"default" = int8 (layer conv1 and others)`. */
-static void qs_plan_where(const qs_plan *p, const qs_model *m, qs_precision prec, char *buf, size_t cap) {
-    for (int i = 0; i < p->n_layers; i++)
-        if (p->layers[i].prec == prec) {
-            snprintf(buf, cap, "precisions[\"%s\"] = %s", p->layers[i].name, qs_precision_name(prec));
-            return;
-        }
-    const char *first = "?";
-    int n = 0;
-    for (int i = 0; i < m->n_nodes; i++) {
-        const qs_node *nd = &m->nodes[i];
-        if (!qs_node_precision_selectable(nd->kind)) continue;
-        bool listed = false;
-        for (int k = 0; k < p->n_layers && !listed; k++) listed = strcmp(p->layers[k].name, nd->name) == 0;
-        if (!listed && n++ == 0) first = nd->name;
-    }
-    snprintf(buf, cap, "\"default\" = %s (layer %s%s)", qs_precision_name(prec), first, n > 1 ? " and others" : "");
-}
-
-/* Which precisions some selectable layer of m would get from p. */
-static void qs_plan_used(const qs_plan *p, const qs_model *m, bool used[QS_PREC_COUNT]) {
-    for (int q = 0; q < QS_PREC_COUNT; q++) used[q] = false;
-    for (int i = 0; i < p->n_layers; i++) used[p->layers[i].prec] = true;
-    for (int i = 0; i < m->n_nodes; i++) {
-        const qs_node *nd = &m->nodes[i];
-        if (!qs_node_precision_selectable(nd->kind)) continue;
-        bool listed = false;
-        for (int k = 0; k < p->n_layers && !listed; k++) listed = strcmp(p->layers[k].name, nd->name) == 0;
-        if (!listed) used[p->default_prec] = true;
-    }
-}
-
-static qs_status qs_plan_check_backend(const qs_plan *p, const qs_model *m, qs_backend *be, bool allow_emulated) {
-    if (p->backend[0] && strcmp(p->backend, be->ops->name) != 0)
-        return QS_FAIL(QS_ERR_MISMATCH, "plan %s is for the %s backend, but this run uses %s: use a plan written for "
-                       "%s (or remove \"backend\" from it)", p->origin, p->backend, be->ops->name, be->ops->name);
-    bool used[QS_PREC_COUNT];
-    qs_plan_used(p, m, used);
-    char native[96], emulated[96], where[768];
-    qs_plan_support_list(be, QS_PREC_NATIVE, native, sizeof native);
-    qs_plan_support_list(be, QS_PREC_EMULATED, emulated, sizeof emulated);
-    for (int q = 0; q < QS_PREC_COUNT; q++) {
-        if (!used[q]) continue;
-        qs_precision prec = (qs_precision)q;
-        qs_prec_support s = be->ops->precision_support(be, prec);
-        if (s == QS_PREC_NATIVE) continue;
-        if (p->uniform) snprintf(where, sizeof where, "%s", p->origin);
-        else {
-            char w[QS_NAME_MAX + 48];
-            qs_plan_where(p, m, prec, w, sizeof w);
-            snprintf(where, sizeof where, "plan %s: %s", p->origin, w);
-        }
-        if (s == QS_PREC_UNSUPPORTED)
-            return QS_FAIL(QS_ERR_UNSUPPORTED, "%s: the %s backend cannot run %s; choose one of %s (native here) or %s "
-                           "(emulated, with --allow-emulated)", where, be->ops->name, qs_precision_name(prec), native,
-                           emulated);
-        if (!allow_emulated)
-            return QS_FAIL(QS_ERR_UNSUPPORTED, "%s: %s is only emulated on the %s backend (operands rounded to %s, "
-                           "arithmetic in fp32: numerically faithful, not faster); pass --allow-emulated to run it "
-                           "anyway, or choose one of %s (native here)", where, qs_precision_name(prec), be->ops->name,
-                           qs_precision_name(prec), native);
-    }
-    return QS_OK;
-}
-
-qs_status qs_plan_validate(const qs_plan *p, const qs_model *m, qs_backend *be, bool allow_emulated) {
-    if (!p || !m) return QS_FAIL(QS_ERR_INVALID_ARG, "qs_plan_validate: plan and model are required");
+qs_status qs_plan_check_model(const qs_plan *p, const qs_model *m, qs_backend *be) {
+    if (!p || !m) return QS_FAIL(QS_ERR_INVALID_ARG, "qs_plan_check_model: plan and model are required");
     if (p->n_types > 0) {
         char list[1024];
         qs_plan_type_list(p, list, sizeof list);
@@ -582,41 +467,33 @@ qs_status qs_plan_validate(const qs_plan *p, const qs_model *m, qs_backend *be, 
         return QS_FAIL(QS_ERR_MISMATCH, "plan %s is for %s built with \"%s\", but this run builds \"%s\": use a plan "
                        "made for these model options (or remove \"config\" from it to apply it to any)", p->origin,
                        p->model, p->config, m->config);
-    for (int i = 0; i < p->n_layers; i++) {
-        const qs_plan_layer *l = &p->layers[i];
-        int k = qs_plan_find_node(m, l->name);
-        if (k < 0) {
-            char names[512];
-            qs_plan_selectable_names(m, names, sizeof names);
-            return QS_FAIL(QS_ERR_NOT_FOUND, "plan %s: precisions[\"%s\"]: model %s has no layer \"%s\"; its layers "
-                           "with a selectable precision are %s (see qsync models %s)", p->origin, l->name, m->arch,
-                           l->name, names, m->arch);
-        }
-        const qs_node *nd = &m->nodes[k];
-        if (!qs_node_precision_selectable(nd->kind)) {
-            const qs_layer_impl *impl = qs_layer_impl_for(nd->kind);
-            return QS_FAIL(QS_ERR_INVALID_ARG, "plan %s: precisions[\"%s\"]: layer \"%s\" is a %s, whose precision "
-                           "cannot be chosen (only Linear, Conv2d and MatMul layers can; normalizations, pooling and the loss "
-                           "stay fp32): remove it from the plan", p->origin, l->name, l->name,
-                           impl && impl->kind_name ? impl->kind_name : "node of another kind");
-        }
-    }
-    if (be) QS_TRY(qs_plan_check_backend(p, m, be, allow_emulated));
+    if (be && p->backend[0] && strcmp(p->backend, be->ops->name) != 0)
+        return QS_FAIL(QS_ERR_MISMATCH, "plan %s is for the %s backend, but this run uses %s: use a plan written for "
+                       "%s (or remove \"backend\" from it)", p->origin, p->backend, be->ops->name, be->ops->name);
     return QS_OK;
 }
 
-qs_status qs_plan_apply(const qs_plan *p, qs_model *m, qs_backend *be, bool allow_emulated) {
-    QS_TRY(qs_plan_validate(p, m, be, allow_emulated));
-    for (int i = 0; i < m->n_nodes; i++) {
-        qs_node *nd = &m->nodes[i];
-        if (!qs_node_precision_selectable(nd->kind)) continue;
-        nd->prec = p->default_prec;
-        for (int k = 0; k < p->n_layers; k++)
-            if (strcmp(p->layers[k].name, nd->name) == 0) nd->prec = p->layers[k].prec;
+qs_status qs_plan_validate(const qs_plan *p, const qs_model *m, qs_backend *be, bool allow_emulated) {
+    QS_TRY(qs_plan_check_model(p, m, be));
+    qs_precision_assignment a = qs_plan_assignment(p);
+    return qs_precision_check(&a, m, be, allow_emulated);
+}
+
+qs_status qs_plan_precision_setup(const qs_plan *p, qs_model *m, qs_backend *be, const qs_precision_options *o) {
+    qs_precision_options po = *o;
+    qs_precision_assignment a;
+    if (p) {
+        QS_TRY(qs_plan_check_model(p, m, be));
+        a = qs_plan_assignment(p);
+        po.assignment = &a;
     }
-    m->grad_round_nearest = p->grad_rounding == QS_GRAD_ROUND_NEAREST;
-    m->weight_per_channel = p->weight_scales == QS_WEIGHT_SCALES_CHANNEL;
-    return QS_OK;
+    return qs_precision_setup(m, be, &po);
+}
+
+qs_status qs_plan_apply(const qs_plan *p, qs_model *m, qs_backend *be, bool allow_emulated) {
+    QS_TRY(qs_plan_check_model(p, m, be));
+    qs_precision_assignment a = qs_plan_assignment(p);
+    return qs_precision_assign(&a, m, be, allow_emulated);
 }
 
 /* ------------------------------------------------------------------ writing */
@@ -632,7 +509,7 @@ qs_status qs_plan_from_model(const qs_model *m, qs_plan *out) {
     for (int i = 0; i < m->n_nodes; i++) {
         const qs_node *nd = &m->nodes[i];
         if (!qs_node_precision_selectable(nd->kind)) continue;
-        qs_plan_layer *l = &out->layers[out->n_layers++];
+        qs_layer_prec *l = &out->layers[out->n_layers++];
         snprintf(l->name, sizeof l->name, "%s", nd->name);
         l->prec = nd->prec;
     }
@@ -640,7 +517,7 @@ qs_status qs_plan_from_model(const qs_model *m, qs_plan *out) {
 }
 
 /* Add "precisions": {name: precision, ...} to o. */
-static bool qs_plan_add_layers(cJSON *o, const qs_plan_layer *layers, int n) {
+static bool qs_plan_add_layers(cJSON *o, const qs_layer_prec *layers, int n) {
     cJSON *prec = cJSON_AddObjectToObject(o, "precisions");
     bool ok = prec != NULL;
     for (int i = 0; ok && i < n; i++)
@@ -773,100 +650,3 @@ qs_status qs_plan_compare(const qs_plan *saved, const qs_model *m, const char *w
     return QS_FAIL(QS_ERR_MISMATCH, "%s other precisions: %s%s", what, d.text, d.n > 4 ? "; ..." : "");
 }
 
-/* ------------------------------------------------------------------ run set-up and reports */
-
-bool qs_fp8_scaling_parse(const char *s, int *history) {
-    if (strcmp(s, "current") == 0) {
-        *history = 0;
-        return true;
-    }
-    if (strcmp(s, "delayed") == 0) {
-        *history = QS_FP8_AMAX_HISTORY_DEFAULT;
-        return true;
-    }
-    int n = 0, used = 0;
-    if (sscanf(s, "delayed:%d%n", &n, &used) != 1 || s[used] != '\0' || n < 1 || n > QS_FP8_AMAX_HISTORY_MAX) return false;
-    *history = n;
-    return true;
-}
-
-void qs_precision_options_default(qs_precision_options *o) {
-    memset(o, 0, sizeof *o);
-    o->uniform = QS_PREC_FP32;
-    o->grad_rounding = QS_GRAD_ROUND_UNSET;
-    o->weight_scales = QS_WEIGHT_SCALES_UNSET;
-}
-
-qs_status qs_precision_setup(qs_model *m, qs_backend *be, const qs_precision_options *o) {
-    if (o->plan && o->uniform != QS_PREC_FP32)
-        return QS_FAIL(QS_ERR_INVALID_ARG, "a plan (%s) and a uniform precision (%s) were both given: use one; a plan "
-                       "sets the precision of unlisted layers with \"default\"", o->plan->origin,
-                       qs_precision_name(o->uniform));
-    if (o->plan) {
-        QS_TRY(qs_plan_apply(o->plan, m, be, o->allow_emulated));
-    } else {
-        qs_plan u;
-        qs_plan_uniform(m->arch, o->uniform, NULL, &u);
-        QS_TRY(qs_plan_apply(&u, m, be, o->allow_emulated));
-    }
-    if (o->grad_rounding != QS_GRAD_ROUND_UNSET) m->grad_round_nearest = o->grad_rounding == QS_GRAD_ROUND_NEAREST;
-    if (o->weight_scales != QS_WEIGHT_SCALES_UNSET) m->weight_per_channel = o->weight_scales == QS_WEIGHT_SCALES_CHANNEL;
-    if (o->fp8_amax_history < 0)
-        return QS_FAIL(QS_ERR_INVALID_ARG, "FP8 amax history of %d steps (0: current scaling)", o->fp8_amax_history);
-    m->fp8_amax_history = o->fp8_amax_history;
-    return qs_model_insert_casts(m, NULL);
-}
-
-cJSON *qs_precision_report_json(const qs_model *m, qs_backend *be) {
-    int counts[QS_PREC_COUNT];
-    qs_model_precision_counts(m, counts);
-    cJSON *o = cJSON_CreateObject();
-    if (!o) return NULL;
-    cJSON *c = cJSON_AddObjectToObject(o, "counts");
-    cJSON *sup = cJSON_AddObjectToObject(o, "support");
-    cJSON *nat = cJSON_AddArrayToObject(o, "native");
-    cJSON *emu = cJSON_AddArrayToObject(o, "emulated");
-    cJSON_AddStringToObject(o, "grad_rounding", m->grad_round_nearest ? "nearest" : "stochastic");
-    cJSON_AddStringToObject(o, "weight_scales", m->weight_per_channel ? "channel" : "tensor");
-    cJSON_AddNumberToObject(o, "fp8_amax_history", m->fp8_amax_history);
-    cJSON *layers = cJSON_AddObjectToObject(o, "layers");
-    if (!c || !sup || !nat || !emu || !layers) {
-        cJSON_Delete(o);
-        return NULL;
-    }
-    for (int q = 0; q < QS_PREC_COUNT; q++) {
-        if (!counts[q]) continue;
-        const char *name = qs_precision_name((qs_precision)q);
-        cJSON_AddNumberToObject(c, name, counts[q]);
-        if (!be) continue;
-        qs_prec_support s = be->ops->precision_support(be, (qs_precision)q);
-        cJSON_AddStringToObject(sup, name, qs_prec_support_name(s));
-        if (s == QS_PREC_NATIVE) cJSON_AddItemToArray(nat, cJSON_CreateString(name));
-        else if (s == QS_PREC_EMULATED) cJSON_AddItemToArray(emu, cJSON_CreateString(name));
-    }
-    for (int i = 0; i < m->n_nodes; i++)
-        if (qs_node_precision_selectable(m->nodes[i].kind))
-            cJSON_AddStringToObject(layers, m->nodes[i].name, qs_precision_name(m->nodes[i].prec));
-    return o;
-}
-
-void qs_precision_report_line(const qs_model *m, qs_backend *be, char *buf, size_t cap) {
-    int counts[QS_PREC_COUNT];
-    qs_model_precision_counts(m, counts);
-    size_t len = 0;
-    int k = 0;
-    buf[0] = '\0';
-    for (int q = 0; q < QS_PREC_COUNT && len < cap; q++) {
-        if (!counts[q]) continue;
-        const char *sup = be ? qs_prec_support_name(be->ops->precision_support(be, (qs_precision)q)) : "?";
-        len += (size_t)snprintf(buf + len, cap - len, "%s%d x %s (%s)", k++ ? ", " : "", counts[q],
-                                qs_precision_name((qs_precision)q), sup);
-    }
-    if (!k && len < cap) len += (size_t)snprintf(buf + len, cap - len, "no selectable layers");
-    if (len < cap)
-        len += (size_t)snprintf(buf + len, cap - len, "; gradients rounded %s, weight scales per %s",
-                                m->grad_round_nearest ? "to nearest" : "stochastically",
-                                m->weight_per_channel ? "channel" : "tensor");
-    if (m->fp8_amax_history > 0 && len < cap)
-        snprintf(buf + len, cap - len, ", FP8 scales delayed (%d-step amax history)", m->fp8_amax_history);
-}

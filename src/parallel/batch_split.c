@@ -1,5 +1,5 @@
-/* src/dist/batch_split.c — splitting the global batch over the ranks (see batch_split.h). */
-#include "dist/batch_split.h"
+/* src/parallel/batch_split.c — splitting the global batch over the ranks (see batch_split.h). */
+#include "parallel/batch_split.h"
 
 #include <errno.h>
 #include <math.h>

@@ -1,4 +1,4 @@
-/* src/dist/cluster.h — defines: cluster files, the description of the workers of a
+/* src/io/cluster.h — defines: cluster files, the description of the workers of a
  * data-parallel job (one entry per rank), read and validated before training starts.
  *
  * Format (JSON, docs/CLUSTERS.md):
@@ -17,7 +17,7 @@
  * plan file, relative to the cluster file's directory) is that worker's own precision setup;
  * "threads" its compute threads (host threads for a cuda worker); "memory_mb" a memory cap
  * (checked against the model's measured allocation; on a cuda worker also the MPS pinned
- * device memory limit, dist/mps.h).
+ * device memory limit, parallel/mps.h).
  * cpu workers: "emulation.slowdown" ≥ 1 makes the worker that much slower than it is (an
  * emulated weaker device, reported as emulation), by a cgroup CPU quota or a duty cycle
  * ("emulation.method"; "auto": the quota where the cgroup file system is writable).
@@ -29,8 +29,8 @@
  * share one GPU (hybrid emulation). Their slowdown is measured,
  * never asked: "emulation.slowdown" and "calibration_steps" are errors on a cuda worker, as
  * "sm_percent" is on a cpu worker. */
-#ifndef QSYNC_DIST_CLUSTER_H
-#define QSYNC_DIST_CLUSTER_H
+#ifndef QSYNC_IO_CLUSTER_H
+#define QSYNC_IO_CLUSTER_H
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -1,6 +1,6 @@
-/* src/dist/ipc_reduce_stub.c — the IPC all-reduce in a build without the CUDA backend: no
+/* src/parallel/ipc_reduce_stub.c — the IPC all-reduce in a build without the CUDA backend: no
  * buffer can live on a GPU there, so opening one is a clear refusal (see ipc_reduce.h). */
-#include "dist/ipc_reduce.h"
+#include "parallel/ipc_reduce.h"
 
 #ifndef QS_HAVE_CUDA
 qs_status qs_ipc_reduce_open(qs_backend *be, qs_comm *comm, void *buf, size_t bytes, int n_slots, double timeout_s,

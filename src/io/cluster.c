@@ -1,5 +1,5 @@
-/* src/dist/cluster.c — cluster files (see cluster.h). */
-#include "dist/cluster.h"
+/* src/io/cluster.c — cluster files (see cluster.h). */
+#include "io/cluster.h"
 
 #include <stdio.h>
 #include <stdlib.h>

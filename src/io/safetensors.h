@@ -1,4 +1,4 @@
-/* src/train/safetensors.h — defines: a writer and a validating reader of the safetensors
+/* src/io/safetensors.h — defines: a writer and a validating reader of the safetensors
  * format (https://github.com/huggingface/safetensors), the checkpoint container.
  *
  * Layout: 8-byte little-endian header length N; N bytes of JSON
@@ -11,8 +11,8 @@
  * only as aligned as the sizes of the tensors before it make it (always true for a file
  * whose tensors are all F32). Read data through memcpy unless you know the layout.
  * tools/safetensors_torch.py reads and writes the same format for PyTorch. */
-#ifndef QSYNC_TRAIN_SAFETENSORS_H
-#define QSYNC_TRAIN_SAFETENSORS_H
+#ifndef QSYNC_IO_SAFETENSORS_H
+#define QSYNC_IO_SAFETENSORS_H
 
 #include <stdint.h>
 #include "qsync/status.h"

@@ -1,16 +1,16 @@
-/* src/dist/batch_balance.h — defines: dynamic batching's measurement: each rank records the
+/* src/parallel/batch_balance.h — defines: dynamic batching's measurement: each rank records the
  * compute time of its steps (step time minus the time it waited for the gradient all-reduce);
  * after a window of steps the ranks exchange their speeds (local batch / median compute time)
  * and every rank computes the same new split of the global batch, in proportion to speed
- * (dist/batch_split.h). The first steps after a change of batch size are skipped (the new
+ * (parallel/batch_split.h). The first steps after a change of batch size are skipped (the new
  * shapes' first runs are slower). */
-#ifndef QSYNC_DIST_BATCH_BALANCE_H
-#define QSYNC_DIST_BATCH_BALANCE_H
+#ifndef QSYNC_PARALLEL_BATCH_BALANCE_H
+#define QSYNC_PARALLEL_BATCH_BALANCE_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "dist/comm.h"
+#include "parallel/comm.h"
 #include "qsync/status.h"
 
 #define QS_BATCH_BALANCE_SKIP 2   /* steps ignored after a start or a change of split */

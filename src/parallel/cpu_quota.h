@@ -1,4 +1,4 @@
-/* src/dist/cpu_quota.h — defines: an OS-enforced CPU quota for the calling process (the
+/* src/parallel/cpu_quota.h — defines: an OS-enforced CPU quota for the calling process (the
  * cgroup part of an emulated slowdown; the duty cycle in src/graph/graph.c is the fallback).
  *
  * The process (all its threads) is moved into a new child "qsync-<pid>" of its current cpu
@@ -23,8 +23,8 @@
  * Not thread-safe: one thread of the process applies and releases (any one: the whole
  * process moves). A child process forked while the quota is applied stays in the child
  * cgroup and keeps it from being removed. */
-#ifndef QSYNC_DIST_CPU_QUOTA_H
-#define QSYNC_DIST_CPU_QUOTA_H
+#ifndef QSYNC_PARALLEL_CPU_QUOTA_H
+#define QSYNC_PARALLEL_CPU_QUOTA_H
 
 #include <stdbool.h>
 #include <stddef.h>

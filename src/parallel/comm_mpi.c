@@ -1,5 +1,5 @@
-/* src/dist/comm_mpi.c — the process group on Open MPI (see comm.h); the only file that calls MPI. */
-#include "dist/comm.h"
+/* src/parallel/comm_mpi.c — the process group on Open MPI (see comm.h); the only file that calls MPI. */
+#include "parallel/comm.h"
 
 #include <limits.h>
 #include <mpi.h>

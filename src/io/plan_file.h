@@ -1,7 +1,7 @@
-/* src/plan/plan_file.h — defines: precision plan files (which compute precision each
+/* src/io/plan_file.h — defines: precision plan files (which compute precision each
  * GEMM-like layer of a model runs at, plus the quantization options), their validation
- * against a built model and a backend, applying them to a model, writing a model's current
- * precisions back out, and the precision set-up shared by `qsync train` and `qsync eval`.
+ * against a built model and a backend, applying them to a model (through
+ * graph/precision_setup.h) and writing a model's current precisions back out.
  *
  * The file format (JSON, "format": "qsync-plan", "version": 1 or 2) is specified in
  * docs/PLANS.md:
@@ -24,7 +24,8 @@
  * qs_plan_validate / qs_plan_apply refuse a plan whose sections were not resolved.
  *
  * Order of use (see graph/precision.h): build → qs_model_finalize → qs_model_fuse →
- * [qs_plan_select_device_type] → qs_plan_apply (or qs_precision_setup) →
+ * [qs_plan_select_device_type] → qs_plan_apply (or qs_plan_check_model + qs_precision_setup
+ * with qs_plan_assignment) →
  * qs_model_insert_casts → qs_model_setup.
  *
  * Errors (each message names the file, the JSON path of the offending key and what to do):
@@ -38,8 +39,8 @@
  *   QS_ERR_INVALID_ARG  a layer whose precision cannot be chosen (e.g. a BatchNorm2d)
  *   QS_ERR_UNSUPPORTED  a precision the backend cannot run, or one it only emulates when
  *                       allow_emulated is false */
-#ifndef QSYNC_PLAN_PLAN_FILE_H
-#define QSYNC_PLAN_PLAN_FILE_H
+#ifndef QSYNC_IO_PLAN_FILE_H
+#define QSYNC_IO_PLAN_FILE_H
 
 #include <stdbool.h>
 #include <cjson/cJSON.h>
@@ -47,6 +48,7 @@
 #include "qsync/dtype.h"
 #include "core/backend.h"
 #include "graph/graph.h"
+#include "graph/precision_setup.h"
 
 #define QS_PLAN_FORMAT "qsync-plan"
 #define QS_PLAN_VERSION 2     /* the newest version read (and written when a plan has sections) */
@@ -54,33 +56,12 @@
 #define QS_PLAN_TYPE_MAX 64   /* device-type labels: at most QS_PLAN_TYPE_MAX - 1 bytes */
 #define QS_PLAN_MAX_BYTES ((size_t)16 << 20)
 
-/* Gradient rounding and INT8 weight-scale granularity of low-precision GEMMs
- * (qs_model.grad_round_nearest / qs_model.weight_per_channel). UNSET: not given. */
-typedef enum qs_grad_rounding { QS_GRAD_ROUND_UNSET = -1, QS_GRAD_ROUND_STOCHASTIC = 0, QS_GRAD_ROUND_NEAREST } qs_grad_rounding;
-typedef enum qs_weight_scales { QS_WEIGHT_SCALES_UNSET = -1, QS_WEIGHT_SCALES_TENSOR = 0, QS_WEIGHT_SCALES_CHANNEL } qs_weight_scales;
-
-/* "stochastic"/"nearest" and "tensor"/"channel"; false if unknown. */
-bool qs_grad_rounding_parse(const char *s, qs_grad_rounding *out);
-bool qs_weight_scales_parse(const char *s, qs_weight_scales *out);
-const char *qs_grad_rounding_name(qs_grad_rounding r);   /* "stochastic", "nearest", "unset" */
-/* FP8 scaling: "current" → 0, "delayed" → QS_FP8_AMAX_HISTORY_DEFAULT, "delayed:N" → N
- * (1..QS_FP8_AMAX_HISTORY_MAX) steps of amax history; false if malformed. */
-#define QS_FP8_AMAX_HISTORY_DEFAULT 16
-#define QS_FP8_AMAX_HISTORY_MAX 1024
-bool qs_fp8_scaling_parse(const char *s, int *history);
-const char *qs_weight_scales_name(qs_weight_scales w);   /* "tensor", "channel", "unset" */
-
-typedef struct qs_plan_layer {
-    char name[QS_NAME_MAX];
-    qs_precision prec;
-} qs_plan_layer;
-
 /* One entry of "device_types": what differs for the ranks of one device type. */
 typedef struct qs_plan_section {
     char type[QS_PLAN_TYPE_MAX]; /* device-type label (non-empty) */
     qs_precision default_prec;   /* meaningful when has_default */
     bool has_default;
-    qs_plan_layer *layers;       /* the section's "precisions", in file order */
+    qs_layer_prec *layers;       /* the section's "precisions", in file order */
     int n_layers;
     qs_grad_rounding grad_rounding; /* UNSET: the top-level option */
     qs_weight_scales weight_scales;
@@ -94,7 +75,7 @@ typedef struct qs_plan {
     char device_type[QS_PLAN_TYPE_MAX]; /* label; "" = none. Recorded, not checked; set by
                                           qs_plan_select_device_type */
     qs_precision default_prec; /* layers not listed */
-    qs_plan_layer *layers;     /* listed layers, in file order */
+    qs_layer_prec *layers;     /* listed layers, in file order */
     int n_layers;
     qs_grad_rounding grad_rounding;
     qs_weight_scales weight_scales;
@@ -127,17 +108,29 @@ qs_status qs_plan_select_device_type(qs_plan *p, const char *type);
 /* A plan putting every selectable layer of model `arch` at p (origin e.g. "--precision int8"). */
 void qs_plan_uniform(const char *arch, qs_precision p, const char *origin, qs_plan *out);
 
-/* Check p against model m (its arch, config and layer names) and backend be (may be NULL to
- * skip the backend checks). Emulated precisions are refused unless allow_emulated. Only
- * precisions that some layer would actually get are checked against the backend. A plan with
- * unresolved device-type sections is refused (QS_ERR_INVALID_ARG). */
+/* The file-level checks of p against model m and backend be (be may be NULL to skip its
+ * check): its device-type sections resolved (QS_ERR_INVALID_ARG otherwise), its "model" m's
+ * arch, its "config" (if any) m's, its "backend" (if any) be's (QS_ERR_MISMATCH). */
+qs_status qs_plan_check_model(const qs_plan *p, const qs_model *m, qs_backend *be);
+/* p's precisions as an assignment (a view into p, valid while p lives). */
+qs_precision_assignment qs_plan_assignment(const qs_plan *p);
+
+/* qs_plan_check_model, then qs_precision_check of its assignment: the layers against m, the
+ * precisions against be (may be NULL to skip the backend checks). Emulated precisions are
+ * refused unless allow_emulated. Only precisions that some layer would actually get are
+ * checked against the backend. */
 qs_status qs_plan_validate(const qs_plan *p, const qs_model *m, qs_backend *be, bool allow_emulated);
 
-/* Validate, then set node->prec of every selectable node (listed: the plan's precision;
- * others: the plan's default) and the options (grad_round_nearest, weight_per_channel; an
- * option the plan does not give takes its default: stochastic, tensor). m is unchanged on
- * failure. Call before qs_model_insert_casts / qs_model_setup. */
+/* qs_plan_check_model, then qs_precision_assign: set node->prec of every selectable node
+ * (listed: the plan's precision; others: the plan's default) and the options
+ * (grad_round_nearest, weight_per_channel; an option the plan does not give takes its
+ * default: stochastic, tensor). m is unchanged on failure. Call before qs_model_insert_casts
+ * / qs_model_setup. */
 qs_status qs_plan_apply(const qs_plan *p, qs_model *m, qs_backend *be, bool allow_emulated);
+
+/* The precision set-up of a run with plan p: qs_plan_check_model, then qs_precision_setup
+ * of o with p's assignment; p NULL: qs_precision_setup of o as it is. */
+qs_status qs_plan_precision_setup(const qs_plan *p, qs_model *m, qs_backend *be, const qs_precision_options *o);
 
 /* The plan of m's current state: every selectable node listed explicitly, default fp32,
  * the model's arch and config, and its options. *out must be freed with qs_plan_free. */
@@ -157,31 +150,5 @@ char *qs_plan_model_json(const qs_model *m);
  * defaults). QS_ERR_MISMATCH describing the first differences otherwise, prefixed by `what`
  * (e.g. "--resume runs/x was trained with"). */
 qs_status qs_plan_compare(const qs_plan *saved, const qs_model *m, const char *what);
-
-/* ---- the precision set-up of a run (train and eval share it) ---- */
-typedef struct qs_precision_options {
-    qs_precision uniform;            /* used when plan is NULL */
-    const qs_plan *plan;             /* NULL: uniform over every selectable layer */
-    bool allow_emulated;
-    qs_grad_rounding grad_rounding;  /* UNSET: the plan's, else stochastic */
-    qs_weight_scales weight_scales;  /* UNSET: the plan's, else tensor */
-    int fp8_amax_history;            /* qs_model.fp8_amax_history (0: current scaling) */
-} qs_precision_options;
-
-/* Defaults: uniform fp32, no plan, emulation refused, options unset. */
-void qs_precision_options_default(qs_precision_options *o);
-
-/* Apply o to m for backend be (validating exactly as qs_plan_apply, a uniform precision
- * included), set the options, then insert the quantizing casts (qs_model_insert_casts). Call
- * after qs_model_fuse and before qs_model_setup. */
-qs_status qs_precision_setup(qs_model *m, qs_backend *be, const qs_precision_options *o);
-
-/* Summary of m's precisions on be: {"counts": {"fp32": 2, "int8": 2}, "support": {"int8":
- * "native", ...} (the precisions in use), "native": [...], "emulated": [...],
- * "grad_rounding", "weight_scales", "layers": {"conv1": "int8", ...}}. NULL on OOM. */
-cJSON *qs_precision_report_json(const qs_model *m, qs_backend *be);
-/* One line such as "int8 ×2 (native), fp32 ×2 (native); gradients stochastic, weight scales
- * per tensor" into buf. */
-void qs_precision_report_line(const qs_model *m, qs_backend *be, char *buf, size_t cap);
 
 #endif

@@ -1,4 +1,4 @@
-/* src/dist/mps.h — defines: a cuda worker's NVIDIA MPS limits (docs/CLUSTERS.md), set for
+/* src/parallel/mps.h — defines: a cuda worker's NVIDIA MPS limits (docs/CLUSTERS.md), set for
  * the calling process before its CUDA context exists. Plain C, no CUDA calls: it builds and
  * runs in the CPU-only build.
  *
@@ -15,13 +15,13 @@
  * pipe directory, $CUDA_MPS_PIPE_DIRECTORY or else /tmp/nvidia-mps (the client uses the
  * same), which holds its `control` socket (a FIFO in old releases). scripts/mps.sh starts and
  * stops it. */
-#ifndef QSYNC_DIST_MPS_H
-#define QSYNC_DIST_MPS_H
+#ifndef QSYNC_PARALLEL_MPS_H
+#define QSYNC_PARALLEL_MPS_H
 
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "dist/cluster.h"
+#include "io/cluster.h"
 #include "qsync/status.h"
 
 #define QS_MPS_DEFAULT_PIPE_DIRECTORY "/tmp/nvidia-mps"

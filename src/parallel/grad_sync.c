@@ -1,11 +1,11 @@
-/* src/dist/grad_sync.c — bucketed, overlapped gradient averaging (see grad_sync.h). */
-#include "dist/grad_sync.h"
+/* src/parallel/grad_sync.c — bucketed, overlapped gradient averaging (see grad_sync.h). */
+#include "parallel/grad_sync.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "dist/ipc_reduce.h"
-#include "dist/nccl_reduce.h"
+#include "parallel/ipc_reduce.h"
+#include "parallel/nccl_reduce.h"
 #include "qsync/tensor.h"
 
 static qs_status start_bucket(qs_grad_sync *gs, qs_grad_bucket *b) {

@@ -1,6 +1,6 @@
-/* src/dist/nccl_reduce.h — defines: the sum all-reduce of FP32 device buffers between ranks on
+/* src/parallel/nccl_reduce.h — defines: the sum all-reduce of FP32 device buffers between ranks on
  * different GPUs, through NCCL (one rank per GPU; ranks sharing one GPU use CUDA IPC instead,
- * dist/ipc_reduce.h: NCCL refuses two ranks on one GPU). Used by gradient averaging
+ * parallel/ipc_reduce.h: NCCL refuses two ranks on one GPU). Used by gradient averaging
  * (grad_sync.c), which picks the transport from the ranks' GPU layout (qs_gpu_layout_of).
  *
  * NCCL is loaded when first needed (dlopen of libnccl.so.2), so that qsync runs where it is
@@ -11,13 +11,13 @@
  * buckets run beside the rest of backward; finish waits for them on the host, checking NCCL's
  * asynchronous error state, and aborts the communicator when they do not complete within the
  * timeout (a peer stalled or died). */
-#ifndef QSYNC_DIST_NCCL_REDUCE_H
-#define QSYNC_DIST_NCCL_REDUCE_H
+#ifndef QSYNC_PARALLEL_NCCL_REDUCE_H
+#define QSYNC_PARALLEL_NCCL_REDUCE_H
 
 #include <stddef.h>
 
 #include "core/backend.h"
-#include "dist/comm.h"
+#include "parallel/comm.h"
 
 /* How the ranks of a job sit on GPUs. */
 typedef enum qs_gpu_layout {

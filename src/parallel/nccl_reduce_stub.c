@@ -1,6 +1,6 @@
-/* src/dist/nccl_reduce_stub.c — the GPU layout and the NCCL all-reduce in a build without the
+/* src/parallel/nccl_reduce_stub.c — the GPU layout and the NCCL all-reduce in a build without the
  * CUDA backend: no buffer can live on a GPU there (see nccl_reduce.h). */
-#include "dist/nccl_reduce.h"
+#include "parallel/nccl_reduce.h"
 
 #ifndef QS_HAVE_CUDA
 qs_status qs_gpu_layout_of(qs_backend *be, qs_comm *comm, double timeout_s, qs_gpu_layout *out, int *n_gpus) {

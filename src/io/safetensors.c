@@ -1,5 +1,5 @@
-/* src/train/safetensors.c — safetensors writer (atomic) and validating, mmap-based reader. */
-#include "train/safetensors.h"
+/* src/io/safetensors.c — safetensors writer (atomic) and validating, mmap-based reader. */
+#include "io/safetensors.h"
 
 #include <errno.h>
 #include <fcntl.h>
