@@ -10,17 +10,18 @@
 #
 # The GPU machine (Ubuntu 24.04 + CUDA 13, no package registry) lacks the Debian libraries
 # qsync links (cJSON, oneDNN, GLPK, cmocka, ...). `bundle` copies the binaries — qsync, the
-# GPU test suites (GPU_SUITES: tests/test_cuda_ops, tests/test_cuda_transformer_ops,
-# tests/test_cuda_attention, tests/test_cuda_dist, tests/test_cuda_graphs) and the
+# GPU test suites (GPU_SUITES: tests/test_backend_ops, tests/test_cuda_attention,
+# tests/test_cuda_dist, tests/test_cuda_graphs) and the
 # CUDA benchmarks (bench/cuda/*) and the kernel tracer libqs_kernel_trace.so that were built —
 # to <out>/bin and the shared libraries they need, minus the ones that machine has itself, to
 # <out>/lib. `run` puts <bundle>/lib on
 # LD_LIBRARY_PATH (the machine's own CUDA, cuBLASLt, cuDNN, NCCL and Open MPI are found as
 # usual), lists the GPUs and runs every suite with QS_REQUIRE_GPU=1 (a missing GPU fails
 # instead of skipping), all of them even when one fails. With $OUT set (the device tool sets
-# it) the per-case results of test_cuda_ops go to $OUT/gpu-tests.json and its log to
+# it) the per-case results of test_backend_ops (every op on the CUDA and the CPU backend against
+# the CPU reference; each record names its backend) go to $OUT/gpu-tests.json and its log to
 # $OUT/gpu-tests.log, those of test_<x> to $OUT/gpu-tests-<x>.json / .log (e.g.
-# gpu-tests-cuda_transformer_ops.json), and every suite's exit status to
+# gpu-tests-cuda_attention.json), and every suite's exit status to
 # $OUT/gpu-tests-status.json. Exits non-zero when any suite fails.
 #
 # bundle also packs <out> into <out>.tar.xz (about a fifth of its size: the device tool carries
@@ -48,10 +49,12 @@ SYSTEM_LIBS=(
     'libevent*.so.*'
 )
 
-# The GPU test suites (tests/<name>), run in this order; each exits 77 (skipped) where there is
-# no GPU. The ops suites compare CUDA ops with the CPU backend; test_cuda_dist runs the bundled
-# qsync (QS_BIN) on several ranks sharing the GPU under the machine's mpirun.
-GPU_SUITES=(test_cuda_ops test_cuda_transformer_ops test_cuda_attention test_cuda_dist test_cuda_graphs)
+# The GPU test suites (tests/<name>), run in this order; without a GPU the test_cuda_* suites exit
+# 77 (skipped) and test_backend_ops runs its CPU-backend rows alone (QS_REQUIRE_GPU=1 makes the
+# missing GPU a failure in every suite). The ops suites compare CUDA ops with the CPU backend;
+# test_cuda_dist runs the bundled qsync (QS_BIN) on several ranks sharing the GPU under the
+# machine's mpirun.
+GPU_SUITES=(test_backend_ops test_cuda_attention test_cuda_dist test_cuda_graphs)
 
 die() {
     echo "gpu-suite: $*" >&2
@@ -93,7 +96,7 @@ bundle() {
         [[ -x $build/tests/$suite ]] || die "$build/tests/$suite is missing: build the tests first"
         bins+=("$build/tests/$suite")
     done
-    has_cuda "$build/tests/test_cuda_ops" ||
+    has_cuda "$build/tests/test_backend_ops" ||
         die "$build was configured without the CUDA backend (no nvcc/cuDNN at configure time, or QS_CUDA=OFF): on the GPU the suite could only fail"
     # the CUDA benchmarks: one per bench/cuda source, where it was built
     local src
@@ -196,9 +199,9 @@ $missing"
         log=/dev/null
         unset QS_GPU_TESTS_JSON
         if [[ -n $out ]]; then
-            # test_cuda_ops keeps its historical file names
+            # test_backend_ops (which replaced test_cuda_ops) keeps the historical file names
             name=gpu-tests
-            [[ $suite == test_cuda_ops ]] || name=gpu-tests-${suite#test_}
+            [[ $suite == test_backend_ops ]] || name=gpu-tests-${suite#test_}
             export QS_GPU_TESTS_JSON=$out/$name.json
             log=$out/$name.log
         fi

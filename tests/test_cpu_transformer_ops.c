@@ -23,7 +23,7 @@
  *    E5M2 p = 2 (the power-of-two FP8 scale keeps values normal but for a negligible fraction).
  *    INT8 has a fixed step s = amax/127 and uniform operands on [−A, A] have E[x²] = A²/3, so
  *    E[e²]/E[x²] = 3/(12·127²) (RNE) or 3/(6·127²) (SR). FP32 accumulation adds ≤ u²·(k + 6)
- *    (tests/test_cuda_ops.c (a)). Budget = 10 × the sum: the terms are expectations, and an NMSE
+ *    (tests/backend_ops/ops_gemm.c (a)). Budget = 10 × the sum: the terms are expectations, and an NMSE
  *    over ≥ 32 outputs (the only ones checked this way) stays well within 10× of its mean. A lost
  *    scale, a transposed operand, or a value rounded to the wrong format is orders above.
  *  - Memory-bound ops: K = the row length for LayerNorm (C: mean, variance, and the two row sums

@@ -2,7 +2,7 @@
  * attention_backward, src/cuda/cuda_attention.cu) against a double-precision reference computed
  * here from the very same rounded operands. Runs on the GPU machine (scripts/gpu-suite.sh run);
  * elsewhere it says why and exits 77 (SKIPPED), or fails with QS_REQUIRE_GPU=1 (the harness of
- * tests/support/gpu_harness.h, as test_cuda_ops.c).
+ * tests/support/gpu_harness.h, as test_backend_ops.c).
  *
  * Method
  *  - q, k, v (FP32, inside token rows as a model's projections hold them: one (N,T,3·H·D)
@@ -170,9 +170,9 @@ static void run_case(const attn_case *c, qs_dtype dt) {
 
     /* the GPU */
     float *gbuf[3];
-    gbuf[0] = dup_gpu_f(host[0], buf_len[0]);
-    for (int i = 1; i < 3; i++) gbuf[i] = c->packed ? gbuf[0] : dup_gpu_f(host[i], buf_len[i]);
-    const float *gids = ids ? dup_gpu_f(ids, tokens) : NULL;
+    gbuf[0] = dup_dev_f(host[0], buf_len[0]);
+    for (int i = 1; i < 3; i++) gbuf[i] = c->packed ? gbuf[0] : dup_dev_f(host[i], buf_len[i]);
+    const float *gids = ids ? dup_dev_f(ids, tokens) : NULL;
     const qs_attention_desc d = {.N = N, .T = T, .H = c->H, .D = c->D, .alpha = alpha, .causal = c->causal,
                                  .key_ids = gids, .pad_id = kPad, .dtype = dt};
     qs_heads_ref r[3];
@@ -181,7 +181,7 @@ static void run_case(const attn_case *c, qs_dtype dt) {
     void *ws = dalloc(qs_attention_workspace_bytes(&d), 0);
     float *gout = dalloc_f(tokens * HD), *hout = hf(tokens * HD);
     snprintf(what, sizeof what, "attention fwd %s", sh);
-    if (!gpu_ok_(GOPS->attention_forward(g_gpu, GST, &d, &r[0], &r[1], &r[2], gout, saved), what) ||
+    if (!dut_ok_(DOPS->attention_forward(g_dut, DST, &d, &r[0], &r[1], &r[2], gout, saved), what) ||
         !dget(hout, gout, (size_t)(tokens * HD) * 4, what)) {
         release_to(mk);
         free(ref);
@@ -199,7 +199,7 @@ static void run_case(const attn_case *c, qs_dtype dt) {
     }
 
     /* backward from the GPU's own output, twice, then with accumulation */
-    const float *gdout = dup_gpu_f(dout, tokens * HD);
+    const float *gdout = dup_dev_f(dout, tokens * HD);
     for (int acc = 0; acc < 2; acc++) {
         float *base[3], *gg[3], *res[2][3];
         const int nbuf = c->packed ? 1 : 3;
@@ -209,13 +209,13 @@ static void run_case(const attn_case *c, qs_dtype dt) {
             res[1][i] = hf(buf_len[i]);
         }
         for (int rep = 0; rep < 2; rep++) {
-            for (int i = 0; i < nbuf; i++) gg[i] = acc ? dup_gpu_f(base[i], buf_len[i]) : dalloc_f(buf_len[i]);
+            for (int i = 0; i < nbuf; i++) gg[i] = acc ? dup_dev_f(base[i], buf_len[i]) : dalloc_f(buf_len[i]);
             if (c->packed) gg[1] = gg[2] = gg[0];
             qs_heads_ref g[3];
             for (int i = 0; i < 3; i++)
                 g[i] = (qs_heads_ref){.ptr = gg[i], .ld = ld[i], .off = off[i], .accumulate = acc != 0};
             snprintf(what, sizeof what, "attention bwd%s %s", acc ? " accumulate" : "", sh);
-            if (!gpu_ok_(GOPS->attention_backward(g_gpu, GST, &d, saved, gout, gdout, &g[0], &g[1], &g[2], ws), what))
+            if (!dut_ok_(DOPS->attention_backward(g_dut, DST, &d, saved, gout, gdout, &g[0], &g[1], &g[2], ws), what))
                 break;
             for (int i = 0; i < nbuf; i++)
                 if (!dget(res[rep][i], gg[i], (size_t)buf_len[i] * 4, what)) break;
@@ -245,7 +245,7 @@ static const attn_case k_cases[] = {
 static void test_attention(qs_dtype dt, const char *name) {
     g_test = name;
     g_fail = 0;
-    if (!COPS->cast || !GOPS->attention_forward || !GOPS->attention_backward || !GOPS->attention_supported) {
+    if (!COPS->cast || !DOPS->attention_forward || !DOPS->attention_backward || !DOPS->attention_supported) {
         check_fact("CUDA ops table has attention_forward/backward/supported", false,
                    "src/cuda/cuda_backend.c registers them (src/cuda/cuda_attention.cu)");
         END();
@@ -270,20 +270,20 @@ static void test_attention_refusals(void **state) {
     (void)state;
     BEGIN();
     qs_attention_desc d = {.N = 1, .T = 8, .H = 1, .D = 64, .alpha = 0.125f, .dtype = QS_BF16};
-    check_fact("supported: bf16 D64", GOPS->attention_supported(g_gpu, &d), "");
+    check_fact("supported: bf16 D64", DOPS->attention_supported(g_dut, &d), "");
     d.dtype = QS_F32;
-    check_fact("not supported: f32", !GOPS->attention_supported(g_gpu, &d), "");
+    check_fact("not supported: f32", !DOPS->attention_supported(g_dut, &d), "");
     d.dtype = QS_BF16;
     d.D = 128;
-    check_fact("not supported: D128", !GOPS->attention_supported(g_gpu, &d), "");
+    check_fact("not supported: D128", !DOPS->attention_supported(g_dut, &d), "");
     float *buf = dalloc_f(8 * 64), *out = dalloc_f(8 * 64);
     void *saved = dalloc(1 << 16, 0);
     d.D = 64;
     const qs_heads_ref ok = {.ptr = buf, .ld = 64, .off = 0}, narrow = {.ptr = buf, .ld = 32, .off = 0};
-    qs_status st = GOPS->attention_forward(g_gpu, GST, &d, &ok, &narrow, &ok, out, saved);
+    qs_status st = DOPS->attention_forward(g_dut, DST, &d, &ok, &narrow, &ok, out, saved);
     check_fact("forward refuses token rows narrower than H·D", st == QS_ERR_INVALID_ARG, qs_last_error());
     d.D = 128;
-    st = GOPS->attention_forward(g_gpu, GST, &d, &ok, &ok, &ok, out, saved);
+    st = DOPS->attention_forward(g_dut, DST, &d, &ok, &ok, &ok, out, saved);
     check_fact("forward refuses an unsupported shape", st == QS_ERR_UNSUPPORTED, qs_last_error());
     END();
 }
@@ -309,10 +309,10 @@ static void model_step(const char *arch, int64_t classes, bool fused, const floa
     ASSERT_OK(qs_models_build(arch, &o, &m));
     qs_model_set_uniform_precision(m, QS_PREC_BF16);
     ASSERT_OK(qs_model_insert_casts(m, NULL));
-    const bool was = g_gpu->fused_attention;
-    g_gpu->fused_attention = fused;
-    const qs_status st = qs_model_setup(m, g_gpu, batch, 7);
-    g_gpu->fused_attention = was;
+    const bool was = g_dut->fused_attention;
+    g_dut->fused_attention = fused;
+    const qs_status st = qs_model_setup(m, g_dut, batch, 7);
+    g_dut->fused_attention = was;
     ASSERT_OK(st);
     ASSERT_OK(qs_model_forward(m, x, labels, true));
     ASSERT_OK(qs_model_backward(m, 1.0f));
@@ -394,8 +394,7 @@ static void test_attention_in_model(void **state) {
 }
 
 int main(void) {
-    const gh_suite suite = {.name = "test_cuda_attention", .seed_key = 20261204, .name_width = 72,
-                            .check_alignment = false};
+    const gh_suite suite = {.name = "test_cuda_attention", .seed_key = 20261204, .name_width = 72};
     const int rc = gh_start(&suite);
     if (rc) return rc;
     const struct CMUnitTest tests[] = {
