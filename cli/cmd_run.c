@@ -253,7 +253,7 @@ int qs_cmd_run(int argc, char **argv) {
     c.plot_path = plot;
     c.log = &lg;
     c.train_log = &tlg;
-    cJSON *report = NULL;
+    qs_run_report *report = NULL;
     qs_status st = qs_run(&c, &report);
     if (st != QS_OK && world > 1) { /* the peers may wait for this rank: end the whole job */
         fprintf(stderr, "qsync run: error: %s\n", qs_last_error());
@@ -261,15 +261,18 @@ int qs_cmd_run(int argc, char **argv) {
     }
     if (st == QS_OK && report) {
         if (json) {
-            char *s = cJSON_Print(report);
+            cJSON *doc = qs_run_report_json(report);
+            char *s = doc ? cJSON_Print(doc) : NULL;
             if (s) puts(s);
             free(s);
+            cJSON_Delete(doc);
         } else {
             qs_run_report_print(report, stdout);
             printf("report: %s/report.json%s%s\n", out_dir, plot ? "; plot: " : "", plot ? plot : "");
         }
     }
-    cJSON_Delete(report);
+    if (report) qs_run_report_free(report);
+    free(report);
     qs_cluster_free(&cluster);
     qs_comm_finalize(comm);
     return st == QS_OK ? 0 : qs_cmd_fail("run");

@@ -21,9 +21,7 @@
 #include "models/models.h"
 #include "optim/optim.h"
 #include "io/plan_file.h"
-
-#define QS_PROFILE_FORMAT "qsync-profile"
-#define QS_PROFILE_VERSION 1
+#include "io/profile_file.h"
 
 typedef struct qs_profile_options {
     const char *model;            /* built-in model name */
