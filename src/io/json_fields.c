@@ -69,8 +69,8 @@ static void qs_jf_bounds(double lo, double hi, char *buf, size_t cap) {
 static qs_status qs_jf_number(qs_jf_ctx *ctx, const qs_jf_field *f, const cJSON *v, double *out) {
     char b[96];
     qs_jf_bounds(f->lo, f->hi, b, sizeof b);
-    if (f->kind == QS_JF_NUM_NULL && cJSON_IsNull(v)) {
-        *out = NAN;
+    if (f->kind == QS_JF_NUM_NULL && (cJSON_IsNull(v) || (cJSON_IsNumber(v) && !isfinite(v->valuedouble)))) {
+        *out = NAN; /* null, as a non-finite number is written (a document still in memory holds it as such) */
         return QS_OK;
     }
     bool whole = f->kind == QS_JF_WHOLE;

@@ -31,7 +31,8 @@ typedef struct qs_jf_ctx {
 
 typedef enum qs_jf_kind {
     QS_JF_NUM,       /* double: a finite number in [lo, hi] (±INFINITY: unbounded) */
-    QS_JF_NUM_NULL,  /* double: as QS_JF_NUM, or null (read as NAN: a statistic that was not finite) */
+    QS_JF_NUM_NULL,  /* double: as QS_JF_NUM, or null (read as NAN: a statistic that was not finite;
+                        a non-finite number, as a document in memory holds one, likewise) */
     QS_JF_WHOLE,     /* int64_t: a whole number in [lo, hi] */
     QS_JF_STRING,    /* char[size]: a string shorter than size (non-empty when lo > 0) */
     QS_JF_PRECISION, /* qs_precision: a precision name (fp32, tf32, bf16, fp16, fp8, int8) */
