@@ -6,6 +6,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "io/profile_file.h"
+
 #include "commands.h"
 #include "precision_args.h"
 #include "core/atomic_file.h"
@@ -23,27 +25,28 @@ static const char *const qs_profile_summary =
     "sharing the machine), then times the gradient all-reduce between them (alpha + beta*bytes);\n"
     "rank 0 writes its profile to --out (versioned JSON, format: docs/PROFILE.md).";
 
-static void qs_profile_print(const cJSON *doc) {
-    const cJSON *runs = cJSON_GetObjectItem(doc, "runs");
-    printf("profile of %s, batch %.0f:\n", cJSON_GetObjectItem(doc, "model")->valuestring,
-           cJSON_GetObjectItem(doc, "batch")->valuedouble);
-    for (const cJSON *r = runs ? runs->child : NULL; r; r = r->next) {
+/* Print per run its step, ops, optimizer and memory, and the cast fits (the profile as the
+ * replayer reads it). */
+static void qs_profile_print(const qs_profile *p) {
+    printf("profile of %s, batch %.0f:\n", p->model, (double)p->batch);
+    for (int k = 0; k < p->n_runs; k++) {
+        const qs_profile_prec_run *r = &p->runs[k];
         double ops = 0;
-        const cJSON *op;
-        cJSON_ArrayForEach(op, cJSON_GetObjectItem(r, "ops"))
-            for (const cJSON *f = op->child; f; f = f->next)
-                if (cJSON_IsNumber(f) && strstr(f->string, "_ms")) ops += f->valuedouble;
-        printf("  %-5s %-8s step %8.2f ms (ops %.2f, optimizer %.2f), %.1f MiB allocated\n", r->string,
-               cJSON_GetObjectItem(r, "support")->valuestring, cJSON_GetObjectItem(r, "step_ms")->valuedouble, ops,
-               cJSON_GetObjectItem(r, "optimizer_ms")->valuedouble,
-               cJSON_GetObjectItem(cJSON_GetObjectItem(r, "memory_bytes"), "backend_in_use")->valuedouble / 1048576.0);
+        for (int i = 0; i < r->n_ops; i++) { /* its categories, one by one in file order */
+            ops += r->ops[i].forward_ms;
+            ops += r->ops[i].backward_data_ms;
+            ops += r->ops[i].backward_weights_ms;
+            ops += r->ops[i].cast_ms;
+        }
+        printf("  %-5s %-8s step %8.2f ms (ops %.2f, optimizer %.2f), %.1f MiB allocated\n",
+               qs_precision_name(r->precision), qs_prec_support_name(r->support), r->step_ms, ops, r->optimizer_ms,
+               (double)r->memory.backend_in_use / 1048576.0);
     }
-    const cJSON *c;
-    cJSON_ArrayForEach(c, cJSON_GetObjectItem(doc, "casts"))
-        printf("  cast %s -> %s: %.4f ms + %.3g ms/element (%d points)\n", cJSON_GetObjectItem(c, "from")->valuestring,
-               cJSON_GetObjectItem(c, "to")->valuestring, cJSON_GetObjectItem(c, "alpha_ms")->valuedouble,
-               cJSON_GetObjectItem(c, "beta_ms_per_element")->valuedouble,
-               cJSON_GetArraySize(cJSON_GetObjectItem(c, "points")));
+    for (int i = 0; i < p->n_casts; i++) {
+        const qs_profile_cast_fit *c = &p->casts[i];
+        printf("  cast %s -> %s: %.4f ms + %.3g ms/element (%d points)\n", qs_dtype_name(c->from), qs_dtype_name(c->to),
+               c->alpha_ms, c->beta_ms_per_element, c->n_points);
+    }
 }
 
 /* The worker this rank profiles for: --type's first worker, else this rank's entry (the world
@@ -163,12 +166,16 @@ int qs_cmd_profile(int argc, char **argv) {
         return st == QS_OK ? 0 : qs_cmd_fail("profile");
     }
     char *text = doc ? cJSON_Print(doc) : NULL;
+    qs_profile typed;
+    memset(&typed, 0, sizeof typed);
     if (st == QS_OK && !text) st = QS_FAIL(QS_ERR_OOM, "out of memory writing the profile");
+    if (st == QS_OK) st = qs_profile_from_json(doc, path, &typed); /* what simulate and plan will read */
     if (st == QS_OK) st = qs_write_file_atomic(path, text, strlen(text));
     if (st == QS_OK && !quiet) {
-        qs_profile_print(doc);
+        qs_profile_print(&typed);
         printf("written to %s\n", path);
     }
+    qs_profile_free(&typed);
     free(text);
     cJSON_Delete(doc);
     qs_comm_finalize(comm);

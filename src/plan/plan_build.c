@@ -222,11 +222,6 @@ qs_status qs_plan_build(const qs_planb_request *rq, cJSON **plan_doc) {
     if (st == QS_OK) st = qs_pb_replay(c, NULL, prec, true, &cal);
     if (st == QS_OK) *plan_doc = qs_pb_document(c, T, &sim, &cal, rounds);
     if (st == QS_OK && !*plan_doc) st = QS_FAIL(QS_ERR_OOM, "out of memory writing the plan");
-    if (st == QS_OK && rq->target_ms > 0 && rq->target_ms < T) { /* best effort: T was below the fastest type's own */
-        cJSON *pred = cJSON_GetObjectItemCaseSensitive(*plan_doc, "predictions");
-        cJSON_AddNumberToObject(pred, "target_asked_ms", rq->target_ms);
-        cJSON_ReplaceItemInObjectCaseSensitive(pred, "target_met", cJSON_CreateFalse());
-    }
     qs_sim_result_free(&sim);
     qs_sim_result_free(&cal);
     qs_pb_ctx_free(c);

@@ -57,7 +57,4 @@ qs_status qs_profile_model(const qs_profile_options *o, cJSON **out);
  * lockstep with the other ranks' runs, "grad_sync" included), into *run (caller deletes). */
 qs_status qs_profile_run(const qs_profile_options *o, qs_precision p, cJSON **run);
 
-/* The model's gradient bytes (its first run's memory_bytes.grads) in a profile, or 0. */
-double qs_profile_grad_bytes(const cJSON *doc);
-
 #endif
