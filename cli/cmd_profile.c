@@ -67,6 +67,45 @@ static void qs_profile_out_path(const char *pattern, const char *type, char *buf
     else snprintf(buf, cap, "%.*s%s%s", (int)(t - pattern), pattern, type ? type : "default", t + 2);
 }
 
+/* With --cluster: this rank's worker (--type's first, else its own; its MPS share applied before
+ * any CUDA context), its device type into *own_type (pointing into cluster) and whether this rank
+ * writes its type's profile (the first rank of each type; with --type rank 0). */
+static qs_status qs_profile_cluster(const char *cluster_path, const char *type, const char *out_path, int rank, int world,
+                                    qs_cluster *cluster, qs_profile_job *job, const char **own_type, bool *writer) {
+    QS_TRY(qs_cluster_read(cluster_path, cluster));
+    QS_TRY(qs_cluster_check_devices(cluster));
+    QS_TRY(qs_profile_worker(cluster, type, rank, world, &job->worker));
+    if (!type) job->cluster = cluster; /* rank r is worker r (with --type every rank is one worker) */
+    QS_TRY(qs_mps_apply(job->worker, rank)); /* before any CUDA context */
+    *own_type = job->worker->type;
+    *writer = type ? rank == 0 : true;
+    for (int r = 0; !type && r < rank; r++) *writer &= strcmp(cluster->workers[r].type, *own_type) != 0;
+    bool several = false;
+    for (int r = 0; !type && r < world; r++) several |= strcmp(cluster->workers[r].type, *own_type) != 0;
+    if (several && !strstr(out_path, "%t"))
+        return QS_FAIL(QS_ERR_INVALID_ARG, "%s has several device types: put %%t in --out (replaced by each type)",
+                       cluster_path);
+    return QS_OK;
+}
+
+/* Write the profile doc to path, once it reads back as a profile (what simulate and plan will
+ * read), and print it unless quiet. */
+static qs_status qs_profile_write(const cJSON *doc, const char *path, bool quiet) {
+    char *text = doc ? cJSON_Print(doc) : NULL;
+    qs_profile typed;
+    memset(&typed, 0, sizeof typed);
+    qs_status st = text ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory writing the profile");
+    if (st == QS_OK) st = qs_profile_from_json(doc, path, &typed);
+    if (st == QS_OK) st = qs_write_file_atomic(path, text, strlen(text));
+    if (st == QS_OK && !quiet) {
+        qs_profile_print(&typed);
+        printf("written to %s\n", path);
+    }
+    qs_profile_free(&typed);
+    free(text);
+    return st;
+}
+
 int qs_cmd_profile(int argc, char **argv) {
     const char *model = NULL, *data = "fashion-mnist", *data_dir = NULL, *precs = NULL, *out_path = NULL;
     const char *optimizer = "sgd", *cluster_path = NULL, *type = NULL, *device = "cpu";
@@ -111,8 +150,7 @@ int qs_cmd_profile(int argc, char **argv) {
     char err[160];
     qs_profile_job job = {.model = model, .width = width, .batch = batch, .data = data, .data_dir = data_dir,
                           .precs = list, .allow_emulated = allow_emulated, .fp8_amax_history = fp8_history,
-                          .threads = threads, .warmup = warmup,
-                          .reps = reps, .bucket_bytes = (size_t)(bucket_mb * 1048576.0)};
+                          .threads = threads, .warmup = warmup, .reps = reps, .bucket_bytes = (size_t)(bucket_mb * 1048576.0)};
     if (precs && !qs_precision_list_parse(precs, list, QS_PREC_COUNT, &job.n_precs, err, sizeof err)) {
         fprintf(stderr, "qsync profile: --precisions: %s\n", err);
         return 2;
@@ -130,28 +168,11 @@ int qs_cmd_profile(int argc, char **argv) {
     qs_logger_init(&lg, rank, world, quiet ? QS_LOG_WARN : QS_LOG_INFO);
     job.log = &lg;
     cJSON *doc = NULL;
-    qs_cluster cluster;
-    memset(&cluster, 0, sizeof cluster);
+    qs_cluster cluster = {0};
     const char *own_type = NULL;
     bool writer = rank == 0; /* without a cluster rank 0 writes; with one, the first rank of each type */
-    qs_status st = QS_OK;
-    if (cluster_path) {
-        st = qs_cluster_read(cluster_path, &cluster);
-        if (st == QS_OK) st = qs_cluster_check_devices(&cluster);
-        if (st == QS_OK) st = qs_profile_worker(&cluster, type, rank, world, &job.worker);
-        if (!type) job.cluster = &cluster; /* rank r is worker r (with --type every rank is one worker) */
-        if (st == QS_OK) st = qs_mps_apply(job.worker, rank); /* before any CUDA context */
-        if (st == QS_OK) {
-            own_type = job.worker->type;
-            writer = type ? rank == 0 : true;
-            for (int r = 0; !type && r < rank; r++) writer &= strcmp(cluster.workers[r].type, own_type) != 0;
-            bool several = false;
-            for (int r = 0; !type && r < world; r++) several |= strcmp(cluster.workers[r].type, own_type) != 0;
-            if (several && !strstr(out_path, "%t"))
-                st = QS_FAIL(QS_ERR_INVALID_ARG, "%s has several device types: put %%t in --out (replaced by each type)",
-                             cluster_path);
-        }
-    }
+    qs_status st = cluster_path ? qs_profile_cluster(cluster_path, type, out_path, rank, world, &cluster, &job, &own_type,
+                                                     &writer) : QS_OK;
     if (st == QS_OK) st = qs_profile_job_run(&job, &doc);
     else if (world > 1) { /* the peers would wait in the profile for this rank */
         fprintf(stderr, "qsync profile: error: %s\n", qs_last_error());
@@ -160,23 +181,7 @@ int qs_cmd_profile(int argc, char **argv) {
     char path[4096];
     qs_profile_out_path(out_path, own_type, path, sizeof path);
     qs_cluster_free(&cluster); /* own_type points into it */
-    if (!writer) {
-        cJSON_Delete(doc);
-        qs_comm_finalize(comm);
-        return st == QS_OK ? 0 : qs_cmd_fail("profile");
-    }
-    char *text = doc ? cJSON_Print(doc) : NULL;
-    qs_profile typed;
-    memset(&typed, 0, sizeof typed);
-    if (st == QS_OK && !text) st = QS_FAIL(QS_ERR_OOM, "out of memory writing the profile");
-    if (st == QS_OK) st = qs_profile_from_json(doc, path, &typed); /* what simulate and plan will read */
-    if (st == QS_OK) st = qs_write_file_atomic(path, text, strlen(text));
-    if (st == QS_OK && !quiet) {
-        qs_profile_print(&typed);
-        printf("written to %s\n", path);
-    }
-    qs_profile_free(&typed);
-    free(text);
+    if (st == QS_OK && writer) st = qs_profile_write(doc, path, quiet);
     cJSON_Delete(doc);
     qs_comm_finalize(comm);
     return st == QS_OK ? 0 : qs_cmd_fail("profile");
