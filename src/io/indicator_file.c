@@ -83,12 +83,12 @@ static qs_status qs_if_stats(qs_jf_ctx *ctx, const cJSON *o, qs_indicator_file_s
     return qs_if_map(ctx, o, "qvar_dy", s->qvar_dy, NULL, NULL);
 }
 
-/* Layer `o` keyed `name` into l. */
-static qs_status qs_if_layer(qs_jf_ctx *ctx, const cJSON *layers, const cJSON *o, qs_indicator_file_layer *l) {
+/* Layer `o`, keyed by its name (a qs_jf_item_fn). */
+static qs_status qs_if_layer(qs_jf_ctx *ctx, const cJSON *o, void *out) {
+    qs_indicator_file_layer *l = out;
     const char *name = o->string ? o->string : "";
     if (!name[0] || strlen(name) >= QS_NAME_MAX)
         return qs_jf_fail(ctx, NULL, "must be a layer name of 1 to %d characters", QS_NAME_MAX - 1);
-    if (qs_jf_key_repeated(layers, o)) return qs_jf_fail(ctx, NULL, "appears twice");
     snprintf(l->name, sizeof l->name, "%s", name);
     l->depth = -1;
     QS_TRY(qs_jf_read(ctx, o, qs_if_layer_fields, QS_IF_N(qs_if_layer_fields), l));
@@ -105,18 +105,12 @@ static qs_status qs_if_layer(qs_jf_ctx *ctx, const cJSON *layers, const cJSON *o
     return qs_if_map(ctx, o, "omega", l->omega, l->has_omega, NULL);
 }
 
+/* "layers": layer name → layer. */
 static qs_status qs_if_layers(qs_jf_ctx *ctx, const cJSON *o, qs_indicator_file *f) {
-    int n = cJSON_GetArraySize(o);
-    if (!(f->layers = calloc((size_t)n + 1, sizeof *f->layers)))
-        return QS_FAIL(QS_ERR_OOM, "out of memory reading %s", ctx->origin);
-    const cJSON *e;
-    cJSON_ArrayForEach(e, o) {
-        size_t at = qs_jf_enter_label(ctx, e->string ? e->string : "");
-        qs_status st = qs_if_layer(ctx, o, e, &f->layers[f->n_layers++]);
-        qs_jf_leave(ctx, at);
-        QS_TRY(st);
-    }
-    return QS_OK;
+    void *layers = NULL;
+    qs_status st = qs_jf_items(ctx, o, true, sizeof *f->layers, qs_if_layer, &layers, &f->n_layers);
+    f->layers = layers;
+    return st;
 }
 
 /* "format" and "version" first, then the keys; "checkpoint" a string or null. */

@@ -188,6 +188,25 @@ qs_status qs_jf_read_open(qs_jf_ctx *ctx, const cJSON *obj, const qs_jf_field *f
     return qs_jf_read_object(ctx, obj, fields, n, out, true);
 }
 
+/* ---- containers ---- */
+
+qs_status qs_jf_items(qs_jf_ctx *ctx, const cJSON *container, bool keyed, size_t size, qs_jf_item_fn read, void **items,
+                      int *n_items) {
+    *n_items = 0;
+    char *buf = calloc((size_t)cJSON_GetArraySize(container) + 1, size);
+    *items = buf;
+    if (!buf) return QS_FAIL(QS_ERR_OOM, "out of memory reading %s", ctx->origin);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, container) {
+        size_t at = keyed ? qs_jf_enter_label(ctx, e->string ? e->string : "") : qs_jf_enter_index(ctx, *n_items);
+        qs_status st = keyed && qs_jf_key_repeated(container, e) ? qs_jf_fail(ctx, NULL, "appears twice") : QS_OK;
+        if (st == QS_OK) st = read(ctx, e, buf + (size_t)(*n_items)++ * size);
+        qs_jf_leave(ctx, at);
+        QS_TRY(st);
+    }
+    return QS_OK;
+}
+
 /* ---- arrays of numbers ---- */
 
 /* Element i of an array (at ctx->path) as a finite number >= 0 into *out. */

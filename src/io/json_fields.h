@@ -84,6 +84,16 @@ void qs_jf_leave(qs_jf_ctx *ctx, size_t len);
 qs_status qs_jf_fail(const qs_jf_ctx *ctx, const cJSON *value, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Reads one item of a container into out (the path at the item). */
+typedef qs_status (*qs_jf_item_fn)(qs_jf_ctx *ctx, const cJSON *item, void *out);
+/* Every item of `container` (at ctx->path: an array, or with keyed an object whose keys are
+ * labels given once, e.g. layer names) read by `read` into a new array of items of `size` bytes:
+ * *items (n + 1 zeroed entries, allocated here) and *n_items, which counts every item read or
+ * begun, so that the caller frees them all (also on failure). The path at each item is [i], or
+ * ["label"] when keyed. */
+qs_status qs_jf_items(qs_jf_ctx *ctx, const cJSON *container, bool keyed, size_t size, qs_jf_item_fn read, void **items,
+                      int *n_items);
+
 /* Array `arr` (at ctx->path) of [x, y] pairs of finite numbers >= 0 into *pts (2·*n doubles,
  * allocated here, NULL when empty; the caller frees it, also on failure). increasing: the x must
  * grow strictly from one pair to the next. */

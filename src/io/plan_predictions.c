@@ -49,62 +49,46 @@ static const qs_jf_field qs_pp_fields[] = {
     QS_JF_NESTED("workers", QS_JF_ARRAY, false),
 };
 
-/* "types": device type → its entry. */
-static qs_status qs_pp_types(qs_jf_ctx *ctx, const cJSON *obj, qs_plan_predictions *p) {
-    int n = cJSON_GetArraySize(obj);
-    if (!(p->types = calloc((size_t)n + 1, sizeof *p->types)))
-        return QS_FAIL(QS_ERR_OOM, "out of memory reading %s", ctx->origin);
-    const cJSON *e;
-    cJSON_ArrayForEach(e, obj) {
-        qs_plan_type_prediction *t = &p->types[p->n_types++];
-        const char *label = e->string ? e->string : "";
-        t->omega = t->model_ms = t->model_target_ms = t->base_synchronized_ms = NAN;
-        t->greedy_omega = t->exact_omega = t->greedy_gap = t->memory_cap_bytes = NAN;
-        t->quantized_layers = t->tightened = -1;
-        snprintf(t->type, sizeof t->type, "%s", label);
-        size_t at = qs_jf_enter_label(ctx, label);
-        qs_status st = strlen(label) < sizeof t->type ? QS_OK : qs_jf_fail(ctx, NULL, "is a device-type label too long");
-        if (st == QS_OK && qs_jf_key_repeated(obj, e)) st = qs_jf_fail(ctx, NULL, "appears twice");
-        if (st == QS_OK) st = qs_jf_read_open(ctx, e, qs_pp_type_fields, QS_PP_N(qs_pp_type_fields), t);
-        qs_jf_leave(ctx, at);
-        QS_TRY(st);
-    }
-    return QS_OK;
+/* One device type's entry, keyed by its label (a qs_jf_item_fn). */
+static qs_status qs_pp_type(qs_jf_ctx *ctx, const cJSON *e, void *out) {
+    qs_plan_type_prediction *t = out;
+    const char *label = e->string ? e->string : "";
+    t->omega = t->model_ms = t->model_target_ms = t->base_synchronized_ms = NAN;
+    t->greedy_omega = t->exact_omega = t->greedy_gap = t->memory_cap_bytes = NAN;
+    t->quantized_layers = t->tightened = -1;
+    if (strlen(label) >= sizeof t->type) return qs_jf_fail(ctx, NULL, "is a device-type label too long");
+    snprintf(t->type, sizeof t->type, "%s", label);
+    return qs_jf_read_open(ctx, e, qs_pp_type_fields, QS_PP_N(qs_pp_type_fields), t);
 }
 
-/* "workers": one entry per rank. */
-static qs_status qs_pp_workers(qs_jf_ctx *ctx, const cJSON *arr, qs_plan_predictions *p) {
-    int n = cJSON_GetArraySize(arr);
-    if (!(p->workers = calloc((size_t)n + 1, sizeof *p->workers)))
-        return QS_FAIL(QS_ERR_OOM, "out of memory reading %s", ctx->origin);
-    const cJSON *e;
-    cJSON_ArrayForEach(e, arr) {
-        qs_plan_worker_prediction *w = &p->workers[p->n_workers];
-        w->rank = -1;
-        w->iteration_ms = w->memory_bytes = NAN;
-        size_t at = qs_jf_enter_index(ctx, p->n_workers++);
-        qs_status st = qs_jf_read_open(ctx, e, qs_pp_worker_fields, QS_PP_N(qs_pp_worker_fields), w);
-        qs_jf_leave(ctx, at);
-        QS_TRY(st);
-    }
-    return QS_OK;
+/* One worker's entry (a qs_jf_item_fn). */
+static qs_status qs_pp_worker(qs_jf_ctx *ctx, const cJSON *e, void *out) {
+    qs_plan_worker_prediction *w = out;
+    w->rank = -1;
+    w->iteration_ms = w->memory_bytes = NAN;
+    return qs_jf_read_open(ctx, e, qs_pp_worker_fields, QS_PP_N(qs_pp_worker_fields), w);
+}
+
+/* obj[key], when present: its items (keyed: an object's) read by `read` into *list, *n. */
+static qs_status qs_pp_list(qs_jf_ctx *ctx, const cJSON *obj, const char *key, bool keyed, size_t size,
+                            qs_jf_item_fn read, void **list, int *n) {
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!c) return QS_OK;
+    size_t at = qs_jf_enter_key(ctx, key);
+    qs_status st = qs_jf_items(ctx, c, keyed, size, read, list, n);
+    qs_jf_leave(ctx, at);
+    return st;
 }
 
 /* The whole object (the path at "predictions"). */
 static qs_status qs_pp_read(qs_jf_ctx *ctx, const cJSON *obj, qs_plan_predictions *p) {
     QS_TRY(qs_jf_read_open(ctx, obj, qs_pp_fields, QS_PP_N(qs_pp_fields), p));
     p->has_fastest_type = cJSON_IsString(cJSON_GetObjectItemCaseSensitive(obj, "fastest_type"));
-    const cJSON *types = cJSON_GetObjectItemCaseSensitive(obj, "types"), *workers = cJSON_GetObjectItemCaseSensitive(obj, "workers");
-    if (types) {
-        size_t at = qs_jf_enter_key(ctx, "types");
-        qs_status st = qs_pp_types(ctx, types, p);
-        qs_jf_leave(ctx, at);
-        QS_TRY(st);
-    }
-    if (!workers) return QS_OK;
-    size_t at = qs_jf_enter_key(ctx, "workers");
-    qs_status st = qs_pp_workers(ctx, workers, p);
-    qs_jf_leave(ctx, at);
+    void *types = NULL, *workers = NULL;
+    qs_status st = qs_pp_list(ctx, obj, "types", true, sizeof *p->types, qs_pp_type, &types, &p->n_types);
+    p->types = types;
+    if (st == QS_OK) st = qs_pp_list(ctx, obj, "workers", false, sizeof *p->workers, qs_pp_worker, &workers, &p->n_workers);
+    p->workers = workers;
     return st;
 }
 

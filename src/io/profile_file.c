@@ -146,6 +146,15 @@ static const cJSON *qs_pf_get(const cJSON *obj, const char *key) { return cJSON_
         }                                                                                                       \
     } while (0)
 
+/* The items of array arr (qs_jf_items) into *list (a pointer to the profile's array, kept also on
+ * failure so that qs_profile_free frees what was read) and *n. */
+static qs_status qs_pf_list(qs_jf_ctx *ctx, const cJSON *arr, size_t size, qs_jf_item_fn read, void *list, int *n) {
+    void *items = NULL;
+    qs_status st = qs_jf_items(ctx, arr, false, size, read, &items, n);
+    memcpy(list, &items, sizeof items);
+    return st;
+}
+
 /* An op's "inputs": an array of node names. */
 static qs_status qs_pf_inputs(qs_jf_ctx *ctx, const cJSON *arr, qs_profile_op *op) {
     int n = cJSON_GetArraySize(arr);
@@ -163,24 +172,12 @@ static qs_status qs_pf_inputs(qs_jf_ctx *ctx, const cJSON *arr, qs_profile_op *o
     return QS_OK;
 }
 
-static qs_status qs_pf_op(qs_jf_ctx *ctx, const cJSON *o, qs_profile_op *op) {
+/* One op of a run (a qs_jf_item_fn). */
+static qs_status qs_pf_op(qs_jf_ctx *ctx, const cJSON *o, void *out) {
+    qs_profile_op *op = out;
     QS_TRY(qs_jf_read(ctx, o, qs_pf_op_fields, QS_PF_N(qs_pf_op_fields), op));
     op->fused = qs_pf_get(o, "fused_into") != NULL;
     QS_PF_NESTED(ctx, o, "inputs", qs_pf_inputs(ctx, qs_pf_v_, op));
-    return QS_OK;
-}
-
-static qs_status qs_pf_ops(qs_jf_ctx *ctx, const cJSON *arr, qs_profile_prec_run *r) {
-    int n = cJSON_GetArraySize(arr);
-    r->ops = calloc((size_t)n + 1, sizeof *r->ops);
-    if (!r->ops) return QS_FAIL(QS_ERR_OOM, "out of memory reading %s", ctx->origin);
-    const cJSON *e;
-    cJSON_ArrayForEach(e, arr) {
-        size_t at = qs_jf_enter_index(ctx, r->n_ops);
-        qs_status st = qs_pf_op(ctx, e, &r->ops[r->n_ops++]);
-        qs_jf_leave(ctx, at);
-        QS_TRY(st);
-    }
     return QS_OK;
 }
 
@@ -215,7 +212,7 @@ static qs_status qs_pf_run(qs_jf_ctx *ctx, const cJSON *o, qs_precision key, qs_
     QS_PF_NESTED(ctx, o, "grad_sync", qs_pf_sync(ctx, qs_pf_v_, &r->sync));
     QS_PF_NESTED(ctx, o, "memory_bytes",
                  qs_jf_read(ctx, qs_pf_v_, qs_pf_memory_fields, QS_PF_N(qs_pf_memory_fields), &r->memory));
-    QS_PF_NESTED(ctx, o, "ops", qs_pf_ops(ctx, qs_pf_v_, r));
+    QS_PF_NESTED(ctx, o, "ops", qs_pf_list(ctx, qs_pf_v_, sizeof *r->ops, qs_pf_op, (void *)&r->ops, &r->n_ops));
     return QS_OK;
 }
 
@@ -242,23 +239,11 @@ static qs_status qs_pf_runs(qs_jf_ctx *ctx, const cJSON *o, qs_profile *p) {
     return QS_OK;
 }
 
-static qs_status qs_pf_cast(qs_jf_ctx *ctx, const cJSON *o, qs_profile_cast_fit *c) {
+/* One cast fit (a qs_jf_item_fn). */
+static qs_status qs_pf_cast(qs_jf_ctx *ctx, const cJSON *o, void *out) {
+    qs_profile_cast_fit *c = out;
     QS_TRY(qs_jf_read(ctx, o, qs_pf_cast_fields, QS_PF_N(qs_pf_cast_fields), c));
     QS_PF_NESTED(ctx, o, "points", qs_jf_points(ctx, qs_pf_v_, false, &c->points, &c->n_points));
-    return QS_OK;
-}
-
-static qs_status qs_pf_casts(qs_jf_ctx *ctx, const cJSON *arr, qs_profile *p) {
-    int n = cJSON_GetArraySize(arr);
-    if (!(p->casts = calloc((size_t)n + 1, sizeof *p->casts)))
-        return QS_FAIL(QS_ERR_OOM, "out of memory reading %s", ctx->origin);
-    const cJSON *e;
-    cJSON_ArrayForEach(e, arr) {
-        size_t at = qs_jf_enter_index(ctx, p->n_casts);
-        qs_status st = qs_pf_cast(ctx, e, &p->casts[p->n_casts++]);
-        qs_jf_leave(ctx, at);
-        QS_TRY(st);
-    }
     return QS_OK;
 }
 
@@ -291,25 +276,13 @@ static qs_status qs_pf_assignment(qs_jf_ctx *ctx, const cJSON *o, qs_profile_mix
     return QS_OK;
 }
 
-static qs_status qs_pf_mixed_run(qs_jf_ctx *ctx, const cJSON *o, qs_profile_mixed_run *m) {
+/* One mixed run (a qs_jf_item_fn). */
+static qs_status qs_pf_mixed_run(qs_jf_ctx *ctx, const cJSON *o, void *out) {
+    qs_profile_mixed_run *m = out;
     QS_TRY(qs_jf_read(ctx, o, qs_pf_mixed_fields, QS_PF_N(qs_pf_mixed_fields), m));
     QS_PF_NESTED(ctx, o, "precisions", qs_pf_assignment(ctx, qs_pf_v_, m));
     m->has_sync = qs_pf_get(o, "grad_sync") != NULL;
     QS_PF_NESTED(ctx, o, "grad_sync", qs_pf_sync(ctx, qs_pf_v_, &m->sync));
-    return QS_OK;
-}
-
-static qs_status qs_pf_mixed(qs_jf_ctx *ctx, const cJSON *arr, qs_profile *p) {
-    int n = cJSON_GetArraySize(arr);
-    if (!(p->mixed = calloc((size_t)n + 1, sizeof *p->mixed)))
-        return QS_FAIL(QS_ERR_OOM, "out of memory reading %s", ctx->origin);
-    const cJSON *e;
-    cJSON_ArrayForEach(e, arr) {
-        size_t at = qs_jf_enter_index(ctx, p->n_mixed);
-        qs_status st = qs_pf_mixed_run(ctx, e, &p->mixed[p->n_mixed++]);
-        qs_jf_leave(ctx, at);
-        QS_TRY(st);
-    }
     return QS_OK;
 }
 
@@ -359,10 +332,11 @@ static qs_status qs_pf_document(qs_jf_ctx *ctx, const cJSON *doc, qs_profile *p)
     QS_PF_NESTED(ctx, doc, "device", qs_pf_device(ctx, qs_pf_v_, &p->device));
     QS_PF_NESTED(ctx, doc, "emulation", qs_pf_emulation(ctx, qs_pf_v_, p));
     QS_PF_NESTED(ctx, doc, "runs", qs_pf_runs(ctx, qs_pf_v_, p));
-    QS_PF_NESTED(ctx, doc, "casts", qs_pf_casts(ctx, qs_pf_v_, p));
+    QS_PF_NESTED(ctx, doc, "casts", qs_pf_list(ctx, qs_pf_v_, sizeof *p->casts, qs_pf_cast, (void *)&p->casts, &p->n_casts));
     p->has_allreduce = qs_pf_get(doc, "allreduce") != NULL;
     QS_PF_NESTED(ctx, doc, "allreduce", qs_pf_allreduce(ctx, qs_pf_v_, &p->allreduce));
-    QS_PF_NESTED(ctx, doc, "mixed_runs", qs_pf_mixed(ctx, qs_pf_v_, p));
+    QS_PF_NESTED(ctx, doc, "mixed_runs",
+                 qs_pf_list(ctx, qs_pf_v_, sizeof *p->mixed, qs_pf_mixed_run, (void *)&p->mixed, &p->n_mixed));
     return QS_OK;
 }
 
