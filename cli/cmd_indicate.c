@@ -1,4 +1,4 @@
-/* cli/cmd_indicate.c — `qsync indicate`: per selectable layer and precision the indicator ω
+/* cli/cmd_indicate.c — defines: `qsync indicate`: per selectable layer and precision the indicator ω
  * (src/plan/indicator.h, docs/INDICATOR.md) from full-precision statistics over some training
  * batches, written as versioned JSON for `qsync plan`. */
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* cli/cmd_plan.c — `qsync plan`: choose per device type the precisions that keep a hybrid
+/* cli/cmd_plan.c — defines: `qsync plan`: choose per device type the precisions that keep a hybrid
  * cluster in step at the least indicator cost (src/plan/plan_build.h; docs/PLANS.md). */
 #include <math.h>
 #include <stdio.h>

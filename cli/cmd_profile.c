@@ -1,4 +1,4 @@
-/* cli/cmd_profile.c — `qsync profile`: measure a model's per-op costs at every precision on
+/* cli/cmd_profile.c — defines: `qsync profile`: measure a model's per-op costs at every precision on
  * this device and write the profile (src/predict/profile.h, docs/PROFILE.md). */
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* cli/cmd_run.c — `qsync run`: the QSync pipeline on a cluster (src/run/run_job.h,
+/* cli/cmd_run.c — defines: `qsync run`: the QSync pipeline on a cluster (src/run/run_job.h,
  * docs/RUN.md). Started without a launcher, it starts itself under mpirun with one rank per
  * worker of the cluster. */
 #include <limits.h>

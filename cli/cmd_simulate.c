@@ -1,4 +1,4 @@
-/* cli/cmd_simulate.c — `qsync simulate`: predict one training iteration of every worker of a
+/* cli/cmd_simulate.c — defines: `qsync simulate`: predict one training iteration of every worker of a
  * cluster for a precision plan, from profiles (src/predict/simulate.h). */
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* cli/profile_args.c — the --profile list of `simulate` and `plan` (profile_args.h). */
+/* cli/profile_args.c — defines: the --profile list of `simulate` and `plan` (profile_args.h). */
 #include "profile_args.h"
 
 #include <stdio.h>

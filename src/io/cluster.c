@@ -1,4 +1,4 @@
-/* src/io/cluster.c — cluster files (see cluster.h). */
+/* src/io/cluster.c — defines: cluster files (see cluster.h). */
 #include "io/cluster.h"
 
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* src/io/plan_file.c — precision plan files: parse, check against a model, write (see
+/* src/io/plan_file.c — defines: precision plan files: parse, check against a model (see
  * plan_file.h and docs/PLANS.md). */
 #include "io/plan_file.h"
 
@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/atomic_file.h"
 #include "graph/precision.h"
 #include "graph/precision_setup.h"
 

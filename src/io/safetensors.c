@@ -1,4 +1,4 @@
-/* src/io/safetensors.c — safetensors writer (atomic) and validating, mmap-based reader. */
+/* src/io/safetensors.c — defines: safetensors writer (atomic) and validating, mmap-based reader. */
 #include "io/safetensors.h"
 
 #include <errno.h>

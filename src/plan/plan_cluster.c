@@ -1,4 +1,4 @@
-/* src/plan/plan_cluster.c — the allocator's view of a cluster's workers (plan_build.h). */
+/* src/plan/plan_cluster.c — defines: the allocator's view of a cluster's workers (plan_build.h). */
 #include "plan/plan_build.h"
 #include "predict/simulate.h"
 

@@ -1,4 +1,4 @@
-/* src/predict/calibrate.c — the calibrated replay (calibrate.h). */
+/* src/predict/calibrate.c — defines: the calibrated replay (calibrate.h). */
 #include "predict/calibrate.h"
 
 #include <math.h>

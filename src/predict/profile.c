@@ -1,4 +1,4 @@
-/* src/predict/profile.c — per-op costs of a model at each precision, measured by the engine's
+/* src/predict/profile.c — defines: per-op costs of a model at each precision, measured by the engine's
  * own timers (see profile.h and docs/PROFILE.md). */
 #include "predict/profile.h"
 

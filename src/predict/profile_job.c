@@ -1,4 +1,4 @@
-/* src/predict/profile_job.c — one rank's profile job (profile_job.h). */
+/* src/predict/profile_job.c — defines: one rank's profile job (profile_job.h). */
 #include "predict/profile_job.h"
 
 #include <math.h>

@@ -1,4 +1,4 @@
-/* src/run/run_job.c — the `qsync run` pipeline (run_job.h). */
+/* src/run/run_job.c — defines: the `qsync run` pipeline (run_job.h). */
 #include "run/run_job.h"
 
 #include <math.h>

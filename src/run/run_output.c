@@ -1,4 +1,4 @@
-/* src/run/run_output.c — `qsync run`'s report as text and its plot (run_report.h). */
+/* src/run/run_output.c — defines: `qsync run`'s report as text and its plot (run_report.h). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
