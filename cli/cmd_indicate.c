@@ -1,4 +1,4 @@
-/* cli/cmd_indicate.c — `qsync indicate`: per selectable layer and precision the indicator ω
+/* cli/cmd_indicate.c — defines: `qsync indicate`: per selectable layer and precision the indicator ω
  * (src/plan/indicator.h, docs/INDICATOR.md) from full-precision statistics over some training
  * batches, written as versioned JSON for `qsync plan`. */
 #include <stdio.h>
@@ -11,6 +11,7 @@
 #include "core/atomic_file.h"
 #include "options.h"
 #include "plan/indicate_job.h"
+#include "io/indicator_file.h"
 #include "plan/indicator.h"
 
 static const char *const qs_indicate_summary =
@@ -20,23 +21,18 @@ static const char *const qs_indicate_summary =
     "indicator omega by --method (gvar: the bi-directional variance form, default; qsync: QSync's\n"
     "exact formula; wvar, hess, random: ablations). Writes versioned JSON (docs/INDICATOR.md).";
 
-/* Print one line per layer: ω at every precision. */
-static void qs_indicate_print(const cJSON *doc) {
-    printf("indicator (%s) of %s, %d batches of %d:\n", cJSON_GetObjectItem(doc, "method")->valuestring,
-           cJSON_GetObjectItem(doc, "model")->valuestring, (int)cJSON_GetObjectItem(doc, "batches")->valuedouble,
-           (int)cJSON_GetObjectItem(doc, "batch")->valuedouble);
-    const cJSON *l;
-    bool header = false;
-    cJSON_ArrayForEach(l, cJSON_GetObjectItem(doc, "layers")) {
-        const cJSON *om = cJSON_GetObjectItem(l, "omega"), *p;
-        if (!header) {
-            printf("  %-24s %5s", "layer", "depth");
-            cJSON_ArrayForEach(p, om) printf(" %11s", p->string);
-            printf("\n");
-            header = true;
-        }
-        printf("  %-24s %5d", l->string, (int)cJSON_GetObjectItem(l, "depth")->valuedouble);
-        cJSON_ArrayForEach(p, om) printf(" %11.4g", p->valuedouble);
+/* Print one line per layer: ω at every precision (the document as qsync plan reads it). */
+static void qs_indicate_print(const qs_indicator_file *f) {
+    printf("indicator (%s) of %s, %d batches of %d:\n", f->method, f->model, (int)f->batches, (int)f->batch);
+    if (f->n_layers > 0) {
+        printf("  %-24s %5s", "layer", "depth");
+        for (int p = 0; p < QS_PREC_COUNT; p++) printf(" %11s", qs_precision_name((qs_precision)p));
+        printf("\n");
+    }
+    for (int i = 0; i < f->n_layers; i++) {
+        const qs_indicator_file_layer *l = &f->layers[i];
+        printf("  %-24s %5d", l->name, (int)l->depth);
+        for (int p = 0; p < QS_PREC_COUNT; p++) printf(" %11.4g", l->omega[p]);
         printf("\n");
     }
 }
@@ -94,16 +90,20 @@ int qs_cmd_indicate(int argc, char **argv) {
         return 2;
     }
     cJSON *doc = NULL;
+    qs_indicator_file f;
+    memset(&f, 0, sizeof f);
     qs_status st = qs_indicate_job_run(&job, &doc);
     char *text = st == QS_OK ? cJSON_Print(doc) : NULL;
     if (st == QS_OK && !text) st = QS_FAIL(QS_ERR_OOM, "out of memory writing the indicator");
+    if (st == QS_OK) st = qs_indicator_file_from_json(doc, out_path, &f); /* what qsync plan will read */
     if (st == QS_OK) st = qs_write_file_atomic(out_path, text, strlen(text));
     if (st == QS_OK && json)
         printf("%s\n", text);
     else if (st == QS_OK && !quiet) {
-        qs_indicate_print(doc);
+        qs_indicate_print(&f);
         printf("written to %s\n", out_path);
     }
+    qs_indicator_file_free(&f);
     free(text);
     cJSON_Delete(doc);
     return st == QS_OK ? 0 : qs_cmd_fail("indicate");

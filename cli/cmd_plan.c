@@ -1,4 +1,4 @@
-/* cli/cmd_plan.c — `qsync plan`: choose per device type the precisions that keep a hybrid
+/* cli/cmd_plan.c — defines: `qsync plan`: choose per device type the precisions that keep a hybrid
  * cluster in step at the least indicator cost (src/plan/plan_build.h; docs/PLANS.md). */
 #include <math.h>
 #include <stdio.h>
@@ -10,7 +10,7 @@
 #include "commands.h"
 #include "profile_args.h"
 #include "core/atomic_file.h"
-#include "core/json_doc.h"
+#include "io/plan_file.h"
 #include "io/cluster.h"
 #include "options.h"
 #include "plan/plan_build.h"
@@ -36,40 +36,83 @@ static bool qs_plan_config_has_width(const char *config, int64_t width) {
     return false;
 }
 
-static void qs_plan_print(const cJSON *doc, const char *out) {
-    const cJSON *pred = cJSON_GetObjectItem(doc, "predictions"), *ty;
-    const char *base = cJSON_GetObjectItem(pred, "base_precision")->valuestring;
-    printf("T = %.3f ms (%s); replayed synchronized iteration %.3f ms after %d round(s)\n",
-           cJSON_GetObjectItem(pred, "target_ms")->valuedouble, cJSON_GetObjectItem(pred, "target_source")->valuestring,
-           cJSON_GetObjectItem(pred, "synchronized_ms")->valuedouble, cJSON_GetObjectItem(pred, "rounds")->valueint);
-    cJSON_ArrayForEach(ty, cJSON_GetObjectItem(pred, "types")) {
-        const cJSON *solver = cJSON_GetObjectItem(ty, "solver");
-        printf("  %s: %d layer(s) below %s, sum omega %.6g", ty->string,
-               cJSON_GetObjectItem(ty, "quantized_layers")->valueint, base, cJSON_GetObjectItem(ty, "omega")->valuedouble);
-        if (solver) {
-            printf(" (%s; all %s would take %.3f ms; model %.3f ms at target %.3f ms", solver->valuestring, base,
-                   cJSON_GetObjectItem(ty, "base_synchronized_ms")->valuedouble,
-                   cJSON_GetObjectItem(ty, "model_ms")->valuedouble, cJSON_GetObjectItem(ty, "model_target_ms")->valuedouble);
-            const cJSON *gap = cJSON_GetObjectItem(ty, "greedy_gap");
-            if (gap) printf("; greedy %.6g, %.2f%% above the optimum", cJSON_GetObjectItem(ty, "greedy_omega")->valuedouble,
-                            100 * gap->valuedouble);
+/* What the written plan holds (read back as a plan file): T, the prediction, per type its layers
+ * below the base and the solver's figures, per worker its iteration and memory. */
+static void qs_plan_print(const qs_plan *plan, const char *out) {
+    const qs_plan_predictions *pred = &plan->predictions;
+    const char *base = pred->base_precision;
+    printf("T = %.3f ms (%s); replayed synchronized iteration %.3f ms after %d round(s)\n", pred->target_ms,
+           pred->target_source, pred->synchronized_ms, (int)pred->rounds);
+    for (int i = 0; i < pred->n_types; i++) {
+        const qs_plan_type_prediction *ty = &pred->types[i];
+        printf("  %s: %d layer(s) below %s, sum omega %.6g", ty->type, (int)ty->quantized_layers, base, ty->omega);
+        if (ty->solver[0]) {
+            printf(" (%s; all %s would take %.3f ms; model %.3f ms at target %.3f ms", ty->solver, base,
+                   ty->base_synchronized_ms, ty->model_ms, ty->model_target_ms);
+            if (!isnan(ty->greedy_gap))
+                printf("; greedy %.6g, %.2f%% above the optimum", ty->greedy_omega, 100 * ty->greedy_gap);
             printf(")");
         } else {
             printf(" (fastest type)");
         }
         printf("\n");
-        const cJSON *sec = cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "device_types"), ty->string), *l;
-        cJSON_ArrayForEach(l, cJSON_GetObjectItem(sec, "precisions"))
-            if (strcmp(l->valuestring, base) != 0) printf("    %s: %s\n", l->string, l->valuestring);
+        for (int k = 0; k < plan->n_types; k++) {
+            const qs_plan_section *sec = &plan->types[k];
+            if (strcmp(sec->type, ty->type) != 0) continue;
+            for (int l = 0; l < sec->n_layers; l++)
+                if (strcmp(qs_precision_name(sec->layers[l].prec), base) != 0)
+                    printf("    %s: %s\n", sec->layers[l].name, qs_precision_name(sec->layers[l].prec));
+        }
     }
-    const cJSON *w;
-    cJSON_ArrayForEach(w, cJSON_GetObjectItem(pred, "workers")) {
-        const cJSON *type = cJSON_GetObjectItem(w, "type");
-        printf("  rank %d (%s): %.3f ms, %.1f MiB\n", cJSON_GetObjectItem(w, "rank")->valueint,
-               type ? type->valuestring : "?", cJSON_GetObjectItem(w, "iteration_ms")->valuedouble,
-               cJSON_GetObjectItem(w, "memory_bytes")->valuedouble / 1048576.0);
+    for (int r = 0; r < pred->n_workers; r++) {
+        const qs_plan_worker_prediction *w = &pred->workers[r];
+        printf("  rank %d (%s): %.3f ms, %.1f MiB\n", (int)w->rank, w->type[0] ? w->type : "?", w->iteration_ms,
+               w->memory_bytes / 1048576.0);
     }
     printf("plan written to %s\n", out);
+}
+
+/* The profiles' model and width against --model and --width. */
+static qs_status qs_plan_check_args(const qs_profile *p, const char *model, int64_t width) {
+    if (strcmp(p->model, model) != 0)
+        return QS_FAIL(QS_ERR_MISMATCH, "profile %s is of model %s, not --model %s: profile %s", p->origin, p->model,
+                       model, model);
+    if (width > 0 && !qs_plan_config_has_width(p->config, width))
+        return QS_FAIL(QS_ERR_MISMATCH, "profile %s is of %s built with \"%s\", not --width %lld: profile at that width",
+                       p->origin, model, p->config, (long long)width);
+    return QS_OK;
+}
+
+/* The cluster's workers with their types' profiles. */
+static qs_status qs_plan_workers(const qs_cluster *cluster, const qs_profile_args *prof, const char *cluster_path,
+                                 qs_planb_worker *w) {
+    const qs_profile **wprof = calloc((size_t)cluster->n_workers + 1, sizeof *wprof);
+    qs_status st = wprof ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory");
+    for (int r = 0; r < cluster->n_workers && st == QS_OK; r++) {
+        int k = qs_profile_args_for(prof, cluster->workers[r].type);
+        if (k < 0)
+            st = QS_FAIL(QS_ERR_NOT_FOUND, "no profile for worker %d of type \"%s\" (%s): give --profile %s=FILE", r,
+                         cluster->workers[r].type, cluster_path, cluster->workers[r].type);
+        else wprof[r] = &prof->prof[k];
+    }
+    if (st == QS_OK) st = qs_planb_workers_from_cluster(cluster, wprof, w);
+    free(wprof);
+    return st;
+}
+
+/* Write the plan document to out; print it (json) or what it holds. */
+static qs_status qs_plan_output(const cJSON *doc, const char *out, bool json) {
+    char *text = cJSON_Print(doc);
+    qs_status st = text ? qs_write_file_atomic(out, text, strlen(text)) : QS_FAIL(QS_ERR_OOM, "out of memory writing %s", out);
+    if (st == QS_OK && json) puts(text);
+    qs_plan plan;
+    if (st == QS_OK && !json) st = qs_plan_parse(text, out, &plan);
+    if (st == QS_OK && !json) {
+        qs_plan_print(&plan, out);
+        qs_plan_free(&plan);
+    }
+    free(text);
+    return st;
 }
 
 int qs_cmd_plan(int argc, char **argv) {
@@ -113,57 +156,27 @@ int qs_cmd_plan(int argc, char **argv) {
     memset(&prof, 0, sizeof prof);
     qs_cluster cluster;
     memset(&cluster, 0, sizeof cluster);
+    qs_indicator_file ind;
+    memset(&ind, 0, sizeof ind);
     qs_planb_worker *w = NULL;
-    cJSON *doc = NULL, *ind = NULL;
+    cJSON *doc = NULL;
     qs_status st = qs_profile_args_read(profiles, &prof);
     if (st == QS_OK) st = qs_cluster_read(cluster_path, &cluster);
-    if (st == QS_OK) st = qs_json_read(indicator, (size_t)64 << 20, "indicator", &ind);
+    if (st == QS_OK) st = qs_indicator_file_read(indicator, &ind);
     if (st == QS_OK && !(w = calloc((size_t)cluster.n_workers, sizeof *w))) st = QS_FAIL(QS_ERR_OOM, "out of memory");
-    const cJSON **wprof = calloc((size_t)cluster.n_workers + 1, sizeof *wprof);
-    const char **wpath = calloc((size_t)cluster.n_workers + 1, sizeof *wpath);
-    if (st == QS_OK && (!wprof || !wpath)) st = QS_FAIL(QS_ERR_OOM, "out of memory");
-    for (int r = 0; r < cluster.n_workers && st == QS_OK; r++) {
-        int k = qs_profile_args_for(&prof, cluster.workers[r].type);
-        if (k < 0)
-            st = QS_FAIL(QS_ERR_NOT_FOUND, "no profile for worker %d of type \"%s\" (%s): give --profile %s=FILE", r,
-                         cluster.workers[r].type, cluster_path, cluster.workers[r].type);
-        else {
-            wprof[r] = prof.doc[k];
-            wpath[r] = prof.path[k];
-        }
-    }
-    if (st == QS_OK) st = qs_planb_workers_from_cluster(&cluster, wprof, wpath, w);
-    const cJSON *config = prof.n > 0 ? cJSON_GetObjectItem(prof.doc[0], "config") : NULL;
-    const cJSON *pmodel = prof.n > 0 ? cJSON_GetObjectItem(prof.doc[0], "model") : NULL;
-    if (st == QS_OK && (!cJSON_IsString(config) || !cJSON_IsString(pmodel)))
-        st = QS_FAIL(QS_ERR_FORMAT, "%s lacks \"model\" or \"config\": not a qsync profile", prof.path[0]);
-    if (st == QS_OK && strcmp(pmodel->valuestring, model) != 0)
-        st = QS_FAIL(QS_ERR_MISMATCH, "profile %s is of model %s, not --model %s: profile %s", prof.path[0],
-                     pmodel->valuestring, model, model);
-    if (st == QS_OK && width > 0 && !qs_plan_config_has_width(config->valuestring, width))
-        st = QS_FAIL(QS_ERR_MISMATCH, "profile %s is of %s built with \"%s\", not --width %lld: profile at that width",
-                     prof.path[0], model, config->valuestring, (long long)width);
+    if (st == QS_OK) st = qs_plan_workers(&cluster, &prof, cluster_path, w);
+    if (st == QS_OK) st = qs_plan_check_args(&prof.prof[0], model, width);
     if (st == QS_OK) {
-        qs_planb_request rq = {.workers = w, .n_workers = cluster.n_workers, .arch = model, .config = config->valuestring,
-                               .batch = batch, .indicator = ind, .indicator_path = indicator, .target_ms = target_ms,
-                               .greedy_only = greedy_only, .tolerance = tolerance_pct / 100, .max_rounds = rounds,
+        qs_planb_request rq = {.workers = w, .n_workers = cluster.n_workers, .arch = model, .config = prof.prof[0].config,
+                               .batch = batch, .indicator = &ind, .target_ms = target_ms, .greedy_only = greedy_only,
+                               .tolerance = tolerance_pct / 100, .max_rounds = rounds,
                                .bucket_bytes = (size_t)(bucket_mb * 1048576.0), .overlap = !no_overlap};
         st = qs_plan_build(&rq, &doc);
     }
-    if (st == QS_OK) {
-        char *text = cJSON_Print(doc);
-        st = text ? qs_write_file_atomic(out, text, strlen(text)) : QS_FAIL(QS_ERR_OOM, "out of memory writing %s", out);
-        if (st == QS_OK) {
-            if (json) puts(text);
-            else qs_plan_print(doc, out);
-        }
-        free(text);
-    }
+    if (st == QS_OK) st = qs_plan_output(doc, out, json);
     cJSON_Delete(doc);
-    cJSON_Delete(ind);
+    qs_indicator_file_free(&ind);
     free(w);
-    free(wprof);
-    free(wpath);
     qs_cluster_free(&cluster);
     qs_profile_args_free(&prof);
     return st == QS_OK ? 0 : qs_cmd_fail("plan");

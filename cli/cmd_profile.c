@@ -1,10 +1,12 @@
-/* cli/cmd_profile.c — `qsync profile`: measure a model's per-op costs at every precision on
+/* cli/cmd_profile.c — defines: `qsync profile`: measure a model's per-op costs at every precision on
  * this device and write the profile (src/predict/profile.h, docs/PROFILE.md). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cjson/cJSON.h>
+
+#include "io/profile_file.h"
 
 #include "commands.h"
 #include "precision_args.h"
@@ -23,27 +25,28 @@ static const char *const qs_profile_summary =
     "sharing the machine), then times the gradient all-reduce between them (alpha + beta*bytes);\n"
     "rank 0 writes its profile to --out (versioned JSON, format: docs/PROFILE.md).";
 
-static void qs_profile_print(const cJSON *doc) {
-    const cJSON *runs = cJSON_GetObjectItem(doc, "runs");
-    printf("profile of %s, batch %.0f:\n", cJSON_GetObjectItem(doc, "model")->valuestring,
-           cJSON_GetObjectItem(doc, "batch")->valuedouble);
-    for (const cJSON *r = runs ? runs->child : NULL; r; r = r->next) {
+/* Print per run its step, ops, optimizer and memory, and the cast fits (the profile as the
+ * replayer reads it). */
+static void qs_profile_print(const qs_profile *p) {
+    printf("profile of %s, batch %.0f:\n", p->model, (double)p->batch);
+    for (int k = 0; k < p->n_runs; k++) {
+        const qs_profile_prec_run *r = &p->runs[k];
         double ops = 0;
-        const cJSON *op;
-        cJSON_ArrayForEach(op, cJSON_GetObjectItem(r, "ops"))
-            for (const cJSON *f = op->child; f; f = f->next)
-                if (cJSON_IsNumber(f) && strstr(f->string, "_ms")) ops += f->valuedouble;
-        printf("  %-5s %-8s step %8.2f ms (ops %.2f, optimizer %.2f), %.1f MiB allocated\n", r->string,
-               cJSON_GetObjectItem(r, "support")->valuestring, cJSON_GetObjectItem(r, "step_ms")->valuedouble, ops,
-               cJSON_GetObjectItem(r, "optimizer_ms")->valuedouble,
-               cJSON_GetObjectItem(cJSON_GetObjectItem(r, "memory_bytes"), "backend_in_use")->valuedouble / 1048576.0);
+        for (int i = 0; i < r->n_ops; i++) { /* its categories, one by one in file order */
+            ops += r->ops[i].forward_ms;
+            ops += r->ops[i].backward_data_ms;
+            ops += r->ops[i].backward_weights_ms;
+            ops += r->ops[i].cast_ms;
+        }
+        printf("  %-5s %-8s step %8.2f ms (ops %.2f, optimizer %.2f), %.1f MiB allocated\n",
+               qs_precision_name(r->precision), qs_prec_support_name(r->support), r->step_ms, ops, r->optimizer_ms,
+               (double)r->memory.backend_in_use / 1048576.0);
     }
-    const cJSON *c;
-    cJSON_ArrayForEach(c, cJSON_GetObjectItem(doc, "casts"))
-        printf("  cast %s -> %s: %.4f ms + %.3g ms/element (%d points)\n", cJSON_GetObjectItem(c, "from")->valuestring,
-               cJSON_GetObjectItem(c, "to")->valuestring, cJSON_GetObjectItem(c, "alpha_ms")->valuedouble,
-               cJSON_GetObjectItem(c, "beta_ms_per_element")->valuedouble,
-               cJSON_GetArraySize(cJSON_GetObjectItem(c, "points")));
+    for (int i = 0; i < p->n_casts; i++) {
+        const qs_profile_cast_fit *c = &p->casts[i];
+        printf("  cast %s -> %s: %.4f ms + %.3g ms/element (%d points)\n", qs_dtype_name(c->from), qs_dtype_name(c->to),
+               c->alpha_ms, c->beta_ms_per_element, c->n_points);
+    }
 }
 
 /* The worker this rank profiles for: --type's first worker, else this rank's entry (the world
@@ -62,6 +65,45 @@ static void qs_profile_out_path(const char *pattern, const char *type, char *buf
     const char *t = strstr(pattern, "%t");
     if (!t) snprintf(buf, cap, "%s", pattern);
     else snprintf(buf, cap, "%.*s%s%s", (int)(t - pattern), pattern, type ? type : "default", t + 2);
+}
+
+/* With --cluster: this rank's worker (--type's first, else its own; its MPS share applied before
+ * any CUDA context), its device type into *own_type (pointing into cluster) and whether this rank
+ * writes its type's profile (the first rank of each type; with --type rank 0). */
+static qs_status qs_profile_cluster(const char *cluster_path, const char *type, const char *out_path, int rank, int world,
+                                    qs_cluster *cluster, qs_profile_job *job, const char **own_type, bool *writer) {
+    QS_TRY(qs_cluster_read(cluster_path, cluster));
+    QS_TRY(qs_cluster_check_devices(cluster));
+    QS_TRY(qs_profile_worker(cluster, type, rank, world, &job->worker));
+    if (!type) job->cluster = cluster; /* rank r is worker r (with --type every rank is one worker) */
+    QS_TRY(qs_mps_apply(job->worker, rank)); /* before any CUDA context */
+    *own_type = job->worker->type;
+    *writer = type ? rank == 0 : true;
+    for (int r = 0; !type && r < rank; r++) *writer &= strcmp(cluster->workers[r].type, *own_type) != 0;
+    bool several = false;
+    for (int r = 0; !type && r < world; r++) several |= strcmp(cluster->workers[r].type, *own_type) != 0;
+    if (several && !strstr(out_path, "%t"))
+        return QS_FAIL(QS_ERR_INVALID_ARG, "%s has several device types: put %%t in --out (replaced by each type)",
+                       cluster_path);
+    return QS_OK;
+}
+
+/* Write the profile doc to path, once it reads back as a profile (what simulate and plan will
+ * read), and print it unless quiet. */
+static qs_status qs_profile_write(const cJSON *doc, const char *path, bool quiet) {
+    char *text = doc ? cJSON_Print(doc) : NULL;
+    qs_profile typed;
+    memset(&typed, 0, sizeof typed);
+    qs_status st = text ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory writing the profile");
+    if (st == QS_OK) st = qs_profile_from_json(doc, path, &typed);
+    if (st == QS_OK) st = qs_write_file_atomic(path, text, strlen(text));
+    if (st == QS_OK && !quiet) {
+        qs_profile_print(&typed);
+        printf("written to %s\n", path);
+    }
+    qs_profile_free(&typed);
+    free(text);
+    return st;
 }
 
 int qs_cmd_profile(int argc, char **argv) {
@@ -108,8 +150,7 @@ int qs_cmd_profile(int argc, char **argv) {
     char err[160];
     qs_profile_job job = {.model = model, .width = width, .batch = batch, .data = data, .data_dir = data_dir,
                           .precs = list, .allow_emulated = allow_emulated, .fp8_amax_history = fp8_history,
-                          .threads = threads, .warmup = warmup,
-                          .reps = reps, .bucket_bytes = (size_t)(bucket_mb * 1048576.0)};
+                          .threads = threads, .warmup = warmup, .reps = reps, .bucket_bytes = (size_t)(bucket_mb * 1048576.0)};
     if (precs && !qs_precision_list_parse(precs, list, QS_PREC_COUNT, &job.n_precs, err, sizeof err)) {
         fprintf(stderr, "qsync profile: --precisions: %s\n", err);
         return 2;
@@ -127,28 +168,11 @@ int qs_cmd_profile(int argc, char **argv) {
     qs_logger_init(&lg, rank, world, quiet ? QS_LOG_WARN : QS_LOG_INFO);
     job.log = &lg;
     cJSON *doc = NULL;
-    qs_cluster cluster;
-    memset(&cluster, 0, sizeof cluster);
+    qs_cluster cluster = {0};
     const char *own_type = NULL;
     bool writer = rank == 0; /* without a cluster rank 0 writes; with one, the first rank of each type */
-    qs_status st = QS_OK;
-    if (cluster_path) {
-        st = qs_cluster_read(cluster_path, &cluster);
-        if (st == QS_OK) st = qs_cluster_check_devices(&cluster);
-        if (st == QS_OK) st = qs_profile_worker(&cluster, type, rank, world, &job.worker);
-        if (!type) job.cluster = &cluster; /* rank r is worker r (with --type every rank is one worker) */
-        if (st == QS_OK) st = qs_mps_apply(job.worker, rank); /* before any CUDA context */
-        if (st == QS_OK) {
-            own_type = job.worker->type;
-            writer = type ? rank == 0 : true;
-            for (int r = 0; !type && r < rank; r++) writer &= strcmp(cluster.workers[r].type, own_type) != 0;
-            bool several = false;
-            for (int r = 0; !type && r < world; r++) several |= strcmp(cluster.workers[r].type, own_type) != 0;
-            if (several && !strstr(out_path, "%t"))
-                st = QS_FAIL(QS_ERR_INVALID_ARG, "%s has several device types: put %%t in --out (replaced by each type)",
-                             cluster_path);
-        }
-    }
+    qs_status st = cluster_path ? qs_profile_cluster(cluster_path, type, out_path, rank, world, &cluster, &job, &own_type,
+                                                     &writer) : QS_OK;
     if (st == QS_OK) st = qs_profile_job_run(&job, &doc);
     else if (world > 1) { /* the peers would wait in the profile for this rank */
         fprintf(stderr, "qsync profile: error: %s\n", qs_last_error());
@@ -157,19 +181,7 @@ int qs_cmd_profile(int argc, char **argv) {
     char path[4096];
     qs_profile_out_path(out_path, own_type, path, sizeof path);
     qs_cluster_free(&cluster); /* own_type points into it */
-    if (!writer) {
-        cJSON_Delete(doc);
-        qs_comm_finalize(comm);
-        return st == QS_OK ? 0 : qs_cmd_fail("profile");
-    }
-    char *text = doc ? cJSON_Print(doc) : NULL;
-    if (st == QS_OK && !text) st = QS_FAIL(QS_ERR_OOM, "out of memory writing the profile");
-    if (st == QS_OK) st = qs_write_file_atomic(path, text, strlen(text));
-    if (st == QS_OK && !quiet) {
-        qs_profile_print(doc);
-        printf("written to %s\n", path);
-    }
-    free(text);
+    if (st == QS_OK && writer) st = qs_profile_write(doc, path, quiet);
     cJSON_Delete(doc);
     qs_comm_finalize(comm);
     return st == QS_OK ? 0 : qs_cmd_fail("profile");

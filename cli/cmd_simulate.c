@@ -1,4 +1,4 @@
-/* cli/cmd_simulate.c — `qsync simulate`: predict one training iteration of every worker of a
+/* cli/cmd_simulate.c — defines: `qsync simulate`: predict one training iteration of every worker of a
  * cluster for a precision plan, from profiles (src/predict/simulate.h). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,9 +10,7 @@
 #include "profile_args.h"
 #include "core/atomic_file.h"
 #include "core/backend.h"
-#include "core/json_doc.h"
 #include "io/cluster.h"
-#include "parallel/cpu_quota.h"
 #include "graph/precision.h"
 #include "models/models.h"
 #include "options.h"
@@ -29,12 +27,9 @@ static const char *const qs_simulate_summary =
 
 
 /* Build worker r's model from its profile's model and options, with its precisions. */
-static qs_status qs_sim_build(const cJSON *prof, const char *prof_path, qs_backend *be, const qs_cluster_worker *cw,
-                              const char *precision, const char *plan_path, bool allow_emulated, qs_model **out) {
-    const cJSON *model = cJSON_GetObjectItemCaseSensitive(prof, "model"), *config = cJSON_GetObjectItemCaseSensitive(prof, "config");
-    if (!cJSON_IsString(model) || !cJSON_IsString(config))
-        return QS_FAIL(QS_ERR_FORMAT, "%s lacks \"model\" or \"config\": not a qsync profile", prof_path);
-    QS_TRY(qs_models_build_config(model->valuestring, config->valuestring, out));
+static qs_status qs_sim_build(const qs_profile *prof, qs_backend *be, const qs_cluster_worker *cw, const char *precision,
+                              const char *plan_path, bool allow_emulated, qs_model **out) {
+    QS_TRY(qs_models_build_config(prof->model, prof->config, out));
     qs_model_fuse(*out);
     qs_precision_options po;
     qs_precision_options_default(&po);
@@ -64,33 +59,66 @@ static qs_status qs_sim_write(const char *path, const cJSON *doc) {
     return st;
 }
 
-static void qs_sim_print(const cJSON *doc) {
-    const cJSON *w;
-    const cJSON *comm = cJSON_GetObjectItem(doc, "comm");
+static void qs_sim_print(const qs_sim_result *p) {
     printf("predicted iteration: %.2f ms, mean %.2f ms (slowest: rank %d; jitter %+.2f ms; communication: %s from "
            "the %s, %.2f ms in %d buckets)\n",
-           cJSON_GetObjectItem(doc, "iteration_ms")->valuedouble, cJSON_GetObjectItem(doc, "iteration_mean_ms")->valuedouble,
-           cJSON_GetObjectItem(doc, "slowest")->valueint, cJSON_GetObjectItem(doc, "jitter_ms")->valuedouble,
-           cJSON_GetObjectItem(comm, "model")->valuestring, cJSON_GetObjectItem(comm, "source")->valuestring,
-           cJSON_GetObjectItem(comm, "allreduce_ms")->valuedouble, cJSON_GetObjectItem(comm, "buckets")->valueint);
-    const cJSON *cal = cJSON_GetObjectItem(doc, "calibration");
-    if (cJSON_IsTrue(cJSON_GetObjectItem(cal, "applied")))
+           p->iteration_ms, p->iteration_mean_ms, p->slowest, p->jitter_ms, p->comm_model, p->comm_source,
+           p->allreduce_ms, p->buckets);
+    const qs_sim_calibration *cal = &p->calibration;
+    if (p->calibrated && cal->applied)
         printf("calibrated against the synchronized steps measured in place: %+.2f ms on the replay's %.2f ms\n",
-               cJSON_GetObjectItem(cal, "residual_ms")->valuedouble, cJSON_GetObjectItem(cal, "replayed_ms")->valuedouble);
-    else if (cal)
-        printf("not calibrated: %s\n", cJSON_GetObjectItem(cal, "reason")->valuestring);
-    cJSON_ArrayForEach(w, cJSON_GetObjectItem(doc, "workers")) {
-        const cJSON *type = cJSON_GetObjectItem(w, "type");
+               cal->residual_ms, cal->replayed_ms);
+    else if (p->calibrated)
+        printf("not calibrated: %s\n", cal->reason);
+    for (int r = 0; r < p->n_workers; r++) {
+        const qs_sim_worker_result *w = &p->workers[r];
         printf("  rank %d%s%s%s: data %.2f, outside ops %.2f, forward %.2f, backward %.2f, gradient wait %.2f, optimizer "
                "%.2f ms -> %.2f ms; memory %.1f MiB%s\n",
-               cJSON_GetObjectItem(w, "rank")->valueint, type ? " (" : "", type ? type->valuestring : "", type ? ")" : "",
-               cJSON_GetObjectItem(w, "data_ms")->valuedouble, cJSON_GetObjectItem(w, "untimed_ms")->valuedouble,
-               cJSON_GetObjectItem(w, "forward_ms")->valuedouble,
-               cJSON_GetObjectItem(w, "backward_ms")->valuedouble, cJSON_GetObjectItem(w, "comm_wait_ms")->valuedouble,
-               cJSON_GetObjectItem(w, "optimizer_ms")->valuedouble, cJSON_GetObjectItem(w, "iteration_ms")->valuedouble,
-               cJSON_GetObjectItem(w, "memory_bytes")->valuedouble / 1048576.0,
-               cJSON_GetObjectItem(w, "slowdown")->valuedouble > 1 ? " (emulated slowdown)" : "");
+               w->rank, w->type ? " (" : "", w->type ? w->type : "", w->type ? ")" : "", w->data_ms, w->untimed_ms,
+               w->forward_ms, w->backward_ms, w->comm_wait_ms, w->optimizer_ms, w->iteration_ms,
+               w->memory_bytes / 1048576.0, w->slowdown > 1 ? " (emulated slowdown)" : "");
     }
+}
+
+/* Worker r's replay inputs (the cluster's worker cw, NULL without a cluster): its profile, its
+ * model at its precisions, its emulation. */
+static qs_status qs_sim_worker_of(const qs_profile_args *prof, qs_backend *be, const qs_cluster_worker *cw, int r,
+                                  const char *cluster_path, const char *precision, const char *plan_path,
+                                  bool allow_emulated, qs_sim_worker *w) {
+    int k = qs_profile_args_for(prof, cw ? cw->type : NULL);
+    if (k < 0)
+        return QS_FAIL(QS_ERR_NOT_FOUND, "no profile for worker %d of type \"%s\" (%s): give --profile %s=FILE", r,
+                       cw ? cw->type : "", cluster_path, cw ? cw->type : "TYPE");
+    if (cw && (cw->precision[0] || cw->plan[0]) && (plan_path || strcmp(precision, "fp32") != 0))
+        return QS_FAIL(QS_ERR_INVALID_ARG, "%s sets the precisions of worker %d; do not also give --precision/--plan",
+                       cluster_path, r);
+    const qs_profile *p = &prof->prof[k];
+    qs_model *m = NULL;
+    qs_status st = qs_sim_build(p, be, cw, precision, plan_path, allow_emulated, &m);
+    *w = (qs_sim_worker){.type = cw ? cw->type : NULL, .profile = p, .m = m, .batch = p->batch};
+    /* a profile taken under the worker's emulation already holds its slowdown */
+    if (st == QS_OK) st = qs_sim_worker_emulation(p, cw, r, &w->slowdown, &w->slow_whole_step);
+    return st;
+}
+
+/* The trace document: the events, and a name for every worker's process. */
+static qs_status qs_sim_write_trace(const char *path, cJSON *trace, const qs_sim_worker *w, int n) {
+    for (int r = 0; r < n; r++) { /* name the tracks */
+        cJSON *e = cJSON_CreateObject(), *args = cJSON_CreateObject();
+        char name[96];
+        snprintf(name, sizeof name, "rank %d%s%s", r, w[r].type ? " " : "", w[r].type ? w[r].type : "");
+        cJSON_AddStringToObject(e, "name", "process_name");
+        cJSON_AddStringToObject(e, "ph", "M");
+        cJSON_AddNumberToObject(e, "pid", r);
+        cJSON_AddStringToObject(args, "name", name);
+        cJSON_AddItemToObject(e, "args", args);
+        cJSON_AddItemToArray(trace, e);
+    }
+    cJSON *t = cJSON_CreateObject();
+    cJSON_AddItemToObject(t, "traceEvents", trace);
+    qs_status st = qs_sim_write(path, t);
+    cJSON_Delete(t);
+    return st;
 }
 
 int qs_cmd_simulate(int argc, char **argv) {
@@ -123,7 +151,9 @@ int qs_cmd_simulate(int argc, char **argv) {
     memset(&cluster, 0, sizeof cluster);
     qs_backend *be = NULL;
     qs_sim_worker *w = NULL;
-    cJSON *doc = NULL, *trace = trace_path ? cJSON_CreateArray() : NULL;
+    qs_sim_result res;
+    memset(&res, 0, sizeof res);
+    cJSON *trace = trace_path ? cJSON_CreateArray() : NULL;
     int n = 1;
     qs_status st = qs_profile_args_read(profiles, &prof);
     if (st == QS_OK && cluster_path) {
@@ -132,67 +162,27 @@ int qs_cmd_simulate(int argc, char **argv) {
     }
     if (st == QS_OK) st = qs_backend_cpu_create(1, &be);
     if (st == QS_OK && !(w = calloc((size_t)n, sizeof *w))) st = QS_FAIL(QS_ERR_OOM, "out of memory");
-    for (int r = 0; r < n && st == QS_OK; r++) {
-        const qs_cluster_worker *cw = cluster_path ? &cluster.workers[r] : NULL;
-        int k = qs_profile_args_for(&prof, cw ? cw->type : NULL);
-        if (k < 0) {
-            st = QS_FAIL(QS_ERR_NOT_FOUND, "no profile for worker %d of type \"%s\" (%s): give --profile %s=FILE", r,
-                         cw ? cw->type : "", cluster_path, cw ? cw->type : "TYPE");
-            break;
-        }
-        if (cw && (cw->precision[0] || cw->plan[0]) && (plan_path || strcmp(precision, "fp32") != 0)) {
-            st = QS_FAIL(QS_ERR_INVALID_ARG, "%s sets the precisions of worker %d; do not also give --precision/--plan",
-                         cluster_path, r);
-            break;
-        }
-        qs_model *m = NULL;
-        st = qs_sim_build(prof.doc[k], prof.path[k], be, cw, precision, plan_path, allow_emulated, &m);
-        w[r] = (qs_sim_worker){.type = cw ? cw->type : NULL, .profile = prof.doc[k], .profile_path = prof.path[k], .m = m,
-                               .batch = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(prof.doc[k], "batch"))};
-        /* a profile taken under the worker's emulation already holds its slowdown */
-        const cJSON *pe = cJSON_GetObjectItem(prof.doc[k], "emulation");
-        double ps = pe ? cJSON_GetNumberValue(cJSON_GetObjectItem(pe, "slowdown")) : 1, ws = cw ? cw->slowdown : 1;
-        if (st == QS_OK && pe && !(ps == ws))
-            st = QS_FAIL(QS_ERR_MISMATCH, "%s was taken under an emulated slowdown of %g, but worker %d has %g: "
-                         "profile with --cluster for this cluster", prof.path[k], ps, r, ws);
-        if (st == QS_OK && !pe && ws > 1) {
-            w[r].slowdown = ws;
-            w[r].slow_whole_step = strcmp(cw->emulation_method, "cgroup") == 0 ||
-                                   (strcmp(cw->emulation_method, "auto") == 0 && qs_cpu_quota_available(NULL, 0));
-        }
-    }
+    for (int r = 0; r < n && st == QS_OK; r++)
+        st = qs_sim_worker_of(&prof, be, cluster_path ? &cluster.workers[r] : NULL, r, cluster_path, precision,
+                              plan_path, allow_emulated, &w[r]);
     qs_sim_options so = {.bucket_bytes = (size_t)(bucket_mb * 1048576.0), .overlap = !no_overlap};
-    if (st == QS_OK) st = qs_simulate(w, n, &so, trace, &doc);
+    if (st == QS_OK) st = qs_simulate(w, n, &so, trace, &res);
     if (st == QS_OK && trace) {
-        for (int r = 0; r < n; r++) { /* name the tracks */
-            cJSON *e = cJSON_CreateObject(), *args = cJSON_CreateObject();
-            char name[96];
-            snprintf(name, sizeof name, "rank %d%s%s", r, w[r].type ? " " : "", w[r].type ? w[r].type : "");
-            cJSON_AddStringToObject(e, "name", "process_name");
-            cJSON_AddStringToObject(e, "ph", "M");
-            cJSON_AddNumberToObject(e, "pid", r);
-            cJSON_AddStringToObject(args, "name", name);
-            cJSON_AddItemToObject(e, "args", args);
-            cJSON_AddItemToArray(trace, e);
-        }
-        cJSON *t = cJSON_CreateObject();
-        cJSON_AddItemToObject(t, "traceEvents", trace);
+        st = qs_sim_write_trace(trace_path, trace, w, n);
         trace = NULL;
-        st = qs_sim_write(trace_path, t);
-        cJSON_Delete(t);
     }
-    if (st == QS_OK) {
-        if (json) {
-            char *s = cJSON_Print(doc);
-            if (s) puts(s);
-            free(s);
-        } else {
-            qs_sim_print(doc);
-        }
+    if (st == QS_OK && json) {
+        cJSON *doc = qs_sim_result_json(&res);
+        char *s = doc ? cJSON_Print(doc) : NULL;
+        if (s) puts(s);
+        free(s);
+        cJSON_Delete(doc);
+    } else if (st == QS_OK) {
+        qs_sim_print(&res);
     }
     for (int r = 0; w && r < n; r++) qs_model_free((qs_model *)w[r].m);
     free(w);
-    cJSON_Delete(doc);
+    qs_sim_result_free(&res);
     cJSON_Delete(trace);
     if (be) be->ops->destroy(be);
     qs_cluster_free(&cluster);

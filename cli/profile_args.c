@@ -1,10 +1,8 @@
-/* cli/profile_args.c — the --profile list of `simulate` and `plan` (profile_args.h). */
+/* cli/profile_args.c — defines: the --profile list of `simulate` and `plan` (profile_args.h). */
 #include "profile_args.h"
 
 #include <stdio.h>
 #include <string.h>
-
-#include "core/json_doc.h"
 
 qs_status qs_profile_args_read(const char *list, qs_profile_args *p) {
     memset(p, 0, sizeof *p);
@@ -24,7 +22,7 @@ qs_status qs_profile_args_read(const char *list, qs_profile_args *p) {
             file = eq + 1;
         }
         snprintf(p->path[p->n], sizeof p->path[p->n], "%s", file);
-        QS_TRY(qs_json_read(p->path[p->n], (size_t)256 << 20, "profile", &p->doc[p->n]));
+        QS_TRY(qs_profile_read(p->path[p->n], &p->prof[p->n]));
         p->n++;
         s += len;
         if (*s == ',') s++;
@@ -34,7 +32,7 @@ qs_status qs_profile_args_read(const char *list, qs_profile_args *p) {
 }
 
 void qs_profile_args_free(qs_profile_args *p) {
-    for (int i = 0; i < p->n; i++) cJSON_Delete(p->doc[i]);
+    for (int i = 0; i < p->n; i++) qs_profile_free(&p->prof[i]);
     p->n = 0;
 }
 

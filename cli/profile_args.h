@@ -1,9 +1,9 @@
 /* cli/profile_args.h — defines: the --profile argument of `simulate` and `plan`: "FILE" (one
- * profile for every worker) or "TYPE=FILE,..." (one per device type), with every file read. */
+ * profile for every worker) or "TYPE=FILE,..." (one per device type), with every file read and checked. */
 #ifndef QSYNC_CLI_PROFILE_ARGS_H
 #define QSYNC_CLI_PROFILE_ARGS_H
 
-#include <cjson/cJSON.h>
+#include "io/profile_file.h"
 #include "qsync/status.h"
 
 #define QS_CLI_MAX_PROFILES 16
@@ -11,7 +11,7 @@
 typedef struct qs_profile_args {
     char type[QS_CLI_MAX_PROFILES][48]; /* "" = any type */
     char path[QS_CLI_MAX_PROFILES][4096];
-    cJSON *doc[QS_CLI_MAX_PROFILES];
+    qs_profile prof[QS_CLI_MAX_PROFILES]; /* each read once (io/profile_file.h); its origin is its path */
     int n;
 } qs_profile_args;
 

@@ -72,10 +72,12 @@ static cJSON *grad_sync(const qs_model *m, double step_ms) {
     return cJSON_Parse(js);
 }
 
-/* A mixed run entry: fast at pf, slow at ps, the synchronized step measured in place. */
+/* A mixed run entry: fast at pf, slow at ps, the synchronized step measured in place (this
+ * rank's own figures made up). */
 static cJSON *mixed_entry(const qs_model *m, const char *pf, const char *ps, double step_ms) {
-    char js[128];
-    snprintf(js, sizeof js, "{\"precisions\": {\"fast\": \"%s\", \"slow\": \"%s\"}}", pf, ps);
+    char js[256];
+    snprintf(js, sizeof js, "{\"precisions\": {\"fast\": \"%s\", \"slow\": \"%s\"}, \"precision\": \"%s\", "
+             "\"step_ms\": %.17g, \"optimizer_ms\": 0.1, \"grad_average_ms\": 0.01}", pf, ps, pf, step_ms);
     cJSON *e = cJSON_Parse(js);
     cJSON_AddItemToObject(e, "grad_sync", grad_sync(m, step_ms));
     return e;
@@ -117,22 +119,36 @@ static void pair_profiles(cJSON **fast, cJSON **slow) {
     qs_model_free(m);
 }
 
-static qs_sim_worker worker(const char *type, const cJSON *profile, const qs_model *m) {
-    return (qs_sim_worker){.type = type, .profile = profile, .profile_path = type, .m = m, .batch = g_batch};
+/* The profile document doc read as a profile (io/profile_file.h) named origin. */
+static qs_profile typed(const cJSON *doc, const char *origin) {
+    qs_profile p;
+    if (qs_profile_from_json(doc, origin, &p) != QS_OK) fail_msg("profile %s: %s", origin, qs_last_error());
+    return p;
+}
+
+static qs_sim_worker worker(const char *type, const qs_profile *profile, const qs_model *m) {
+    return (qs_sim_worker){.type = type, .profile = profile, .m = m, .batch = g_batch};
 }
 
 static const qs_sim_options OPTS = {.bucket_bytes = BUCKET, .overlap = true};
 
-/* Replay and calibrated replay of the pair (fast with mf, slow with ms); the calibrated document
- * into *out (caller deletes), the replay's iteration into *replayed. */
+/* Replay and calibrated replay of the pair (fast with mf, slow with ms); the calibrated
+ * prediction's document into *out (caller deletes), the replay's iteration into *replayed. */
 static void simulate_pair(const cJSON *fast, const cJSON *slow, const qs_model *mf, const qs_model *ms, cJSON **out,
                           double *replayed) {
-    qs_sim_worker w[2] = {worker("fast", fast, mf), worker("slow", slow, ms)};
-    cJSON *raw = NULL;
+    qs_profile pf = typed(fast, "fast"), ps = typed(slow, "slow");
+    qs_sim_worker w[2] = {worker("fast", &pf, mf), worker("slow", &ps, ms)};
+    qs_sim_result raw, cal;
     assert_int_equal(qs_sim_replay(w, 2, &OPTS, NULL, &raw), QS_OK);
-    *replayed = num(raw, "iteration_ms");
-    cJSON_Delete(raw);
-    assert_int_equal(qs_simulate(w, 2, &OPTS, NULL, out), QS_OK);
+    *replayed = raw.iteration_ms;
+    qs_sim_result_free(&raw);
+    assert_int_equal(qs_simulate(w, 2, &OPTS, NULL, &cal), QS_OK);
+    assert_true(cal.calibrated);
+    *out = qs_sim_result_json(&cal);
+    assert_non_null(*out);
+    qs_sim_result_free(&cal);
+    qs_profile_free(&pf);
+    qs_profile_free(&ps);
 }
 
 /* The whole pair at the base (fp32), without data loading, is predicted as exactly the step
@@ -200,9 +216,11 @@ static void test_partial_plan_interpolates(void **state) {
     qs_model *m0 = cnn_at(QS_PREC_FP32, NULL), *m1 = cnn_at(QS_PREC_FP32, "conv2,fc1");
     double replayed;
     simulate_pair(fast, slow, m0, m1, &out, &replayed);
-    qs_sim_worker w1 = worker("slow", slow, m1);
+    qs_profile p1 = typed(slow, "slow");
+    qs_sim_worker w1 = worker("slow", &p1, m1);
     qs_sim_charge *ch = calloc((size_t)m1->n_nodes, sizeof *ch);
     assert_int_equal(qs_sim_node_charges(&w1, ch), QS_OK);
+    qs_profile_free(&p1);
     double at8 = 0, all = 0;
     for (int i = 1; i < m1->n_nodes; i++) {
         if (!qs_node_precision_selectable(m1->nodes[i].kind)) continue;

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,6 +110,48 @@ static void test_parse_valid(void **state) {
     assert_int_equal(p.grad_rounding, QS_GRAD_ROUND_UNSET);
     assert_int_equal(p.weight_scales, QS_WEIGHT_SCALES_UNSET);
     qs_plan_free(&p);
+}
+
+/* "predictions": the keys qsync plan writes are typed (and checked) when present, the others
+ * left alone; a plan without it has none. */
+static void test_predictions(void **state) {
+    (void)state;
+    const char *text = "{\"format\": \"qsync-plan\", \"version\": 2, \"model\": \"cnn\", \"device_types\": "
+                       "{\"fast\": {\"default\": \"fp32\"}, \"slow\": {\"precisions\": {}}}, \"predictions\": "
+                       "{\"target_ms\": 10, \"target_source\": \"fastest device type, all fp32\", \"fastest_type\": "
+                       "\"fast\", \"synchronized_ms\": 9.5, \"target_met\": true, \"rounds\": 1, \"note\": \"free\", "
+                       "\"calibration\": {\"applied\": false}, \"types\": {\"slow\": {\"omega\": 1.5, \"solver\": "
+                       "\"exact\", \"base_synchronized_ms\": 12}}, \"workers\": [{\"rank\": 1, \"type\": \"slow\", "
+                       "\"iteration_ms\": 9.5, \"memory_bytes\": 1024}]}}";
+    qs_plan p;
+    ASSERT_OK(qs_plan_parse(text, "t.json", &p));
+    const qs_plan_predictions *pr = &p.predictions;
+    assert_true(pr->present && pr->target_ms == 10 && pr->synchronized_ms == 9.5 && pr->target_met && pr->rounds == 1);
+    assert_true(pr->has_fastest_type);
+    assert_string_equal(pr->fastest_type, "fast");
+    assert_true(isnan(pr->target_asked_ms));
+    const qs_plan_type_prediction *t = qs_plan_predictions_type(pr, "slow");
+    assert_non_null(t);
+    assert_true(t->omega == 1.5 && t->base_synchronized_ms == 12 && isnan(t->model_ms));
+    assert_string_equal(t->solver, "exact");
+    assert_int_equal(pr->n_workers, 1);
+    assert_true(pr->workers[0].rank == 1 && pr->workers[0].memory_bytes == 1024);
+    assert_true(p.types[1].has_precisions && p.types[1].n_layers == 0 && !p.types[0].has_precisions);
+    qs_plan_free(&p);
+    ASSERT_OK(qs_plan_parse("{" HDR "\"model\": \"mlp\"}", "t.json", &p));
+    assert_false(p.predictions.present);
+    assert_true(isnan(p.predictions.target_ms) && !p.predictions.has_fastest_type);
+    qs_plan_free(&p);
+    PARSE_FAILS("{" HDR "\"model\": \"cnn\", \"predictions\": {\"target_ms\": \"soon\"}}", QS_ERR_FORMAT,
+                "plan t.json: predictions.target_ms must be a finite number >= 0 (got \"soon\")");
+    PARSE_FAILS("{" HDR "\"model\": \"cnn\", \"predictions\": {\"target_met\": 1}}", QS_ERR_FORMAT,
+                "predictions.target_met must be true or false");
+    PARSE_FAILS("{" HDR "\"model\": \"cnn\", \"predictions\": {\"types\": {\"slow\": {\"omega\": -1}}}}", QS_ERR_FORMAT,
+                "predictions.types[\"slow\"].omega must be a finite number >= 0 (got -1)");
+    PARSE_FAILS("{" HDR "\"model\": \"cnn\", \"predictions\": {\"workers\": [{\"rank\": 0.5}]}}", QS_ERR_FORMAT,
+                "predictions.workers[0].rank must be a whole number");
+    PARSE_FAILS("{" HDR "\"model\": \"cnn\", \"predictions\": {\"workers\": {}}}", QS_ERR_FORMAT,
+                "predictions.workers must be an array");
 }
 
 static void test_parse_errors(void **state) {
@@ -679,6 +722,7 @@ static void test_examples(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_valid),
+        cmocka_unit_test(test_predictions),
         cmocka_unit_test(test_parse_errors),
         cmocka_unit_test(test_device_types_parse),
         cmocka_unit_test(test_device_types_parse_errors),

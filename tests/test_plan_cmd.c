@@ -314,26 +314,25 @@ static void test_plan_bf16_base(void **state) {
     qs_plan_free(&plan);
 
     /* profiles starting at fp32 and at bf16: refused, naming both */
-    cJSON *pf = read_json(fp32), *pb = read_json(slow);
+    qs_profile pf, pb;
+    qs_indicator_file ind;
     snprintf(a, sizeof a, "%s/ind.json", t);
-    cJSON *ind = read_json(a);
-    assert_non_null(pf);
-    assert_non_null(pb);
-    assert_non_null(ind);
-    const qs_planb_worker w[2] = {{.type = "fast", .profile = pf, .profile_path = fp32, .slowdown = 1},
-                                  {.type = "slow", .profile = pb, .profile_path = slow, .slowdown = 1}};
-    qs_planb_request rq = {.workers = w, .n_workers = 2, .arch = "cnn", .config = config, .batch = 8, .indicator = ind,
-                           .indicator_path = a, .tolerance = 0.005, .max_rounds = 4, .bucket_bytes = (size_t)25 << 20,
-                           .overlap = true};
+    assert_int_equal(qs_profile_read(fp32, &pf), QS_OK);
+    assert_int_equal(qs_profile_read(slow, &pb), QS_OK);
+    assert_int_equal(qs_indicator_file_read(a, &ind), QS_OK);
+    const qs_planb_worker w[2] = {{.type = "fast", .profile = &pf, .slowdown = 1},
+                                  {.type = "slow", .profile = &pb, .slowdown = 1}};
+    qs_planb_request rq = {.workers = w, .n_workers = 2, .arch = "cnn", .config = config, .batch = 8, .indicator = &ind,
+                           .tolerance = 0.005, .max_rounds = 4, .bucket_bytes = (size_t)25 << 20, .overlap = true};
     cJSON *out = NULL;
     assert_int_equal(qs_plan_build(&rq, &out), QS_ERR_MISMATCH);
     assert_null(out);
     if (!strstr(qs_last_error(), "(device type \"slow\") starts at bf16, but profile") ||
         !strstr(qs_last_error(), "(device type \"fast\") starts at fp32"))
         fail_msg("unexpected message: %s", qs_last_error());
-    cJSON_Delete(pf);
-    cJSON_Delete(pb);
-    cJSON_Delete(ind);
+    qs_profile_free(&pf);
+    qs_profile_free(&pb);
+    qs_indicator_file_free(&ind);
     snprintf(a, sizeof a, "plan --cluster %s/c.json --model cnn --width 4 --batch 8 --profile fast=%s,slow=%s "
              "--indicator %s/ind.json --out %s/mixed.json", t, fp32, slow, t, t);
     qs_test_expect_qsync(1, "the profiles of one plan must share their highest precision", a);

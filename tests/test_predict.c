@@ -165,6 +165,22 @@ static cJSON *small_profile(void) {
     return doc;
 }
 
+/* The profile document doc read as a profile (io/profile_file.h), named origin; *p is freed first
+ * when it holds one. */
+static void typed(const cJSON *doc, const char *origin, qs_profile *p) {
+    if (p->origin[0]) qs_profile_free(p);
+    if (qs_profile_from_json(doc, origin, p) != QS_OK) fail_msg("profile %s: %s", origin, qs_last_error());
+}
+
+/* qs_simulate of the n workers, its prediction as its document into *out (NULL on failure). */
+static qs_status simulate(const qs_sim_worker *w, int n, const qs_sim_options *so, cJSON *trace, cJSON **out) {
+    qs_sim_result res;
+    qs_status st = qs_simulate(w, n, so, trace, &res);
+    *out = st == QS_OK ? qs_sim_result_json(&res) : NULL;
+    qs_sim_result_free(&res);
+    return st;
+}
+
 /* cnn width 4 with conv2 and fc1 in INT8 (the others FP32), casts inserted; set up at batch 8
  * when be is not NULL (with an SGD optimizer's momentum counted in *optimizer_bytes). */
 static qs_model *mixed_cnn(qs_backend *be, size_t *optimizer_bytes) {
@@ -188,14 +204,16 @@ static qs_model *mixed_cnn(qs_backend *be, size_t *optimizer_bytes) {
  * the uniform plans'. */
 static void test_simulate_one_worker(void **state) {
     cJSON *prof = small_profile();
+    qs_profile P = {0};
+    typed(prof, "small", &P);
     qs_backend *be = NULL;
     assert_int_equal(qs_backend_cpu_create(1, &be), QS_OK);
     size_t opt_bytes = 0;
     qs_model *real = mixed_cnn(be, &opt_bytes), *m = mixed_cnn(NULL, NULL);
-    qs_sim_worker w = {.profile = prof, .profile_path = "small", .m = m, .batch = 8};
+    qs_sim_worker w = {.profile = &P, .m = m, .batch = 8};
     qs_sim_options so = {.bucket_bytes = 25 << 20, .overlap = true};
     cJSON *trace = cJSON_CreateArray(), *out = NULL;
-    assert_int_equal(qs_simulate(&w, 1, &so, trace, &out), QS_OK);
+    assert_int_equal(simulate(&w, 1, &so, trace, &out), QS_OK);
     const cJSON *w0 = cJSON_GetArrayItem(cJSON_GetObjectItem(out, "workers"), 0);
     double parts = num(w0, "data_ms") + num(w0, "untimed_ms") + num(w0, "forward_ms") + num(w0, "backward_ms") +
                    num(w0, "optimizer_ms");
@@ -211,16 +229,17 @@ static void test_simulate_one_worker(void **state) {
     cJSON_Delete(trace);
     /* a profile at another batch, a precision it has no run of */
     w.batch = 16;
-    assert_int_equal(qs_simulate(&w, 1, &so, NULL, &out), QS_ERR_MISMATCH);
+    assert_int_equal(simulate(&w, 1, &so, NULL, &out), QS_ERR_MISMATCH);
     assert_non_null(strstr(qs_last_error(), "taken at batch 8"));
     w.batch = 8;
     for (int i = 0; i < m->n_nodes; i++)
         if (strcmp(m->nodes[i].name, "fc2") == 0) m->nodes[i].prec = QS_PREC_BF16;
-    assert_int_equal(qs_simulate(&w, 1, &so, NULL, &out), QS_ERR_MISMATCH);
+    assert_int_equal(simulate(&w, 1, &so, NULL, &out), QS_ERR_MISMATCH);
     assert_non_null(strstr(qs_last_error(), "no run at bf16"));
     qs_model_free(m);
     qs_model_free(real);
     be->ops->destroy(be);
+    qs_profile_free(&P);
     cJSON_Delete(prof);
 }
 
@@ -229,17 +248,19 @@ static void test_simulate_one_worker(void **state) {
  * backward, so the fast one waits and both finish with it. */
 static void test_simulate_two_workers(void **state) {
     cJSON *prof = small_profile();
+    qs_profile P = {0};
+    typed(prof, "small", &P);
     qs_model *m0 = mixed_cnn(NULL, NULL), *m1 = mixed_cnn(NULL, NULL);
-    qs_sim_worker w[2] = {{.profile = prof, .profile_path = "small", .m = m0, .batch = 8},
-                          {.profile = prof, .profile_path = "small", .m = m1, .batch = 8, .slowdown = 2}};
+    qs_sim_worker w[2] = {{.profile = &P, .m = m0, .batch = 8}, {.profile = &P, .m = m1, .batch = 8, .slowdown = 2}};
     qs_sim_options so = {.bucket_bytes = 1 << 10, .overlap = true};
     cJSON *out = NULL;
-    assert_int_equal(qs_simulate(w, 2, &so, NULL, &out), QS_ERR_MISMATCH);
+    assert_int_equal(simulate(w, 2, &so, NULL, &out), QS_ERR_MISMATCH);
     assert_non_null(strstr(qs_last_error(), "all-reduce measured between 2 ranks"));
     cJSON *ar = cJSON_Parse("{\"ranks\": 2, \"alpha_ms\": 0.01, \"beta_ms_per_byte\": 1e-6, "
                             "\"points\": [[1024, 0.02], [1048576, 1.0]]}");
     cJSON_AddItemToObject(prof, "allreduce", ar);
-    assert_int_equal(qs_simulate(w, 2, &so, NULL, &out), QS_OK);
+    typed(prof, "small", &P);
+    assert_int_equal(simulate(w, 2, &so, NULL, &out), QS_OK);
     const cJSON *comm = cJSON_GetObjectItem(out, "comm");
     assert_string_equal(cJSON_GetObjectItem(comm, "model")->valuestring, "serial");
     assert_true(num(comm, "buckets") > 1 && num(comm, "allreduce_ms") > 0);
@@ -252,6 +273,7 @@ static void test_simulate_two_workers(void **state) {
     cJSON_Delete(out);
     qs_model_free(m0);
     qs_model_free(m1);
+    qs_profile_free(&P);
     cJSON_Delete(prof);
 }
 
@@ -265,7 +287,7 @@ static void add_two_rank_comm(cJSON *prof, const qs_model *m, double overlap_ms,
     int nb = qs_grad_buckets_form(&m->params, 1 << 10, b, eb);
     char js[256];
     snprintf(js, sizeof js, "{\"ranks\": 2, \"bucket_bytes\": 1024, \"buckets\": %d, \"overlap_ms\": %g, "
-             "\"no_overlap_ms\": %g}", nb, overlap_ms, no_overlap_ms);
+             "\"no_overlap_ms\": %g}", nb, overlap_ms, no_overlap_ms); /* no synchronized steps: optional */
     cJSON_AddItemToObject(run, "grad_sync", cJSON_Parse(js));
     cJSON_AddItemToObject(prof, "allreduce", cJSON_Parse("{\"ranks\": 2, \"alpha_ms\": 0.01, \"beta_ms_per_byte\": "
                                                          "1e-6, \"points\": [[1024, 0.02], [1048576, 1.0]]}"));
@@ -281,13 +303,14 @@ static void test_simulate_measured_sync_and_jitter(void **state) {
     assert_true(cJSON_ReplaceItemInObject(run, "step_samples_ms", cJSON_Parse("[10, 14, 10]")));
     qs_model *m0 = mixed_cnn(NULL, NULL), *m1 = mixed_cnn(NULL, NULL);
     add_two_rank_comm(prof, m0, 3, 5);
-    qs_sim_worker w[2] = {{.profile = prof, .profile_path = "small", .m = m0, .batch = 8},
-                          {.profile = prof, .profile_path = "small", .m = m1, .batch = 8}};
+    qs_profile P = {0};
+    typed(prof, "small", &P);
+    qs_sim_worker w[2] = {{.profile = &P, .m = m0, .batch = 8}, {.profile = &P, .m = m1, .batch = 8}};
     const double want_ms[3] = {3, 5, -1}; /* overlap, no overlap, other buckets (size curve) */
     for (int k = 0; k < 3; k++) {
         qs_sim_options so = {.bucket_bytes = k == 2 ? 2048 : 1024, .overlap = k != 1};
         cJSON *out = NULL;
-        assert_int_equal(qs_simulate(w, 2, &so, NULL, &out), QS_OK);
+        assert_int_equal(simulate(w, 2, &so, NULL, &out), QS_OK);
         const cJSON *comm = cJSON_GetObjectItem(out, "comm"), *a = cJSON_GetArrayItem(cJSON_GetObjectItem(out, "workers"), 0);
         assert_string_equal(cJSON_GetObjectItem(comm, "source")->valuestring, k == 2 ? "size curve" : "measured sync");
         if (want_ms[k] > 0) {
@@ -303,6 +326,7 @@ static void test_simulate_measured_sync_and_jitter(void **state) {
     }
     qs_model_free(m0);
     qs_model_free(m1);
+    qs_profile_free(&P);
     cJSON_Delete(prof);
 }
 
@@ -433,11 +457,14 @@ static void test_simulate_sync_beside_slow_worker(void **state) {
             cJSON_AddNumberToObject(fast, "co_running_slowdown", 2);
             cJSON_AddNumberToObject(slow, "co_running_slowdown", 2);
         }
-        qs_sim_worker w[2] = {{.profile = fast, .profile_path = "fast", .m = m0, .batch = 8},
-                              {.profile = k == 2 ? slow : k == 3 ? slow_early : fast, .profile_path = "w1", .m = m1,
-                               .batch = 8}};
+        qs_profile P0 = {0}, P1 = {0};
+        typed(fast, "fast", &P0);
+        typed(k == 2 ? slow : k == 3 ? slow_early : fast, "w1", &P1);
+        qs_sim_worker w[2] = {{.profile = &P0, .m = m0, .batch = 8}, {.profile = &P1, .m = m1, .batch = 8}};
         cJSON *out = NULL;
-        assert_int_equal(qs_simulate(w, 2, &so, NULL, &out), QS_OK);
+        assert_int_equal(simulate(w, 2, &so, NULL, &out), QS_OK);
+        qs_profile_free(&P0);
+        qs_profile_free(&P1);
         const cJSON *comm = cJSON_GetObjectItem(out, "comm");
         if (fabs(num(comm, "allreduce_ms") - want[k]) > 1e-9)
             fail_msg("case %d: sync %g ms, want %g", k, num(comm, "allreduce_ms"), want[k]);

@@ -1,4 +1,4 @@
-/* src/io/cluster.c — cluster files (see cluster.h). */
+/* src/io/cluster.c — defines: cluster files (see cluster.h). */
 #include "io/cluster.h"
 
 #include <stdio.h>
@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/json_doc.h"
+#include "io/json_fields.h"
 #include "qsync/dtype.h"
 
 #define QS_CLUSTER_MAX_BYTES (1u << 20)
@@ -49,12 +50,16 @@ static qs_status get_whole(const qs_cluster *c, const cJSON *obj, const char *pa
     return QS_OK;
 }
 
-/* Keys of obj must all be in `allowed` (NULL-terminated). */
+/* Keys of obj must all be in `allowed` (NULL-terminated), each given once; "comment" a string. */
 static qs_status only_keys(const qs_cluster *c, const cJSON *obj, const char *where, const char *const *allowed) {
     for (const cJSON *k = obj->child; k; k = k->next) {
         bool ok = false;
         for (int a = 0; allowed[a] && !ok; a++) ok = strcmp(k->string, allowed[a]) == 0;
         if (!ok) return QS_FAIL(QS_ERR_FORMAT, "cluster %s: unknown key \"%s\" in %s", c->origin, k->string, where);
+        if (qs_jf_key_repeated(obj, k))
+            return QS_FAIL(QS_ERR_FORMAT, "cluster %s: key \"%s\" appears twice in %s", c->origin, k->string, where);
+        if (strcmp(k->string, "comment") == 0 && !cJSON_IsString(k))
+            return QS_FAIL(QS_ERR_FORMAT, "cluster %s: \"comment\" in %s must be a string", c->origin, where);
     }
     return QS_OK;
 }
@@ -194,11 +199,10 @@ static qs_status parse_worker(qs_cluster *c, const cJSON *w, int i, qs_cluster_w
     out->calibration_steps = out->cuda ? 0 : QS_CLUSTER_DEFAULT_CALIBRATION_STEPS;
     QS_TRY(get_str(c, w, "type", i, true, out->type, sizeof out->type));
     QS_TRY(parse_precisions(c, w, i, out));
-    double threads = 0, mem = 0;
-    QS_TRY(get_num(c, w, "", "threads", i, 0, 1024, &threads));
-    QS_TRY(get_num(c, w, "", "memory_mb", i, 0, 1e9, &mem));
+    int64_t threads = 0;
+    QS_TRY(get_whole(c, w, "", "threads", i, 0, 1024, &threads));
+    QS_TRY(get_whole(c, w, "", "memory_mb", i, 0, 1e9, &out->memory_mb));
     out->threads = (int)threads;
-    out->memory_mb = (int64_t)mem;
     return parse_emulation(c, w, i, out);
 }
 

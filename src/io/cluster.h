@@ -66,7 +66,8 @@ typedef struct qs_cluster {
 } qs_cluster;
 
 /* Read and validate a cluster file (QS_ERR_FORMAT naming the file and the JSON path of the
- * fault). */
+ * fault): known keys, each given once; "threads", "memory_mb", "calibration_steps", "sm_percent"
+ * and "sm_count" whole numbers; "comment" a string. */
 qs_status qs_cluster_read(const char *path, qs_cluster *out);
 void qs_cluster_free(qs_cluster *c);
 /* Whether a job can run the cluster's workers (the file may describe more): all on CPUs, all on

@@ -1,8 +1,9 @@
-/* src/io/plan_file.c — precision plan files: parse, check against a model, write (see
+/* src/io/plan_file.c — defines: precision plan files: parse, check against a model (see
  * plan_file.h and docs/PLANS.md). */
 #include "io/plan_file.h"
 
 #include "core/json_doc.h"
+#include "io/json_fields.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -10,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/atomic_file.h"
 #include "graph/precision.h"
 #include "graph/precision_setup.h"
 
@@ -43,6 +43,7 @@ void qs_plan_free(qs_plan *p) {
     p->layers = NULL;
     p->n_layers = 0;
     qs_plan_free_types(p);
+    qs_plan_predictions_free(&p->predictions);
 }
 
 static void qs_plan_init(qs_plan *p, const char *origin) {
@@ -51,6 +52,7 @@ static void qs_plan_init(qs_plan *p, const char *origin) {
     p->default_prec = QS_PREC_FP32;
     p->grad_rounding = QS_GRAD_ROUND_UNSET;
     p->weight_scales = QS_WEIGHT_SCALES_UNSET;
+    qs_plan_predictions_read(NULL, NULL, &p->predictions);
 }
 
 /* The JSON path of `key` under prefix, for messages: `"key"` at the top level (prefix ""),
@@ -84,13 +86,6 @@ static qs_status qs_plan_get_precision(const qs_plan *p, const cJSON *item, cons
     return QS_OK;
 }
 
-/* Whether an earlier sibling of `item` has the same key (cJSON keeps duplicate keys). */
-static bool qs_plan_key_repeated(const cJSON *parent, const cJSON *item) {
-    for (const cJSON *c = parent->child; c && c != item; c = c->next)
-        if (c->string && item->string && strcmp(c->string, item->string) == 0) return true;
-    return false;
-}
-
 /* The "precisions" object at JSON path prefix + "precisions" into *layers / *n_layers
  * (allocated here; the caller frees them, on failure too). */
 static qs_status qs_plan_parse_precisions(const qs_plan *p, const cJSON *obj, const char *prefix,
@@ -112,7 +107,7 @@ static qs_status qs_plan_parse_precisions(const qs_plan *p, const cJSON *obj, co
         if (strlen(item->string) >= QS_NAME_MAX)
             return QS_FAIL(QS_ERR_FORMAT, "plan %s: %s: layer name longer than %d characters", p->origin, path,
                            QS_NAME_MAX - 1);
-        if (qs_plan_key_repeated(obj, item))
+        if (qs_jf_key_repeated(obj, item))
             return QS_FAIL(QS_ERR_FORMAT, "plan %s: %s appears twice; give each layer one precision", p->origin, path);
         qs_layer_prec *l = &(*layers)[*n_layers];
         QS_TRY(qs_plan_get_precision(p, item, path, &l->prec));
@@ -133,7 +128,7 @@ static qs_status qs_plan_parse_options(const qs_plan *p, const cJSON *obj, const
     const cJSON *item;
     cJSON_ArrayForEach(item, obj) {
         const char *k = item->string ? item->string : "";
-        if (qs_plan_key_repeated(obj, item))
+        if (qs_jf_key_repeated(obj, item))
             return QS_FAIL(QS_ERR_FORMAT, "plan %s: %soptions.%s appears twice", p->origin, prefix, k);
         const char *v = cJSON_IsString(item) ? item->valuestring : NULL;
         if (strcmp(k, "grad_rounding") == 0) {
@@ -162,7 +157,7 @@ static qs_status qs_plan_section_label(const qs_plan *p, const cJSON *types, con
     if (strlen(t) >= sizeof s->type)
         return QS_FAIL(QS_ERR_FORMAT, "plan %s: device_types[\"%.*s...\"]: device-type label longer than %d "
                        "characters", p->origin, 24, t, (int)sizeof s->type - 1);
-    if (qs_plan_key_repeated(types, item))
+    if (qs_jf_key_repeated(types, item))
         return QS_FAIL(QS_ERR_FORMAT, "plan %s: device_types[\"%s\"] appears twice; give each device type one "
                        "section", p->origin, t);
     snprintf(s->type, sizeof s->type, "%s", t);
@@ -185,7 +180,7 @@ static qs_status qs_plan_check_section_keys(const qs_plan *p, const cJSON *item,
         if (!known)
             return QS_FAIL(QS_ERR_FORMAT, "plan %s: device_types[\"%s\"]: unknown key \"%s\" (a device-type section "
                            "has default, precisions, options)", p->origin, s->type, k);
-        if (qs_plan_key_repeated(item, c))
+        if (qs_jf_key_repeated(item, c))
             return QS_FAIL(QS_ERR_FORMAT, "plan %s: device_types[\"%s\"].%s appears twice", p->origin, s->type, k);
     }
     return QS_OK;
@@ -206,8 +201,10 @@ static qs_status qs_plan_parse_section(const qs_plan *p, const cJSON *types, con
         QS_TRY(qs_plan_get_precision(p, c, path, &s->default_prec));
         s->has_default = true;
     }
-    if ((c = cJSON_GetObjectItemCaseSensitive(item, "precisions")))
+    if ((c = cJSON_GetObjectItemCaseSensitive(item, "precisions"))) {
+        s->has_precisions = true;
         QS_TRY(qs_plan_parse_precisions(p, c, prefix, &s->layers, &s->n_layers));
+    }
     if ((c = cJSON_GetObjectItemCaseSensitive(item, "options")))
         QS_TRY(qs_plan_parse_options(p, c, prefix, &s->grad_rounding, &s->weight_scales));
     return QS_OK;
@@ -246,7 +243,7 @@ static qs_status qs_plan_check_keys(const qs_plan *p, const cJSON *root) {
             return QS_FAIL(QS_ERR_FORMAT, "plan %s: unknown key \"%s\" (a plan has format, version, model, config, "
                            "backend, device_type, default, precisions, options, comment, predictions, and from "
                            "version 2 device_types)", p->origin, k);
-        if (qs_plan_key_repeated(root, item))
+        if (qs_jf_key_repeated(root, item))
             return QS_FAIL(QS_ERR_FORMAT, "plan %s: key \"%s\" appears twice", p->origin, k);
     }
     return QS_OK;
@@ -310,6 +307,7 @@ static qs_status qs_plan_parse_root(qs_plan *p, const cJSON *root) {
         return QS_FAIL(QS_ERR_FORMAT, "plan %s: \"comment\" must be a string", p->origin);
     if ((item = cJSON_GetObjectItemCaseSensitive(root, "predictions")) && !cJSON_IsObject(item))
         return QS_FAIL(QS_ERR_FORMAT, "plan %s: \"predictions\" must be an object", p->origin);
+    if (item) QS_TRY(qs_plan_predictions_read(item, p->origin, &p->predictions));
     if ((item = cJSON_GetObjectItemCaseSensitive(root, "default")))
         QS_TRY(qs_plan_get_precision(p, item, "\"default\"", &p->default_prec));
     if ((item = cJSON_GetObjectItemCaseSensitive(root, "precisions")))
@@ -494,117 +492,6 @@ qs_status qs_plan_apply(const qs_plan *p, qs_model *m, qs_backend *be, bool allo
     QS_TRY(qs_plan_check_model(p, m, be));
     qs_precision_assignment a = qs_plan_assignment(p);
     return qs_precision_assign(&a, m, be, allow_emulated);
-}
-
-/* ------------------------------------------------------------------ writing */
-
-qs_status qs_plan_from_model(const qs_model *m, qs_plan *out) {
-    qs_plan_init(out, m->arch);
-    snprintf(out->model, sizeof out->model, "%s", m->arch);
-    snprintf(out->config, sizeof out->config, "%s", m->config);
-    out->grad_rounding = m->grad_round_nearest ? QS_GRAD_ROUND_NEAREST : QS_GRAD_ROUND_STOCHASTIC;
-    out->weight_scales = m->weight_per_channel ? QS_WEIGHT_SCALES_CHANNEL : QS_WEIGHT_SCALES_TENSOR;
-    out->layers = calloc((size_t)m->n_nodes + 1, sizeof *out->layers);
-    if (!out->layers) return QS_FAIL(QS_ERR_OOM, "plan of model %s: out of memory", m->arch);
-    for (int i = 0; i < m->n_nodes; i++) {
-        const qs_node *nd = &m->nodes[i];
-        if (!qs_node_precision_selectable(nd->kind)) continue;
-        qs_layer_prec *l = &out->layers[out->n_layers++];
-        snprintf(l->name, sizeof l->name, "%s", nd->name);
-        l->prec = nd->prec;
-    }
-    return QS_OK;
-}
-
-/* Add "precisions": {name: precision, ...} to o. */
-static bool qs_plan_add_layers(cJSON *o, const qs_layer_prec *layers, int n) {
-    cJSON *prec = cJSON_AddObjectToObject(o, "precisions");
-    bool ok = prec != NULL;
-    for (int i = 0; ok && i < n; i++)
-        ok = cJSON_AddStringToObject(prec, layers[i].name, qs_precision_name(layers[i].prec)) != NULL;
-    return ok;
-}
-
-/* Add "options" to o when either option is set. */
-static bool qs_plan_add_options(cJSON *o, qs_grad_rounding gr, qs_weight_scales ws) {
-    if (gr == QS_GRAD_ROUND_UNSET && ws == QS_WEIGHT_SCALES_UNSET) return true;
-    cJSON *opt = cJSON_AddObjectToObject(o, "options");
-    bool ok = opt != NULL;
-    if (ok && gr != QS_GRAD_ROUND_UNSET) ok = cJSON_AddStringToObject(opt, "grad_rounding", qs_grad_rounding_name(gr)) != NULL;
-    if (ok && ws != QS_WEIGHT_SCALES_UNSET) ok = cJSON_AddStringToObject(opt, "weight_scales", qs_weight_scales_name(ws)) != NULL;
-    return ok;
-}
-
-/* Add "device_types" (p's sections) to o. */
-static bool qs_plan_add_types(cJSON *o, const qs_plan *p) {
-    cJSON *types = cJSON_AddObjectToObject(o, "device_types");
-    bool ok = types != NULL;
-    for (int i = 0; ok && i < p->n_types; i++) {
-        const qs_plan_section *s = &p->types[i];
-        cJSON *so = cJSON_AddObjectToObject(types, s->type);
-        ok = so != NULL;
-        if (ok && s->has_default) ok = cJSON_AddStringToObject(so, "default", qs_precision_name(s->default_prec)) != NULL;
-        if (ok && s->n_layers) ok = qs_plan_add_layers(so, s->layers, s->n_layers);
-        if (ok) ok = qs_plan_add_options(so, s->grad_rounding, s->weight_scales);
-    }
-    return ok;
-}
-
-cJSON *qs_plan_to_json(const qs_plan *p) {
-    cJSON *o = cJSON_CreateObject();
-    if (!o) return NULL;
-    int version = p->n_types ? QS_PLAN_VERSION : QS_PLAN_VERSION_MIN;
-    bool ok = cJSON_AddStringToObject(o, "format", QS_PLAN_FORMAT) && cJSON_AddNumberToObject(o, "version", version) &&
-              cJSON_AddStringToObject(o, "model", p->model);
-    if (ok && p->config[0]) ok = cJSON_AddStringToObject(o, "config", p->config) != NULL;
-    if (ok && p->backend[0]) ok = cJSON_AddStringToObject(o, "backend", p->backend) != NULL;
-    if (ok && p->device_type[0]) ok = cJSON_AddStringToObject(o, "device_type", p->device_type) != NULL;
-    if (ok) ok = cJSON_AddStringToObject(o, "default", qs_precision_name(p->default_prec)) != NULL;
-    if (ok) ok = qs_plan_add_layers(o, p->layers, p->n_layers);
-    if (ok) ok = qs_plan_add_options(o, p->grad_rounding, p->weight_scales);
-    if (ok && p->n_types) ok = qs_plan_add_types(o, p);
-    if (!ok) {
-        cJSON_Delete(o);
-        return NULL;
-    }
-    return o;
-}
-
-qs_status qs_plan_save(const qs_plan *p, const char *path) {
-    cJSON *o = qs_plan_to_json(p);
-    char *text = o ? cJSON_Print(o) : NULL;
-    cJSON_Delete(o);
-    if (!text) return QS_FAIL(QS_ERR_OOM, "writing plan %s: out of memory", path);
-    size_t n = strlen(text);
-    char *buf = realloc(text, n + 2);
-    if (!buf) {
-        free(text);
-        return QS_FAIL(QS_ERR_OOM, "writing plan %s: out of memory", path);
-    }
-    buf[n] = '\n';
-    buf[n + 1] = '\0';
-    qs_status st = qs_write_file_atomic(path, buf, n + 1);
-    free(buf);
-    if (st != QS_OK) return qs_error_wrap(st, "writing plan %s: ", path);
-    return QS_OK;
-}
-
-qs_status qs_plan_write(const qs_model *m, const char *path) {
-    qs_plan p;
-    QS_TRY(qs_plan_from_model(m, &p));
-    qs_status st = qs_plan_save(&p, path);
-    qs_plan_free(&p);
-    return st;
-}
-
-char *qs_plan_model_json(const qs_model *m) {
-    qs_plan p;
-    if (qs_plan_from_model(m, &p) != QS_OK) return NULL;
-    cJSON *o = qs_plan_to_json(&p);
-    qs_plan_free(&p);
-    char *s = o ? cJSON_PrintUnformatted(o) : NULL;
-    cJSON_Delete(o);
-    return s;
 }
 
 /* Differences collected by qs_plan_compare: the first few, then a count. */

@@ -14,7 +14,9 @@
  *    "options": {"grad_rounding": "stochastic"|"nearest", "weight_scales": "tensor"|"channel"},
  *    "device_types": {"cpu-slow": {"default": ..., "precisions": {...}, "options": {...}}},
  *                                        version 2 only: per-device-type sections (below)
- *    "comment": "...", "predictions": {...}}   optional, not interpreted
+ *    "comment": "...",                   optional, not interpreted
+ *    "predictions": {...}}               optional: qsync plan's predictions, typed where known
+ *                                        (io/plan_predictions.h), otherwise free-form
  * A version-2 plan without "device_types" is a version-1 plan.
  *
  * Per-device-type sections: each rank calls qs_plan_select_device_type with its device type
@@ -49,6 +51,7 @@
 #include "core/backend.h"
 #include "graph/graph.h"
 #include "graph/precision_setup.h"
+#include "io/plan_predictions.h"
 
 #define QS_PLAN_FORMAT "qsync-plan"
 #define QS_PLAN_VERSION 2     /* the newest version read (and written when a plan has sections) */
@@ -63,6 +66,7 @@ typedef struct qs_plan_section {
     bool has_default;
     qs_layer_prec *layers;       /* the section's "precisions", in file order */
     int n_layers;
+    bool has_precisions;         /* "precisions" was given (possibly empty) */
     qs_grad_rounding grad_rounding; /* UNSET: the top-level option */
     qs_weight_scales weight_scales;
 } qs_plan_section;
@@ -82,6 +86,7 @@ typedef struct qs_plan {
     qs_plan_section *types;    /* "device_types" sections, in file order (owned; qs_plan_free) */
     int n_types;               /* 0: none, or already resolved by qs_plan_select_device_type */
     bool uniform;              /* made by qs_plan_uniform (messages speak of --precision) */
+    qs_plan_predictions predictions; /* what qsync plan predicted ("predictions"; io/plan_predictions.h) */
 } qs_plan;
 
 /* Parse plan text (NUL-terminated); `origin` names it in messages (a path). On failure *out

@@ -24,8 +24,7 @@
 #include "qsync/dtype.h"
 #include "qsync/status.h"
 
-#define QS_INDICATOR_FORMAT "qsync-indicator"
-#define QS_INDICATOR_VERSION 1
+#include "io/indicator_file.h" /* QS_INDICATOR_FORMAT, QS_INDICATOR_VERSION */
 
 typedef enum qs_indicator_method {
     QS_IND_GVAR = 0, /* BRIEF's bi-directional gradient-variance form (default) */

@@ -37,13 +37,14 @@
 #include <cjson/cJSON.h>
 
 #include "io/cluster.h"
+#include "io/indicator_file.h"
+#include "io/profile_file.h"
 #include "qsync/status.h"
 
 /* One worker of the cluster, as the replayer sees it. */
 typedef struct qs_planb_worker {
     const char *type;         /* device-type label (non-empty) */
-    const cJSON *profile;     /* its type's profile (borrowed) */
-    const char *profile_path; /* for messages */
+    const qs_profile *profile; /* its type's profile (borrowed; its origin names it) */
     double slowdown;          /* emulated, ≥ 1 */
     bool slow_whole_step;     /* the slowdown covers the whole step */
     int64_t memory_cap;       /* bytes; 0 = none */
@@ -55,8 +56,7 @@ typedef struct qs_planb_request {
     const char *arch;         /* the model, e.g. "cnn" */
     const char *config;       /* its resolved config string (qs_model.config) */
     int64_t batch;            /* the local batch of every worker */
-    const cJSON *indicator;   /* format "qsync-indicator" version 1 (borrowed) */
-    const char *indicator_path;
+    const qs_indicator_file *indicator; /* borrowed; its origin names it */
     double target_ms;         /* > 0: this T; else the fastest type's synchronized iteration */
     bool greedy_only;         /* skip the exact solver */
     double tolerance;         /* relative: a replay ≤ T·(1 + tolerance) meets T (default 0.005) */
@@ -72,18 +72,18 @@ typedef struct qs_planb_request {
  * "predictions" with "base_precision") the caller writes and deletes. Errors: QS_ERR_INVALID_ARG
  * (fewer than 2 workers or device types, bad request), QS_ERR_MISMATCH (profiles of another
  * model, options or batch, profiles starting at different precisions, an indicator of another
- * model or config), QS_ERR_FORMAT / QS_ERR_NOT_FOUND (a profile without runs, indicator content),
+ * model or config), QS_ERR_FORMAT / QS_ERR_NOT_FOUND (a layer or a precision's ω the indicator
+ * lacks),
  * QS_ERR_INFEASIBLE (no plan meets T or a memory cap: the message gives the best achievable
  * synchronized time); *plan_doc is NULL then. */
 qs_status qs_plan_build(const qs_planb_request *rq, cJSON **plan_doc);
 
 /* The workers of cluster c as the allocator sees them (w: c->n_workers entries), worker r with
- * its type's profile profiles[r] (read from profile_paths[r], for messages; borrowed). A profile
+ * its type's profile profiles[r] (borrowed). A profile
  * taken under the worker's emulation holds its slowdown; a worker emulated but profiled without
  * it gets the slowdown applied by the replayer. Errors: QS_ERR_INVALID_ARG (the cluster sets a
  * worker's precisions: the plan chooses them), QS_ERR_MISMATCH (a profile taken under another
  * slowdown than its worker's). */
-qs_status qs_planb_workers_from_cluster(const qs_cluster *c, const cJSON *const *profiles,
-                                        const char *const *profile_paths, qs_planb_worker *w);
+qs_status qs_planb_workers_from_cluster(const qs_cluster *c, const qs_profile *const *profiles, qs_planb_worker *w);
 
 #endif

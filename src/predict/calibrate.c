@@ -1,6 +1,7 @@
-/* src/predict/calibrate.c — the calibrated replay (calibrate.h). */
+/* src/predict/calibrate.c — defines: the calibrated replay (calibrate.h). */
 #include "predict/calibrate.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,8 +14,6 @@ typedef struct qs_cal_type {
     double share[QS_PREC_COUNT];
     int workers;
 } qs_cal_type;
-
-static const cJSON *qs_cal_get(const cJSON *o, const char *key) { return cJSON_GetObjectItemCaseSensitive(o, key); }
 
 /* Worker w's share of its Conv2d/Linear/MatMul time (qs_sim_node_charges) at each precision
  * into share (QS_PREC_COUNT entries, summing to 1, or all 0 when it has none). */
@@ -42,8 +41,8 @@ static qs_status qs_cal_types(const qs_sim_worker *w, int n, qs_cal_type *t, int
     *nt = 0;
     *why = NULL;
     for (int r = 0; r < n && !*why; r++) {
-        const cJSON *own = qs_cal_get(qs_cal_get(w[r].profile, "device"), "type");
-        if (!w[r].type || !cJSON_IsString(own) || strcmp(own->valuestring, w[r].type) != 0) {
+        const char *own = w[r].profile->device.type; /* "": none */
+        if (!w[r].type || !own[0] || strcmp(own, w[r].type) != 0) {
             *why = "a worker is replayed from a profile of another device type (or of none)";
             break;
         }
@@ -69,33 +68,41 @@ static qs_status qs_cal_types(const qs_sim_worker *w, int n, qs_cal_type *t, int
     return QS_OK;
 }
 
-/* Whether the mixed run entry e was taken at assignment a (a[k] for type t[k]). */
-static bool qs_cal_entry_is(const cJSON *e, const qs_cal_type *t, int nt, const qs_precision *a) {
-    const cJSON *as = qs_cal_get(e, "precisions");
-    if (cJSON_GetArraySize(as) != nt) return false;
+/* Whether the mixed run e was taken at assignment a (a[k] for type t[k]). */
+static bool qs_cal_entry_is(const qs_profile_mixed_run *e, const qs_cal_type *t, int nt, const qs_precision *a) {
+    if (e->n_types != nt) return false;
     for (int k = 0; k < nt; k++) {
-        const cJSON *p = qs_cal_get(as, t[k].name);
-        if (!cJSON_IsString(p) || strcmp(p->valuestring, qs_precision_name(a[k])) != 0) return false;
+        int i = 0;
+        while (i < e->n_types && strcmp(e->types[i], t[k].name) != 0) i++;
+        if (i == e->n_types || e->precs[i] != a[k]) return false;
     }
     return true;
+}
+
+/* The in-place sync record of assignment a in profile p: the uniform run's, else the first mixed
+ * run of a that has one; NULL when there is none. */
+static const qs_profile_sync *qs_cal_sync_of(const qs_profile *p, const qs_cal_type *t, int nt, const qs_precision *a) {
+    bool uniform = true;
+    for (int k = 1; k < nt; k++) uniform &= a[k] == a[0];
+    if (uniform) {
+        const qs_profile_prec_run *run = qs_profile_run_at(p, a[0]);
+        return run && run->has_sync ? &run->sync : NULL;
+    }
+    for (int i = 0; i < p->n_mixed; i++)
+        if (p->mixed[i].has_sync && qs_cal_entry_is(&p->mixed[i], t, nt, a)) return &p->mixed[i].sync;
+    return NULL;
 }
 
 /* The synchronized step measured in place at assignment a between n ranks with nb buckets of
  * o's size and overlap, from the first worker's profile that has it; < 0 when none has. */
 static double qs_cal_measured(const qs_sim_worker *w, int n, const qs_cal_type *t, int nt, const qs_precision *a, int nb,
                               const qs_sim_options *o) {
-    bool uniform = true;
-    for (int k = 1; k < nt; k++) uniform &= a[k] == a[0];
     for (int r = 0; r < n; r++) {
-        const cJSON *gs = NULL, *e, *mixed = uniform ? NULL : qs_cal_get(w[r].profile, "mixed_runs");
-        if (uniform) gs = qs_cal_get(qs_cal_get(qs_cal_get(w[r].profile, "runs"), qs_precision_name(a[0])), "grad_sync");
-        cJSON_ArrayForEach(e, mixed)
-            if (!gs && qs_cal_entry_is(e, t, nt, a)) gs = qs_cal_get(e, "grad_sync");
-        const cJSON *ms = qs_cal_get(gs, o->overlap ? "overlap_step_ms" : "no_overlap_step_ms");
-        if (cJSON_IsNumber(ms) && cJSON_GetNumberValue(qs_cal_get(gs, "ranks")) == n &&
-            cJSON_GetNumberValue(qs_cal_get(gs, "buckets")) == nb &&
-            cJSON_GetNumberValue(qs_cal_get(gs, "bucket_bytes")) == (double)o->bucket_bytes)
-            return ms->valuedouble;
+        const qs_profile_sync *gs = qs_cal_sync_of(w[r].profile, t, nt, a);
+        double ms = gs ? (o->overlap ? gs->overlap_step_ms : gs->no_overlap_step_ms) : NAN;
+        if (!isnan(ms) && (double)gs->ranks == n && (double)gs->buckets == nb &&
+            (double)gs->bucket_bytes == (double)o->bucket_bytes)
+            return ms;
     }
     return -1;
 }
@@ -109,37 +116,46 @@ static qs_status qs_cal_replayed(const qs_sim_worker *w, int n, const qs_sim_opt
     qs_status st = QS_OK;
     for (int r = 0; r < n && st == QS_OK; r++) {
         x[r] = w[r];
-        x[r].as_run = qs_cal_get(qs_cal_get(w[r].profile, "runs"), qs_precision_name(a[of[r]]));
+        x[r].as_run = qs_profile_run_at(w[r].profile, a[of[r]]);
         if (!x[r].as_run)
-            st = QS_FAIL(QS_ERR_MISMATCH, "%s has no run at %s to calibrate against", w[r].profile_path,
+            st = QS_FAIL(QS_ERR_MISMATCH, "%s has no run at %s to calibrate against", w[r].profile->origin,
                          qs_precision_name(a[of[r]]));
     }
-    cJSON *doc = NULL;
-    if (st == QS_OK) st = qs_sim_replay(x, n, o, NULL, &doc);
-    if (st == QS_OK) *ms = cJSON_GetNumberValue(qs_cal_get(doc, "iteration_ms"));
-    cJSON_Delete(doc);
+    qs_sim_result res;
+    memset(&res, 0, sizeof res);
+    if (st == QS_OK) st = qs_sim_replay(x, n, o, NULL, &res);
+    if (st == QS_OK) *ms = res.iteration_ms;
+    qs_sim_result_free(&res);
     free(x);
     return st;
 }
 
-/* The assignment's entry in "calibration"."assignments". */
-static cJSON *qs_cal_entry(const qs_cal_type *t, int nt, const qs_precision *a, double weight, double measured,
-                           double replayed) {
-    cJSON *e = cJSON_CreateObject(), *as = cJSON_AddObjectToObject(e, "precisions");
-    for (int k = 0; k < nt; k++) cJSON_AddStringToObject(as, t[k].name, qs_precision_name(a[k]));
-    cJSON_AddNumberToObject(e, "weight", weight);
-    cJSON_AddNumberToObject(e, "measured_ms", measured);
-    cJSON_AddNumberToObject(e, "replayed_ms", replayed);
-    return e;
+/* Append assignment a's entry to c->assignments. */
+static qs_status qs_cal_entry(qs_sim_calibration *c, const qs_cal_type *t, int nt, const qs_precision *a, double weight,
+                              double measured, double replayed) {
+    qs_sim_assignment *l = realloc(c->assignments, (size_t)(c->n_assignments + 1) * sizeof *l);
+    if (!l) return QS_FAIL(QS_ERR_OOM, "out of memory calibrating the replay");
+    c->assignments = l;
+    qs_sim_assignment *e = &l[c->n_assignments++];
+    memset(e, 0, sizeof *e);
+    for (int k = 0; k < nt; k++) {
+        e->types[k] = t[k].name;
+        e->precs[k] = a[k];
+    }
+    e->n_types = nt;
+    e->weight = weight;
+    e->measured_ms = measured;
+    e->replayed_ms = replayed;
+    return QS_OK;
 }
 
-/* Σ_a w_a·r_a over the assignments of positive weight into *residual, their entries into list;
- * *why (NULL when it could) says why it could not. */
+/* Σ_a w_a·r_a over the assignments of positive weight into c->residual_ms, their entries into
+ * c->assignments; c->reason (NULL when it could) says why it could not. */
 static qs_status qs_cal_residual(const qs_sim_worker *w, int n, const qs_sim_options *o, const qs_cal_type *t, int nt,
-                                 const int *of, int nb, cJSON *list, double *residual, const char **why) {
+                                 const int *of, int nb, qs_sim_calibration *c) {
     int digit[QS_CAL_MAX_TYPES] = {0};
     qs_precision a[QS_CAL_MAX_TYPES];
-    *residual = 0;
+    c->residual_ms = 0;
     for (;;) { /* every assignment, the last type's precision fastest */
         double weight = 1;
         for (int k = 0; k < nt; k++) {
@@ -149,13 +165,13 @@ static qs_status qs_cal_residual(const qs_sim_worker *w, int n, const qs_sim_opt
         if (weight > 1e-12) {
             double measured = qs_cal_measured(w, n, t, nt, a, nb, o), replayed = 0;
             if (measured < 0) {
-                *why = "an assignment of the plan's precisions to the device types has no synchronized step "
-                       "measured in place (profile under mpirun with this cluster, buckets and overlap)";
+                c->reason = "an assignment of the plan's precisions to the device types has no synchronized step "
+                            "measured in place (profile under mpirun with this cluster, buckets and overlap)";
                 return QS_OK;
             }
             QS_TRY(qs_cal_replayed(w, n, o, of, a, &replayed));
-            *residual += weight * (measured - replayed);
-            cJSON_AddItemToArray(list, qs_cal_entry(t, nt, a, weight, measured, replayed));
+            c->residual_ms += weight * (measured - replayed);
+            QS_TRY(qs_cal_entry(c, t, nt, a, weight, measured, replayed));
         }
         int k = nt - 1;
         while (k >= 0 && ++digit[k] == QS_PREC_COUNT) digit[k--] = 0;
@@ -163,47 +179,34 @@ static qs_status qs_cal_residual(const qs_sim_worker *w, int n, const qs_sim_opt
     }
 }
 
-/* Add ms to the number doc[key]. */
-static void qs_cal_add(cJSON *doc, const char *key, double ms) {
-    cJSON *v = cJSON_GetObjectItemCaseSensitive(doc, key);
-    if (cJSON_IsNumber(v)) cJSON_SetNumberValue(v, v->valuedouble + ms);
-}
-
-qs_status qs_simulate(const qs_sim_worker *w, int n, const qs_sim_options *o, cJSON *trace, cJSON **out) {
+qs_status qs_simulate(const qs_sim_worker *w, int n, const qs_sim_options *o, cJSON *trace, qs_sim_result *out) {
     QS_TRY(qs_sim_replay(w, n, o, trace, out));
-    const cJSON *comm = qs_cal_get(*out, "comm"), *model = qs_cal_get(comm, "model");
-    cJSON *cal = cJSON_AddObjectToObject(*out, "calibration"), *list = cJSON_CreateArray();
-    const char *why = NULL;
+    qs_sim_calibration *c = &out->calibration;
     qs_cal_type t[QS_CAL_MAX_TYPES];
     int nt = 0, *of = calloc((size_t)n, sizeof *of);
-    double residual = 0;
     qs_status st = of ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory calibrating the replay");
-    if (n < 2) why = "one worker";
-    else if (!cJSON_IsString(model) || strcmp(model->valuestring, "concurrent") != 0)
-        why = "the communication is replayed serially, from the sync measured in place";
-    if (st == QS_OK && !why) st = qs_cal_types(w, n, t, &nt, of, &why);
-    if (st == QS_OK && !why)
-        st = qs_cal_residual(w, n, o, t, nt, of, (int)cJSON_GetNumberValue(qs_cal_get(comm, "buckets")), list,
-                             &residual, &why);
+    if (n < 2) c->reason = "one worker";
+    else if (strcmp(out->comm_model, "concurrent") != 0)
+        c->reason = "the communication is replayed serially, from the sync measured in place";
+    if (st == QS_OK && !c->reason) st = qs_cal_types(w, n, t, &nt, of, &c->reason);
+    if (st == QS_OK && !c->reason) st = qs_cal_residual(w, n, o, t, nt, of, out->buckets, c);
     free(of);
     if (st != QS_OK) {
-        cJSON_Delete(list);
-        cJSON_Delete(*out);
-        *out = NULL;
+        qs_sim_result_free(out);
         return st;
     }
-    cJSON_AddBoolToObject(cal, "applied", !why);
-    if (why) {
-        cJSON_AddStringToObject(cal, "reason", why);
-        cJSON_Delete(list);
+    out->calibrated = true;
+    c->applied = !c->reason;
+    if (!c->applied) {
+        free(c->assignments); /* the entries of an incomplete sum are not reported */
+        c->assignments = NULL;
+        c->n_assignments = 0;
+        c->residual_ms = 0;
         return QS_OK;
     }
-    cJSON_AddNumberToObject(cal, "replayed_ms", cJSON_GetNumberValue(qs_cal_get(*out, "iteration_ms")));
-    cJSON_AddNumberToObject(cal, "residual_ms", residual);
-    cJSON_AddItemToObject(cal, "assignments", list);
-    qs_cal_add(*out, "iteration_ms", residual);
-    qs_cal_add(*out, "iteration_mean_ms", residual);
-    cJSON *x;
-    cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(*out, "workers")) qs_cal_add(x, "iteration_ms", residual);
+    c->replayed_ms = out->iteration_ms;
+    out->iteration_ms += c->residual_ms;
+    out->iteration_mean_ms += c->residual_ms;
+    for (int r = 0; r < out->n_workers; r++) out->workers[r].iteration_ms += c->residual_ms;
     return QS_OK;
 }

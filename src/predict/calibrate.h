@@ -21,9 +21,6 @@
 #ifndef QSYNC_PREDICT_CALIBRATE_H
 #define QSYNC_PREDICT_CALIBRATE_H
 
-#include "predict/simulate.h"
-
-/* At most this many device types are calibrated (more: the replay stands). */
-#define QS_CAL_MAX_TYPES 8
+#include "predict/simulate.h" /* qs_simulate, QS_CAL_MAX_TYPES */
 
 #endif

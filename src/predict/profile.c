@@ -1,4 +1,4 @@
-/* src/predict/profile.c — per-op costs of a model at each precision, measured by the engine's
+/* src/predict/profile.c — defines: per-op costs of a model at each precision, measured by the engine's
  * own timers (see profile.h and docs/PROFILE.md). */
 #include "predict/profile.h"
 
@@ -132,19 +132,21 @@ static cJSON *qs_prof_op_json(const qs_model *m, const qs_node *n, double *const
     return op;
 }
 
-/* Profile one precision: warm-up, timed steps, medians; appends its casts to *casts. */
-static qs_status qs_prof_precision(const qs_profile_options *o, qs_precision p, qs_prof_casts *casts, cJSON **out) {
-    qs_prof_run r;
-    qs_status st = qs_prof_run_setup(o, p, &r);
-    qs_model *m = r.m;
-    int nn = st == QS_OK ? m->n_nodes : 0, reps = o->reps;
-    double *buf = st == QS_OK ? calloc((size_t)nn * QS_PROF_NCAT * (size_t)(reps + 1) + 3 * (size_t)reps, sizeof *buf)
-                              : NULL;
-    if (st == QS_OK && !buf) st = QS_FAIL(QS_ERR_OOM, "out of memory for the profile of %s", o->model);
-    double *prev = buf, *step_ms = buf ? buf + (size_t)nn * QS_PROF_NCAT * (size_t)(reps + 1) : NULL;
-    double *opt_ms = step_ms ? step_ms + reps : NULL, *avg_ms = step_ms ? step_ms + 2 * reps : NULL;
-#define QS_PROF_SAMPLE(i, c, k) (buf[(size_t)nn * QS_PROF_NCAT + (((size_t)(i) * QS_PROF_NCAT + (c)) * (size_t)reps) + (k)])
-    for (int s = 0; s < o->warmup + reps && st == QS_OK; s++) {
+/* The samples of node i's category c over the timed steps (reps of them) in a profile's buffer
+ * of nn nodes (after the nn·QS_PROF_NCAT running totals). */
+static double *qs_prof_samples(double *buf, int nn, int reps, int i, int c) {
+    return buf + (size_t)nn * QS_PROF_NCAT + ((size_t)i * QS_PROF_NCAT + (size_t)c) * (size_t)reps;
+}
+
+/* The warm-up and timed steps of run r (nn nodes, the ranks in lockstep under mpirun): per timed
+ * step its wall time into step_ms, its optimizer time into opt_ms and each node's time per
+ * category into buf (qs_prof_samples). */
+static qs_status qs_prof_time_steps(const qs_profile_options *o, qs_prof_run *r, int nn, double *buf, double *step_ms,
+                                    double *opt_ms) {
+    const qs_model *m = r->m;
+    double *prev = buf;
+    qs_status st = QS_OK;
+    for (int s = 0; s < o->warmup + o->reps && st == QS_OK; s++) {
         for (int i = 0; i < nn; i++)
             for (int c = 0; c < QS_PROF_NCAT; c++) prev[i * QS_PROF_NCAT + c] = m->nodes[i].time[qs_prof_cats[c]].total_ms;
         double opt_before = m->optimizer_time.total_ms, ms = 0;
@@ -152,15 +154,33 @@ static qs_status qs_prof_precision(const qs_profile_options *o, qs_precision p, 
             uint64_t lo, hi;
             st = qs_comm_allreduce_minmax_u64(o->comm, (uint64_t)s, &lo, &hi, 300.0);
         }
-        if (st == QS_OK) st = qs_prof_step(o, &r, &ms);
+        if (st == QS_OK) st = qs_prof_step(o, r, &ms);
         int k = s - o->warmup;
         if (st != QS_OK || k < 0) continue;
         step_ms[k] = ms;
         opt_ms[k] = m->optimizer_time.total_ms - opt_before;
         for (int i = 0; i < nn; i++)
             for (int c = 0; c < QS_PROF_NCAT; c++)
-                QS_PROF_SAMPLE(i, c, k) = m->nodes[i].time[qs_prof_cats[c]].total_ms - prev[i * QS_PROF_NCAT + c];
+                qs_prof_samples(buf, nn, o->reps, i, c)[k] =
+                    m->nodes[i].time[qs_prof_cats[c]].total_ms - prev[i * QS_PROF_NCAT + c];
     }
+    return st;
+}
+
+/* Profile one precision: warm-up, timed steps, medians; appends its casts to *casts; the median
+ * step into *step_median. */
+static qs_status qs_prof_precision(const qs_profile_options *o, qs_precision p, qs_prof_casts *casts, cJSON **out,
+                                   double *step_median) {
+    qs_prof_run r;
+    qs_status st = qs_prof_run_setup(o, p, &r);
+    qs_model *m = r.m;
+    int nn = st == QS_OK ? m->n_nodes : 0, reps = o->reps;
+    double *buf = st == QS_OK ? calloc((size_t)nn * QS_PROF_NCAT * (size_t)(reps + 1) + 3 * (size_t)reps, sizeof *buf)
+                              : NULL;
+    if (st == QS_OK && !buf) st = QS_FAIL(QS_ERR_OOM, "out of memory for the profile of %s", o->model);
+    double *step_ms = buf ? buf + (size_t)nn * QS_PROF_NCAT * (size_t)(reps + 1) : NULL;
+    double *opt_ms = step_ms ? step_ms + reps : NULL, *avg_ms = step_ms ? step_ms + 2 * reps : NULL;
+    if (st == QS_OK) st = qs_prof_time_steps(o, &r, nn, buf, step_ms, opt_ms);
     /* with several ranks, training ends the gradient sync with one scale of every gradient by
      * 1/world (grad_sync.c): its cost, the same at any world size */
     for (int k = 0; k < reps && st == QS_OK; k++) {
@@ -181,7 +201,8 @@ static qs_status qs_prof_precision(const qs_profile_options *o, qs_precision p, 
         cJSON_AddStringToObject(run, "support", qs_prec_support_name(r.be->ops->precision_support(r.be, p)));
         cJSON *steps = cJSON_AddArrayToObject(run, "step_samples_ms"); /* in order, for the jitter */
         for (int k = 0; k < reps; k++) cJSON_AddItemToArray(steps, cJSON_CreateNumber(step_ms[k]));
-        cJSON_AddNumberToObject(run, "step_ms", qs_median_inplace(step_ms, reps));
+        *step_median = qs_median_inplace(step_ms, reps);
+        cJSON_AddNumberToObject(run, "step_ms", *step_median);
         cJSON_AddNumberToObject(run, "optimizer_ms", qs_median_inplace(opt_ms, reps));
         cJSON_AddNumberToObject(run, "grad_average_ms", qs_median_inplace(avg_ms, reps));
         if (sync) cJSON_AddItemToObject(run, "grad_sync", sync);
@@ -204,19 +225,18 @@ static qs_status qs_prof_precision(const qs_profile_options *o, qs_precision p, 
         cJSON *ops = cJSON_AddArrayToObject(run, "ops");
         for (int i = 1; i < nn && st == QS_OK; i++) { /* node 0 is the input */
             double *samples[QS_PROF_NCAT];
-            for (int c = 0; c < QS_PROF_NCAT; c++) samples[c] = &QS_PROF_SAMPLE(i, c, 0);
+            for (int c = 0; c < QS_PROF_NCAT; c++) samples[c] = qs_prof_samples(buf, nn, reps, i, c);
             const qs_node *n = &m->nodes[i];
             cJSON *op = qs_prof_op_json(m, n, samples, reps);
             cJSON_AddItemToArray(ops, op);
             if (n->kind == QS_NODE_CAST) {
                 qs_prof_cast pc = {.from = m->nodes[n->inputs[0]].out_dtype, .to = n->out_dtype,
                                    .elements = (double)qs_shape_numel(n->out_ndim, n->out_shape),
-                                   .ms = cJSON_GetObjectItem(op, "cast_ms")->valuedouble};
+                                   .ms = qs_median_inplace(samples[QS_PROF_NCAT - 1], reps)}; /* its cast_ms */
                 st = qs_prof_casts_add(casts, pc);
             }
         }
     }
-#undef QS_PROF_SAMPLE
     free(buf);
     qs_prof_run_free(&r);
     if (st != QS_OK) {
@@ -229,7 +249,8 @@ static qs_status qs_prof_precision(const qs_profile_options *o, qs_precision p, 
 
 qs_status qs_profile_run(const qs_profile_options *o, qs_precision p, cJSON **run) {
     qs_prof_casts casts = {0};
-    qs_status st = qs_prof_precision(o, p, &casts, run);
+    double step = 0;
+    qs_status st = qs_prof_precision(o, p, &casts, run, &step);
     free(casts.v);
     return st;
 }
@@ -346,7 +367,8 @@ qs_status qs_profile_model(const qs_profile_options *o, cJSON **out) {
     for (int i = 0; i < o->n_precs && st == QS_OK; i++) {
         double t0 = qs_now_ms();
         cJSON *run = NULL;
-        st = qs_prof_precision(o, o->precs[i], &casts, &run);
+        double step = 0;
+        st = qs_prof_precision(o, o->precs[i], &casts, &run, &step);
         if (st != QS_OK) break;
         if (i == 0) { /* the model's resolved options, from the first run's build */
             qs_model *m = NULL;
@@ -357,7 +379,7 @@ qs_status qs_profile_model(const qs_profile_options *o, cJSON **out) {
         cJSON_AddItemToObject(runs, qs_precision_name(o->precs[i]), run);
         if (o->log)
             qs_log_info(o->log, "profiled %s at %s: step %.2f ms (median of %d), %.1f s", o->model,
-                        qs_precision_name(o->precs[i]), cJSON_GetObjectItem(run, "step_ms")->valuedouble, o->reps,
+                        qs_precision_name(o->precs[i]), step, o->reps,
                         (qs_now_ms() - t0) / 1e3);
     }
     if (st == QS_OK) cJSON_AddItemToObject(doc, "casts", qs_prof_cast_fits(&casts));
@@ -368,11 +390,4 @@ qs_status qs_profile_model(const qs_profile_options *o, cJSON **out) {
     }
     *out = doc;
     return QS_OK;
-}
-
-double qs_profile_grad_bytes(const cJSON *doc) {
-    const cJSON *runs = cJSON_GetObjectItemCaseSensitive(doc, "runs");
-    const cJSON *mem = cJSON_GetObjectItemCaseSensitive(runs ? runs->child : NULL, "memory_bytes");
-    const cJSON *g = cJSON_GetObjectItemCaseSensitive(mem, "grads");
-    return cJSON_IsNumber(g) ? g->valuedouble : 0;
 }

@@ -21,9 +21,7 @@
 #include "models/models.h"
 #include "optim/optim.h"
 #include "io/plan_file.h"
-
-#define QS_PROFILE_FORMAT "qsync-profile"
-#define QS_PROFILE_VERSION 1
+#include "io/profile_file.h"
 
 typedef struct qs_profile_options {
     const char *model;            /* built-in model name */
@@ -58,8 +56,5 @@ qs_status qs_profile_model(const qs_profile_options *o, cJSON **out);
 /* One run of the model at precision p, as qs_profile_model's "runs" hold them (under mpirun in
  * lockstep with the other ranks' runs, "grad_sync" included), into *run (caller deletes). */
 qs_status qs_profile_run(const qs_profile_options *o, qs_precision p, cJSON **run);
-
-/* The model's gradient bytes (its first run's memory_bytes.grads) in a profile, or 0. */
-double qs_profile_grad_bytes(const cJSON *doc);
 
 #endif

@@ -1,4 +1,4 @@
-/* src/predict/profile_job.c — one rank's profile job (profile_job.h). */
+/* src/predict/profile_job.c — defines: one rank's profile job (profile_job.h). */
 #include "predict/profile_job.h"
 
 #include <math.h>
@@ -11,6 +11,7 @@
 #include "data/dataset.h"
 #include "parallel/cpu_quota.h"
 #include "models/models.h"
+#include "io/profile_file.h"
 #include "predict/profile_comm.h"
 #include "predict/profile_mixed.h"
 #include "qsync/tensor.h"
@@ -128,6 +129,17 @@ static qs_status qs_profile_job_model(const qs_profile_job *j, qs_profile_option
     return st;
 }
 
+/* The model's gradient bytes (its first run's memory_bytes.grads) from this rank's profile
+ * document, read back as a profile file is (the profile must read). */
+static qs_status qs_profile_job_grad_bytes(const cJSON *doc, double *bytes) {
+    qs_profile p;
+    qs_status st = qs_profile_from_json(doc, "the profile just taken", &p);
+    if (st != QS_OK) return qs_error_wrap(QS_ERR_INTERNAL, "the profile does not read back: ");
+    *bytes = (double)p.runs[0].memory.grads;
+    qs_profile_free(&p);
+    return QS_OK;
+}
+
 qs_status qs_profile_job_run(const qs_profile_job *j, cJSON **doc) {
     *doc = NULL;
     const int world = qs_comm_world(j->comm);
@@ -164,8 +176,10 @@ qs_status qs_profile_job_run(const qs_profile_job *j, cJSON **doc) {
             if (st == QS_OK) cJSON_AddNumberToObject(*doc, "co_running_slowdown", (double)s_hi / 1e6);
             cJSON *ar = NULL;
             qs_backend *be = NULL; /* the all-reduce on the device the gradients live on */
+            double grad_bytes = 0;
+            if (st == QS_OK) st = qs_profile_job_grad_bytes(*doc, &grad_bytes);
             if (st == QS_OK && o.cuda) st = qs_backend_cuda_create(o.cuda_device, &be);
-            if (st == QS_OK) st = qs_profile_allreduce(j->comm, be, j->reps, qs_profile_grad_bytes(*doc), &ar);
+            if (st == QS_OK) st = qs_profile_allreduce(j->comm, be, j->reps, grad_bytes, &ar);
             if (be) be->ops->destroy(be);
             if (st == QS_OK) cJSON_AddItemToObject(*doc, "allreduce", ar);
             else cJSON_Delete(ar);

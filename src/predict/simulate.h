@@ -31,21 +31,24 @@
 #include <cjson/cJSON.h>
 #include "qsync/status.h"
 #include "graph/graph.h"
+#include "io/cluster.h"
+#include "io/profile_file.h"
 
 #define QS_SIM_FORMAT "qsync-simulation"
 #define QS_SIM_VERSION 1
+/* At most this many device types are calibrated (more: the replay stands; calibrate.h). */
+#define QS_CAL_MAX_TYPES 8
 
 typedef struct qs_sim_worker {
-    const char *type;         /* device-type label (reports) */
-    double slowdown;          /* emulated, ≥ 1 */
-    bool slow_whole_step;     /* the slowdown covers the whole step (CPU quota), not only the ops */
-    const cJSON *profile;     /* its device type's profile (borrowed) */
-    const char *profile_path; /* for messages */
-    const qs_model *m;        /* built with this worker's precisions and casts (setup not needed) */
-    int64_t batch;            /* its local batch: the profile must have been taken at it */
-    const cJSON *as_run;      /* NULL; else replay the worker as this run of its profile measured it
-                                 (its ops, untimed time, optimizer, averaging; no data loading):
-                                 the calibration's replay of a measured assignment (calibrate.h) */
+    const char *type;               /* device-type label (reports) */
+    double slowdown;                /* emulated, ≥ 1 */
+    bool slow_whole_step;           /* the slowdown covers the whole step (CPU quota), not only the ops */
+    const qs_profile *profile;      /* its device type's profile (borrowed; its origin names it) */
+    const qs_model *m;              /* built with this worker's precisions and casts (setup not needed) */
+    int64_t batch;                  /* its local batch: the profile must have been taken at it */
+    const qs_profile_prec_run *as_run; /* NULL; else replay the worker as this run of its profile measured it
+                                      (its ops, untimed time, optimizer, averaging; no data loading):
+                                      the calibration's replay of a measured assignment (calibrate.h) */
 } qs_sim_worker;
 
 typedef struct qs_sim_options {
@@ -62,6 +65,71 @@ typedef struct qs_sim_charge {
     double workspace;   /* its workspace, bytes (the replay adds the largest one) */
 } qs_sim_charge;
 
+/* One worker of a prediction. */
+typedef struct qs_sim_worker_result {
+    int rank;
+    const char *type;   /* the worker's (borrowed; NULL: none) */
+    double slowdown;    /* the emulated slowdown replayed (1: none) */
+    double data_ms, untimed_ms, forward_ms, backward_ms;
+    double comm_wait_ms;    /* waiting for the gradients after its own backward */
+    double grad_average_ms, optimizer_ms;
+    double iteration_ms;    /* its own finish */
+    double memory_bytes;    /* predicted peak */
+} qs_sim_worker_result;
+
+/* One assignment of a precision to each device type the calibration weighed (calibrate.h). */
+typedef struct qs_sim_assignment {
+    const char *types[QS_CAL_MAX_TYPES]; /* borrowed from the workers */
+    qs_precision precs[QS_CAL_MAX_TYPES];
+    int n_types;
+    double weight, measured_ms, replayed_ms;
+} qs_sim_assignment;
+
+/* The calibration of a prediction: applied, or why not (reason: a static string). */
+typedef struct qs_sim_calibration {
+    bool applied;
+    const char *reason;
+    double replayed_ms, residual_ms;
+    qs_sim_assignment *assignments;      /* owned */
+    int n_assignments;
+} qs_sim_calibration;
+
+/* A prediction (qs_sim_replay, qs_simulate); its document is qs_sim_result_json's. */
+typedef struct qs_sim_result {
+    double iteration_ms;      /* the synchronized iteration: the latest finish, grown by the median of the
+                                 step jitter's maximum over workers (and the calibration's residual) */
+    double iteration_mean_ms; /* grown by that maximum's mean instead */
+    double jitter_ms;
+    int slowest;              /* the worker finishing last (on a tie, the one whose backward ended last) */
+    const char *comm_model;   /* "none", "serial" or "concurrent" */
+    const char *comm_source;  /* "none", "measured sync" or "size curve" */
+    int buckets;
+    double allreduce_ms;      /* the communication's total */
+    qs_sim_worker_result *workers; /* owned */
+    int n_workers;
+    bool calibrated;          /* qs_simulate: calibration holds the outcome */
+    qs_sim_calibration calibration;
+} qs_sim_result;
+
+void qs_sim_result_free(qs_sim_result *r);
+/* The prediction as a JSON document (format QS_SIM_FORMAT): "iteration_ms", "iteration_mean_ms",
+ * "jitter_ms", "slowest", "comm" {"model", "source", "buckets", "allreduce_ms"}, "workers" (per
+ * worker the fields of qs_sim_worker_result, "type" only when it has one) and, when calibrated,
+ * "calibration" (qs_sim_calibration_json). NULL when out of memory. */
+cJSON *qs_sim_result_json(const qs_sim_result *r);
+/* {"applied": false, "reason"} or {"applied": true, "replayed_ms", "residual_ms", "assignments":
+ * [{"precisions": {type: precision}, "weight", "measured_ms", "replayed_ms"}, ...]}. */
+cJSON *qs_sim_calibration_json(const qs_sim_calibration *c);
+
+/* The emulated slowdown the replayer applies to cluster worker cw (rank r; NULL: a worker without
+ * emulation) replayed from profile p, into *slowdown (1: none) and *whole_step: none when p was
+ * taken under the worker's emulation (it holds the slowdown as it really acts); else the
+ * worker's own, over the whole step when a CPU quota emulates it (method "cgroup", or "auto"
+ * where quotas are available), over the ops otherwise. QS_ERR_MISMATCH when p was taken under
+ * another slowdown than the worker's. */
+qs_status qs_sim_worker_emulation(const qs_profile *p, const qs_cluster_worker *cw, int r, double *slowdown,
+                                  bool *whole_step);
+
 /* Per node of w->m (out: [w->m->n_nodes]; node 0, the input, and fused aliases get 0), the cost
  * the replay charges it, from the same rules as qs_simulate: the sum over nodes of ms, plus
  * data, the base run's untimed time, communication and optimizer, is the worker's iteration; of
@@ -69,32 +137,16 @@ typedef struct qs_sim_charge {
  * (src/plan/plan_build.h). Errors as qs_simulate's for this worker's profile. */
 qs_status qs_sim_node_charges(const qs_sim_worker *w, qs_sim_charge *out);
 
-/* Replay one iteration of the n workers. Returns the prediction as a JSON document (format
- * QS_SIM_FORMAT) in *out (caller deletes): "iteration_ms" (the synchronized iteration, the
- * latest worker's finish, grown by the median of the step jitter's maximum over workers),
- * "iteration_mean_ms" (grown by its mean instead), "jitter_ms", "slowest", "comm" {"model",
- * "source" ("measured sync" or "size curve"), "buckets", "allreduce_ms"}, and per
- * worker "rank", "type", "slowdown", "data_ms", "untimed_ms" (what the profile's runs spent
- * outside the per-op timers: input copies, bookkeeping), "forward_ms", "backward_ms", "comm_wait_ms"
- * (waiting for the gradients after its own backward), "grad_average_ms", "optimizer_ms", "iteration_ms" (its own
- * finish) and "memory_bytes" (predicted peak). When trace is not NULL, Chrome-trace events
- * (one process per worker, a compute and a communication thread) are appended to it.
- * Errors: a profile of another model, options or batch, a precision without a run in the
- * profile, several workers without an all-reduce measurement for that many ranks. */
-/* The highest precision (in the order fp32, tf32, bf16, fp16, fp8, int8) a profile has a run
- * for, into *out: the profile's base (fp32 on a CPU profile, bf16 in a GPU profile of bf16 and
- * fp8; the planner's base). false when it has none. */
-bool qs_profile_top_precision(const cJSON *profile, qs_precision *out);
-/* Whether op `name` ran fused into another op in the profile's base run (its entry has
- * "fused_into": a ReLU fused into its producer, the nodes of a fused attention). */
-bool qs_profile_op_fused(const cJSON *profile, const char *name);
-
-/* The replay alone, as qs_simulate describes it, without the calibration (calibrate.h): the
- * planner's scale and the calibration's own replays. */
-qs_status qs_sim_replay(const qs_sim_worker *w, int n, const qs_sim_options *o, cJSON *trace, cJSON **out);
+/* Replay one iteration of the n workers into *out (free with qs_sim_result_free; zeroed on
+ * failure), without the calibration: the planner's scale and the calibration's own replays.
+ * When trace is not NULL, Chrome-trace events (one process per worker, a compute and a
+ * communication thread) are appended to it. Errors: a profile of another model, options or
+ * batch, a precision without a run in the profile, several workers without an all-reduce
+ * measurement for that many ranks. */
+qs_status qs_sim_replay(const qs_sim_worker *w, int n, const qs_sim_options *o, cJSON *trace, qs_sim_result *out);
 
 /* The replay (qs_sim_replay), calibrated where the profiles allow it (src/predict/calibrate.h;
- * the document then has "calibration"). */
-qs_status qs_simulate(const qs_sim_worker *w, int n, const qs_sim_options *o, cJSON *trace, cJSON **out);
+ * out->calibrated). */
+qs_status qs_simulate(const qs_sim_worker *w, int n, const qs_sim_options *o, cJSON *trace, qs_sim_result *out);
 
 #endif

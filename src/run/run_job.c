@@ -1,4 +1,4 @@
-/* src/run/run_job.c — the `qsync run` pipeline (run_job.h). */
+/* src/run/run_job.c — defines: the `qsync run` pipeline (run_job.h). */
 #include "run/run_job.h"
 
 #include <math.h>
@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "core/atomic_file.h"
-#include "core/json_doc.h"
 #include "core/timer.h"
 #include "parallel/comm.h"
 #include "plan/indicate_job.h"
@@ -57,26 +56,27 @@ typedef struct qs_run_state {
     int rank, world;
     const qs_cluster_worker *me;
     int64_t local_batch;
-    cJSON **profiles;       /* per worker: its type's profile (shared by the workers of a type) */
-    char **profile_paths;   /* per worker */
-    cJSON *indicator;       /* rank 0 */
-    char *plan_text;        /* every rank, after the broadcast */
-    cJSON *plan;            /* parsed plan_text */
-    const char *fastest;    /* the plan's fastest device type (points into plan) */
+    qs_profile **profiles;      /* per worker: its type's profile (shared by the workers of a type) */
+    qs_indicator_file indicator; /* rank 0, when it measured one */
+    char *plan_text;            /* every rank, after the broadcast */
+    qs_plan plan;               /* parsed plan_text (its sections and predictions) */
+    bool has_plan;
+    const char *fastest;        /* the plan's fastest device type (points into plan or the cluster) */
 } qs_run_state;
 
 static void qs_run_state_free(qs_run_state *s) {
     const int n = s->c->cluster->n_workers;
     for (int r = 0; s->profiles && r < n; r++) {
-        bool first = true; /* workers of one type share the document */
+        bool first = true; /* workers of one type share the profile */
         for (int q = 0; q < r && first; q++) first = s->profiles[q] != s->profiles[r];
-        if (first) cJSON_Delete(s->profiles[r]);
-        if (first && s->profile_paths) free(s->profile_paths[r]);
+        if (first && s->profiles[r]) {
+            qs_profile_free(s->profiles[r]);
+            free(s->profiles[r]);
+        }
     }
     free(s->profiles);
-    free(s->profile_paths);
-    cJSON_Delete(s->indicator);
-    cJSON_Delete(s->plan);
+    qs_indicator_file_free(&s->indicator);
+    if (s->has_plan) qs_plan_free(&s->plan);
     free(s->plan_text);
 }
 
@@ -160,19 +160,16 @@ static qs_status qs_run_profile(qs_run_state *s) {
     st = qs_run_agree(s, st, "profiling");
     for (int r = 0; r < cl->n_workers && st == QS_OK; r++) {
         int root = qs_run_type_root(cl, r);
-        if (root != r) { /* the type's document, already received */
+        if (root != r) { /* the type's profile, already received */
             s->profiles[r] = s->profiles[root];
-            s->profile_paths[r] = s->profile_paths[root];
             continue;
         }
         char *buf = r == s->rank ? text : NULL;
         size_t len = r == s->rank ? n : 0;
         st = qs_comm_bcast_bytes(s->comm, r, &buf, &len, c->train.collective_timeout_s);
-        char *p = malloc(4200);
-        if (st == QS_OK && !p) st = QS_FAIL(QS_ERR_OOM, "out of memory");
-        if (p) snprintf(p, 4200, "%s/profile-%s.json", c->out_dir, cl->workers[r].type);
-        s->profile_paths[r] = p;
-        if (st == QS_OK) st = qs_json_parse(buf, "profile", p, &s->profiles[r]);
+        if (st == QS_OK && !(s->profiles[r] = malloc(sizeof *s->profiles[r]))) st = QS_FAIL(QS_ERR_OOM, "out of memory");
+        snprintf(path, sizeof path, "%s/profile-%s.json", c->out_dir, cl->workers[r].type);
+        if (st == QS_OK) st = qs_profile_parse(buf, path, s->profiles[r]);
         if (buf != text) free(buf);
     }
     free(text);
@@ -190,9 +187,13 @@ static qs_status qs_run_indicate(qs_run_state *s) {
                            .data_dir = c->train.data_dir, .batch = s->local_batch, .batches = c->indicator_batches,
                            .method = c->method, .gamma = c->gamma, .seed = c->train.seed,
                            .threads = s->me->threads, .cuda = s->me->cuda, .cuda_device = s->me->cuda_device};
-    QS_TRY(qs_indicate_job_run(&job, &s->indicator));
+    cJSON *doc = NULL;
+    QS_TRY(qs_indicate_job_run(&job, &doc));
     char path[4096];
-    return qs_run_write_json(c, "indicator.json", s->indicator, NULL, path, sizeof path);
+    qs_status st = qs_run_write_json(c, "indicator.json", doc, NULL, path, sizeof path);
+    if (st == QS_OK) st = qs_indicator_file_from_json(doc, path, &s->indicator); /* as the planner reads it */
+    cJSON_Delete(doc);
+    return st;
 }
 
 /* Stage 3 with a given plan (rank 0): it must parse as a plan with a section per device type;
@@ -227,16 +228,15 @@ static qs_status qs_run_given_plan(qs_run_state *s) {
 
 /* Worker r's profiled step at the base precision (NAN without that run). */
 static double qs_run_base_step_ms(const qs_run_state *s, int r) {
-    const cJSON *run = cJSON_GetObjectItem(cJSON_GetObjectItem(s->profiles[r], "runs"),
-                                           qs_precision_name(s->c->base_precision));
-    return cJSON_GetNumberValue(cJSON_GetObjectItem(run, "step_ms"));
+    const qs_profile_prec_run *run = qs_profile_run_at(s->profiles[r], s->c->base_precision);
+    return run ? run->step_ms : NAN;
 }
 
 /* The fastest device type: the plan's, else (a given plan) the type whose profiled step at the
  * base precision is shortest. NULL when neither tells. */
 static const char *qs_run_fastest_type(const qs_run_state *s) {
-    const char *f = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(s->plan, "predictions"),
-                                                             "fastest_type"));
+    const qs_plan_predictions *pred = &s->plan.predictions;
+    const char *f = pred->has_fastest_type ? pred->fastest_type : NULL;
     double best = INFINITY;
     for (int r = 0; !f && r < s->world; r++) best = fmin(best, qs_run_base_step_ms(s, r));
     for (int r = 0; !f && r < s->world; r++)
@@ -244,51 +244,52 @@ static const char *qs_run_fastest_type(const qs_run_state *s) {
     return f;
 }
 
+/* Stage 3 on rank 0 without a given plan: plan (best effort) from the profiles and the
+ * indicator, and write <out>/plan.json (its text into s->plan_text). */
+static qs_status qs_run_build_plan(qs_run_state *s) {
+    const qs_run_config *c = s->c;
+    const qs_cluster *cl = c->cluster;
+    qs_log_info(c->log, "[3/4] planning: per slower device type, the least Σω within the fastest type's time");
+    qs_planb_worker *w = calloc((size_t)cl->n_workers, sizeof *w);
+    cJSON *doc = NULL;
+    qs_status st = w ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory");
+    if (st == QS_OK) st = qs_planb_workers_from_cluster(cl, (const qs_profile *const *)s->profiles, w);
+    if (st == QS_OK) {
+        qs_planb_request rq = {.workers = w, .n_workers = cl->n_workers, .arch = c->train.model,
+                               .config = s->profiles[0]->config, .batch = s->local_batch, .indicator = &s->indicator,
+                               .target_ms = c->target_ms, .greedy_only = !c->exact, .tolerance = 0.005,
+                               .max_rounds = 4, .bucket_bytes = c->train.bucket_bytes,
+                               .overlap = !c->train.no_overlap, .best_effort = true};
+        st = qs_plan_build(&rq, &doc);
+    }
+    char path[4096];
+    if (st == QS_OK) st = qs_run_write_json(c, "plan.json", doc, &s->plan_text, path, sizeof path);
+    cJSON_Delete(doc);
+    free(w);
+    return st;
+}
+
 /* Stage 3: rank 0 plans (or takes the given plan) and writes <out>/plan.json; the text is
  * broadcast and parsed everywhere. */
 static qs_status qs_run_plan(qs_run_state *s) {
     const qs_run_config *c = s->c;
-    const qs_cluster *cl = c->cluster;
     qs_status st = QS_OK;
     size_t n = 0;
     if (s->rank == 0 && c->plan_path) {
         st = qs_run_given_plan(s);
         if (st == QS_OK) n = strlen(s->plan_text);
     } else if (s->rank == 0) {
-        qs_log_info(c->log, "[3/4] planning: per slower device type, the least Σω within the fastest type's time");
-        qs_planb_worker *w = calloc((size_t)cl->n_workers, sizeof *w);
-        cJSON *doc = NULL;
-        const char *config = cJSON_GetStringValue(cJSON_GetObjectItem(s->profiles[0], "config"));
-        st = w ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory");
-        if (st == QS_OK)
-            st = qs_planb_workers_from_cluster(cl, (const cJSON *const *)s->profiles,
-                                               (const char *const *)s->profile_paths, w);
-        if (st == QS_OK && !config) st = QS_FAIL(QS_ERR_FORMAT, "%s lacks \"config\"", s->profile_paths[0]);
-        char ind_path[4096];
-        snprintf(ind_path, sizeof ind_path, "%s/indicator.json", c->out_dir);
-        if (st == QS_OK) {
-            qs_planb_request rq = {.workers = w, .n_workers = cl->n_workers, .arch = c->train.model, .config = config,
-                                   .batch = s->local_batch, .indicator = s->indicator, .indicator_path = ind_path,
-                                   .target_ms = c->target_ms, .greedy_only = !c->exact, .tolerance = 0.005,
-                                   .max_rounds = 4, .bucket_bytes = c->train.bucket_bytes,
-                                   .overlap = !c->train.no_overlap, .best_effort = true};
-            st = qs_plan_build(&rq, &doc);
-        }
-        const cJSON *pred = cJSON_GetObjectItem(doc, "predictions");
-        const cJSON *asked = cJSON_GetObjectItem(pred, "target_asked_ms");
-        if (st == QS_OK && !cJSON_IsTrue(cJSON_GetObjectItem(pred, "target_met")))
-            qs_log_warn(c->log, "no plan meets T = %.3f ms: each slower type takes its fastest plan (predicted %.3f ms)",
-                        cJSON_GetNumberValue(asked ? asked : cJSON_GetObjectItem(pred, "target_ms")),
-                        cJSON_GetNumberValue(cJSON_GetObjectItem(pred, "synchronized_ms")));
-        char path[4096];
-        if (st == QS_OK) st = qs_run_write_json(c, "plan.json", doc, &s->plan_text, path, sizeof path);
+        st = qs_run_build_plan(s);
         if (st == QS_OK) n = strlen(s->plan_text);
-        cJSON_Delete(doc);
-        free(w);
     }
     st = qs_run_agree(s, st, "planning");
     if (st == QS_OK) st = qs_comm_bcast_bytes(s->comm, 0, &s->plan_text, &n, c->train.collective_timeout_s);
-    if (st == QS_OK) st = qs_json_parse(s->plan_text, "plan", "the broadcast plan", &s->plan);
+    if (st == QS_OK) st = qs_plan_parse(s->plan_text, "the broadcast plan", &s->plan);
+    s->has_plan = st == QS_OK;
+    const qs_plan_predictions *pred = &s->plan.predictions;
+    if (st == QS_OK && s->rank == 0 && !c->plan_path && !pred->target_met)
+        qs_log_warn(c->log, "no plan meets T = %.3f ms: each slower type takes its fastest plan (predicted %.3f ms)",
+                    !isnan(pred->target_asked_ms) ? pred->target_asked_ms : pred->target_ms, pred->synchronized_ms);
     if (st == QS_OK && !(s->fastest = qs_run_fastest_type(s)))
         st = QS_FAIL(QS_ERR_FORMAT, "no fastest device type: the profiles hold no run at the base precision %s",
                      qs_precision_name(c->base_precision));
@@ -424,7 +425,23 @@ qs_status qs_run_check(const qs_run_config *c, int world) {
     return QS_OK;
 }
 
-qs_status qs_run(const qs_run_config *c, cJSON **report) {
+/* Stage 5 (rank 0): the report's figures, <out>/report.json and the plot; the report takes the
+ * plan over. */
+static qs_status qs_run_finish(qs_run_state *s, qs_run_report *rep) {
+    const qs_run_config *c = s->c;
+    qs_run_report_set_plan(rep, &s->plan);
+    s->has_plan = false;
+    QS_TRY(qs_run_report_finish(rep));
+    cJSON *doc = qs_run_report_json(rep);
+    char path[4096];
+    qs_status st = doc ? qs_run_write_json(c, "report.json", doc, NULL, path, sizeof path)
+                       : QS_FAIL(QS_ERR_OOM, "out of memory writing the report");
+    cJSON_Delete(doc);
+    if (st == QS_OK && c->plot_path) st = qs_run_plot(rep, c->plot_path);
+    return st;
+}
+
+qs_status qs_run(const qs_run_config *c, qs_run_report **report) {
     *report = NULL;
     qs_run_state s = {.c = c, .comm = c->train.comm};
     s.rank = qs_comm_rank(s.comm);
@@ -435,8 +452,8 @@ qs_status qs_run(const qs_run_config *c, cJSON **report) {
     qs_status st = s.rank == 0 ? qs_dir_ensure_writable(c->out_dir) : QS_OK;
     st = qs_run_agree(&s, st, "setting up the output directory");
     s.profiles = calloc((size_t)s.world, sizeof *s.profiles);
-    s.profile_paths = calloc((size_t)s.world, sizeof *s.profile_paths);
-    if (st == QS_OK && (!s.profiles || !s.profile_paths)) st = QS_FAIL(QS_ERR_OOM, "out of memory");
+    qs_run_report *rep = calloc(1, sizeof *rep);
+    if (st == QS_OK && (!s.profiles || !rep)) st = QS_FAIL(QS_ERR_OOM, "out of memory");
     double t0 = qs_now_ms();
     if (st == QS_OK) st = qs_run_profile(&s);
     if (st == QS_OK) qs_log_info(c->log, "      profiles taken in %.1f s", (qs_now_ms() - t0) / 1e3);
@@ -446,20 +463,15 @@ qs_status qs_run(const qs_run_config *c, cJSON **report) {
     t0 = qs_now_ms();
     if (st == QS_OK) st = qs_run_plan(&s);
     if (st == QS_OK) qs_log_info(c->log, "      plan ready in %.1f s", (qs_now_ms() - t0) / 1e3);
-    qs_run_report rep;
-    qs_run_report_init(&rep, c, s.plan);
-    if (st == QS_OK) st = qs_run_train(&s, &rep);
-    if (st == QS_OK && s.rank == 0) {
-        char path[4096];
-        st = qs_run_report_finish(&rep, report);
-        if (st == QS_OK) st = qs_run_write_json(c, "report.json", *report, NULL, path, sizeof path);
-        if (st == QS_OK && c->plot_path) st = qs_run_plot(&rep, c->plot_path);
-    }
-    qs_run_report_free(&rep);
+    if (rep) qs_run_report_init(rep, c);
+    if (st == QS_OK) st = qs_run_train(&s, rep);
+    if (st == QS_OK && s.rank == 0) st = qs_run_finish(&s, rep);
     qs_run_state_free(&s);
-    if (st != QS_OK) {
-        cJSON_Delete(*report);
-        *report = NULL;
+    if (st == QS_OK && s.rank == 0) {
+        *report = rep;
+        return QS_OK;
     }
+    if (rep) qs_run_report_free(rep);
+    free(rep);
     return st;
 }

@@ -82,9 +82,12 @@ bool qs_run_arms_parse(const qs_run_config *c, const char *list, bool on[QS_ARM_
  * the global batch divides evenly, seeds ≥ 1, the low precision is below the base. */
 qs_status qs_run_check(const qs_run_config *c, int world);
 
-/* Run the pipeline. On QS_OK rank 0's *report is the report document (also written to
- * <out>/report.json; caller deletes), NULL on the other ranks. A failure on one rank fails the
- * job on every rank (callers abort the job when it is not a collective failure). */
-qs_status qs_run(const qs_run_config *c, cJSON **report);
+struct qs_run_report;
+
+/* Run the pipeline. On QS_OK rank 0's *report is the finished report (run_report.h; its document
+ * is also written to <out>/report.json; the caller frees it with qs_run_report_free and free,
+ * while c lives), NULL on the other ranks. A failure on one rank fails the job on every rank
+ * (callers abort the job when it is not a collective failure). */
+qs_status qs_run(const qs_run_config *c, struct qs_run_report **report);
 
 #endif

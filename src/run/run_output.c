@@ -1,4 +1,4 @@
-/* src/run/run_output.c — `qsync run`'s report as text and its plot (run_report.h). */
+/* src/run/run_output.c — defines: `qsync run`'s report as text and its plot (run_report.h). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,114 +7,101 @@
 #include "core/atomic_file.h"
 #include "run/run_report.h"
 
-/* The number under key, NAN when absent or null. */
-static double qs_run_num(const cJSON *o, const char *key) {
-    const cJSON *x = cJSON_GetObjectItem(o, key);
-    return cJSON_IsNumber(x) ? x->valuedouble : NAN;
-}
-
-/* The report's base precision, the base arm's label ("fp32" for a report without one). */
-static const char *qs_run_base_label(const cJSON *doc) {
-    const char *b = cJSON_GetStringValue(cJSON_GetObjectItem(doc, "base_precision"));
-    return b ? b : "fp32";
-}
-
-/* The comparison object `<prefix><base>` of the report (NULL when absent). */
-static const cJSON *qs_run_comparison(const cJSON *doc, const char *prefix) {
-    char key[64];
-    snprintf(key, sizeof key, "%s%s", prefix, qs_run_base_label(doc));
-    return cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "comparison"), key);
-}
-
 /* "  12.34" or "      —" in a field of width w. */
 static void qs_run_print_ms(FILE *f, double x, int w, int decimals) {
     if (isfinite(x)) fprintf(f, " %*.*f", w, decimals, x);
     else fprintf(f, " %*s", w, "-");
 }
 
-static void qs_run_print_plan(const cJSON *doc, FILE *f) {
-    const cJSON *plan = cJSON_GetObjectItem(doc, "plan"), *ty, *l, *k;
-    if (cJSON_IsTrue(cJSON_GetObjectItem(plan, "given")))
-        fprintf(f, "plan: given (%s)\n", cJSON_GetStringValue(cJSON_GetObjectItem(doc, "plan_file")));
+static void qs_run_print_plan(const qs_run_report *r, FILE *f) {
+    const qs_run_config *c = r->c;
+    const qs_plan_predictions *pred = r->has_plan ? &r->plan.predictions : NULL;
+    if (c->plan_path)
+        fprintf(f, "plan: given (%s)\n", c->plan_path);
     else
-        fprintf(f, "plan: T = %.2f ms (the fastest type, %s, all %s)%s\n", qs_run_num(plan, "target_ms"),
-                cJSON_GetStringValue(cJSON_GetObjectItem(plan, "fastest_type")), qs_run_base_label(doc),
-                cJSON_IsTrue(cJSON_GetObjectItem(plan, "target_met")) ? "" : "; not met: the fastest plans were taken");
-    cJSON_ArrayForEach(ty, cJSON_GetObjectItem(plan, "types")) {
-        fprintf(f, "  %s (%s", ty->string, cJSON_GetStringValue(cJSON_GetObjectItem(ty, "solver")));
-        if (isfinite(qs_run_num(ty, "omega"))) fprintf(f, ", sum omega %.4g", qs_run_num(ty, "omega"));
+        fprintf(f, "plan: T = %.2f ms (the fastest type, %s, all %s)%s\n", pred ? pred->target_ms : NAN,
+                pred ? pred->fastest_type : "", qs_run_arm_label(c, QS_ARM_BASE),
+                pred && pred->target_met ? "" : "; not met: the fastest plans were taken");
+    for (int i = 0; i < r->n_types; i++) {
+        const qs_run_type_figures *t = &r->types[i];
+        const qs_plan_section *s = t->section;
+        fprintf(f, "  %s (%s", s->type, t->solver);
+        if (isfinite(t->omega)) fprintf(f, ", sum omega %.4g", t->omega);
         fprintf(f, "):");
-        cJSON_ArrayForEach(k, cJSON_GetObjectItem(ty, "layers_at")) fprintf(f, " %s %d", k->string, (int)k->valuedouble);
-        fprintf(f, " of %d layers; %.0f%% above %s\n   ", (int)qs_run_num(ty, "layers"),
-                100 * qs_run_num(ty, "share_above_low_precision"),
-                cJSON_GetStringValue(cJSON_GetObjectItem(doc, "low_precision")));
-        cJSON_ArrayForEach(l, cJSON_GetObjectItem(ty, "precisions")) fprintf(f, " %s=%s", l->string, l->valuestring);
+        for (int k = 0; k < t->n_at; k++) fprintf(f, " %s %d", qs_precision_name(t->at[k]), t->count[k]);
+        fprintf(f, " of %d layers; %.0f%% above %s\n   ", s->n_layers, 100 * t->share_above_low,
+                qs_precision_name(c->low_precision));
+        for (int l = 0; l < s->n_layers; l++) fprintf(f, " %s=%s", s->layers[l].name, qs_precision_name(s->layers[l].prec));
         fprintf(f, "\n");
     }
 }
 
-void qs_run_report_print(const cJSON *doc, FILE *f) {
-    const cJSON *a, *x;
-    double steps = qs_run_num(doc, "steps");
-    fprintf(f, "\nqsync run: %s on %s, cluster %s, global batch %.0f, ", cJSON_GetStringValue(cJSON_GetObjectItem(doc, "model")),
-            cJSON_GetStringValue(cJSON_GetObjectItem(doc, "data")), cJSON_GetStringValue(cJSON_GetObjectItem(doc, "cluster")),
-            qs_run_num(doc, "global_batch"));
-    if (steps > 0) fprintf(f, "%.0f steps per run", steps);
-    else fprintf(f, "%.0f epoch(s) per run", qs_run_num(doc, "epochs"));
-    if (qs_run_num(doc, "train_subset") > 0) fprintf(f, " (first %.0f training samples)", qs_run_num(doc, "train_subset"));
-    fprintf(f, ", %.0f seed(s)\n", qs_run_num(doc, "seeds"));
-    qs_run_print_plan(doc, f);
+/* The table of the arms: iteration, prediction, throughput, accuracy, final loss. */
+static void qs_run_print_arms(const qs_run_report *r, FILE *f) {
     fprintf(f, "%-8s %12s %10s %7s %9s %9s %10s\n", "arm", "iteration ms", "predicted", "error", "images/s",
             "test acc", "train loss");
-    cJSON_ArrayForEach(a, cJSON_GetObjectItem(doc, "arms")) {
-        const cJSON *runs = cJSON_GetObjectItem(a, "runs");
-        double loss = 0;
-        int n = 0;
-        cJSON_ArrayForEach(x, runs) {
-            loss += qs_run_num(x, "final_train_loss");
-            n++;
-        }
-        fprintf(f, "%-8s", a->string);
-        qs_run_print_ms(f, qs_run_num(a, "synchronized_ms"), 12, 2);
-        qs_run_print_ms(f, qs_run_num(a, "predicted_synchronized_ms"), 10, 2);
-        double err = qs_run_num(a, "prediction_error");
-        if (isfinite(err)) fprintf(f, " %+6.1f%%", 100 * err);
+    for (int a = 0; a < QS_ARM_COUNT; a++) {
+        if (!r->c->arms[a]) continue;
+        const qs_run_arm_figures *x = &r->arm[a];
+        fprintf(f, "%-8s", qs_run_arm_label(r->c, (qs_run_arm)a));
+        qs_run_print_ms(f, x->synchronized_ms, 12, 2);
+        qs_run_print_ms(f, x->predicted_ms, 10, 2);
+        if (isfinite(x->prediction_error)) fprintf(f, " %+6.1f%%", 100 * x->prediction_error);
         else fprintf(f, " %7s", "-");
-        qs_run_print_ms(f, qs_run_num(a, "mean_images_per_s"), 9, 0);
-        qs_run_print_ms(f, 100 * qs_run_num(a, "mean_test_accuracy"), 8, 2);
+        qs_run_print_ms(f, x->mean_images_per_s, 9, 0);
+        qs_run_print_ms(f, 100 * x->mean_test_accuracy, 8, 2);
         fprintf(f, "%%");
-        qs_run_print_ms(f, n ? loss / n : NAN, 10, 4);
+        qs_run_print_ms(f, x->mean_final_loss, 10, 4);
         fprintf(f, "\n");
     }
     fprintf(f, "(iteration: median step, slowest worker, median over seeds; predicted: the plan's replay, "
                "calibrated where measured)\n");
-    const cJSON *cmp = cJSON_GetObjectItem(doc, "comparison");
-    const char *base = qs_run_base_label(doc);
+}
+
+/* The comparisons against the base arm, and the qsync arm's workers against their predictions. */
+static void qs_run_print_comparison(const qs_run_report *r, FILE *f) {
+    const qs_run_config *c = r->c;
+    const char *base = qs_run_arm_label(c, QS_ARM_BASE);
     fprintf(f, "gap closed, (T_%s - T_arm) / (T_%s - T_ideal):", base, base);
-    cJSON_ArrayForEach(x, cJSON_GetObjectItem(cmp, "gap_closure"))
-        if (cJSON_IsNumber(x)) fprintf(f, "  %s %.2f", x->string, x->valuedouble);
-        else fprintf(f, "  %s - (needs the %s arm, and the ideal arm or --ideal-ms)", x->string, base);
-    fprintf(f, "\ntest accuracy minus %s's, paired by seed:", base);
-    cJSON_ArrayForEach(x, qs_run_comparison(doc, "test_accuracy_minus_"))
-        fprintf(f, "  %s %+.2f pp", x->string, 100 * qs_run_num(x, "mean"));
-    fprintf(f, "\nmean |loss - %s's loss| at the same steps:", base);
-    cJSON_ArrayForEach(x, qs_run_comparison(doc, "loss_curve_distance_to_"))
-        if (cJSON_IsNumber(x)) fprintf(f, "  %s %.4f", x->string, x->valuedouble);
-    char key[64];
-    snprintf(key, sizeof key, "seed_spread_%s", base);
-    const cJSON *spread = cJSON_GetObjectItem(cmp, key);
-    if (spread)
-        fprintf(f, "\n%s against itself, consecutive seeds (the scale of the differences above): mean |loss "
-                   "difference| %.4f, |test accuracy difference| %.2f pp", base, qs_run_num(spread, "loss_curve_distance"),
-                100 * qs_run_num(spread, "test_accuracy_abs_diff"));
-    fprintf(f, "\nqsync arm per worker: predicted vs measured iteration, memory\n");
-    cJSON_ArrayForEach(x, cJSON_GetObjectItem(doc, "qsync_workers")) {
-        fprintf(f, "  rank %d (%s): %.2f ms predicted, %.2f ms measured (%+.1f%%); %.1f MiB predicted, %.1f MiB measured\n",
-                (int)qs_run_num(x, "rank"), cJSON_GetStringValue(cJSON_GetObjectItem(x, "type")),
-                qs_run_num(x, "predicted_iteration_ms"), qs_run_num(x, "measured_median_step_ms"),
-                100 * qs_run_num(x, "iteration_error"), qs_run_num(x, "predicted_memory_bytes") / 1048576.0,
-                qs_run_num(x, "measured_memory_bytes") / 1048576.0);
+    for (int a = 0; a < QS_ARM_COUNT; a++) {
+        if (a == QS_ARM_BASE || a == QS_ARM_IDEAL || !c->arms[a]) continue;
+        const char *label = qs_run_arm_label(c, (qs_run_arm)a);
+        if (isfinite(r->arm[a].gap_closure)) fprintf(f, "  %s %.2f", label, r->arm[a].gap_closure);
+        else fprintf(f, "  %s - (needs the %s arm, and the ideal arm or --ideal-ms)", label, base);
     }
+    fprintf(f, "\ntest accuracy minus %s's, paired by seed:", base);
+    for (int a = 0; a < QS_ARM_COUNT; a++)
+        if (a != QS_ARM_BASE && c->arms[a] && r->arm[a].paired)
+            fprintf(f, "  %s %+.2f pp", qs_run_arm_label(c, (qs_run_arm)a), 100 * r->arm[a].accuracy_diff_mean);
+    fprintf(f, "\nmean |loss - %s's loss| at the same steps:", base);
+    for (int a = 0; a < QS_ARM_COUNT; a++)
+        if (a != QS_ARM_BASE && c->arms[a] && r->arm[a].paired && isfinite(r->arm[a].curve_distance))
+            fprintf(f, "  %s %.4f", qs_run_arm_label(c, (qs_run_arm)a), r->arm[a].curve_distance);
+    if (r->has_spread)
+        fprintf(f, "\n%s against itself, consecutive seeds (the scale of the differences above): mean |loss "
+                   "difference| %.4f, |test accuracy difference| %.2f pp", base, r->spread_distance,
+                100 * r->spread_accuracy);
+    fprintf(f, "\nqsync arm per worker: predicted vs measured iteration, memory\n");
+    for (int i = 0; i < r->n_workers; i++) {
+        const qs_run_worker_prediction *x = &r->workers[i];
+        fprintf(f, "  rank %d (%s): %.2f ms predicted, %.2f ms measured (%+.1f%%); %.1f MiB predicted, %.1f MiB measured\n",
+                x->rank, x->type, x->predicted_ms, x->measured_ms, 100 * x->error, x->predicted_bytes / 1048576.0,
+                x->measured_bytes / 1048576.0);
+    }
+}
+
+void qs_run_report_print(const qs_run_report *r, FILE *f) {
+    const qs_run_config *c = r->c;
+    double steps = (double)c->train.steps;
+    fprintf(f, "\nqsync run: %s on %s, cluster %s, global batch %.0f, ", c->train.model, c->train.data,
+            c->cluster->origin, (double)c->train.batch);
+    if (steps > 0) fprintf(f, "%.0f steps per run", steps);
+    else fprintf(f, "%.0f epoch(s) per run", (double)(c->train.steps > 0 ? 0 : c->train.epochs));
+    if (c->train.train_subset > 0) fprintf(f, " (first %.0f training samples)", (double)c->train.train_subset);
+    fprintf(f, ", %.0f seed(s)\n", (double)c->seeds);
+    qs_run_print_plan(r, f);
+    qs_run_print_arms(r, f);
+    qs_run_print_comparison(r, f);
 }
 
 /* Write the first seed's curve of each arm as "train_s step loss" lines to <out>/curve-<arm>.dat;

@@ -1,4 +1,6 @@
-/* src/run/run_report.c — `qsync run`'s report (run_report.h). */
+/* src/run/run_report.c — defines: `qsync run`'s report (run_report.h): the runs recorded, their
+ * metrics curves, and the report's figures. Its document: run_report_doc.c; its text and plot:
+ * run_output.c. */
 #include "run/run_report.h"
 
 #include <math.h>
@@ -8,26 +10,53 @@
 #include "core/atomic_file.h"
 #include "core/stats.h"
 
-void qs_run_report_init(qs_run_report *r, const qs_run_config *c, const cJSON *plan) {
+void qs_run_report_init(qs_run_report *r, const qs_run_config *c) {
     memset(r, 0, sizeof *r);
     r->c = c;
-    r->plan = plan;
+}
+
+void qs_run_report_set_plan(qs_run_report *r, qs_plan *plan) {
+    if (r->has_plan) qs_plan_free(&r->plan);
+    r->plan = *plan;
+    r->has_plan = true;
+    memset(plan, 0, sizeof *plan);
 }
 
 void qs_run_report_free(qs_run_report *r) {
-    for (int i = 0; i < r->n; i++) cJSON_Delete(r->e[i].workers);
+    for (int i = 0; i < r->n; i++) {
+        cJSON_Delete(r->e[i].workers);
+        free(r->e[i].figures);
+    }
+    for (int a = 0; a < QS_ARM_COUNT; a++) free(r->arm[a].accuracy_diff);
     free(r->e);
+    free(r->types);
+    free(r->workers);
+    if (r->has_plan) qs_plan_free(&r->plan);
     memset(r, 0, sizeof *r);
 }
 
-/* The largest median step time over the workers of a trainer's report (0 without one). */
-static double qs_run_sync_ms(const cJSON *workers) {
-    double worst = 0;
+/* ---- the runs ---- */
+
+/* The figures the report takes from a trainer's per-worker report (its one reader): each
+ * worker's rank, median step and memory. */
+static qs_status qs_run_read_workers(const cJSON *workers, qs_run_entry *e) {
+    int n = cJSON_GetArraySize(workers);
+    if (!(e->figures = calloc((size_t)n + 1, sizeof *e->figures))) return QS_FAIL(QS_ERR_OOM, "out of memory recording a run");
     const cJSON *w;
     cJSON_ArrayForEach(w, workers) {
-        double ms = cJSON_GetNumberValue(cJSON_GetObjectItem(w, "median_step_ms"));
-        if (ms > worst) worst = ms;
+        qs_run_worker_figures *f = &e->figures[e->n_figures++];
+        f->rank = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(w, "rank"));
+        f->median_step_ms = cJSON_GetNumberValue(cJSON_GetObjectItem(w, "median_step_ms"));
+        f->memory_bytes = cJSON_GetNumberValue(cJSON_GetObjectItem(w, "memory_bytes"));
     }
+    return QS_OK;
+}
+
+/* The largest median step time over the workers of a run (0 without workers). */
+static double qs_run_sync_ms(const qs_run_entry *e) {
+    double worst = 0;
+    for (int i = 0; i < e->n_figures; i++)
+        if (e->figures[i].median_step_ms > worst) worst = e->figures[i].median_step_ms;
     return worst;
 }
 
@@ -51,9 +80,10 @@ qs_status qs_run_report_add(qs_run_report *r, qs_run_arm arm, uint64_t seed, con
     e->images_per_s = res->images_per_s;
     e->train_s = res->wall_s;
     e->workers = res->workers ? cJSON_Duplicate(res->workers, true) : NULL;
-    e->synchronized_ms = qs_run_sync_ms(e->workers);
+    r->n++; /* freed with the report from here on */
     if (res->workers && !e->workers) return QS_FAIL(QS_ERR_OOM, "out of memory recording a run");
-    r->n++;
+    QS_TRY(qs_run_read_workers(e->workers, e));
+    e->synchronized_ms = qs_run_sync_ms(e);
     return QS_OK;
 }
 
@@ -140,174 +170,77 @@ static const qs_run_entry *qs_run_find(const qs_run_report *r, qs_run_arm arm, u
     return NULL;
 }
 
+/* ---- the figures ---- */
+
 /* The plan's predicted synchronized iteration of an arm (NAN where the plan predicts none):
  * qsync its replay, the base arm the largest all-base replay over the slower types, ideal T when
  * T is the fastest type's own time. */
-static double qs_run_predicted_ms(const cJSON *plan, qs_run_arm arm) {
-    const cJSON *pred = cJSON_GetObjectItem(plan, "predictions"), *t;
-    if (arm == QS_ARM_QSYNC) return cJSON_GetNumberValue(cJSON_GetObjectItem(pred, "synchronized_ms"));
-    if (arm == QS_ARM_IDEAL) {
-        const char *src = cJSON_GetStringValue(cJSON_GetObjectItem(pred, "target_source"));
-        return src && strncmp(src, "fastest", 7) == 0 ? cJSON_GetNumberValue(cJSON_GetObjectItem(pred, "target_ms")) : NAN;
-    }
+static double qs_run_predicted_ms(const qs_plan_predictions *pred, qs_run_arm arm) {
+    if (arm == QS_ARM_QSYNC) return pred->synchronized_ms;
+    if (arm == QS_ARM_IDEAL) return strncmp(pred->target_source, "fastest", 7) == 0 ? pred->target_ms : NAN;
     if (arm != QS_ARM_BASE) return NAN;
     double worst = NAN;
-    cJSON_ArrayForEach(t, cJSON_GetObjectItem(pred, "types")) {
-        double ms = cJSON_GetNumberValue(cJSON_GetObjectItem(t, "base_synchronized_ms"));
+    for (int i = 0; i < pred->n_types; i++) {
+        double ms = pred->types[i].base_synchronized_ms;
         if (!isnan(ms) && !(worst >= ms)) worst = ms;
     }
     return worst;
 }
 
-/* Add x as a number, or null when it is not finite. */
-static void qs_run_add_num(cJSON *o, const char *key, double x) {
-    if (isfinite(x)) cJSON_AddNumberToObject(o, key, x);
-    else cJSON_AddNullToObject(o, key);
-}
-
-/* Per device type the plan lists layers for: the layers at each precision and the share above
- * the baseline's low precision, with the solver and Σω when the plan was chosen here. */
-static cJSON *qs_run_plan_summary(const qs_run_report *r) {
-    cJSON *out = cJSON_CreateObject(), *sec;
-    const cJSON *pred = cJSON_GetObjectItem(r->plan, "predictions");
-    const char *low = qs_precision_name(r->c->low_precision);
-    qs_run_add_num(out, "target_ms", cJSON_GetNumberValue(cJSON_GetObjectItem(pred, "target_ms")));
-    cJSON_AddStringToObject(out, "fastest_type", qs_run_str(cJSON_GetObjectItem(pred, "fastest_type")));
-    cJSON_AddBoolToObject(out, "target_met", cJSON_IsTrue(cJSON_GetObjectItem(pred, "target_met")));
-    cJSON_AddBoolToObject(out, "given", r->c->plan_path != NULL);
-    cJSON *types = cJSON_AddObjectToObject(out, "types");
-    cJSON_ArrayForEach(sec, cJSON_GetObjectItem(r->plan, "device_types")) {
-        const cJSON *precs = cJSON_GetObjectItem(sec, "precisions"), *l;
-        if (!precs) continue; /* a type left at its default (the fastest) */
-        const cJSON *ty = cJSON_GetObjectItem(cJSON_GetObjectItem(pred, "types"), sec->string);
-        cJSON *o = cJSON_AddObjectToObject(types, sec->string), *counts = cJSON_AddObjectToObject(o, "layers_at");
-        int n = 0, low_n = 0;
-        cJSON_ArrayForEach(l, precs) {
-            cJSON *k = cJSON_GetObjectItem(counts, l->valuestring);
-            if (k) cJSON_SetNumberValue(k, k->valuedouble + 1);
-            else cJSON_AddNumberToObject(counts, l->valuestring, 1);
-            n++;
-            low_n += strcmp(l->valuestring, low) == 0;
-        }
-        cJSON_AddNumberToObject(o, "layers", n);
-        qs_run_add_num(o, "share_above_low_precision", n ? (double)(n - low_n) / n : NAN);
-        cJSON_AddItemToObject(o, "precisions", cJSON_Duplicate(precs, true));
-        qs_run_add_num(o, "omega", cJSON_GetNumberValue(cJSON_GetObjectItem(ty, "omega")));
-        cJSON_AddStringToObject(o, "solver", ty ? qs_run_str(cJSON_GetObjectItem(ty, "solver")) : "given");
-    }
-    return out;
-}
-
-/* One arm: its runs and their summary over seeds. *sync_median receives the median of the
- * runs' synchronized iterations (NAN without runs). */
-static cJSON *qs_run_arm_json(const qs_run_report *r, qs_run_arm arm, double *sync_median) {
-    cJSON *o = cJSON_CreateObject(), *runs = cJSON_AddArrayToObject(o, "runs");
-    double sync[64], acc = 0, rate = 0;
+/* Arm a's figures from its runs. */
+static void qs_run_arm_figures_of(qs_run_report *r, qs_run_arm arm) {
+    qs_run_arm_figures *f = &r->arm[arm];
+    double sync[64], acc = 0, rate = 0, loss = 0;
     int n = 0;
     for (int i = 0; i < r->n; i++) {
         const qs_run_entry *e = &r->e[i];
         if (e->arm != arm) continue;
-        cJSON *x = cJSON_CreateObject();
-        cJSON_AddNumberToObject(x, "seed", (double)e->seed);
-        cJSON_AddNumberToObject(x, "test_accuracy", e->test_accuracy);
-        cJSON_AddNumberToObject(x, "test_loss", e->test_loss);
-        cJSON_AddNumberToObject(x, "final_train_loss", e->final_loss);
-        cJSON_AddNumberToObject(x, "images_per_s", e->images_per_s);
-        cJSON_AddNumberToObject(x, "train_s", e->train_s);
-        cJSON_AddNumberToObject(x, "synchronized_ms", e->synchronized_ms);
-        cJSON_AddStringToObject(x, "metrics", e->metrics);
-        if (e->workers) cJSON_AddItemToObject(x, "workers", cJSON_Duplicate(e->workers, true));
-        cJSON_AddItemToArray(runs, x);
         if (n < 64) sync[n] = e->synchronized_ms;
         acc += e->test_accuracy;
         rate += e->images_per_s;
+        loss += e->final_loss;
         n++;
     }
-    *sync_median = n ? qs_median_inplace(sync, n < 64 ? n : 64) : NAN;
-    qs_run_add_num(o, "synchronized_ms", *sync_median);
-    double pred = r->plan ? qs_run_predicted_ms(r->plan, arm) : NAN;
-    qs_run_add_num(o, "predicted_synchronized_ms", pred);
-    qs_run_add_num(o, "prediction_error", pred > 0 && n ? pred / *sync_median - 1 : NAN);
-    qs_run_add_num(o, "mean_test_accuracy", n ? acc / n : NAN);
-    qs_run_add_num(o, "mean_images_per_s", n ? rate / n : NAN);
-    return o;
+    f->runs = n;
+    f->synchronized_ms = n ? qs_median_inplace(sync, n < 64 ? n : 64) : NAN;
+    f->predicted_ms = r->has_plan ? qs_run_predicted_ms(&r->plan.predictions, arm) : NAN;
+    f->prediction_error = f->predicted_ms > 0 && n ? f->predicted_ms / f->synchronized_ms - 1 : NAN;
+    f->mean_test_accuracy = n ? acc / n : NAN;
+    f->mean_images_per_s = n ? rate / n : NAN;
+    f->mean_final_loss = n ? loss / n : NAN;
 }
 
-/* The plan's per-worker predictions beside the qsync arm's measured median steps (first seed). */
-static cJSON *qs_run_worker_predictions(const qs_run_report *r) {
-    cJSON *out = cJSON_CreateArray();
-    const cJSON *pw, *mw;
-    const qs_run_entry *first = NULL;
-    for (int i = 0; i < r->n && !first; i++) first = r->e[i].arm == QS_ARM_QSYNC ? &r->e[i] : NULL;
-    cJSON_ArrayForEach(pw, cJSON_GetObjectItem(cJSON_GetObjectItem(r->plan, "predictions"), "workers")) {
-        int rank = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(pw, "rank"));
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddNumberToObject(o, "rank", rank);
-        cJSON_AddStringToObject(o, "type", qs_run_str(cJSON_GetObjectItem(pw, "type")));
-        double p_ms = cJSON_GetNumberValue(cJSON_GetObjectItem(pw, "iteration_ms"));
-        double p_mem = cJSON_GetNumberValue(cJSON_GetObjectItem(pw, "memory_bytes"));
-        double m_ms = NAN, m_mem = NAN;
-        const cJSON *measured = first ? first->workers : NULL;
-        cJSON_ArrayForEach(mw, measured)
-            if ((int)cJSON_GetNumberValue(cJSON_GetObjectItem(mw, "rank")) == rank) {
-                m_ms = cJSON_GetNumberValue(cJSON_GetObjectItem(mw, "median_step_ms"));
-                m_mem = cJSON_GetNumberValue(cJSON_GetObjectItem(mw, "memory_bytes"));
-            }
-        cJSON_AddNumberToObject(o, "predicted_iteration_ms", p_ms);
-        qs_run_add_num(o, "measured_median_step_ms", m_ms);
-        qs_run_add_num(o, "iteration_error", p_ms / m_ms - 1);
-        cJSON_AddNumberToObject(o, "predicted_memory_bytes", p_mem);
-        qs_run_add_num(o, "measured_memory_bytes", m_mem);
-        cJSON_AddItemToArray(out, o);
-    }
-    return out;
-}
-
-/* Per arm other than the base arm, paired by seed with it: accuracy differences
- * ("test_accuracy_minus_<base>") and the mean loss-curve distance ("loss_curve_distance_to_<base>"),
- * <base> the base arm's label ("fp32"). */
-static qs_status qs_run_paired(const qs_run_report *r, cJSON *cmp) {
-    char key[64];
-    const char *base = qs_run_arm_label(r->c, QS_ARM_BASE);
-    snprintf(key, sizeof key, "test_accuracy_minus_%s", base);
-    cJSON *acc = cJSON_AddObjectToObject(cmp, key);
-    snprintf(key, sizeof key, "loss_curve_distance_to_%s", base);
-    cJSON *dist = cJSON_AddObjectToObject(cmp, key);
-    for (int a = 0; a < QS_ARM_COUNT; a++) {
-        if (a == QS_ARM_BASE || !r->c->arms[a]) continue;
-        cJSON *diffs = cJSON_CreateArray();
-        double sum = 0, dsum = 0;
-        int n = 0, dn = 0;
-        for (int k = 0; k < r->c->seeds; k++) {
-            uint64_t seed = r->c->train.seed + (uint64_t)k;
-            const qs_run_entry *x = qs_run_find(r, (qs_run_arm)a, seed), *f = qs_run_find(r, QS_ARM_BASE, seed);
-            if (!x || !f) continue;
-            cJSON_AddItemToArray(diffs, cJSON_CreateNumber(x->test_accuracy - f->test_accuracy));
-            sum += x->test_accuracy - f->test_accuracy;
-            n++;
-            double d;
-            QS_TRY(qs_run_entries_distance(x, f, &d));
-            if (!isnan(d)) {
-                dsum += d;
-                dn++;
-            }
+/* Arm a paired by seed with the base arm: accuracy differences and the mean loss-curve distance. */
+static qs_status qs_run_pair(qs_run_report *r, qs_run_arm a) {
+    qs_run_arm_figures *f = &r->arm[a];
+    const int seeds = r->c->seeds;
+    if (!(f->accuracy_diff = calloc((size_t)seeds + 1, sizeof *f->accuracy_diff)))
+        return QS_FAIL(QS_ERR_OOM, "out of memory comparing the arms");
+    double sum = 0, dsum = 0;
+    int dn = 0;
+    for (int k = 0; k < seeds; k++) {
+        uint64_t seed = r->c->train.seed + (uint64_t)k;
+        const qs_run_entry *x = qs_run_find(r, a, seed), *b = qs_run_find(r, QS_ARM_BASE, seed);
+        if (!x || !b) continue;
+        f->accuracy_diff[f->n_paired++] = x->test_accuracy - b->test_accuracy;
+        sum += x->test_accuracy - b->test_accuracy;
+        double d;
+        QS_TRY(qs_run_entries_distance(x, b, &d));
+        if (!isnan(d)) {
+            dsum += d;
+            dn++;
         }
-        if (n == 0) {
-            cJSON_Delete(diffs);
-            continue;
-        }
-        cJSON *o = cJSON_AddObjectToObject(acc, qs_run_arm_label(r->c, (qs_run_arm)a));
-        cJSON_AddNumberToObject(o, "mean", sum / n);
-        cJSON_AddItemToObject(o, "per_seed", diffs);
-        qs_run_add_num(dist, qs_run_arm_label(r->c, (qs_run_arm)a), dn ? dsum / dn : NAN);
     }
+    f->paired = f->n_paired > 0;
+    f->accuracy_diff_mean = f->paired ? sum / f->n_paired : NAN;
+    f->curve_distance = dn ? dsum / dn : NAN;
     return QS_OK;
 }
 
-/* The base arm against itself across seeds, the scale for the paired differences above: over
+/* The base arm against itself across seeds, the scale for the paired differences: over
  * consecutive seeds (k, k+1) the mean loss-curve distance and mean |test accuracy difference|
- * ("seed_spread_<base>"; only with ≥ 2 seeds of the base arm). */
-static qs_status qs_run_seed_spread(const qs_run_report *r, cJSON *cmp) {
+ * (only with ≥ 2 seeds of the base arm). */
+static qs_status qs_run_seed_spread(qs_run_report *r) {
     double dsum = 0, asum = 0;
     int dn = 0, an = 0;
     for (int k = 0; k + 1 < r->c->seeds; k++) {
@@ -323,65 +256,75 @@ static qs_status qs_run_seed_spread(const qs_run_report *r, cJSON *cmp) {
             dn++;
         }
     }
-    if (an == 0) return QS_OK;
-    char key[64];
-    snprintf(key, sizeof key, "seed_spread_%s", qs_run_arm_label(r->c, QS_ARM_BASE));
-    cJSON *o = cJSON_AddObjectToObject(cmp, key);
-    cJSON_AddNumberToObject(o, "seed_pairs", an);
-    qs_run_add_num(o, "loss_curve_distance", dn ? dsum / dn : NAN);
-    cJSON_AddNumberToObject(o, "test_accuracy_abs_diff", asum / an);
+    r->has_spread = an > 0;
+    r->spread_pairs = an;
+    r->spread_distance = dn ? dsum / dn : NAN;
+    r->spread_accuracy = an ? asum / an : NAN;
     return QS_OK;
 }
 
-qs_status qs_run_report_finish(const qs_run_report *r, cJSON **doc) {
+/* Per plan section that lists precisions: its layers at each precision, the share above the
+ * low precision, and the plan's Σω and solver. */
+static qs_status qs_run_plan_types(qs_run_report *r) {
+    const qs_plan *p = &r->plan;
+    if (!r->has_plan || p->n_types == 0) return QS_OK;
+    if (!(r->types = calloc((size_t)p->n_types, sizeof *r->types))) return QS_FAIL(QS_ERR_OOM, "out of memory");
+    for (int i = 0; i < p->n_types; i++) {
+        const qs_plan_section *s = &p->types[i];
+        if (!s->has_precisions) continue; /* a type left at its default (the fastest) */
+        qs_run_type_figures *t = &r->types[r->n_types++];
+        const qs_plan_type_prediction *ty = qs_plan_predictions_type(&p->predictions, s->type);
+        int low_n = 0;
+        t->section = s;
+        for (int l = 0; l < s->n_layers; l++) {
+            int k = 0;
+            while (k < t->n_at && t->at[k] != s->layers[l].prec) k++;
+            if (k == t->n_at) t->at[t->n_at++] = s->layers[l].prec;
+            t->count[k]++;
+            low_n += s->layers[l].prec == r->c->low_precision;
+        }
+        t->share_above_low = s->n_layers ? (double)(s->n_layers - low_n) / s->n_layers : NAN;
+        t->omega = ty ? ty->omega : NAN;
+        t->solver = ty ? ty->solver : "given";
+    }
+    return QS_OK;
+}
+
+/* The plan's per-worker predictions beside the qsync arm's measured median steps (first seed). */
+static qs_status qs_run_worker_predictions(qs_run_report *r) {
+    const qs_plan_predictions *pred = &r->plan.predictions;
+    if (!r->has_plan || pred->n_workers == 0) return QS_OK;
+    if (!(r->workers = calloc((size_t)pred->n_workers, sizeof *r->workers))) return QS_FAIL(QS_ERR_OOM, "out of memory");
+    const qs_run_entry *first = NULL;
+    for (int i = 0; i < r->n && !first; i++) first = r->e[i].arm == QS_ARM_QSYNC ? &r->e[i] : NULL;
+    for (int i = 0; i < pred->n_workers; i++) {
+        const qs_plan_worker_prediction *pw = &pred->workers[i];
+        qs_run_worker_prediction *o = &r->workers[r->n_workers++];
+        *o = (qs_run_worker_prediction){.rank = (int)pw->rank, .type = pw->type, .predicted_ms = pw->iteration_ms,
+                                        .measured_ms = NAN, .predicted_bytes = pw->memory_bytes, .measured_bytes = NAN};
+        for (int k = 0; first && k < first->n_figures; k++)
+            if (first->figures[k].rank == o->rank) {
+                o->measured_ms = first->figures[k].median_step_ms;
+                o->measured_bytes = first->figures[k].memory_bytes;
+            }
+        o->error = o->predicted_ms / o->measured_ms - 1;
+    }
+    return QS_OK;
+}
+
+qs_status qs_run_report_finish(qs_run_report *r) {
     const qs_run_config *c = r->c;
-    cJSON *d = cJSON_CreateObject();
-    cJSON_AddStringToObject(d, "format", "qsync-run-report");
-    cJSON_AddNumberToObject(d, "version", 1);
-    cJSON_AddStringToObject(d, "model", c->train.model);
-    cJSON_AddNumberToObject(d, "width", (double)c->train.model_opt.width);
-    cJSON_AddStringToObject(d, "data", c->train.data);
-    cJSON_AddStringToObject(d, "cluster", c->cluster->origin);
-    cJSON_AddNumberToObject(d, "global_batch", (double)c->train.batch);
-    cJSON_AddNumberToObject(d, "steps", (double)c->train.steps);
-    cJSON_AddNumberToObject(d, "epochs", (double)(c->train.steps > 0 ? 0 : c->train.epochs));
-    cJSON_AddNumberToObject(d, "train_subset", (double)c->train.train_subset);
-    cJSON_AddNumberToObject(d, "eval_subset", (double)c->train.eval_subset);
-    cJSON_AddNumberToObject(d, "seeds", c->seeds);
-    cJSON_AddStringToObject(d, "base_precision", qs_precision_name(c->base_precision));
-    cJSON_AddStringToObject(d, "low_precision", qs_precision_name(c->low_precision));
-    cJSON_AddStringToObject(d, "grad_rounding", c->train.grad_rounding == QS_GRAD_ROUND_UNSET ? "stochastic"
-                                                : qs_grad_rounding_name(c->train.grad_rounding));
-    cJSON_AddStringToObject(d, "weight_scales", c->train.weight_scales == QS_WEIGHT_SCALES_UNSET ? "tensor"
-                                                : qs_weight_scales_name(c->train.weight_scales));
-    cJSON_AddNumberToObject(d, "fp8_amax_history", c->train.fp8_amax_history);
-    cJSON_AddStringToObject(d, "indicator", c->plan_path ? "none (plan given)" : qs_indicator_method_name(c->method));
-    if (c->plan_path) cJSON_AddStringToObject(d, "plan_file", c->plan_path);
-    cJSON_AddItemToObject(d, "plan", qs_run_plan_summary(r));
-    cJSON *arms = cJSON_AddObjectToObject(d, "arms");
     double sync[QS_ARM_COUNT];
     for (int a = 0; a < QS_ARM_COUNT; a++) {
-        sync[a] = NAN;
-        if (c->arms[a])
-            cJSON_AddItemToObject(arms, qs_run_arm_label(c, (qs_run_arm)a), qs_run_arm_json(r, (qs_run_arm)a, &sync[a]));
+        qs_run_arm_figures_of(r, (qs_run_arm)a);
+        sync[a] = c->arms[a] ? r->arm[a].synchronized_ms : NAN;
     }
-    if (!c->arms[QS_ARM_IDEAL] && c->ideal_ms > 0) { /* measured outside this job (--ideal-ms) */
-        sync[QS_ARM_IDEAL] = c->ideal_ms;
-        cJSON_AddNumberToObject(d, "ideal_ms_given", c->ideal_ms);
-    }
-    cJSON_AddItemToObject(d, "qsync_workers", qs_run_worker_predictions(r));
-    cJSON *cmp = cJSON_AddObjectToObject(d, "comparison");
-    cJSON *gap = cJSON_AddObjectToObject(cmp, "gap_closure");
+    if (!c->arms[QS_ARM_IDEAL] && c->ideal_ms > 0) sync[QS_ARM_IDEAL] = c->ideal_ms; /* measured outside (--ideal-ms) */
     for (int a = 0; a < QS_ARM_COUNT; a++)
-        if (a != QS_ARM_BASE && a != QS_ARM_IDEAL && c->arms[a])
-            qs_run_add_num(gap, qs_run_arm_label(c, (qs_run_arm)a), (sync[QS_ARM_BASE] - sync[a]) /
-                                                                     (sync[QS_ARM_BASE] - sync[QS_ARM_IDEAL]));
-    qs_status st = qs_run_paired(r, cmp);
-    if (st == QS_OK) st = qs_run_seed_spread(r, cmp);
-    if (st != QS_OK) {
-        cJSON_Delete(d);
-        return st;
-    }
-    *doc = d;
-    return QS_OK;
+        r->arm[a].gap_closure = (sync[QS_ARM_BASE] - sync[a]) / (sync[QS_ARM_BASE] - sync[QS_ARM_IDEAL]);
+    QS_TRY(qs_run_plan_types(r));
+    QS_TRY(qs_run_worker_predictions(r));
+    for (int a = 0; a < QS_ARM_COUNT; a++)
+        if (a != QS_ARM_BASE && c->arms[a]) QS_TRY(qs_run_pair(r, (qs_run_arm)a));
+    return qs_run_seed_spread(r);
 }
