@@ -1,69 +1,56 @@
 /* cli/bench_allreduce.c — `qsync bench allreduce` (under mpirun): the sum all-reduce of FP32
- * gradients as data-parallel training runs it — split into buckets (25 MiB by default, as
+ * gradients as data-parallel training runs it — through the communication interface
+ * (parallel/coll.h) with the transport training picks, split into buckets (25 MiB by default, as
  * --bucket-mb in training), all started non-blocking, then waited for by polling — against one
  * MPI_Allreduce of the whole buffer called directly, interleaved, for 1–64 MiB. Reports
  * medians and the bus bandwidth 2·(p−1)/p·bytes / time (the traffic per rank of a ring
  * all-reduce over p ranks). Every rank runs it; rank 0 prints.
  *
- * With --device cuda[:N] (every rank on that one GPU) the buffers are device memory and the two
- * paths are the one training uses there — the CUDA IPC all-reduce (parallel/ipc_reduce.h) in
- * 25 MiB buckets, synchronized at the end — against a host-staged MPI_Allreduce (copy to the
- * host, MPI_Allreduce, copy back: what a non-CUDA-aware MPI offers), for 1–512 MiB (GPT-2
- * 124M's gradients are 475 MiB). A timed run ends with a stream sync; one run per sample. */
+ * With --device cuda[:N] the buffers are device memory and the bucketed path is the GPU
+ * transport training uses there (ipc when every rank shares that GPU), synchronized at the
+ * end, against a host-staged MPI_Allreduce (copy to the host, MPI_Allreduce, copy back: what a
+ * non-CUDA-aware MPI offers), for 1–512 MiB (GPT-2 124M's gradients are 475 MiB). A timed run
+ * ends with a stream sync; one run per sample. */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "bench_common.h"
+#include "parallel/coll.h"
 #include "parallel/comm.h"
-#include "parallel/ipc_reduce.h"
 #include "qsync/tensor.h"
 
+#define QS_AR_BUCKET ((int64_t)(25 << 20) / (int64_t)sizeof(float)) /* floats per bucket */
+#define QS_AR_MAX_BUCKETS 64
+
+/* One buffer reduced in buckets through the interface (coll), or directly (coll NULL: one
+ * MPI_Allreduce, host-staged when the buffer is on a device). */
 typedef struct ar_case {
     qs_comm *comm;
-    float *buf;
-    int64_t n, bucket;
-    bool direct;
+    qs_coll *coll;
+    qs_backend *be;    /* device buffers, or NULL */
+    float *buf, *host; /* host: the staging copy of a device buffer */
+    int64_t n;
 } ar_case;
 
 static qs_status run_ar(void *ctx) {
     ar_case *c = ctx;
-    if (c->direct) return qs_comm_allreduce_sum_f32_direct(c->comm, c->buf, c->n);
-    int reqs[QS_COMM_MAX_REQS], nr = 0;
-    for (int64_t off = 0; off < c->n; off += c->bucket) {
-        int64_t cnt = c->n - off < c->bucket ? c->n - off : c->bucket;
-        QS_TRY(qs_comm_iallreduce_sum_f32(c->comm, c->buf + off, cnt, &reqs[nr++]));
-    }
-    for (int i = 0; i < nr; i++) QS_TRY(qs_comm_wait(c->comm, reqs[i], 300));
-    return QS_OK;
-}
-
-/* One device buffer reduced through CUDA IPC in buckets, or staged through the host. */
-typedef struct ar_gpu_case {
-    qs_backend *be;
-    qs_comm *comm;
-    float *dev, *host;
-    int64_t n, bucket;
-    qs_ipc_reduce *ipc;  /* NULL: host-staged */
-} ar_gpu_case;
-
-static qs_status run_ar_gpu(void *ctx) {
-    ar_gpu_case *c = ctx;
-    qs_stream *s = c->be->ops->default_stream(c->be);
-    if (!c->ipc) {
+    qs_stream *s = c->be ? c->be->ops->default_stream(c->be) : NULL;
+    if (!c->coll && !c->be) return qs_comm_allreduce_sum_f32_direct(c->comm, c->buf, c->n);
+    if (!c->coll) {
         const size_t bytes = (size_t)c->n * sizeof(float);
-        QS_TRY(c->be->ops->copy_d2h(c->be, s, c->host, c->dev, bytes));
+        QS_TRY(c->be->ops->copy_d2h(c->be, s, c->host, c->buf, bytes));
         QS_TRY(c->be->ops->stream_sync(c->be, s));
         QS_TRY(qs_comm_allreduce_sum_f32_direct(c->comm, c->host, c->n));
-        QS_TRY(c->be->ops->copy_h2d(c->be, s, c->dev, c->host, bytes));
+        QS_TRY(c->be->ops->copy_h2d(c->be, s, c->buf, c->host, bytes));
         return c->be->ops->stream_sync(c->be, s);
     }
-    int k = 0;
-    for (int64_t off = 0; off < c->n; off += c->bucket, k++) {
-        int64_t cnt = c->n - off < c->bucket ? c->n - off : c->bucket;
-        QS_TRY(qs_ipc_reduce_start(c->ipc, s, k, (size_t)off * sizeof(float), (size_t)cnt * sizeof(float)));
+    int reqs[QS_AR_MAX_BUCKETS], nr = 0;
+    for (int64_t off = 0; off < c->n; off += QS_AR_BUCKET) {
+        const int64_t cnt = c->n - off < QS_AR_BUCKET ? c->n - off : QS_AR_BUCKET;
+        QS_TRY(qs_coll_allreduce(c->coll, c->buf + off, cnt, QS_F32, s, &reqs[nr++]));
     }
-    QS_TRY(qs_ipc_reduce_finish(c->ipc, s));
-    return c->be->ops->stream_sync(c->be, s);
+    for (int i = 0; i < nr; i++) QS_TRY(qs_coll_wait(c->coll, reqs[i], 300));
+    return c->be ? c->be->ops->stream_sync(c->be, s) : QS_OK;
 }
 
 /* Print and record one path's figures for one size. */
@@ -84,73 +71,58 @@ static void report_row(qs_bench_opts *o, int64_t mib, const char *path, const qs
     cJSON_AddItemToArray(o->rows, r);
 }
 
-/* The GPU variant (see the file comment). */
-static qs_status bench_allreduce_gpu(qs_bench_opts *o) {
+/* One size: the buffer where it lives (the backend's memory with a GPU, else the host's), its
+ * communicator (collective), both paths timed interleaved, the rows printed. */
+static qs_status bench_size(qs_bench_opts *o, int64_t mib, bool gpu) {
     qs_comm *comm = o->comm;
-    const int world = qs_comm_world(comm), rank = qs_comm_rank(comm);
-    const int64_t sizes_mb[] = {1, 4, 16, 64, 256, 512};
-    const int64_t bucket = (int64_t)(25 << 20) / (int64_t)sizeof(float);
-    o->inner = 1; /* every rank runs the same number of collectives */
-    if (rank == 0 && !o->json)
-        printf("allreduce on %s: %d ranks sharing it, FP32 sum in place, %d reps (median); ipc = CUDA IPC in 25 MiB "
-               "buckets, host-staged = copy to host + MPI_Allreduce + copy back\n", o->device, world, o->reps);
-    for (size_t s = 0; s < sizeof sizes_mb / sizeof *sizes_mb; s++) {
-        const int64_t n = sizes_mb[s] * (1 << 20) / (int64_t)sizeof(float);
-        const size_t bytes = (size_t)n * sizeof(float);
-        ar_gpu_case cases[2] = {{o->be, comm, NULL, NULL, n, bucket, NULL}, {o->be, comm, NULL, NULL, n, bucket, NULL}};
-        float *host = qs_host_alloc(bytes);
-        qs_status st = host ? o->be->ops->alloc(o->be, bytes, (void **)&cases[0].dev)
-                            : QS_FAIL(QS_ERR_OOM, "bench allreduce: out of memory");
-        if (st == QS_OK) {
-            qs_bench_fill(host, n, 21);
-            st = o->be->ops->copy_h2d(o->be, o->be->ops->default_stream(o->be), cases[0].dev, host, bytes);
-        }
-        if (st == QS_OK)
-            st = qs_ipc_reduce_open(o->be, comm, cases[0].dev, bytes, (int)((n + bucket - 1) / bucket), 300,
-                                    &cases[0].ipc);
-        cases[1].dev = cases[0].dev;
-        cases[1].host = host;
-        qs_bench_stat stat[2];
-        if (st == QS_OK) {
-            qs_bench_fn fns[2] = {run_ar_gpu, run_ar_gpu};
-            void *ctxs[2] = {&cases[0], &cases[1]};
-            st = qs_bench_run(o, 2, fns, ctxs, stat);
-        }
-        qs_ipc_reduce_close(cases[0].ipc);
-        if (cases[0].dev) o->be->ops->free(o->be, cases[0].dev);
-        qs_host_free(host);
-        QS_TRY(st);
-        for (int k = 0; k < 2 && rank == 0; k++)
-            report_row(o, sizes_mb[s], k ? "host-staged" : "ipc", &stat[k], (double)bytes, world);
+    const int64_t n = mib * (1 << 20) / (int64_t)sizeof(float);
+    const size_t bytes = (size_t)n * sizeof(float);
+    qs_backend *be = gpu ? o->be : NULL;
+    ar_case cases[2] = {{comm, NULL, be, NULL, NULL, n}, {comm, NULL, be, NULL, NULL, n}};
+    float *host = qs_host_alloc(bytes);
+    qs_status st = host ? QS_OK : QS_FAIL(QS_ERR_OOM, "bench allreduce: out of memory");
+    if (st == QS_OK) qs_bench_fill(host, n, 21);
+    if (st == QS_OK && gpu) st = be->ops->alloc(be, bytes, (void **)&cases[0].buf);
+    if (st == QS_OK && gpu) st = be->ops->copy_h2d(be, be->ops->default_stream(be), cases[0].buf, host, bytes);
+    if (!gpu) cases[0].buf = host;
+    const qs_coll_options co = {.transport = QS_COLL_AUTO, .be = be,
+                                .max_inflight = (int)((n + QS_AR_BUCKET - 1) / QS_AR_BUCKET), .timeout_s = 300};
+    if (st == QS_OK) st = qs_coll_open(comm, &co, &cases[0].coll);
+    if (st == QS_OK) st = qs_coll_register(cases[0].coll, cases[0].buf, bytes);
+    cases[1].buf = cases[0].buf;
+    cases[1].host = host;
+    qs_bench_stat stat[2];
+    if (st == QS_OK) {
+        qs_bench_fn fns[2] = {run_ar, run_ar};
+        void *ctxs[2] = {&cases[0], &cases[1]};
+        st = qs_bench_run(o, 2, fns, ctxs, stat);
     }
+    const char *path = cases[0].coll ? qs_coll_transport_name(qs_coll_transport_of(cases[0].coll)) : "ipc";
+    qs_coll_close(cases[0].coll);
+    if (gpu && cases[0].buf) be->ops->free(be, cases[0].buf);
+    qs_host_free(host);
+    QS_TRY(st);
+    if (qs_comm_rank(comm) != 0) return QS_OK;
+    report_row(o, mib, gpu ? path : "bucketed", &stat[0], (double)bytes, qs_comm_world(comm));
+    report_row(o, mib, gpu ? "host-staged" : "MPI_Allreduce", &stat[1], (double)bytes, qs_comm_world(comm));
     return QS_OK;
 }
 
 qs_status qs_bench_allreduce(qs_bench_opts *o) {
-    qs_comm *comm = o->comm;
-    const int world = qs_comm_world(comm), rank = qs_comm_rank(comm);
+    const int world = qs_comm_world(o->comm), rank = qs_comm_rank(o->comm);
     if (world < 2)
         return QS_FAIL(QS_ERR_INVALID_ARG, "bench allreduce needs several ranks: run it under mpirun -np N (N >= 2)");
-    if (o->device_sync) return bench_allreduce_gpu(o);
-    const int64_t sizes_mb[] = {1, 4, 16, 64};
-    const int64_t bucket = (int64_t)(25 << 20) / (int64_t)sizeof(float);
-    if (rank == 0 && !o->json)
-        printf("allreduce: %d ranks, FP32 sum in place, %d reps (median); bucketed = 25 MiB buckets, non-blocking + polling\n",
-               world, o->reps);
-    for (size_t s = 0; s < sizeof sizes_mb / sizeof *sizes_mb; s++) {
-        const int64_t n = sizes_mb[s] * (1 << 20) / (int64_t)sizeof(float);
-        float *buf = qs_host_alloc((size_t)n * sizeof(float));
-        if (!buf) return QS_FAIL(QS_ERR_OOM, "bench allreduce: out of memory");
-        qs_bench_fill(buf, n, 21);
-        ar_case cases[2] = {{comm, buf, n, bucket, false}, {comm, buf, n, bucket, true}};
-        qs_bench_fn fns[2] = {run_ar, run_ar};
-        void *ctxs[2] = {&cases[0], &cases[1]};
-        qs_bench_stat st[2];
-        qs_status rc = qs_bench_run(o, 2, fns, ctxs, st);
-        qs_host_free(buf);
-        QS_TRY(rc);
-        for (int k = 0; k < 2 && rank == 0; k++)
-            report_row(o, sizes_mb[s], k ? "MPI_Allreduce" : "bucketed", &st[k], (double)n * sizeof(float), world);
-    }
+    const bool gpu = o->device_sync;
+    static const int64_t cpu_mb[] = {1, 4, 16, 64}, gpu_mb[] = {1, 4, 16, 64, 256, 512};
+    if (gpu) o->inner = 1; /* every rank runs the same number of collectives */
+    if (rank == 0 && !o->json && gpu)
+        printf("allreduce on %s: %d ranks sharing it, FP32 sum in place, %d reps (median); ipc = CUDA IPC in 25 MiB "
+               "buckets, host-staged = copy to host + MPI_Allreduce + copy back\n", o->device, world, o->reps);
+    else if (rank == 0 && !o->json)
+        printf("allreduce: %d ranks, FP32 sum in place, %d reps (median); bucketed = 25 MiB buckets, non-blocking + "
+               "polling\n", world, o->reps);
+    const int64_t *sizes = gpu ? gpu_mb : cpu_mb;
+    const size_t n_sizes = gpu ? sizeof gpu_mb / sizeof *gpu_mb : sizeof cpu_mb / sizeof *cpu_mb;
+    for (size_t s = 0; s < n_sizes; s++) QS_TRY(bench_size(o, sizes[s], gpu));
     return QS_OK;
 }

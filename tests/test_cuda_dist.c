@@ -1,11 +1,12 @@
-/* tests/test_cuda_dist.c — data parallelism between ranks that share one GPU (the CUDA IPC
- * all-reduce, src/parallel/ipc_reduce.h) under the real launcher: 1 rank × batch B against 2 ranks
+/* tests/test_cuda_dist.c — data parallelism between ranks that share one GPU (the ipc transport
+ * of the communication interface, src/parallel/coll.h) under the real launcher: 1 rank × batch B against 2 ranks
  * × B/2 and 3 ranks × B/3 at FP32, replicas compared after every step at FP32, BF16 and FP8
  * and for a transformer (tied embedding), FP8 products reading the layers' transposed copies
  * against products making their own (bitwise equal), resume on the GPU byte-identical to an
  * uninterrupted run, training on an SM partition (green context) against the whole GPU, the
- * indicator on the GPU against the CPU, a stalled rank ending the job with a message, and the
- * NCCL transport on one rank.
+ * indicator on the GPU against the CPU, a stalled rank ending the job with a message, every
+ * collective of the interface on the ipc transport (2 and 3 ranks) and on the nccl transport
+ * (one rank).
  * Runs on the GPU machine (scripts/gpu-suite.sh run); elsewhere it says why and exits 77
  * (QS_REQUIRE_GPU=1 makes that a failure).
  *
@@ -25,9 +26,10 @@
 
 #include <cjson/cJSON.h>
 
+#include "coll_check.h"
 #include "core/backend.h"
+#include "parallel/coll.h"
 #include "parallel/comm.h"
-#include "parallel/nccl_reduce.h"
 #include "dist_run.h"
 #include "run_cmd.h"
 
@@ -304,11 +306,45 @@ static void test_stalled_rank(void **state) {
     free(out);
 }
 
+/* Every collective of the communication interface on device buffers (tests/support/
+ * coll_check.h): the ipc transport on 2 and 3 ranks sharing GPU 0 (this program launched
+ * again under mpirun, main's first branch), with its rank-order sums compared bit for bit. */
+static void test_ipc_collectives(void **state) {
+    (void)state;
+    qs_test_expect_self_ranks(2, "ipc");
+    qs_test_expect_self_ranks(3, "ipc");
+}
+
+/* One rank's part of test_ipc_collectives. */
+static int ipc_rank(int argc, char **argv) {
+    qs_comm *comm = NULL;
+    qs_backend *be = NULL;
+    qs_coll *c = NULL;
+    if (qs_comm_init(&argc, &argv, &comm) != QS_OK || qs_backend_cuda_create(0, &be) != QS_OK) {
+        printf("FAIL set-up: %s\n", qs_last_error());
+        return 1;
+    }
+    const qs_coll_options o = {.transport = QS_COLL_AUTO, .be = be, .max_inflight = 8, .timeout_s = 60};
+    if (qs_coll_open(comm, &o, &c) != QS_OK) {
+        printf("FAIL open: %s\n", qs_last_error());
+        return 1;
+    }
+    int checks = 0;
+    const int fails = qs_test_coll_checks(c, be, &checks);
+    printf("rank %d of %d: %d checks on the %s transport, %d failed\n", qs_comm_rank(comm), qs_comm_world(comm),
+           checks, qs_coll_transport_name(qs_coll_transport_of(c)), fails);
+    qs_coll_close(c);
+    be->ops->destroy(be);
+    qs_comm_finalize(comm);
+    return fails ? 1 : 0;
+}
+
 /* The NCCL transport on one rank (the only NCCL job one GPU can hold: NCCL refuses two ranks on
  * one GPU; between GPUs it runs on a multi-GPU machine): one rank's layout is "shared" on one
  * GPU; libnccl.so.2 is loaded and the communicator made; two halves of a buffer written on the
  * caller's stream are reduced in place on the transport's stream after those writes (a sum over
- * one rank: bit-identical), and the caller's stream reads the results after finish. */
+ * one rank: bit-identical), and the caller's stream reads the results after the waits; then
+ * every collective of tests/support/coll_check.h over one rank. */
 static void test_nccl_one_rank(void **state) {
     (void)state;
     int argc = 1;
@@ -319,7 +355,7 @@ static void test_nccl_one_rank(void **state) {
     assert_int_equal(qs_backend_cuda_create(0, &be), QS_OK);
     qs_gpu_layout layout;
     int gpus = 0;
-    assert_int_equal(qs_gpu_layout_of(be, comm, 30, &layout, &gpus), QS_OK);
+    assert_int_equal(qs_coll_gpu_layout(be, comm, 30, &layout, &gpus), QS_OK);
     assert_int_equal(layout, QS_GPUS_SHARED);
     assert_int_equal(gpus, 1);
     const size_t n = (size_t)1 << 22;
@@ -330,18 +366,24 @@ static void test_nccl_one_rank(void **state) {
     qs_stream *s = be->ops->default_stream(be);
     assert_int_equal(be->ops->alloc(be, n * sizeof *h, (void **)&d), QS_OK);
     assert_int_equal(be->ops->copy_h2d(be, s, d, h, n * sizeof *h), QS_OK);
-    qs_nccl_reduce *x = NULL;
-    if (qs_nccl_reduce_open(be, comm, d, n * sizeof *h, 30, &x) != QS_OK) fail_msg("%s", qs_last_error());
-    assert_int_equal(qs_nccl_reduce_start(x, s, 0, n / 2 * sizeof *h), QS_OK);
-    assert_int_equal(qs_nccl_reduce_start(x, s, n / 2 * sizeof *h, n / 2 * sizeof *h), QS_OK);
-    assert_int_equal(qs_nccl_reduce_poll(x), QS_OK);
-    assert_int_equal(qs_nccl_reduce_finish(x, s), QS_OK);
+    const qs_coll_options o = {.transport = QS_COLL_NCCL, .be = be, .timeout_s = 30};
+    qs_coll *x = NULL;
+    if (qs_coll_open(comm, &o, &x) != QS_OK) fail_msg("%s", qs_last_error());
+    int r0 = -1, r1 = -1;
+    assert_int_equal(qs_coll_allreduce(x, d, (int64_t)n / 2, QS_F32, s, &r0), QS_OK);
+    assert_int_equal(qs_coll_allreduce(x, d + n / 2, (int64_t)n / 2, QS_F32, s, &r1), QS_OK);
+    assert_int_equal(qs_coll_progress(x), QS_OK);
+    assert_int_equal(qs_coll_wait(x, r0, 30), QS_OK);
+    assert_int_equal(qs_coll_wait(x, r1, 30), QS_OK);
     assert_int_equal(be->ops->copy_d2h(be, s, back, d, n * sizeof *h), QS_OK);
     assert_int_equal(be->ops->stream_sync(be, s), QS_OK);
     assert_memory_equal(back, h, n * sizeof *h);
-    printf("  NCCL on one rank: %zu floats in two ranges, bit-identical after finish\n", n);
-    assert_int_equal(qs_nccl_reduce_start(x, s, 4, n * sizeof *h), QS_ERR_INTERNAL); /* beyond the buffer */
-    qs_nccl_reduce_close(x);
+    printf("  NCCL on one rank: %zu floats in two ranges, bit-identical after the waits\n", n);
+    int checks = 0;
+    const int fails = qs_test_coll_checks(x, be, &checks);
+    printf("  NCCL on one rank: %d checks, %d failed\n", checks, fails);
+    assert_int_equal(fails, 0);
+    qs_coll_close(x);
     be->ops->free(be, d);
     be->ops->destroy(be);
     qs_comm_finalize(comm);
@@ -349,7 +391,8 @@ static void test_nccl_one_rank(void **state) {
     free(back);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (getenv("OMPI_COMM_WORLD_SIZE")) return ipc_rank(argc, argv);
     const int rc = qs_test_gpu_suite_start("test_cuda_dist");
     if (rc) return rc;
     const struct CMUnitTest tests[] = {
@@ -361,6 +404,7 @@ int main(void) {
         cmocka_unit_test(test_sm_partition),
         cmocka_unit_test(test_indicator_on_gpu),
         cmocka_unit_test(test_stalled_rank),
+        cmocka_unit_test(test_ipc_collectives),
         cmocka_unit_test(test_nccl_one_rank),
     };
     return cmocka_run_group_tests(tests, qs_test_mpi_tmpdir_setup, qs_test_tmpdir_teardown);

@@ -1,13 +1,13 @@
-/* src/cuda/cuda_ipc_sum.cu — the IPC all-reduce's sum of several ranks' buffers (cuda_ipc.h). */
+/* src/cuda/cuda_ipc_sum.cu — defines: the sum of several buffers in a fixed order, for the IPC
+ * transport's rank-order sums (qs_cuda_ipc_sum, cuda_ipc.h). */
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_ipc.h"
 #include "cuda/cuda_launch.cuh"
-#include "parallel/ipc_reduce.h"
 
 namespace {
 
 struct Sources {
-    const float *p[QS_IPC_MAX_RANKS];
+    const float *p[QS_CUDA_SUM_MAX_SRC];
 };
 
 /* Grid-stride over n elements; each thread adds the sources in their order. */
@@ -22,14 +22,14 @@ __global__ void k_sum_ranks(Sources src, int n_src, float *__restrict__ dst, int
 
 } // namespace
 
-extern "C" qs_status qs_cuda_sum_ranks(qs_backend *be, cudaStream_t s, const float *const *src, int n_src, float *dst,
-                                        int64_t n) {
-    if (n_src < 1 || n_src > QS_IPC_MAX_RANKS)
-        return QS_FAIL(QS_ERR_INVALID_ARG, "sum of %d ranks' buffers (1..%d)", n_src, QS_IPC_MAX_RANKS);
+extern "C" qs_status qs_cuda_ipc_sum(qs_backend *be, qs_stream *s, const float *const *src, int n_src, float *dst,
+                                     int64_t n) {
+    if (n_src < 1 || n_src > QS_CUDA_SUM_MAX_SRC)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "sum of %d ranks' buffers (1..%d)", n_src, QS_CUDA_SUM_MAX_SRC);
     if (n == 0) return QS_OK;
     Sources in = {};
     for (int r = 0; r < n_src; r++) in.p[r] = src[r];
     const int threads = 256;
-    k_sum_ranks<<<qs_cuda::grid_for(be, n, threads), threads, 0, s>>>(in, n_src, dst, n);
+    k_sum_ranks<<<qs_cuda::grid_for(be, n, threads), threads, 0, s->s>>>(in, n_src, dst, n);
     return qs_cuda_check_launch("sum of ranks' buffers");
 }

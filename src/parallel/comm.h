@@ -1,10 +1,13 @@
 /* src/parallel/comm.h — defines: the process group of a data-parallel job. Under `mpirun` it is
- * MPI's world communicator (Open MPI; the only file that calls MPI is src/parallel/comm_mpi.c);
- * started without a launcher it is a group of one that needs no MPI at all.
+ * MPI's world communicator (Open MPI); started without a launcher it is a group of one that
+ * needs no MPI at all. The collectives on buffers (all-reduce, reduce-scatter, all-gather,
+ * all-to-all, send/recv) over a transport are parallel/coll.h; this header keeps the group, its
+ * step announcements and the small blocking helpers the runtime agrees with.
  *
  * Every blocking wait takes a timeout: a peer that stalled (SIGSTOP) or died must end the job
- * with a message, never hang it. Non-blocking collectives make progress only while the
- * caller tests them (Open MPI 4.1 has no asynchronous progress), so callers poll. */
+ * with a message, never hang it. Open MPI 4.1 has no asynchronous progress: work in flight
+ * advances only inside MPI calls, so every wait polls (and calls qs_comm_heartbeat). Only
+ * comm_mpi.c (this group) and coll_mpi.c (the MPI transport) call MPI. */
 #ifndef QSYNC_PARALLEL_COMM_H
 #define QSYNC_PARALLEL_COMM_H
 
@@ -15,8 +18,6 @@
 #include "qsync/status.h"
 
 typedef struct qs_comm qs_comm;
-
-#define QS_COMM_MAX_REQS 256
 
 /* Join the job: MPI when launched by mpirun (its environment says so), else a group of one.
  * argc/argv may be NULL. */
@@ -38,17 +39,17 @@ const char *qs_comm_kind(const qs_comm *c);
 #define QS_COMM_PHASES 1024
 qs_status qs_comm_arrive(qs_comm *c, int64_t step, int phase);
 
-/* Start an in-place sum of n floats over all ranks; *req identifies it (< QS_COMM_MAX_REQS
- * outstanding). A group of one completes at once. */
-qs_status qs_comm_iallreduce_sum_f32(qs_comm *c, float *buf, int64_t n, int *req);
-/* Progress and test a started reduction; *done when it has completed (then req is free). */
-qs_status qs_comm_test(qs_comm *c, int req, bool *done);
-/* Wait for a started reduction, polling; fails after timeout_s seconds (<= 0: no timeout)
- * with a message saying that a peer did not arrive. */
-qs_status qs_comm_wait(qs_comm *c, int req, double timeout_s);
+/* While waiting for anything the peers take part in: take in their announcements, and repeat
+ * this rank's every 0.5 s so that peers can tell a waiting rank from a stopped one. Cheap;
+ * nothing in a group of one. */
+void qs_comm_heartbeat(qs_comm *c);
+/* The QS_ERR_TIMEOUT of a wait for `what` ("an all-reduce of ...") that did not complete within
+ * timeout_s: names the peers silent for more than half the timeout, else those whose last
+ * announcement is behind this rank's (the stalled or dead ones). */
+qs_status qs_comm_timeout_error(qs_comm *c, const char *what, double timeout_s);
 
 /* MPI_Allreduce (sum, in place) called directly and blocking, without timeout: the reference
- * `qsync bench allreduce` compares the bucketed path with. */
+ * `qsync bench allreduce` compares the path training takes (parallel/coll.h) with. */
 qs_status qs_comm_allreduce_sum_f32_direct(qs_comm *c, float *buf, int64_t n);
 
 /* Blocking in-place reductions of small arrays (sum of doubles; min and max of uint64), with

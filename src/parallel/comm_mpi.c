@@ -1,5 +1,7 @@
-/* src/parallel/comm_mpi.c — the process group on Open MPI (see comm.h); the only file that calls MPI. */
+/* src/parallel/comm_mpi.c — defines: the process group on Open MPI (see comm.h); with coll_mpi.c
+ * (the MPI transport) the only file that calls MPI. */
 #include "parallel/comm.h"
+#include "parallel/comm_mpi.h"
 
 #include <limits.h>
 #include <mpi.h>
@@ -12,9 +14,6 @@
 struct qs_comm {
     bool mpi;
     int rank, world;
-    MPI_Request reqs[QS_COMM_MAX_REQS][4]; /* a reduction of > INT_MAX floats is split */
-    int nparts[QS_COMM_MAX_REQS];
-    bool used[QS_COMM_MAX_REQS];
     /* step announcements (qs_comm_arrive): per peer, the last step heard, a posted receive and
      * the last send; this rank's own step */
     int64_t step;             /* step·QS_COMM_PHASES + phase of the last announcement */
@@ -29,7 +28,7 @@ struct qs_comm {
 /* Open MPI's launcher exports the world size to every rank it starts. */
 static bool launched_by_mpirun(void) { return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK"); }
 
-static qs_status mpi_check(int rc, const char *what) {
+qs_status qs_mpi_check(int rc, const char *what) {
     if (rc == MPI_SUCCESS) return QS_OK;
     char msg[MPI_MAX_ERROR_STRING];
     int len = 0;
@@ -43,7 +42,7 @@ qs_status qs_comm_init(int *argc, char ***argv, qs_comm **out) {
     c->world = 1;
     if (launched_by_mpirun()) {
         int provided;
-        qs_status st = mpi_check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "initialisation");
+        qs_status st = qs_mpi_check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "initialisation");
         if (st != QS_OK) {
             free(c);
             return st;
@@ -119,7 +118,7 @@ static qs_status send_marks(qs_comm *c) {
         if (c->send_req[p] != MPI_REQUEST_NULL) MPI_Test(&c->send_req[p], &done, MPI_STATUS_IGNORE);
         if (!done) continue; /* the peer has not taken the last one: it is behind, no need to queue more */
         c->send_val[p] = mark;
-        QS_TRY(mpi_check(MPI_Isend(&c->send_val[p], 1, MPI_INT64_T, p, QS_COMM_TAG_ARRIVE, MPI_COMM_WORLD,
+        QS_TRY(qs_mpi_check(MPI_Isend(&c->send_val[p], 1, MPI_INT64_T, p, QS_COMM_TAG_ARRIVE, MPI_COMM_WORLD,
                                    &c->send_req[p]),
                          "Isend (step announcement)"));
     }
@@ -136,18 +135,16 @@ qs_status qs_comm_arrive(qs_comm *c, int64_t step, int phase) {
     return send_marks(c);
 }
 
-/* While waiting in a collective: take in announcements, and repeat ours every 0.5 s so that
- * peers can tell a waiting rank from a stopped one. */
-static void heartbeat(qs_comm *c) {
+void qs_comm_heartbeat(qs_comm *c) {
+    if (!c || !c->mpi || c->world == 1) return;
     if (qs_now_ms() - c->sent_ms > 500) (void)send_marks(c);
     else arrivals_poll(c);
 }
 
-/* The timeout error: the peers not heard from for more than half the timeout (a waiting rank
- * repeats its announcement every 0.5 s; a stopped or dead one falls silent), else those whose
- * last announcement is behind this rank's. */
-static qs_status timeout_error(qs_comm *c, const char *what, double timeout_s) {
-    arrivals_poll(c);
+/* A waiting rank repeats its announcement every 0.5 s (qs_comm_heartbeat); a stopped or dead
+ * one falls silent. */
+qs_status qs_comm_timeout_error(qs_comm *c, const char *what, double timeout_s) {
+    if (c->mpi) arrivals_poll(c);
     const double now = qs_now_ms();
     char missing[256] = "";
     size_t len = 0;
@@ -179,55 +176,11 @@ int qs_comm_rank(const qs_comm *c) { return c ? c->rank : 0; }
 int qs_comm_world(const qs_comm *c) { return c ? c->world : 1; }
 const char *qs_comm_kind(const qs_comm *c) { return c && c->mpi ? "mpi" : "single"; }
 
-qs_status qs_comm_iallreduce_sum_f32(qs_comm *c, float *buf, int64_t n, int *req) {
-    *req = -1;
-    int r = 0;
-    while (r < QS_COMM_MAX_REQS && c->used[r]) r++;
-    if (r == QS_COMM_MAX_REQS)
-        return QS_FAIL(QS_ERR_INTERNAL, "allreduce: more than %d reductions outstanding", QS_COMM_MAX_REQS);
-    c->used[r] = true;
-    c->nparts[r] = 0;
-    *req = r;
-    if (!c->mpi || c->world == 1) return QS_OK;
-    for (int64_t off = 0; off < n; off += INT_MAX) {
-        if (c->nparts[r] == 4) return QS_FAIL(QS_ERR_UNSUPPORTED, "allreduce of %lld floats is too large", (long long)n);
-        int cnt = (int)(n - off < INT_MAX ? n - off : INT_MAX);
-        QS_TRY(mpi_check(MPI_Iallreduce(MPI_IN_PLACE, buf + off, cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
-                                        &c->reqs[r][c->nparts[r]]),
-                         "Iallreduce"));
-        c->nparts[r]++;
-    }
-    return QS_OK;
-}
-
-qs_status qs_comm_test(qs_comm *c, int req, bool *done) {
-    if (req < 0 || req >= QS_COMM_MAX_REQS || !c->used[req])
-        return QS_FAIL(QS_ERR_INTERNAL, "allreduce test: request %d is not outstanding", req);
-    int flag = 1;
-    if (c->nparts[req] > 0)
-        QS_TRY(mpi_check(MPI_Testall(c->nparts[req], c->reqs[req], &flag, MPI_STATUSES_IGNORE), "Testall"));
-    *done = flag != 0;
-    if (*done) c->used[req] = false;
-    return QS_OK;
-}
-
-qs_status qs_comm_wait(qs_comm *c, int req, double timeout_s) {
-    const double t0 = qs_now_ms();
-    for (;;) {
-        bool done;
-        QS_TRY(qs_comm_test(c, req, &done));
-        if (done) return QS_OK;
-        if (c->mpi) heartbeat(c);
-        if (timeout_s > 0 && qs_now_ms() - t0 > 1e3 * timeout_s)
-            return timeout_error(c, "a gradient all-reduce", timeout_s);
-    }
-}
-
 qs_status qs_comm_allreduce_sum_f32_direct(qs_comm *c, float *buf, int64_t n) {
     if (!c->mpi || c->world == 1) return QS_OK;
     for (int64_t off = 0; off < n; off += INT_MAX) {
         int cnt = (int)(n - off < INT_MAX ? n - off : INT_MAX);
-        QS_TRY(mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf + off, cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "Allreduce"));
+        QS_TRY(qs_mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf + off, cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "Allreduce"));
     }
     return QS_OK;
 }
@@ -237,10 +190,10 @@ static qs_status wait_request(qs_comm *c, MPI_Request *rq, const char *what, dou
     const double t0 = qs_now_ms();
     for (;;) {
         int flag = 0;
-        QS_TRY(mpi_check(MPI_Test(rq, &flag, MPI_STATUS_IGNORE), "Test"));
+        QS_TRY(qs_mpi_check(MPI_Test(rq, &flag, MPI_STATUS_IGNORE), "Test"));
         if (flag) return QS_OK;
-        heartbeat(c);
-        if (timeout_s > 0 && qs_now_ms() - t0 > 1e3 * timeout_s) return timeout_error(c, what, timeout_s);
+        qs_comm_heartbeat(c);
+        if (timeout_s > 0 && qs_now_ms() - t0 > 1e3 * timeout_s) return qs_comm_timeout_error(c, what, timeout_s);
     }
 }
 
@@ -248,7 +201,7 @@ static qs_status wait_request(qs_comm *c, MPI_Request *rq, const char *what, dou
 static qs_status small_allreduce(qs_comm *c, void *buf, int n, MPI_Datatype t, MPI_Op op, double timeout_s) {
     if (!c->mpi || c->world == 1) return QS_OK;
     MPI_Request rq;
-    QS_TRY(mpi_check(MPI_Iallreduce(MPI_IN_PLACE, buf, n, t, op, MPI_COMM_WORLD, &rq), "Iallreduce"));
+    QS_TRY(qs_mpi_check(MPI_Iallreduce(MPI_IN_PLACE, buf, n, t, op, MPI_COMM_WORLD, &rq), "Iallreduce"));
     return wait_request(c, &rq, "a reduction", timeout_s);
 }
 
@@ -258,7 +211,7 @@ qs_status qs_comm_bcast_bytes(qs_comm *c, int root, char **buf, size_t *n, doubl
         return QS_FAIL(QS_ERR_INVALID_ARG, "broadcast from rank %d in a job of %d ranks", root, c->world);
     uint64_t len = c->rank == root ? (uint64_t)*n : 0;
     MPI_Request rq;
-    QS_TRY(mpi_check(MPI_Ibcast(&len, 1, MPI_UINT64_T, root, MPI_COMM_WORLD, &rq), "Ibcast"));
+    QS_TRY(qs_mpi_check(MPI_Ibcast(&len, 1, MPI_UINT64_T, root, MPI_COMM_WORLD, &rq), "Ibcast"));
     QS_TRY(wait_request(c, &rq, "a broadcast", timeout_s));
     if (len > (uint64_t)INT_MAX) return QS_FAIL(QS_ERR_UNSUPPORTED, "broadcast of %llu bytes is too large", (unsigned long long)len);
     if (c->rank != root) {
@@ -268,7 +221,7 @@ qs_status qs_comm_bcast_bytes(qs_comm *c, int root, char **buf, size_t *n, doubl
         *n = (size_t)len;
     }
     if (len == 0) return QS_OK;
-    QS_TRY(mpi_check(MPI_Ibcast(*buf, (int)len, MPI_BYTE, root, MPI_COMM_WORLD, &rq), "Ibcast"));
+    QS_TRY(qs_mpi_check(MPI_Ibcast(*buf, (int)len, MPI_BYTE, root, MPI_COMM_WORLD, &rq), "Ibcast"));
     return wait_request(c, &rq, "a broadcast", timeout_s);
 }
 

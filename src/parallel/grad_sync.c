@@ -1,48 +1,25 @@
-/* src/parallel/grad_sync.c — bucketed, overlapped gradient averaging (see grad_sync.h). */
+/* src/parallel/grad_sync.c — defines: bucketed, overlapped gradient averaging over the
+ * communication interface, and the replica check (see grad_sync.h). */
 #include "parallel/grad_sync.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "parallel/ipc_reduce.h"
-#include "parallel/nccl_reduce.h"
 #include "qsync/tensor.h"
 
+/* Bucket b's gradients are final: its share of the global mean (unequal local batches), then
+ * its sum all-reduce. */
 static qs_status start_bucket(qs_grad_sync *gs, qs_grad_bucket *b) {
     const int k = (int)(b - gs->buckets);
     QS_TRY(qs_comm_arrive(gs->comm, gs->m->step, 1 + k)); /* named in timeouts */
     qs_model *m = gs->m;
     float *base = (float *)((char *)m->grad_data + b->offset);
     const int64_t count = (int64_t)(b->bytes / sizeof(float));
-    if (gs->weight != 1.0f) { /* unequal local batches: this rank's share of the global mean */
-        QS_TRY(m->be->ops->scale(m->be, m->stream, count, base, gs->weight));
-        if (!gs->ipc) QS_TRY(m->be->ops->stream_sync(m->be, m->stream));
-    }
-    if (gs->ipc) {
-        b->req = -2; /* the IPC reduction keeps its own state */
-        return qs_ipc_reduce_start(gs->ipc, m->stream, k, b->offset, b->bytes);
-    }
-    if (gs->nccl) {
-        b->req = -2; /* NCCL orders the buckets on its stream */
-        return qs_nccl_reduce_start(gs->nccl, m->stream, b->offset, b->bytes);
-    }
-    return qs_comm_iallreduce_sum_f32(gs->comm, base, count, &b->req);
+    if (gs->weight != 1.0f) QS_TRY(m->be->ops->scale(m->be, m->stream, count, base, gs->weight));
+    return qs_coll_allreduce(gs->coll, base, count, QS_F32, m->stream, &b->req);
 }
 
-/* Test every outstanding bucket once (progress). */
-static qs_status poll_buckets(qs_grad_sync *gs) {
-    if (gs->ipc) return qs_ipc_reduce_poll(gs->ipc);
-    if (gs->nccl) return qs_nccl_reduce_poll(gs->nccl);
-    for (int k = 0; k < gs->n_buckets; k++) {
-        qs_grad_bucket *b = &gs->buckets[k];
-        if (b->req < 0) continue;
-        bool done;
-        QS_TRY(qs_comm_test(gs->comm, b->req, &done));
-        if (done) b->req = -2; /* completed in this step */
-    }
-    return QS_OK;
-}
-
+/* After each node's backward: start the buckets it completed, advance the outstanding ones. */
 static qs_status on_grads_ready(void *ctx, int node) {
     qs_grad_sync *gs = ctx;
     const qs_node *n = &gs->m->nodes[node];
@@ -50,13 +27,13 @@ static qs_status on_grads_ready(void *ctx, int node) {
         qs_grad_bucket *b = &gs->buckets[gs->entry_bucket[n->param[k]]];
         if (--b->pending == 0 && gs->overlap) QS_TRY(start_bucket(gs, b));
     }
-    return gs->overlap ? poll_buckets(gs) : QS_OK;
+    return gs->overlap ? qs_coll_progress(gs->coll) : QS_OK;
 }
 
+/* At the end of backward: start what has not started, wait for every bucket, scale by 1/world. */
 static qs_status on_grads_done(void *ctx) {
     qs_grad_sync *gs = ctx;
     qs_model *m = gs->m;
-    if (!gs->ipc && !gs->nccl) QS_TRY(m->be->ops->stream_sync(m->be, m->stream));
     for (int k = 0; k < gs->n_buckets; k++) {
         qs_grad_bucket *b = &gs->buckets[k];
         if (b->pending != 0)
@@ -64,11 +41,9 @@ static qs_status on_grads_done(void *ctx) {
                            b->pending);
         if (!gs->overlap) QS_TRY(start_bucket(gs, b));
     }
-    if (gs->ipc) QS_TRY(qs_ipc_reduce_finish(gs->ipc, m->stream));
-    if (gs->nccl) QS_TRY(qs_nccl_reduce_finish(gs->nccl, m->stream));
     for (int k = 0; k < gs->n_buckets; k++) {
         qs_grad_bucket *b = &gs->buckets[k];
-        if (b->req >= 0) QS_TRY(qs_comm_wait(gs->comm, b->req, gs->timeout_s));
+        QS_TRY(qs_coll_wait(gs->coll, b->req, gs->timeout_s));
         b->req = -1;
         b->pending = b->last_entry - b->first_entry + 1; /* ready for the next backward */
     }
@@ -91,23 +66,6 @@ int qs_grad_buckets_form(const qs_table *t, size_t bucket_bytes, qs_grad_bucket 
     return n;
 }
 
-/* Gradients on GPUs: CUDA IPC when every rank shares one GPU, NCCL when each has its own; a job
- * with several ranks on some of several GPUs would need both (IPC within a GPU, NCCL between
- * them), which is not built. */
-static qs_status open_gpu_transport(qs_grad_sync *gs, qs_comm *comm, double timeout_s) {
-    qs_model *m = gs->m;
-    qs_gpu_layout layout;
-    int n_gpus = 0;
-    QS_TRY(qs_gpu_layout_of(m->be, comm, timeout_s, &layout, &n_gpus));
-    if (layout == QS_GPUS_SHARED)
-        return qs_ipc_reduce_open(m->be, comm, m->grad_data, m->params.bytes, gs->n_buckets, timeout_s, &gs->ipc);
-    if (layout == QS_GPUS_ONE_EACH)
-        return qs_nccl_reduce_open(m->be, comm, m->grad_data, m->params.bytes, timeout_s, &gs->nccl);
-    return QS_FAIL(QS_ERR_UNSUPPORTED, "%d ranks on %d GPUs, some GPUs holding several: that needs CUDA IPC within "
-                   "each GPU and NCCL between them (hierarchical), which this qsync does not have; put every rank on "
-                   "its own GPU or all on one", qs_comm_world(comm), n_gpus);
-}
-
 qs_status qs_grad_sync_init(qs_grad_sync *gs, qs_comm *comm, qs_model *m, size_t bucket_bytes, bool overlap,
                             double timeout_s) {
     memset(gs, 0, sizeof *gs);
@@ -126,15 +84,10 @@ qs_status qs_grad_sync_init(qs_grad_sync *gs, qs_comm *comm, qs_model *m, size_t
         return QS_FAIL(QS_ERR_OOM, "out of memory for gradient buckets");
     }
     gs->n_buckets = qs_grad_buckets_form(t, bucket_bytes, gs->buckets, gs->entry_bucket);
-    /* every rank must take the same transport (their collectives differ): agree first */
-    const bool gpu = strcmp(m->be->ops->name, "cuda") == 0;
-    uint64_t lo = 0, hi = 0;
-    qs_status st = qs_comm_allreduce_minmax_u64(comm, gpu, &lo, &hi, timeout_s);
-    if (st == QS_OK && lo != hi)
-        st = QS_FAIL(QS_ERR_UNSUPPORTED, "rank %d trains on %s while another rank trains on %s: the ranks of one job "
-                     "all run on CPUs or all on one GPU", qs_comm_rank(comm), gpu ? "a GPU" : "the CPU",
-                     gpu ? "the CPU" : "a GPU");
-    if (st == QS_OK && gpu) st = open_gpu_transport(gs, comm, timeout_s);
+    const qs_coll_options o = {.transport = QS_COLL_AUTO, .be = m->be, .max_inflight = gs->n_buckets,
+                               .timeout_s = timeout_s};
+    qs_status st = qs_coll_open(comm, &o, &gs->coll);
+    if (st == QS_OK) st = qs_coll_register(gs->coll, m->grad_data, m->params.bytes);
     if (st != QS_OK) {
         qs_grad_sync_free(gs);
         return st;
@@ -151,8 +104,7 @@ void qs_grad_sync_free(qs_grad_sync *gs) {
         gs->m->grads_done = NULL;
         gs->m->grads_ctx = NULL;
     }
-    qs_ipc_reduce_close(gs->ipc);
-    qs_nccl_reduce_close(gs->nccl);
+    qs_coll_close(gs->coll);
     free(gs->buckets);
     free(gs->entry_bucket);
     memset(gs, 0, sizeof *gs);

@@ -6,21 +6,24 @@
  * be smaller); a bucket is one contiguous byte range of the gradient buffer. The assignment
  * depends only on the model, so every rank forms the same buckets in the same order.
  * Overlap: when the last node owning a bucket's gradients finishes its backward, the bucket's
- * sum all-reduce starts (non-blocking), and every later node's backward ends with a test of
+ * sum all-reduce starts (non-blocking), and every later node's backward ends with progress of
  * the outstanding ones (Open MPI progresses only inside MPI calls). At the end of backward the
  * remaining ones are waited for (time accounted as comm_wait) and the sums are scaled by
  * 1/world — the gradient of the global-batch mean when ranks have equal local batches. With
  * unequal ones (qs_grad_sync_set_local_batch) each rank first multiplies its buckets by
  * world·b_r/B, so the result is Σ_r b_r·g_r / B, again the global-batch mean.
  * Without overlap every bucket starts at the end of backward.
- * Transport: MPI on host buffers (the CPU backend); on the CUDA backend every rank must share
- * one GPU, and buckets are summed through CUDA IPC (parallel/ipc_reduce.h) without host copies. */
+ * Transport: one code path over the communication interface (parallel/coll.h), its transport
+ * chosen from the model's backend and the ranks' GPUs — mpi on host buffers (the CPU backend),
+ * ipc when every rank shares one GPU, nccl when each has its own; the gradient buffer is
+ * registered with it, one handle per bucket. */
 #ifndef QSYNC_PARALLEL_GRAD_SYNC_H
 #define QSYNC_PARALLEL_GRAD_SYNC_H
 
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "parallel/coll.h"
 #include "parallel/comm.h"
 #include "graph/graph.h"
 
@@ -28,7 +31,7 @@ typedef struct qs_grad_bucket {
     size_t offset, bytes;  /* range of the gradient buffer */
     int first_entry, last_entry; /* parameter table entries covered */
     int pending;           /* entries whose gradients are not final yet in this backward */
-    int req;               /* outstanding reduction, or -1 */
+    int req;               /* outstanding all-reduce (a qs_coll handle), or -1 */
 } qs_grad_bucket;
 
 typedef struct qs_grad_sync {
@@ -40,8 +43,7 @@ typedef struct qs_grad_sync {
     int n_buckets;
     int *entry_bucket;     /* parameter entry → bucket */
     float weight;          /* world·b_r/B: 1 with equal local batches (then no scaling) */
-    struct qs_ipc_reduce *ipc; /* the CUDA IPC transport (ranks sharing one GPU), or NULL */
-    struct qs_nccl_reduce *nccl; /* the NCCL transport (a GPU per rank), or NULL; both NULL: MPI */
+    qs_coll *coll;         /* the buckets' communicator, or NULL (a group of one) */
 } qs_grad_sync;
 
 /* The buckets of a parameter table's gradients (see above) into buckets[] and, per entry, its

@@ -5,9 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "parallel/coll.h"
 #include "parallel/grad_sync.h"
-#include "parallel/ipc_reduce.h"
-#include "parallel/nccl_reduce.h"
 
 #include "core/stats.h"
 #include "core/timer.h"
@@ -26,43 +25,35 @@ static int qs_prof_ar_sizes(double max_bytes, double *sizes) {
 }
 
 /* The buffer the reductions run on, made once at the largest size (each size reduces its
- * first n floats): host memory and MPI, or device memory of a CUDA backend and the transport
- * training uses between these ranks — CUDA IPC on one shared GPU (one slot), NCCL across GPUs. */
+ * first n floats): host memory or device memory of a CUDA backend, and the transport training
+ * uses between these ranks (parallel/coll.h: mpi on the host, ipc on one shared GPU, nccl
+ * across GPUs), one collective in flight. */
 typedef struct qs_prof_ar_buf {
     qs_backend *be;       /* NULL: host */
     float *host, *dev;
     int64_t cap;
-    qs_ipc_reduce *ipc;
-    qs_nccl_reduce *nccl;
+    qs_coll *coll;
 } qs_prof_ar_buf;
 
 static void qs_prof_ar_buf_free(qs_prof_ar_buf *b) {
-    qs_ipc_reduce_close(b->ipc);
-    qs_nccl_reduce_close(b->nccl);
+    qs_coll_close(b->coll);
     if (b->dev) b->be->ops->free(b->be, b->dev);
     qs_host_free(b->host);
     memset(b, 0, sizeof *b);
 }
 
-/* A buffer of cap floats (collective on the GPU: the transport is set up between the ranks). */
+/* A buffer of cap floats and its communicator (collective). */
 static qs_status qs_prof_ar_buf_make(qs_comm *comm, qs_backend *be, int64_t cap, qs_prof_ar_buf *b) {
     memset(b, 0, sizeof *b);
     b->be = be;
     b->cap = cap;
     const size_t bytes = (size_t)cap * sizeof(float);
-    if (!be) {
-        b->host = qs_host_alloc(bytes);
-        return b->host ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory for the all-reduce profile");
-    }
-    qs_gpu_layout layout;
-    int gpus = 0;
-    QS_TRY(qs_gpu_layout_of(be, comm, QS_PROF_AR_TIMEOUT_S, &layout, &gpus));
-    if (layout == QS_GPUS_MIXED)
-        return QS_FAIL(QS_ERR_UNSUPPORTED, "%d ranks on %d GPUs, some holding several: no all-reduce between them "
-                       "(hierarchical IPC + NCCL is not built)", qs_comm_world(comm), gpus);
-    QS_TRY(be->ops->alloc(be, bytes, (void **)&b->dev));
-    if (layout == QS_GPUS_ONE_EACH) return qs_nccl_reduce_open(be, comm, b->dev, bytes, QS_PROF_AR_TIMEOUT_S, &b->nccl);
-    return qs_ipc_reduce_open(be, comm, b->dev, bytes, 1, QS_PROF_AR_TIMEOUT_S, &b->ipc);
+    const qs_coll_options o = {.transport = QS_COLL_AUTO, .be = be, .max_inflight = 1, .timeout_s = QS_PROF_AR_TIMEOUT_S};
+    QS_TRY(qs_coll_open(comm, &o, &b->coll));
+    if (!be) b->host = qs_host_alloc(bytes);
+    else QS_TRY(be->ops->alloc(be, bytes, (void **)&b->dev));
+    if (!be && !b->host) return QS_FAIL(QS_ERR_OOM, "out of memory for the all-reduce profile");
+    return qs_coll_register(b->coll, be ? (void *)b->dev : (void *)b->host, bytes);
 }
 
 /* Write the first n floats where they live (as backward writes the gradients a bucket holds:
@@ -80,22 +71,11 @@ static qs_status qs_prof_ar_fill(qs_prof_ar_buf *b, int64_t n, float v) {
 
 /* One timed reduction of the first n floats: started, then waited for (on the GPU until its
  * result is on the device). */
-static qs_status qs_prof_ar_once(qs_comm *comm, qs_prof_ar_buf *b, int64_t n) {
-    if (!b->be) {
-        int req = -1;
-        QS_TRY(qs_comm_iallreduce_sum_f32(comm, b->host, n, &req));
-        return qs_comm_wait(comm, req, QS_PROF_AR_TIMEOUT_S);
-    }
-    qs_stream *s = b->be->ops->default_stream(b->be);
-    const size_t bytes = (size_t)n * sizeof(float);
-    if (b->nccl) {
-        QS_TRY(qs_nccl_reduce_start(b->nccl, s, 0, bytes));
-        QS_TRY(qs_nccl_reduce_finish(b->nccl, s));
-    } else {
-        QS_TRY(qs_ipc_reduce_start(b->ipc, s, 0, 0, bytes));
-        QS_TRY(qs_ipc_reduce_finish(b->ipc, s));
-    }
-    return b->be->ops->stream_sync(b->be, s);
+static qs_status qs_prof_ar_once(qs_prof_ar_buf *b, int64_t n) {
+    int req = -1;
+    QS_TRY(qs_coll_allreduce(b->coll, b->be ? (void *)b->dev : (void *)b->host, n, QS_F32, NULL, &req));
+    QS_TRY(qs_coll_wait(b->coll, req, QS_PROF_AR_TIMEOUT_S));
+    return b->be ? b->be->ops->stream_sync(b->be, b->be->ops->default_stream(b->be)) : QS_OK;
 }
 
 qs_status qs_profile_allreduce(qs_comm *comm, qs_backend *be, int reps, double max_bytes, cJSON **out) {
@@ -118,7 +98,7 @@ qs_status qs_profile_allreduce(qs_comm *comm, qs_backend *be, int reps, double m
             uint64_t lo, hi;
             if (st == QS_OK) st = qs_comm_allreduce_minmax_u64(comm, (uint64_t)k + 1, &lo, &hi, QS_PROF_AR_TIMEOUT_S);
             double t0 = qs_now_ms();
-            if (st == QS_OK) st = qs_prof_ar_once(comm, &b, n);
+            if (st == QS_OK) st = qs_prof_ar_once(&b, n);
             if (k >= 0) t[k] = qs_now_ms() - t0;
         }
         if (st == QS_OK) slowest[(size_t)rank * n_sizes + s] = qs_median_inplace(t, reps);

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "run_cmd.h"
@@ -39,6 +40,26 @@ void qs_test_run_ranks_output(int n, const char *args, char **out) {
     qs_test_ranks_command(n, args, cmd, sizeof cmd);
     int rc = qs_test_run_shell(cmd, out);
     if (rc != 0) fail_msg("%s\n  exit %d, output:\n%s", cmd, rc, *out);
+}
+
+int qs_test_run_self_ranks(int n, const char *args, char **out) {
+    char self[1024], cmd[2048];
+    const ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    assert_true(len > 0);
+    self[len] = '\0';
+    snprintf(cmd, sizeof cmd, "timeout 300 mpirun -np %d --oversubscribe %s%s %s", n,
+             getenv("LD_LIBRARY_PATH") ? "-x LD_LIBRARY_PATH " : "", self, args);
+    return qs_test_run_shell(cmd, out);
+}
+
+void qs_test_expect_self_ranks(int n, const char *args) {
+    char *out = NULL;
+    const int rc = qs_test_run_self_ranks(n, args, &out);
+    int clean = 0;
+    for (const char *p = out; p && (p = strstr(p, " failed\n")); p++) clean += p - out >= 2 && p[-1] == '0' && p[-2] == ' ';
+    printf("%s", out ? out : "");
+    if (rc != 0 || clean != n) fail_msg("%d ranks (%s): exit %d, %d of %d ranks without failures", n, args, rc, clean, n);
+    free(out);
 }
 
 double qs_test_checkpoint_max_rel_diff(const char *dir_a, const char *dir_b) {
