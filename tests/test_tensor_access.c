@@ -358,7 +358,8 @@ static void test_tables(void **state) {
         const qs_table_entry *t = &m->params.entries[e];
         for (int64_t i = 0; i < t->numel; i++) {
             const size_t k = t->offset / sizeof(float) + (size_t)i;
-            if (!(g1[k] == g0[k] * 0.5f)) fail_msg("entry %s [%lld]: %.9g after scaling %.9g by 0.5", t->name, (long long)i, g1[k], g0[k]);
+            if (!(g1[k] == g0[k] * 0.5f))
+                fail_msg("entry %s [%lld]: %.9g after scaling %.9g by 0.5", t->name, (long long)i, g1[k], g0[k]);
         }
     }
     float w[9];
