@@ -29,8 +29,8 @@ static const qs_node *qs_tap_holder(const qs_model *m, const qs_node *n) {
  * sharing its input's gradient (dy_alias) has the input's; a plain cast's gradient arrives in
  * its output dtype; any other node's is its grad_dtype (as graph.c allocates them). */
 static qs_dtype qs_tap_grad_dtype(const qs_model *m, const qs_node *n) {
-    for (n = qs_tap_holder(m, n); n->dy_alias; n = qs_tap_holder(m, &m->nodes[n->inputs[0]])) {
-    }
+    n = qs_tap_holder(m, n);
+    while (n->dy_alias) n = qs_tap_holder(m, &m->nodes[n->inputs[0]]);
     if (n->kind == QS_NODE_CAST && !n->cfg.cast.straight_through) return n->out_dtype;
     return n->grad_dtype;
 }
@@ -54,7 +54,8 @@ static qs_status qs_tap_activation(const qs_model *m, int i, qs_tap what, qs_tap
     if (!n->dy)
         return QS_FAIL(QS_ERR_UNSUPPORTED,
                        "tensor access: dy of node %s: it has no gradient buffer (it needs no gradient, it is the "
-                       "loss, or its gradient goes straight into a reader's quantized copy)",
+                       "loss, or its gradient stays elsewhere: a reader's quantized copy, or the gradient of the "
+                       "Add a BatchNorm reads)",
                        n->name);
     src->dev = n->dy;
     src->dtype = qs_tap_grad_dtype(m, n);

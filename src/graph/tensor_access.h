@@ -38,8 +38,8 @@ qs_status qs_model_tensor_numel(const qs_model *m, int node, qs_tap t, int64_t *
  * and gradient, which is then also what the owner's Y and DY read. Refused
  * (QS_ERR_UNSUPPORTED, naming node and tap): a node that is part of a fused attention
  * (fused_into: no buffers of its own); X of the input node (it has no input); DY where the node
- * has no gradient buffer (it needs none, it is the loss, or its gradient goes straight into a
- * reader's quantized copy); W and DW of a node without a weight (a MatMul's operands are its
+ * has no gradient buffer (it needs none, it is the loss, or its gradient stays elsewhere: a BF16
+ * convolution's in its reader's quantized copy, a BatchNorm's in the Add it feeds); W and DW of a node without a weight (a MatMul's operands are its
  * inputs' Y); a tensor stored quantized (S8, FP8: its value needs a scale). A model that is not
  * set up, or a node index out of range, is QS_ERR_INVALID_ARG. */
 qs_status qs_model_read_tensor(qs_model *m, int node, qs_tap t, float *host, int64_t cap, int64_t *numel);
