@@ -5,7 +5,8 @@
  * achievable time or memory; the acceptance figure of issue 6 (greedy Σω within 5% of the
  * exact optimum on ≥ 90% of ≥ 200 generated problems, printed with the distribution of the
  * gaps); the solve time of a 100-layer problem and of a resnet50-sized instance (printed, not
- * asserted); the exact solver's time limit. */
+ * asserted); the exact solver's time limit; every result of a fixed set of problems bit for bit
+ * as recorded (fingerprints). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +19,7 @@
 #include <string.h>
 
 #include "graph_helpers.h"
+#include "plan/alloc_internal.h"
 #include "plan/allocator.h"
 #include "qsync/rng.h"
 
@@ -104,6 +106,141 @@ static void small_problem(qs_rng *r, qs_alloc_problem *p) {
     else {
         p->mem_cap = b.min_mem + (int64_t)((u01(r) * 1.2 - 0.1) * (double)(b.max_mem - b.min_mem));
         if (p->mem_cap < 1) p->mem_cap = 1;
+    }
+}
+
+/* A problem of L layers and K options with an edge between every two layers (costs zero,
+ * to be filled) into *p, and the random stream (seed, name) to fill them from into *r. */
+static void complete_graph(int32_t L, int32_t K, uint64_t seed, const char *name, qs_alloc_problem *p, qs_rng *r) {
+    ASSERT_OK(qs_alloc_problem_alloc(p, L, K, L * (L - 1) / 2));
+    qs_rng_init(r, qs_rng_key(seed, name, 0), 0);
+    int32_t e = 0;
+    for (int32_t a = 0; a < L; a++)
+        for (int32_t b = a + 1; b < L; b++) p->edges[e++] = (qs_alloc_edge){a, b};
+}
+
+/* ------------------------------------------------------------------ fingerprints */
+
+/* FNV-1a of n bytes at v, continuing from h. */
+static uint64_t fnv(uint64_t h, const void *v, size_t n) {
+    const unsigned char *b = v;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001B3ull;
+    return h;
+}
+#define FNV(h, x) fnv((h), &(x), sizeof(x))
+
+/* Every number that defines p. */
+static uint64_t fp_problem(uint64_t h, const qs_alloc_problem *p) {
+    const size_t LK = (size_t)p->n_layers * (size_t)p->n_opts;
+    const size_t EKK = (size_t)p->n_edges * (size_t)(p->n_opts * p->n_opts);
+    h = FNV(h, p->n_layers), h = FNV(h, p->n_opts), h = FNV(h, p->n_edges);
+    h = fnv(h, p->edges, sizeof *p->edges * (size_t)p->n_edges);
+    h = fnv(h, p->time_ms, sizeof *p->time_ms * LK), h = fnv(h, p->mem, sizeof *p->mem * LK);
+    h = fnv(h, p->omega, sizeof *p->omega * LK), h = fnv(h, p->cast_ms, sizeof *p->cast_ms * EKK);
+    if (p->allowed) h = fnv(h, p->allowed, LK);
+    h = FNV(h, p->fixed_ms), h = FNV(h, p->fixed_mem), h = FNV(h, p->target_ms), h = FNV(h, p->mem_cap);
+    return h;
+}
+
+/* Every field of r but the wall time and the gap. */
+static uint64_t fp_result(uint64_t h, const qs_alloc_result *r) {
+    h = FNV(h, r->n_layers);
+    if (r->choice) h = fnv(h, r->choice, sizeof *r->choice * (size_t)r->n_layers);
+    h = FNV(h, r->feasible), h = FNV(h, r->optimal), h = FNV(h, r->omega), h = FNV(h, r->time_ms);
+    h = FNV(h, r->mem), h = FNV(h, r->bound), h = FNV(h, r->best_time_ms), h = FNV(h, r->time_exact);
+    h = FNV(h, r->exact_start), h = FNV(h, r->min_mem), h = FNV(h, r->moves), h = FNV(h, r->evaluations);
+    return h;
+}
+
+/* The status and message of a solver call, then its result (freed). */
+static uint64_t fp_solve(uint64_t h, qs_status st, qs_alloc_result *r) {
+    h = FNV(h, st);
+    if (st != QS_OK) h = fnv(h, qs_last_error(), strlen(qs_last_error()));
+    h = fp_result(h, r);
+    qs_alloc_result_free(r);
+    return h;
+}
+
+/* The least-time DP (or its coordinate descent) on p's own times; which of the two ran into
+ * *exact. */
+static uint64_t fp_dp(uint64_t h, const qs_alloc_problem *p, bool *exact) {
+    qs_alloc_adj a;
+    ASSERT_OK(qs_alloc_adj_build(p, &a));
+    int32_t *c = malloc(sizeof *c * (size_t)p->n_layers);
+    ASSERT_OK(qs_alloc_dp_min(p, &a, p->time_ms, c, exact));
+    h = fnv(h, c, sizeof *c * (size_t)p->n_layers), h = FNV(h, *exact);
+    free(c);
+    qs_alloc_adj_free(&a);
+    return h;
+}
+
+/* Generated problem (seed, type) with o and every solver's answer on it, also with T below
+ * the fastest plan and the cap below the smallest (their refusals and messages). */
+static uint64_t fp_case(uint64_t seed, int32_t type, const qs_alloc_random_opts *o) {
+    qs_alloc_problem p;
+    qs_alloc_result r;
+    ASSERT_OK(qs_alloc_random_problem(seed, type, o, &p));
+    uint64_t h = fp_problem(0xCBF29CE484222325ull, &p);
+    bool exact;
+    h = fp_dp(h, &p, &exact);
+    assert_true(exact);
+    h = fp_solve(h, qs_alloc_greedy(&p, NULL, &r), &r);
+    h = fp_solve(h, qs_alloc_exact(&p, NULL, &r), &r);
+    qs_status st = qs_alloc_fastest(&p, NULL, &r);
+    const double fastest = r.time_ms, T = p.target_ms;
+    h = fp_solve(h, st, &r);
+    p.target_ms = 0.9 * fastest;
+    h = fp_solve(h, qs_alloc_greedy(&p, NULL, &r), &r);
+    p.target_ms = T;
+    p.mem_cap = qs_alloc_min_mem(&p) - 1;
+    h = fp_solve(h, qs_alloc_greedy(&p, NULL, &r), &r);
+    qs_alloc_problem_free(&p);
+    return h;
+}
+
+/* A complete graph of 12 layers: the DP is too wide and falls back to coordinate descent. */
+static uint64_t fp_wide(void) {
+    const int32_t L = 12, K = 3, E = L * (L - 1) / 2;
+    qs_alloc_problem p;
+    qs_rng r;
+    complete_graph(L, K, 9, "test-allocator-golden", &p, &r);
+    for (int32_t i = 0; i < L * K; i++) p.time_ms[i] = 10.0 * u01(&r), p.omega[i] = u01(&r), p.mem[i] = 10 + i % 7;
+    for (int64_t i = 0; i < (int64_t)E * K * K; i++) p.cast_ms[i] = (i / K) % K == i % K ? 0.0 : 0.3 * u01(&r);
+    p.target_ms = 6.0 * L;
+    bool exact;
+    uint64_t h = fp_dp(0xCBF29CE484222325ull, &p, &exact);
+    assert_false(exact);
+    qs_alloc_result res;
+    h = fp_solve(h, qs_alloc_greedy(&p, NULL, &res), &res);
+    qs_alloc_problem_free(&p);
+    return h;
+}
+
+/* Every result of a fixed set of problems, bit for bit, as the solvers gave them before they
+ * were split into named steps (the DP, its descent fallback, the greedy's rules and refusals,
+ * the ILP, the generator): a restructuring must not change a single one. */
+static void test_golden_results(void **state) {
+    (void)state;
+    static const uint64_t golden[] = {
+        0x50a5a8ccf2eff4f8ull, 0xfe5a8143f715108full, 0x5690d89d5d40510aull, 0x5ddb9f2afa3461dfull,
+        0x8fa70d54dda7b20aull, 0xbda21e5e1592e177ull, 0x93f20592cb77fd23ull, 0x3e9f372dac339fb5ull,
+        0xd239b138be5e70e8ull, 0xf1f87ce653b921edull, 0x4e0a775b82a909c0ull, 0x4f3567cf2cfbcad7ull,
+    };
+    uint64_t got[16];
+    int n = 0;
+    qs_alloc_random_opts o = qs_alloc_random_defaults();
+    o.max_layers = 30;
+    for (uint64_t seed = 1; seed <= 4; seed++)
+        for (int32_t type = 0; type < 2; type++) got[n++] = fp_case(seed, type, &o);
+    o.p_mem_binding = 1.0; /* the memory cap binds: the greedy starts by repairing into it */
+    o.p_skip = 0.4;
+    for (uint64_t seed = 11; seed <= 13; seed++) got[n++] = fp_case(seed, 0, &o);
+    got[n++] = fp_wide();
+    bool same = (int)(sizeof golden / sizeof golden[0]) == n;
+    for (int i = 0; same && i < n; i++) same = got[i] == golden[i];
+    if (!same) {
+        for (int i = 0; i < n; i++) print_message("    0x%016llxull,\n", (unsigned long long)got[i]);
+        fail_msg("the allocator's results differ from the recorded ones (printed above)");
     }
 }
 
@@ -464,12 +601,8 @@ static void test_wide_graph(void **state) {
     (void)state;
     const int32_t L = 14, K = 3, E = L * (L - 1) / 2;
     qs_alloc_problem p;
-    ASSERT_OK(qs_alloc_problem_alloc(&p, L, K, E));
     qs_rng r;
-    qs_rng_init(&r, qs_rng_key(5, "test-allocator-wide", 0), 0);
-    int32_t e = 0;
-    for (int32_t a = 0; a < L; a++)
-        for (int32_t b = a + 1; b < L; b++) p.edges[e++] = (qs_alloc_edge){a, b};
+    complete_graph(L, K, 5, "test-allocator-wide", &p, &r);
     for (int32_t l = 0; l < L; l++)
         for (int32_t k = 0; k < K; k++)
             p.time_ms[l * K + k] = 10.0 - 3.0 * k + u01(&r), p.omega[l * K + k] = k * (1.0 + u01(&r)), p.mem[l * K + k] = 10;
@@ -522,6 +655,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_generator),
+        cmocka_unit_test(test_golden_results),
         cmocka_unit_test(test_greedy_jumps_dominated_step),
         cmocka_unit_test(test_small_vs_brute_force),
         cmocka_unit_test(test_infeasible_messages),

@@ -13,19 +13,6 @@ void qs_checkpoint_model_path(const char *path, char *buf, size_t cap) {
     else snprintf(buf, cap, "%s", path);
 }
 
-void *qs_ckpt_download(qs_model *m, const void *dev, size_t bytes) {
-    void *h = qs_host_alloc(bytes ? bytes : 1);
-    if (h && bytes && m->be->ops->copy_d2h(m->be, m->stream, h, dev, bytes) != QS_OK) {
-        qs_host_free(h);
-        return NULL;
-    }
-    if (h && m->be->ops->stream_sync(m->be, m->stream) != QS_OK) {
-        qs_host_free(h);
-        return NULL;
-    }
-    return h;
-}
-
 void qs_ckpt_add_table(const qs_table *t, const void *host, qs_st_tensor *out, int *n) {
     for (int i = 0; i < t->count; i++) {
         const qs_table_entry *e = &t->entries[i];
@@ -51,16 +38,16 @@ void qs_ckpt_set_batches_tracked(qs_model *m, void *host_buffers) {
 }
 
 qs_status qs_checkpoint_model_save(const char *path, qs_model *m, const char *arch, int64_t step) {
-    void *hp = qs_ckpt_download(m, m->param_data, m->params.bytes);
-    void *hb = qs_ckpt_download(m, m->buffer_data, m->buffers.bytes);
-    qs_st_tensor *ts = calloc((size_t)(m->params.count + m->buffers.count) + 1, sizeof *ts);
+    qs_model_snapshot snap;
+    qs_status st = qs_model_snapshot_take(m, &snap);
+    qs_st_tensor *ts = st == QS_OK ? calloc((size_t)(m->params.count + m->buffers.count) + 1, sizeof *ts) : NULL;
     char *plan = NULL;
-    qs_status st = (hp && hb && ts) ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory preparing checkpoint %s", path);
+    if (st == QS_OK && !ts) st = QS_FAIL(QS_ERR_OOM, "out of memory preparing checkpoint %s", path);
     if (st == QS_OK) {
         int n = 0;
-        qs_ckpt_set_batches_tracked(m, hb);
-        qs_ckpt_add_table(&m->params, hp, ts, &n);
-        qs_ckpt_add_table(&m->buffers, hb, ts, &n);
+        qs_ckpt_set_batches_tracked(m, snap.buffers);
+        qs_ckpt_add_table(&m->params, snap.params, ts, &n);
+        qs_ckpt_add_table(&m->buffers, snap.buffers, ts, &n);
         char ver[16], stepbuf[32];
         snprintf(ver, sizeof ver, "%d", QS_CHECKPOINT_VERSION);
         snprintf(stepbuf, sizeof stepbuf, "%" PRId64, step);
@@ -72,8 +59,7 @@ qs_status qs_checkpoint_model_save(const char *path, qs_model *m, const char *ar
     }
     free(plan);
     free(ts);
-    qs_host_free(hp);
-    qs_host_free(hb);
+    qs_model_snapshot_free(&snap);
     return st;
 }
 
@@ -145,7 +131,8 @@ qs_status qs_checkpoint_read_plan(const char *path, qs_plan *out) {
     return qs_ckpt_read_plan_file(file, "qsync.model", out);
 }
 
-qs_status qs_ckpt_load_table(qs_model *m, const qs_st_file *f, const qs_table *t, void *dev) {
+qs_status qs_ckpt_load_table(qs_model *m, const qs_st_file *f, qs_model_table which) {
+    const qs_table *t = qs_model_table_layout(m, which);
     for (int i = 0; i < t->count; i++) {
         const qs_table_entry *e = &t->entries[i];
         qs_st_tensor s;
@@ -163,8 +150,7 @@ qs_status qs_ckpt_load_table(qs_model *m, const qs_st_file *f, const qs_table *t
                            qs_safetensors_path(f), e->name, qs_dtype_name(s.dtype), got, m->arch,
                            qs_dtype_name(e->dtype), want);
         }
-        QS_TRY(m->be->ops->copy_h2d(m->be, m->stream, (char *)dev + e->offset, s.data,
-                                    (size_t)e->numel * qs_dtype_size(e->dtype)));
+        QS_TRY(qs_model_table_write_entry(m, which, i, s.data));
     }
     return QS_OK;
 }
@@ -173,8 +159,8 @@ qs_status qs_checkpoint_load_model(const char *path, qs_model *m) {
     qs_st_file *f;
     QS_TRY(qs_safetensors_open(path, &f));
     qs_status st = qs_ckpt_check_format(f, "qsync.model");
-    if (st == QS_OK) st = qs_ckpt_load_table(m, f, &m->params, m->param_data);
-    if (st == QS_OK) st = qs_ckpt_load_table(m, f, &m->buffers, m->buffer_data);
+    if (st == QS_OK) st = qs_ckpt_load_table(m, f, QS_TABLE_PARAMS);
+    if (st == QS_OK) st = qs_ckpt_load_table(m, f, QS_TABLE_BUFFERS);
     if (st == QS_OK && qs_safetensors_count(f) != m->params.count + m->buffers.count) {
         for (int i = 0; i < qs_safetensors_count(f); i++) {
             const char *name = qs_safetensors_name_at(f, i);
@@ -185,7 +171,6 @@ qs_status qs_checkpoint_load_model(const char *path, qs_model *m) {
             }
         }
     }
-    if (st == QS_OK) st = m->be->ops->stream_sync(m->be, m->stream);
     qs_safetensors_close(f);
     return st;
 }

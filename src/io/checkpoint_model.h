@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include "qsync/status.h"
 #include "graph/graph.h"
+#include "graph/tensor_access.h"
 #include "io/plan_file.h"
 #include "io/safetensors.h"
 #include "models/models.h"
@@ -33,17 +34,15 @@ qs_status qs_checkpoint_read_plan(const char *path, qs_plan *out);
  * the same shape and dtype, and the file must hold no other tensor (QS_ERR_MISMATCH naming it). */
 qs_status qs_checkpoint_load_model(const char *path, qs_model *m);
 
-/* Host copy (qs_host_alloc'ed, caller frees with qs_host_free) of `bytes` of backend memory dev;
- * NULL on failure. */
-void *qs_ckpt_download(qs_model *m, const void *dev, size_t bytes);
 /* Append one safetensors entry per entry of t (data pointing into host, laid out by t) to out
  * at *n, advancing *n. */
 void qs_ckpt_add_table(const qs_table *t, const void *host, qs_st_tensor *out, int *n);
 /* Set every int64 buffer (BatchNorm's num_batches_tracked) of the host copy to m->step. */
 void qs_ckpt_set_batches_tracked(qs_model *m, void *host_buffers);
-/* Copy every entry of t from the file into dev (backend memory laid out by t); each must be
- * present with t's shape and dtype (QS_ERR_MISMATCH naming it otherwise). */
-qs_status qs_ckpt_load_table(qs_model *m, const qs_st_file *f, const qs_table *t, void *dev);
+/* Copy every entry of m's table `which` (parameters or buffers) from the file into the model
+ * (qs_model_table_write_entry, each waited for); each must be present with the entry's shape
+ * and dtype (QS_ERR_MISMATCH naming it otherwise). */
+qs_status qs_ckpt_load_table(qs_model *m, const qs_st_file *f, qs_model_table which);
 /* A decimal int64 metadata field (QS_ERR_FORMAT naming the file when missing or malformed). */
 qs_status qs_ckpt_meta_i64(const qs_st_file *f, const char *key, int64_t *out);
 /* Check the "format" metadata is `format` and "version" is QS_CHECKPOINT_VERSION. */

@@ -71,113 +71,164 @@ static void qs_dp_descent(const qs_alloc_problem *p, const qs_alloc_adj *a, cons
     }
 }
 
-qs_status qs_alloc_dp_min(const qs_alloc_problem *p, const qs_alloc_adj *a, const double *unary, int32_t *choice,
-                          bool *exact) {
-    const int32_t L = p->n_layers, K = p->n_opts;
-    int32_t *last = malloc(sizeof *last * (size_t)L);
-    int32_t *pm = malloc(sizeof *pm * (size_t)L), *nm = malloc(sizeof *nm * (size_t)L);
-    int64_t *offset = malloc(sizeof *offset * ((size_t)L + 1));
-    if (!last || !pm || !nm || !offset) {
-        free(last), free(pm), free(nm), free(offset);
-        return QS_FAIL(QS_ERR_OOM, "allocator: out of memory for the least-time DP");
-    }
-    for (int32_t l = 0; l < L; l++) last[l] = l;
+/* The DP's working arrays. */
+typedef struct qs_dp {
+    int32_t *last;         /* [L] each layer's latest neighbour (itself when none is later) */
+    int32_t *pm, *nm;      /* [L] members of the previous and of the next frontier */
+    int64_t *offset;       /* [L+1] first state of each step in prev and opt */
+    int32_t *prev;         /* [total] per step and new state: the predecessor state */
+    int8_t *opt;           /* [total] per step and new state: the added layer's option */
+    double *cur, *nxt;     /* [widest] values of the current and of the next step's states */
+    int32_t *src_pos;      /* [L] per next-frontier member: its digit in the previous state, -1: the added layer */
+    int32_t *ed_pos, *ed_id; /* [2E+1] the added layer's edges to earlier frontier layers: digit, edge */
+    int32_t *pos_of;       /* [L] layer → its digit in the previous state, or -1 */
+    int32_t *digits;       /* [L] the previous state's digits */
+    int64_t total, widest; /* states over all steps; the most in one step */
+    int32_t np;            /* members of the previous frontier */
+} qs_dp;
+
+static void qs_dp_free(qs_dp *d) {
+    free(d->prev), free(d->opt), free(d->cur), free(d->nxt), free(d->src_pos), free(d->ed_pos), free(d->ed_id);
+    free(d->pos_of), free(d->digits), free(d->last), free(d->pm), free(d->nm), free(d->offset);
+}
+
+/* d->last from p's edges. */
+static void qs_dp_last(const qs_alloc_problem *p, qs_dp *d) {
+    for (int32_t l = 0; l < p->n_layers; l++) d->last[l] = l;
     for (int32_t e = 0; e < p->n_edges; e++) {
-        int32_t s = p->edges[e].src, d = p->edges[e].dst;
-        if (d > last[s]) last[s] = d;
-        if (s > last[d]) last[d] = s;
+        int32_t s = p->edges[e].src, t = p->edges[e].dst;
+        if (t > d->last[s]) d->last[s] = t;
+        if (s > d->last[t]) d->last[t] = s;
     }
-    /* sizes of every step's state space; too wide: coordinate descent */
-    int64_t total = 0, widest = 1;
-    bool fits = true;
-    for (int32_t i = 0; i < L && fits; i++) {
-        int64_t n = qs_dp_states(K, qs_dp_frontier(last, i, nm));
-        if (n < 0) fits = false;
-        else {
-            offset[i] = total;
-            total += n;
-            if (n > widest) widest = n;
+}
+
+/* The size of every step's state space into d->offset, total and widest; false when one
+ * exceeds QS_ALLOC_DP_MAX_STATES (then the DP does not run). */
+static bool qs_dp_layout(const qs_alloc_problem *p, qs_dp *d) {
+    const int32_t L = p->n_layers;
+    d->total = 0;
+    d->widest = 1;
+    for (int32_t i = 0; i < L; i++) {
+        int64_t n = qs_dp_states(p->n_opts, qs_dp_frontier(d->last, i, d->nm));
+        if (n < 0) return false;
+        d->offset[i] = d->total;
+        d->total += n;
+        if (n > d->widest) d->widest = n;
+    }
+    d->offset[L] = d->total;
+    return true;
+}
+
+/* Allocate the per-state arrays of d (after qs_dp_layout). */
+static qs_status qs_dp_alloc_states(const qs_alloc_problem *p, qs_dp *d) {
+    const size_t L = (size_t)p->n_layers, E2 = (size_t)(2 * (int64_t)p->n_edges + 1);
+    d->prev = malloc(sizeof *d->prev * (size_t)d->total);
+    d->opt = malloc((size_t)d->total);
+    d->cur = malloc(sizeof *d->cur * (size_t)d->widest), d->nxt = malloc(sizeof *d->nxt * (size_t)d->widest);
+    d->src_pos = malloc(sizeof *d->src_pos * L);
+    d->ed_pos = malloc(sizeof *d->ed_pos * E2);
+    d->ed_id = malloc(sizeof *d->ed_id * E2);
+    d->pos_of = malloc(sizeof *d->pos_of * L), d->digits = malloc(sizeof *d->digits * L);
+    if (!d->prev || !d->opt || !d->cur || !d->nxt || !d->src_pos || !d->ed_pos || !d->ed_id || !d->pos_of ||
+        !d->digits)
+        return QS_FAIL(QS_ERR_OOM, "allocator: out of memory for the least-time DP (%lld states)", (long long)d->total);
+    return QS_OK;
+}
+
+/* Map the previous frontier's digits, the next frontier's sources and layer i's edges to
+ * earlier frontier layers (into d->src_pos, ed_pos, ed_id); returns that edge count. */
+static int32_t qs_dp_wire(const qs_alloc_problem *p, const qs_alloc_adj *a, qs_dp *d, int32_t i, int32_t nn) {
+    for (int32_t j = 0; j < p->n_layers; j++) d->pos_of[j] = -1;
+    for (int32_t j = 0; j < d->np; j++) d->pos_of[d->pm[j]] = j;
+    for (int32_t n = 0; n < nn; n++) d->src_pos[n] = d->nm[n] == i ? -1 : d->pos_of[d->nm[n]];
+    int32_t ne = 0; /* edges between layer i and frontier layers before it */
+    for (int32_t q = a->start[i]; q < a->start[i + 1]; q++) {
+        int32_t e = a->ids[q];
+        int32_t other = p->edges[e].src == i ? p->edges[e].dst : p->edges[e].src;
+        if (other < i) {
+            d->ed_pos[ne] = d->pos_of[other];
+            d->ed_id[ne++] = e;
         }
     }
-    if (!fits) {
-        free(last), free(pm), free(nm), free(offset);
+    return ne;
+}
+
+/* Add layer i: from every state of the previous step (n_prev of them, values in d->cur), each
+ * allowed option of i; the least value per state of the next frontier into d->nxt, with its
+ * predecessor and option. Then the next step becomes the current one; returns its size. */
+static int64_t qs_dp_step(const qs_alloc_problem *p, const qs_alloc_adj *a, const double *unary, qs_dp *d,
+                          int32_t i, int64_t n_prev) {
+    const int32_t K = p->n_opts;
+    int32_t nn = qs_dp_frontier(d->last, i, d->nm);
+    int64_t n_next = d->offset[i + 1] - d->offset[i];
+    int32_t ne = qs_dp_wire(p, a, d, i, nn);
+    for (int64_t s = 0; s < n_next; s++) d->nxt[s] = INFINITY;
+    int32_t *prv = d->prev + d->offset[i];
+    int8_t *op = d->opt + d->offset[i];
+    for (int64_t s = 0; s < n_prev; s++) {
+        if (d->cur[s] == INFINITY) continue;
+        int64_t r = s;
+        for (int32_t j = 0; j < d->np; j++) {
+            d->digits[j] = (int32_t)(r % K);
+            r /= K;
+        }
+        for (int32_t k = 0; k < K; k++) {
+            if (!qs_alloc_allowed(p, i, k)) continue;
+            double v = d->cur[s] + unary[qs_alloc_ix(p, i, k)];
+            for (int32_t q = 0; q < ne; q++) {
+                int32_t e = d->ed_id[q], ko = d->digits[d->ed_pos[q]];
+                v += p->edges[e].src == i ? qs_alloc_cast(p, e, k, ko) : qs_alloc_cast(p, e, ko, k);
+            }
+            int64_t ns = 0;
+            for (int32_t n = nn - 1; n >= 0; n--) ns = ns * K + (d->src_pos[n] < 0 ? k : d->digits[d->src_pos[n]]);
+            if (v < d->nxt[ns]) {
+                d->nxt[ns] = v;
+                prv[ns] = (int32_t)s;
+                op[ns] = (int8_t)k;
+            }
+        }
+    }
+    double *t = d->cur;
+    d->cur = d->nxt;
+    d->nxt = t;
+    memcpy(d->pm, d->nm, sizeof *d->pm * (size_t)nn);
+    d->np = nn;
+    return n_next;
+}
+
+qs_status qs_alloc_dp_min(const qs_alloc_problem *p, const qs_alloc_adj *a, const double *unary, int32_t *choice,
+                          bool *exact) {
+    const int32_t L = p->n_layers;
+    qs_dp d = {0};
+    d.last = malloc(sizeof *d.last * (size_t)L);
+    d.pm = malloc(sizeof *d.pm * (size_t)L), d.nm = malloc(sizeof *d.nm * (size_t)L);
+    d.offset = malloc(sizeof *d.offset * ((size_t)L + 1));
+    if (!d.last || !d.pm || !d.nm || !d.offset) {
+        qs_dp_free(&d);
+        return QS_FAIL(QS_ERR_OOM, "allocator: out of memory for the least-time DP");
+    }
+    qs_dp_last(p, &d);
+    if (!qs_dp_layout(p, &d)) { /* too wide: coordinate descent */
+        qs_dp_free(&d);
         qs_dp_descent(p, a, unary, choice);
         *exact = false;
         return QS_OK;
     }
-    offset[L] = total;
-    int32_t *prev = malloc(sizeof *prev * (size_t)total);
-    int8_t *opt = malloc((size_t)total);
-    double *cur = malloc(sizeof *cur * (size_t)widest), *nxt = malloc(sizeof *nxt * (size_t)widest);
-    int32_t *src_pos = malloc(sizeof *src_pos * (size_t)L);
-    int32_t *ed_pos = malloc(sizeof *ed_pos * (size_t)(2 * (int64_t)p->n_edges + 1));
-    int32_t *ed_id = malloc(sizeof *ed_id * (size_t)(2 * (int64_t)p->n_edges + 1));
-    int32_t *pos_of = malloc(sizeof *pos_of * (size_t)L), *digits = malloc(sizeof *digits * (size_t)L);
-    if (!prev || !opt || !cur || !nxt || !src_pos || !ed_pos || !ed_id || !pos_of || !digits) {
-        free(prev), free(opt), free(cur), free(nxt), free(src_pos), free(ed_pos), free(ed_id), free(pos_of);
-        free(digits);
-        free(last), free(pm), free(nm), free(offset);
-        return QS_FAIL(QS_ERR_OOM, "allocator: out of memory for the least-time DP (%lld states)", (long long)total);
+    qs_status st = qs_dp_alloc_states(p, &d);
+    if (st != QS_OK) {
+        qs_dp_free(&d);
+        return st;
     }
-    int32_t np = 0;
-    cur[0] = 0.0;
+    d.cur[0] = 0.0;
     int64_t n_prev = 1;
-    for (int32_t i = 0; i < L; i++) {
-        int32_t nn = qs_dp_frontier(last, i, nm);
-        int64_t n_next = offset[i + 1] - offset[i];
-        for (int32_t j = 0; j < L; j++) pos_of[j] = -1;
-        for (int32_t j = 0; j < np; j++) pos_of[pm[j]] = j;
-        for (int32_t n = 0; n < nn; n++) src_pos[n] = nm[n] == i ? -1 : pos_of[nm[n]];
-        int32_t ne = 0; /* edges between layer i and frontier layers before it */
-        for (int32_t q = a->start[i]; q < a->start[i + 1]; q++) {
-            int32_t e = a->ids[q];
-            int32_t other = p->edges[e].src == i ? p->edges[e].dst : p->edges[e].src;
-            if (other < i) {
-                ed_pos[ne] = pos_of[other];
-                ed_id[ne++] = e;
-            }
-        }
-        for (int64_t s = 0; s < n_next; s++) nxt[s] = INFINITY;
-        int32_t *prv = prev + offset[i];
-        int8_t *op = opt + offset[i];
-        for (int64_t s = 0; s < n_prev; s++) {
-            if (cur[s] == INFINITY) continue;
-            int64_t r = s;
-            for (int32_t j = 0; j < np; j++) {
-                digits[j] = (int32_t)(r % K);
-                r /= K;
-            }
-            for (int32_t k = 0; k < K; k++) {
-                if (!qs_alloc_allowed(p, i, k)) continue;
-                double v = cur[s] + unary[qs_alloc_ix(p, i, k)];
-                for (int32_t q = 0; q < ne; q++) {
-                    int32_t e = ed_id[q], ko = digits[ed_pos[q]];
-                    v += p->edges[e].src == i ? qs_alloc_cast(p, e, k, ko) : qs_alloc_cast(p, e, ko, k);
-                }
-                int64_t ns = 0;
-                for (int32_t n = nn - 1; n >= 0; n--) ns = ns * K + (src_pos[n] < 0 ? k : digits[src_pos[n]]);
-                if (v < nxt[ns]) {
-                    nxt[ns] = v;
-                    prv[ns] = (int32_t)s;
-                    op[ns] = (int8_t)k;
-                }
-            }
-        }
-        double *t = cur;
-        cur = nxt;
-        nxt = t;
-        n_prev = n_next;
-        memcpy(pm, nm, sizeof *pm * (size_t)nn);
-        np = nn;
-    }
+    for (int32_t i = 0; i < L; i++) n_prev = qs_dp_step(p, a, unary, &d, i, n_prev);
     /* F_{L-1} is empty: one final state */
     int64_t s = 0;
     for (int32_t i = L - 1; i >= 0; i--) {
-        choice[i] = opt[offset[i] + s];
-        s = prev[offset[i] + s];
+        choice[i] = d.opt[d.offset[i] + s];
+        s = d.prev[d.offset[i] + s];
     }
-    free(prev), free(opt), free(cur), free(nxt), free(src_pos), free(ed_pos), free(ed_id), free(pos_of);
-    free(digits), free(last), free(pm), free(nm), free(offset);
+    qs_dp_free(&d);
     *exact = true;
     return QS_OK;
 }

@@ -387,13 +387,91 @@ static qs_status qs_greedy_search(qs_greedy *g, const int32_t *start, const qs_a
     return QS_OK;
 }
 
+/* What rule 1 learnt of the least-time plan (ignoring the memory cap). */
+typedef struct qs_greedy_fastest {
+    double t_fast;  /* its time */
+    int64_t m_fast; /* its memory */
+    bool exact;     /* the DP proved it least (not coordinate descent) */
+} qs_greedy_fastest;
+
+/* No heuristic start meets T within the cap and nothing proves there is none: ask the ILP
+ * for the fastest plan within the cap (finding any plan under two constraints is NP-hard);
+ * when it has one, it becomes start (loaded into g) and res's best time. */
+static qs_status qs_greedy_exact_start(qs_greedy *g, int32_t *start, qs_alloc_result *res) {
+    qs_alloc_result fast;
+    qs_status fs = qs_alloc_fastest(g->p, NULL, &fast);
+    if (fs == QS_OK) {
+        memcpy(start, fast.choice, sizeof *start * (size_t)g->p->n_layers);
+        qs_greedy_load(g, start);
+        res->best_time_ms = fast.time_ms;
+        res->time_exact = fast.optimal;
+        res->exact_start = true;
+    }
+    qs_alloc_result_free(&fast);
+    return fs == QS_ERR_INFEASIBLE ? QS_OK : fs;
+}
+
+/* Rule 1: the least-time plan ct (facts into *f), the least memory into res->min_mem, and a
+ * start within the cap loaded into g and copied to start[L]: ct when it fits, else one
+ * repaired into the cap (or the least-memory plan), else the ILP's fastest plan within the
+ * cap when the start misses T (qs_greedy_exact_start); res's best time is the start's.
+ * QS_ERR_INFEASIBLE (res set to the least-memory plan) when no plan fits the cap. */
+static qs_status qs_greedy_start(qs_greedy *g, int32_t *ct, int32_t *start, qs_alloc_result *res,
+                                 qs_greedy_fastest *f, const char *who) {
+    const qs_alloc_problem *p = g->p;
+    char b1[64], b2[64];
+    QS_TRY(qs_alloc_dp_min(p, &g->adj, p->time_ms, ct, &f->exact));
+    (void)qs_alloc_evaluate(p, ct, &f->t_fast, &f->m_fast, NULL);
+    res->min_mem = qs_alloc_min_mem(p);
+    if (res->min_mem > p->mem_cap) {
+        qs_alloc_min_mem_plan(p, start);
+        QS_TRY(qs_alloc_result_set(p, start, res));
+        return QS_FAIL(QS_ERR_INFEASIBLE, "%s: no plan fits the memory cap of %s: the smallest plan needs %s", who,
+                       qs_alloc_bytes(p->mem_cap, b1, sizeof b1), qs_alloc_bytes(res->min_mem, b2, sizeof b2));
+    }
+    bool found = true, fastest_exact = f->exact;
+    if (f->m_fast <= p->mem_cap) memcpy(start, ct, sizeof *ct * (size_t)p->n_layers);
+    else {
+        fastest_exact = false;
+        QS_TRY(qs_greedy_start_in_cap(g, ct, start, &found));
+        if (!found) qs_alloc_min_mem_plan(p, start);
+    }
+    qs_greedy_load(g, start);
+    res->best_time_ms = g->time;
+    res->time_exact = fastest_exact;
+    if (!qs_greedy_fits(g, g->time, g->mem) && !(f->exact && f->t_fast > p->target_ms + g->tol_t))
+        QS_TRY(qs_greedy_exact_start(g, start, res));
+    return QS_OK;
+}
+
+/* The start in g misses T: res set to it, and QS_ERR_INFEASIBLE saying whether the fastest
+ * plan of all or only the fastest within the cap misses it. */
+static qs_status qs_greedy_no_plan(const qs_greedy *g, qs_alloc_result *res, const qs_greedy_fastest *f,
+                                   const char *who) {
+    const qs_alloc_problem *p = g->p;
+    char b1[64], b2[64];
+    QS_TRY(qs_alloc_result_set(p, g->c, res));
+    if (f->t_fast > p->target_ms + g->tol_t)
+        return QS_FAIL(QS_ERR_INFEASIBLE,
+                       "%s: no plan meets the target of %.4g ms: the fastest plan takes %.4g ms%s%s (fixed part %.4g "
+                       "ms)",
+                       who, p->target_ms, f->t_fast,
+                       f->exact ? "" : " (coordinate descent; the graph is too wide to prove it)",
+                       f->m_fast <= p->mem_cap ? "" : " ignoring the memory cap", p->fixed_ms);
+    return QS_FAIL(QS_ERR_INFEASIBLE,
+                   "%s: no plan meets the target of %.4g ms within the memory cap of %s: the fastest plan within "
+                   "the cap takes %.4g ms%s (the fastest of all, %.4g ms, needs %s)",
+                   who, p->target_ms, qs_alloc_bytes(p->mem_cap, b1, sizeof b1), res->best_time_ms,
+                   res->time_exact ? "" : " (not proven fastest)", f->t_fast, qs_alloc_bytes(f->m_fast, b2, sizeof b2));
+}
+
 qs_status qs_alloc_greedy(const qs_alloc_problem *p, const qs_alloc_greedy_opts *o, qs_alloc_result *res) {
     qs_alloc_result_init(res);
     QS_TRY(qs_alloc_problem_check(p));
     qs_alloc_greedy_opts opts = o ? *o : qs_alloc_greedy_defaults();
     const double t_start = qs_alloc_now_ms();
     const int32_t L = p->n_layers, K = p->n_opts;
-    char lb[96], b1[64], b2[64];
+    char lb[96];
     const char *who = qs_alloc_label(p, lb, sizeof lb);
     qs_greedy g = {.p = p, .tol_t = qs_alloc_time_tol(p->target_ms)};
     double wmax = 0.0;
@@ -404,77 +482,17 @@ qs_status qs_alloc_greedy(const qs_alloc_problem *p, const qs_alloc_greedy_opts 
     g.c = malloc(sizeof *g.c * (size_t)L);
     double *dt1 = malloc(sizeof *dt1 * (size_t)L * (size_t)K);
     int64_t *dm1 = malloc(sizeof *dm1 * (size_t)L * (size_t)K);
+    qs_greedy_fastest f = {0};
     qs_status st = QS_OK;
-    if (!ct || !start || !best || !g.c || !dt1 || !dm1) {
+    if (!ct || !start || !best || !g.c || !dt1 || !dm1)
         st = QS_FAIL(QS_ERR_OOM, "%s: out of memory in the greedy allocator", who);
-        goto done;
-    }
-    if ((st = qs_alloc_adj_build(p, &g.adj)) != QS_OK) goto done;
-
-    /* rule 1: least-time plan; least memory; a start within the cap */
-    bool exact;
-    if ((st = qs_alloc_dp_min(p, &g.adj, p->time_ms, ct, &exact)) != QS_OK) goto done;
-    double t_fast;
-    int64_t m_fast;
-    (void)qs_alloc_evaluate(p, ct, &t_fast, &m_fast, NULL);
-    res->min_mem = qs_alloc_min_mem(p);
-    if (res->min_mem > p->mem_cap) {
-        qs_alloc_min_mem_plan(p, start);
-        if ((st = qs_alloc_result_set(p, start, res)) != QS_OK) goto done;
-        st = QS_FAIL(QS_ERR_INFEASIBLE, "%s: no plan fits the memory cap of %s: the smallest plan needs %s", who,
-                     qs_alloc_bytes(p->mem_cap, b1, sizeof b1), qs_alloc_bytes(res->min_mem, b2, sizeof b2));
-        goto done;
-    }
-    bool found = true, fastest_exact = exact;
-    if (m_fast <= p->mem_cap) memcpy(start, ct, sizeof *ct * (size_t)L);
-    else {
-        fastest_exact = false;
-        if ((st = qs_greedy_start_in_cap(&g, ct, start, &found)) != QS_OK) goto done;
-        if (!found) qs_alloc_min_mem_plan(p, start);
-    }
-    qs_greedy_load(&g, start);
-    res->best_time_ms = g.time;
-    res->time_exact = fastest_exact;
-    if (!qs_greedy_fits(&g, g.time, g.mem) && !(exact && t_fast > p->target_ms + g.tol_t)) {
-        /* the heuristics found no start and nothing proves there is none: ask the ILP for the
-         * fastest plan within the cap (finding any plan under two constraints is NP-hard) */
-        qs_alloc_result fast;
-        qs_status fs = qs_alloc_fastest(p, NULL, &fast);
-        if (fs == QS_OK) {
-            memcpy(start, fast.choice, sizeof *start * (size_t)L);
-            qs_greedy_load(&g, start);
-            res->best_time_ms = fast.time_ms;
-            res->time_exact = fast.optimal;
-            res->exact_start = true;
-        }
-        qs_alloc_result_free(&fast);
-        if (fs != QS_OK && fs != QS_ERR_INFEASIBLE) {
-            st = fs;
-            goto done;
-        }
-    }
-    if (!qs_greedy_fits(&g, g.time, g.mem)) {
-        if ((st = qs_alloc_result_set(p, g.c, res)) != QS_OK) goto done;
-        if (t_fast > p->target_ms + g.tol_t)
-            st = QS_FAIL(QS_ERR_INFEASIBLE,
-                         "%s: no plan meets the target of %.4g ms: the fastest plan takes %.4g ms%s%s (fixed part %.4g "
-                         "ms)",
-                         who, p->target_ms, t_fast, exact ? "" : " (coordinate descent; the graph is too wide to prove it)",
-                         m_fast <= p->mem_cap ? "" : " ignoring the memory cap", p->fixed_ms);
-        else
-            st = QS_FAIL(QS_ERR_INFEASIBLE,
-                         "%s: no plan meets the target of %.4g ms within the memory cap of %s: the fastest plan within "
-                         "the cap takes %.4g ms%s (the fastest of all, %.4g ms, needs %s)",
-                         who, p->target_ms, qs_alloc_bytes(p->mem_cap, b1, sizeof b1), res->best_time_ms,
-                         res->time_exact ? "" : " (not proven fastest)", t_fast, qs_alloc_bytes(m_fast, b2, sizeof b2));
-        goto done;
-    }
-
-    /* rules 2–4 */
-    if ((st = qs_greedy_search(&g, start, &opts, best, dt1, dm1)) != QS_OK) goto done;
-    if ((st = qs_alloc_result_set(p, best, res)) != QS_OK) goto done;
-    if (!res->feasible) st = QS_FAIL(QS_ERR_INTERNAL, "%s: the greedy's plan broke a constraint (a bug)", who);
-done:
+    if (st == QS_OK) st = qs_alloc_adj_build(p, &g.adj);
+    if (st == QS_OK) st = qs_greedy_start(&g, ct, start, res, &f, who); /* rule 1 */
+    if (st == QS_OK && !qs_greedy_fits(&g, g.time, g.mem)) st = qs_greedy_no_plan(&g, res, &f, who);
+    if (st == QS_OK) st = qs_greedy_search(&g, start, &opts, best, dt1, dm1); /* rules 2–4 */
+    if (st == QS_OK) st = qs_alloc_result_set(p, best, res);
+    if (st == QS_OK && !res->feasible)
+        st = QS_FAIL(QS_ERR_INTERNAL, "%s: the greedy's plan broke a constraint (a bug)", who);
     res->moves = g.moves;
     res->evaluations = g.evals;
     res->solve_ms = qs_alloc_now_ms() - t_start;

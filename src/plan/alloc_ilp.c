@@ -37,33 +37,27 @@ static bool qs_ilp_edge_used(const qs_alloc_problem *p, int32_t e) {
     return false;
 }
 
-/* Solve the ILP of p for `obj` with time row Σ ≤ rhs_t (skipped when rhs_t is INFINITY), memory
- * row Σ m·x ≤ rhs_m and, for the Σω objective, the cutoff row Σ ω·x ≤ rhs_w (each skipped when
- * INFINITY) into choice[L]; time_limit_ms ≤ 0: none. */
-static qs_status qs_ilp_solve(const qs_alloc_problem *p, qs_ilp_objective obj, double rhs_t, double rhs_m, double rhs_w,
-                              double time_limit_ms, int32_t *choice, qs_ilp_outcome *outcome, qs_ilp_info *info) {
-    const int32_t L = p->n_layers, K = p->n_opts, E = p->n_edges;
-    int32_t n_used = 0;
-    int32_t *ycol = malloc(sizeof *ycol * (size_t)(E ? E : 1)); /* first y column of edge e, or 0 */
-    if (!ycol) return QS_FAIL(QS_ERR_OOM, "exact allocator: out of memory");
-    for (int32_t e = 0; e < E; e++) ycol[e] = qs_ilp_edge_used(p, e) ? ++n_used : 0;
-    const int n_x = L * K, n_cols = n_x + n_used * K * K;
-    for (int32_t e = 0, c = n_x + 1; e < E; e++)
-        if (ycol[e]) ycol[e] = c, c += K * K;
-    /* nonzeros: assignment L·K, marginals 2·K·K + 2·K per edge, time, memory and cutoff rows */
-    const size_t nz_cap = (size_t)n_x * 4 + (size_t)n_used * (size_t)(3 * K * K + 2 * K) + 1;
-    int *ia = malloc(sizeof *ia * (nz_cap + 1)), *ja = malloc(sizeof *ja * (nz_cap + 1));
-    double *ar = malloc(sizeof *ar * (nz_cap + 1));
-    glp_prob *lp = glp_create_prob();
-    qs_status st = QS_OK;
-    if (!ia || !ja || !ar || !lp) {
-        st = QS_FAIL(QS_ERR_OOM, "exact allocator: out of memory for the ILP");
-        goto done;
-    }
+/* The constraint matrix in GLPK's 1-based triplet form, and the rows added so far. */
+typedef struct qs_ilp_mat {
+    int *ia, *ja;
+    double *ar;
+    int nz, row;
+} qs_ilp_mat;
+
+/* Append the nonzero (r, c) = v. */
+static void qs_ilp_nz(qs_ilp_mat *a, int r, int c, double v) {
+    ++a->nz;
+    a->ia[a->nz] = r, a->ja[a->nz] = c, a->ar[a->nz] = v;
+}
+
+/* The columns of lp: x[l][k] (binary; fixed to 0 where not allowed; cost ω or own time by obj)
+ * then the pair variables (≥ 0) of the used edges, n_cols in all. */
+static void qs_ilp_columns(glp_prob *lp, const qs_alloc_problem *p, qs_ilp_objective obj, int n_cols) {
+    const int n_x = p->n_layers * p->n_opts;
     glp_set_obj_dir(lp, GLP_MIN);
     glp_add_cols(lp, n_cols);
-    for (int32_t l = 0; l < L; l++)
-        for (int32_t k = 0; k < K; k++) {
+    for (int32_t l = 0; l < p->n_layers; l++)
+        for (int32_t k = 0; k < p->n_opts; k++) {
             int col = (int)qs_alloc_ix(p, l, k) + 1;
             glp_set_col_kind(lp, col, GLP_BV);
             if (!qs_alloc_allowed(p, l, k)) glp_set_col_bnds(lp, col, GLP_FX, 0.0, 0.0);
@@ -71,67 +65,79 @@ static qs_status qs_ilp_solve(const qs_alloc_problem *p, qs_ilp_objective obj, d
             glp_set_obj_coef(lp, col, v);
         }
     for (int c = n_x + 1; c <= n_cols; c++) glp_set_col_bnds(lp, c, GLP_LO, 0.0, 0.0);
-    int nz = 0, row = 0;
-#define QS_ILP_NZ(r, c, v) (++nz, ia[nz] = (r), ja[nz] = (c), ar[nz] = (v))
-    /* Σ_k x[l][k] = 1 */
+}
+
+/* Rows Σ_k x[l][k] = 1, then per used edge (first pair column ycol[e]) the marginals of its
+ * pair variables (Σ_k2 y[k1][k2] = x[src][k1], Σ_k1 y[k1][k2] = x[dst][k2]); for the time
+ * objective the pair variables cost their casts. */
+static void qs_ilp_structure_rows(glp_prob *lp, const qs_alloc_problem *p, qs_ilp_objective obj, const int32_t *ycol,
+                                  qs_ilp_mat *a) {
+    const int32_t L = p->n_layers, K = p->n_opts;
     glp_add_rows(lp, L);
     for (int32_t l = 0; l < L; l++) {
-        glp_set_row_bnds(lp, ++row, GLP_FX, 1.0, 1.0);
-        for (int32_t k = 0; k < K; k++) QS_ILP_NZ(row, (int)qs_alloc_ix(p, l, k) + 1, 1.0);
+        glp_set_row_bnds(lp, ++a->row, GLP_FX, 1.0, 1.0);
+        for (int32_t k = 0; k < K; k++) qs_ilp_nz(a, a->row, (int)qs_alloc_ix(p, l, k) + 1, 1.0);
     }
-    /* marginals of each used edge's pair variables */
-    for (int32_t e = 0; e < E; e++) {
+    for (int32_t e = 0; e < p->n_edges; e++) {
         if (!ycol[e]) continue;
         glp_add_rows(lp, 2 * K);
         for (int32_t k1 = 0; k1 < K; k1++) {
-            glp_set_row_bnds(lp, ++row, GLP_FX, 0.0, 0.0);
-            for (int32_t k2 = 0; k2 < K; k2++) QS_ILP_NZ(row, ycol[e] + k1 * K + k2, 1.0);
-            QS_ILP_NZ(row, (int)qs_alloc_ix(p, p->edges[e].src, k1) + 1, -1.0);
+            glp_set_row_bnds(lp, ++a->row, GLP_FX, 0.0, 0.0);
+            for (int32_t k2 = 0; k2 < K; k2++) qs_ilp_nz(a, a->row, ycol[e] + k1 * K + k2, 1.0);
+            qs_ilp_nz(a, a->row, (int)qs_alloc_ix(p, p->edges[e].src, k1) + 1, -1.0);
         }
         for (int32_t k2 = 0; k2 < K; k2++) {
-            glp_set_row_bnds(lp, ++row, GLP_FX, 0.0, 0.0);
-            for (int32_t k1 = 0; k1 < K; k1++) QS_ILP_NZ(row, ycol[e] + k1 * K + k2, 1.0);
-            QS_ILP_NZ(row, (int)qs_alloc_ix(p, p->edges[e].dst, k2) + 1, -1.0);
+            glp_set_row_bnds(lp, ++a->row, GLP_FX, 0.0, 0.0);
+            for (int32_t k1 = 0; k1 < K; k1++) qs_ilp_nz(a, a->row, ycol[e] + k1 * K + k2, 1.0);
+            qs_ilp_nz(a, a->row, (int)qs_alloc_ix(p, p->edges[e].dst, k2) + 1, -1.0);
         }
         if (obj == QS_ILP_MIN_TIME)
             for (int32_t i = 0; i < K * K; i++) glp_set_obj_coef(lp, ycol[e] + i, p->cast_ms[(int64_t)e * K * K + i]);
     }
-    /* time, scaled to a right-hand side near 1 */
+}
+
+/* The budget rows, each skipped when its right-hand side is INFINITY: time (own times and
+ * casts) ≤ rhs_t and memory ≤ rhs_m, both scaled to a right-hand side near 1, and for the Σω
+ * objective the cutoff Σω ≤ rhs_w. */
+static void qs_ilp_budget_rows(glp_prob *lp, const qs_alloc_problem *p, qs_ilp_objective obj, const int32_t *ycol,
+                               double rhs_t, double rhs_m, double rhs_w, qs_ilp_mat *a) {
+    const int32_t K = p->n_opts, n_x = p->n_layers * p->n_opts;
     if (isfinite(rhs_t)) {
         double s = fabs(rhs_t) > 1e-300 ? 1.0 / fabs(rhs_t) : 1.0;
         glp_add_rows(lp, 1);
-        glp_set_row_bnds(lp, ++row, GLP_UP, 0.0, rhs_t * s);
+        glp_set_row_bnds(lp, ++a->row, GLP_UP, 0.0, rhs_t * s);
         for (int i = 0; i < n_x; i++)
-            if (p->time_ms[i] != 0.0) QS_ILP_NZ(row, i + 1, p->time_ms[i] * s);
-        for (int32_t e = 0; e < E; e++)
+            if (p->time_ms[i] != 0.0) qs_ilp_nz(a, a->row, i + 1, p->time_ms[i] * s);
+        for (int32_t e = 0; e < p->n_edges; e++)
             if (ycol[e])
                 for (int32_t i = 0; i < K * K; i++)
                     if (p->cast_ms[(int64_t)e * K * K + i] != 0.0)
-                        QS_ILP_NZ(row, ycol[e] + i, p->cast_ms[(int64_t)e * K * K + i] * s);
+                        qs_ilp_nz(a, a->row, ycol[e] + i, p->cast_ms[(int64_t)e * K * K + i] * s);
     }
     if (isfinite(rhs_m)) {
         double s = fabs(rhs_m) > 1e-300 ? 1.0 / fabs(rhs_m) : 1.0;
         glp_add_rows(lp, 1);
-        glp_set_row_bnds(lp, ++row, GLP_UP, 0.0, rhs_m * s);
+        glp_set_row_bnds(lp, ++a->row, GLP_UP, 0.0, rhs_m * s);
         for (int i = 0; i < n_x; i++)
-            if (p->mem[i] != 0) QS_ILP_NZ(row, i + 1, (double)p->mem[i] * s);
+            if (p->mem[i] != 0) qs_ilp_nz(a, a->row, i + 1, (double)p->mem[i] * s);
     }
     /* Σω ≤ a known plan's Σω (the greedy's): prunes like an incumbent, never cuts the optimum */
     if (isfinite(rhs_w) && obj == QS_ILP_MIN_OMEGA) {
         glp_add_rows(lp, 1);
-        glp_set_row_bnds(lp, ++row, GLP_UP, 0.0, rhs_w);
+        glp_set_row_bnds(lp, ++a->row, GLP_UP, 0.0, rhs_w);
         for (int i = 0; i < n_x; i++)
-            if (p->omega[i] != 0.0) QS_ILP_NZ(row, i + 1, p->omega[i]);
+            if (p->omega[i] != 0.0) qs_ilp_nz(a, a->row, i + 1, p->omega[i]);
     }
-#undef QS_ILP_NZ
-    glp_load_matrix(lp, nz, ia, ja, ar);
+}
 
+/* Branch and cut on the loaded lp (time_limit_ms ≤ 0: none): the outcome, the plan into
+ * choice[L] when there is one, the bound and tree size into *info. */
+static qs_status qs_ilp_run(glp_prob *lp, const qs_alloc_problem *p, double time_limit_ms, int32_t *choice,
+                            qs_ilp_outcome *outcome, qs_ilp_info *info) {
     glp_iocp parm;
     glp_init_iocp(&parm);
     parm.msg_lev = GLP_MSG_OFF;
-    parm.presolve = GLP_ON; /* GLPK's default cuts and heuristics: turning MIR, cover, Gomory,
-                               clique cuts, the feasibility pump or other branching rules on
-                               changed the time of 180 generated problems by -20..+110% */
+    parm.presolve = GLP_ON; /* GLPK's default cuts and heuristics */
     parm.tm_lim = time_limit_ms > 0 ? (time_limit_ms < INT_MAX ? (int)time_limit_ms : INT_MAX) : INT_MAX;
     parm.cb_func = qs_ilp_callback;
     parm.cb_info = info;
@@ -145,23 +151,49 @@ static qs_status qs_ilp_solve(const qs_alloc_problem *p, qs_ilp_objective obj, d
     else if ((ret == 0 || ret == GLP_ETMLIM || ret == GLP_EMIPGAP) && (mst == GLP_OPT || mst == GLP_FEAS))
         *outcome = ret == 0 && mst == GLP_OPT ? QS_ILP_OPTIMAL : QS_ILP_FEASIBLE;
     else if (ret == GLP_ETMLIM) *outcome = QS_ILP_NO_PLAN;
-    else {
-        st = QS_FAIL(QS_ERR_BACKEND, "exact allocator: GLPK's glp_intopt returned %d (MIP status %d)", ret, mst);
-        goto done;
-    }
+    else return QS_FAIL(QS_ERR_BACKEND, "exact allocator: GLPK's glp_intopt returned %d (MIP status %d)", ret, mst);
     if (*outcome == QS_ILP_OPTIMAL || *outcome == QS_ILP_FEASIBLE) {
-        for (int32_t l = 0; l < L; l++) {
+        for (int32_t l = 0; l < p->n_layers; l++) {
             int32_t best = 0;
-            for (int32_t k = 1; k < K; k++)
+            for (int32_t k = 1; k < p->n_opts; k++)
                 if (glp_mip_col_val(lp, (int)qs_alloc_ix(p, l, k) + 1) > glp_mip_col_val(lp, (int)qs_alloc_ix(p, l, best) + 1))
                     best = k;
             choice[l] = best;
         }
         if (*outcome == QS_ILP_OPTIMAL) info->bound = glp_mip_obj_val(lp);
     }
-done:
+    return QS_OK;
+}
+
+/* Solve the ILP of p for `obj` with time row Σ ≤ rhs_t (skipped when rhs_t is INFINITY), memory
+ * row Σ m·x ≤ rhs_m and, for the Σω objective, the cutoff row Σ ω·x ≤ rhs_w (each skipped when
+ * INFINITY) into choice[L]; time_limit_ms ≤ 0: none. */
+static qs_status qs_ilp_solve(const qs_alloc_problem *p, qs_ilp_objective obj, double rhs_t, double rhs_m, double rhs_w,
+                              double time_limit_ms, int32_t *choice, qs_ilp_outcome *outcome, qs_ilp_info *info) {
+    const int32_t K = p->n_opts, E = p->n_edges;
+    int32_t n_used = 0;
+    int32_t *ycol = malloc(sizeof *ycol * (size_t)(E ? E : 1)); /* first y column of edge e, or 0 */
+    if (!ycol) return QS_FAIL(QS_ERR_OOM, "exact allocator: out of memory");
+    for (int32_t e = 0; e < E; e++) ycol[e] = qs_ilp_edge_used(p, e) ? ++n_used : 0;
+    const int n_x = p->n_layers * K, n_cols = n_x + n_used * K * K;
+    for (int32_t e = 0, c = n_x + 1; e < E; e++)
+        if (ycol[e]) ycol[e] = c, c += K * K;
+    /* nonzeros: assignment L·K, marginals 2·K·K + 2·K per edge, time, memory and cutoff rows */
+    const size_t nz_cap = (size_t)n_x * 4 + (size_t)n_used * (size_t)(3 * K * K + 2 * K) + 1;
+    qs_ilp_mat a = {.ia = malloc(sizeof *a.ia * (nz_cap + 1)), .ja = malloc(sizeof *a.ja * (nz_cap + 1)),
+                    .ar = malloc(sizeof *a.ar * (nz_cap + 1))};
+    glp_prob *lp = glp_create_prob();
+    qs_status st = QS_OK;
+    if (!a.ia || !a.ja || !a.ar || !lp) st = QS_FAIL(QS_ERR_OOM, "exact allocator: out of memory for the ILP");
+    if (st == QS_OK) {
+        qs_ilp_columns(lp, p, obj, n_cols);
+        qs_ilp_structure_rows(lp, p, obj, ycol, &a);
+        qs_ilp_budget_rows(lp, p, obj, ycol, rhs_t, rhs_m, rhs_w, &a);
+        glp_load_matrix(lp, a.nz, a.ia, a.ja, a.ar);
+        st = qs_ilp_run(lp, p, time_limit_ms, choice, outcome, info);
+    }
     if (lp) glp_delete_prob(lp);
-    free(ia), free(ja), free(ar), free(ycol);
+    free(a.ia), free(a.ja), free(a.ar), free(ycol);
     return st;
 }
 

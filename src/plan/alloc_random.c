@@ -86,10 +86,15 @@ static double qs_rand_time_all0(const qs_alloc_problem *p) {
     return t;
 }
 
-qs_status qs_alloc_random_problem(uint64_t seed, int32_t type, const qs_alloc_random_opts *o, qs_alloc_problem *out) {
-    qs_alloc_random_opts d = qs_alloc_random_defaults();
-    if (!o) o = &d;
-    if (!out) return QS_FAIL(QS_ERR_INVALID_ARG, "random allocator problem: no output given");
+/* Σ over layers of the option-0 memory (the fixed part not included). */
+static int64_t qs_rand_mem_all0(const qs_alloc_problem *p) {
+    int64_t m0 = 0;
+    for (int32_t l = 0; l < p->n_layers; l++) m0 += p->mem[qs_alloc_ix(p, l, 0)];
+    return m0;
+}
+
+/* Whether o and type describe a drawable problem (QS_ERR_INVALID_ARG naming the fault). */
+static qs_status qs_rand_check(const qs_alloc_random_opts *o, int32_t type) {
     if (type < 0) return QS_FAIL(QS_ERR_INVALID_ARG, "random allocator problem: device type %d < 0", (int)type);
     if (o->min_layers < 1 || o->max_layers < o->min_layers || o->max_layers > 100000)
         return QS_FAIL(QS_ERR_INVALID_ARG, "random allocator problem: layers %d..%d; need 1 ≤ min ≤ max ≤ 100000",
@@ -104,11 +109,16 @@ qs_status qs_alloc_random_problem(uint64_t seed, int32_t type, const qs_alloc_ra
                        "random allocator problem: target %g ms must be finite and > 0, probabilities in [0, 1], "
                        "omega_noise finite and ≥ 0",
                        o->target_ms);
-    double *s = NULL, *act = NULL, *par = NULL;
-    QS_TRY(qs_rand_model(seed, o, out, &s, &act, &par));
-    qs_alloc_problem *p = out;
+    return QS_OK;
+}
+
+/* The device part of instance (seed, type) on p's model part (per-layer size s, activation
+ * size act, parameter size par): per-option times, cast costs, the fixed time and memory and
+ * the memory cap, from the device's own random stream; returns that stream's last draw, the
+ * tightness of the target in [0.02, 0.98). */
+static double qs_rand_device(qs_alloc_problem *p, uint64_t seed, int32_t type, const qs_alloc_random_opts *o,
+                             const double *s, const double *act, const double *par) {
     const int32_t L = p->n_layers, K = p->n_opts;
-    snprintf(p->name, sizeof p->name, "random-%llu-type%d", (unsigned long long)seed, (int)type);
     qs_rng r;
     qs_rng_init(&r, qs_rng_key(seed, "alloc-device", (uint64_t)type), 0);
     double h[QS_ALLOC_MAX_OPTS];
@@ -139,37 +149,53 @@ qs_status qs_alloc_random_problem(uint64_t seed, int32_t type, const qs_alloc_ra
             }
     p->fixed_ms = qs_rand_u(&r, 0.2, 0.6) * sum_t0;
     p->fixed_mem = llround(4.0 * sum_par * 2.0 * QS_MIB);
-    int64_t m0 = 0, mmin = qs_alloc_min_mem(p) - p->fixed_mem;
-    for (int32_t l = 0; l < L; l++) m0 += p->mem[qs_alloc_ix(p, l, 0)];
+    const int64_t m0 = qs_rand_mem_all0(p), mmin = qs_alloc_min_mem(p) - p->fixed_mem;
     const double u_mem = (double)qs_rng_uniform(&r), v = qs_rand_u(&r, 0.25, 0.9), extra = qs_rand_u(&r, 0.0, 0.5);
     if (u_mem < o->p_mem_binding) p->mem_cap = p->fixed_mem + mmin + llround(v * (double)(m0 - mmin));
     else p->mem_cap = p->fixed_mem + m0 + llround(extra * (double)m0);
-    const double tight = qs_rand_u(&r, 0.02, 0.98);
-    free(s), free(act), free(par);
+    return qs_rand_u(&r, 0.02, 0.98);
+}
 
-    /* place the target: τ_fast (least time within the cap) .. τ_free (T stops binding) */
+/* Place the target at `tight` between τ_fast (the least time within the cap) and τ_free
+ * (where T stops binding), then scale every time so that it is o->target_ms. */
+static qs_status qs_rand_place_target(qs_alloc_problem *p, const qs_alloc_random_opts *o, double tight) {
+    const int32_t K = p->n_opts;
     p->target_ms = INFINITY;
     qs_alloc_result fast, free_plan;
-    qs_alloc_result_init(&free_plan);
-    qs_status st = qs_alloc_fastest(p, NULL, &fast);
+    qs_status fs = qs_alloc_fastest(p, NULL, &fast);
     double tau_fast = fast.time_ms, tau_free;
     qs_alloc_result_free(&fast);
-    if (st != QS_OK) goto fail;
-    if (p->fixed_mem + m0 <= p->mem_cap) tau_free = qs_rand_time_all0(p);
+    QS_TRY(fs);
+    if (p->fixed_mem + qs_rand_mem_all0(p) <= p->mem_cap) tau_free = qs_rand_time_all0(p);
     else {
-        if ((st = qs_alloc_exact(p, NULL, &free_plan)) != QS_OK) goto fail;
-        tau_free = free_plan.time_ms;
+        qs_status st = qs_alloc_exact(p, NULL, &free_plan);
+        if (st == QS_OK) tau_free = free_plan.time_ms;
         qs_alloc_result_free(&free_plan);
+        QS_TRY(st);
     }
     const double tau = tau_fast + tight * (tau_free - tau_fast);
     const double scale = o->target_ms / tau;
-    for (int64_t i = 0; i < (int64_t)L * K; i++) p->time_ms[i] *= scale;
+    for (int64_t i = 0; i < (int64_t)p->n_layers * K; i++) p->time_ms[i] *= scale;
     for (int64_t i = 0; i < (int64_t)p->n_edges * K * K; i++) p->cast_ms[i] *= scale;
     p->fixed_ms *= scale;
     p->target_ms = o->target_ms;
     return QS_OK;
-fail:
-    qs_alloc_result_free(&free_plan);
-    qs_alloc_problem_free(p);
-    return qs_error_wrap(st, "random allocator problem %llu type %d: ", (unsigned long long)seed, (int)type);
+}
+
+qs_status qs_alloc_random_problem(uint64_t seed, int32_t type, const qs_alloc_random_opts *o, qs_alloc_problem *out) {
+    qs_alloc_random_opts d = qs_alloc_random_defaults();
+    if (!o) o = &d;
+    if (!out) return QS_FAIL(QS_ERR_INVALID_ARG, "random allocator problem: no output given");
+    QS_TRY(qs_rand_check(o, type));
+    double *s = NULL, *act = NULL, *par = NULL;
+    QS_TRY(qs_rand_model(seed, o, out, &s, &act, &par));
+    snprintf(out->name, sizeof out->name, "random-%llu-type%d", (unsigned long long)seed, (int)type);
+    const double tight = qs_rand_device(out, seed, type, o, s, act, par);
+    free(s), free(act), free(par);
+    qs_status st = qs_rand_place_target(out, o, tight);
+    if (st != QS_OK) {
+        qs_alloc_problem_free(out);
+        return qs_error_wrap(st, "random allocator problem %llu type %d: ", (unsigned long long)seed, (int)type);
+    }
+    return QS_OK;
 }

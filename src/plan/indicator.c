@@ -37,6 +37,7 @@
 
 #include "core/numfmt.h"
 #include "graph/precision.h"
+#include "graph/tensor_access.h"
 #include "plan/rounding_mse.h"
 
 static const char *const qs_ind_method_names[QS_IND_COUNT] = {"gvar", "qsync", "wvar", "hess", "random"};
@@ -84,11 +85,15 @@ static qs_status qs_ind_reserve(qs_ind_scratch *s, int64_t n) {
                   : QS_FAIL(QS_ERR_OOM, "out of memory for the indicator's scratch (%lld elements)", (long long)n);
 }
 
-/* Copy n floats from backend memory into s->a. */
-static qs_status qs_ind_fetch(qs_model *m, const void *src, int64_t n, qs_ind_scratch *s) {
+/* Tap t of node `node` (n elements, as the layer's shape says) into s->a. */
+static qs_status qs_ind_fetch(qs_model *m, int node, qs_tap t, int64_t n, qs_ind_scratch *s) {
     QS_TRY(qs_ind_reserve(s, n));
-    QS_TRY(m->be->ops->copy_d2h(m->be, m->stream, s->a, src, (size_t)n * sizeof(float)));
-    return m->be->ops->stream_sync(m->be, m->stream);
+    int64_t got;
+    QS_TRY(qs_model_read_tensor(m, node, t, s->a, s->cap, &got));
+    if (got != n)
+        return QS_FAIL(QS_ERR_INTERNAL, "indicator: %s of node %s has %lld elements, its layer's shape says %lld",
+                       qs_tap_name(t), m->nodes[node].name, (long long)got, (long long)n);
+    return QS_OK;
 }
 
 /* Sum, sum of squares and max |x| of x[0..n) (double accumulation). */
@@ -152,13 +157,15 @@ static void qs_ind_depths(const qs_model *m, int *chain, int *bfs) {
     }
 }
 
-/* The "weight" operand of a GEMM node and its gradient: the parameter (owned or tied), or
- * for a MatMul its second input (an activation: K or V) and that input's gradient. */
-static void *qs_ind_w(qs_model *m, const qs_node *n) {
-    return n->kind == QS_NODE_MATMUL ? m->nodes[n->inputs[1]].y : qs_model_param_ptr(m, qs_node_weight_param(n));
-}
-static void *qs_ind_dw(qs_model *m, const qs_node *n) {
-    return n->kind == QS_NODE_MATMUL ? m->nodes[n->inputs[1]].dy : qs_model_grad_ptr(m, qs_node_weight_param(n));
+/* Where the "weight" operand of GEMM node i and its gradient are read: the node's own W and
+ * DW taps (the parameter, owned or tied), or for a MatMul its second input's Y and DY (an
+ * activation: K or V). */
+static void qs_ind_w(const qs_model *m, int i, int *node, qs_tap *w, qs_tap *dw) {
+    const qs_node *n = &m->nodes[i];
+    const bool mm = n->kind == QS_NODE_MATMUL;
+    *node = mm ? n->inputs[1] : i;
+    *w = mm ? QS_TAP_Y : QS_TAP_W;
+    *dw = mm ? QS_TAP_DY : QS_TAP_DW;
 }
 
 /* Fill the shape facts of layer l (node n of m). */
@@ -186,13 +193,10 @@ static void qs_ind_shape(const qs_model *m, const qs_node *n, qs_layer_stats *l)
     }
 }
 
-qs_status qs_indicator_collect(qs_model *m, int batches, qs_indicator_batch_fn next, void *ctx, uint64_t seed,
-                               qs_indicator *out) {
-    memset(out, 0, sizeof *out);
-    if (!m || !m->be || !next || batches < 1)
-        return QS_FAIL(QS_ERR_INVALID_ARG, "indicator: needs a set-up model, a batch source and batches >= 1 (got %d)",
-                       batches);
-    int n_sel = 0;
+/* The layers m's statistics can be taken on, counted into *n_sel: every selectable layer must
+ * be at FP32 and the model free of quantizing casts. */
+static qs_status qs_ind_check(const qs_model *m, int *n_sel) {
+    *n_sel = 0;
     for (int i = 0; i < m->n_nodes; i++) {
         const qs_node *n = &m->nodes[i];
         if (n->kind == QS_NODE_CAST)
@@ -203,9 +207,121 @@ qs_status qs_indicator_collect(qs_model *m, int batches, qs_indicator_batch_fn n
             return QS_FAIL(QS_ERR_INVALID_ARG,
                            "indicator: layer %s is at %s; statistics are taken with every layer at FP32", n->name,
                            qs_precision_name(n->prec));
-        n_sel++;
+        (*n_sel)++;
     }
-    if (n_sel == 0) return QS_FAIL(QS_ERR_INVALID_ARG, "indicator: model %s has no Linear or Conv2d layer", m->arch);
+    if (*n_sel == 0) return QS_FAIL(QS_ERR_INVALID_ARG, "indicator: model %s has no Linear or Conv2d layer", m->arch);
+    return QS_OK;
+}
+
+/* Name, depths and shape facts of every selectable layer into out->layers[n_sel] (and out's
+ * L, L_bfs), each layer's Σ dW accumulator (n_w doubles) into acc[]. */
+static qs_status qs_ind_layout(const qs_model *m, const int *chain, const int *bfs, qs_indicator *out,
+                               qs_ind_acc *acc) {
+    int li = 0;
+    for (int i = 0; i < m->n_nodes; i++) {
+        const qs_node *n = &m->nodes[i];
+        if (!qs_node_precision_selectable(n->kind)) continue;
+        qs_layer_stats *l = &out->layers[li];
+        l->node = i;
+        snprintf(l->name, sizeof l->name, "%s", n->name);
+        l->depth = chain[i];
+        l->bfs_depth = bfs[i];
+        if (l->depth + 1 > out->L) out->L = l->depth + 1;
+        if (l->bfs_depth > out->L_bfs) out->L_bfs = l->bfs_depth;
+        qs_ind_shape(m, n, l);
+        acc[li].dw_sum = calloc((size_t)l->n_w, sizeof(double));
+        if (!acc[li].dw_sum) return QS_FAIL(QS_ERR_OOM, "out of memory for the indicator");
+        li++;
+    }
+    return QS_OK;
+}
+
+/* Add layer li's statistics of the batch just run (forward and backward, batch index b) to l
+ * and a: X, W, Y, dY and dW read through the taps (n_x, n_w, n_y elements), the forward
+ * rounding errors of X and W, the gradient (SR) rounding errors of dY. */
+static qs_status qs_ind_layer_batch(qs_model *m, int li, int b, uint64_t seed, qs_layer_stats *l, qs_ind_acc *a,
+                                    qs_ind_scratch *s) {
+    double now;
+    qs_sr sr = {.key = seed ^ 0x51C0FFEEull, .counter = (uint64_t)b * 4096u + (uint64_t)li, .offset = 0};
+    int wn;
+    qs_tap wt, dwt;
+    qs_ind_w(m, l->node, &wn, &wt, &dwt);
+    /* X: statistics and forward rounding errors */
+    QS_TRY(qs_ind_fetch(m, l->node, QS_TAP_X, l->n_x, s));
+    qs_ind_add(s, l->n_x, &a->sum_x, &l->ex2, &l->norm_x, &l->amax_x, &l->amax_x_mean, &now);
+    QS_TRY(qs_ind_add_rounding(s, l->n_x, now, NULL, l->qvar_x));
+    /* W */
+    QS_TRY(qs_ind_fetch(m, wn, wt, l->n_w, s));
+    qs_ind_add(s, l->n_w, &a->sum_w, &l->ew2, &l->norm_w, &l->amax_w, &l->amax_w_mean, &now);
+    QS_TRY(qs_ind_add_rounding(s, l->n_w, now, NULL, l->qvar_w));
+    /* Y */
+    QS_TRY(qs_ind_fetch(m, l->node, QS_TAP_Y, l->n_y, s));
+    {
+        double sum, sq, am;
+        qs_ind_moments(s->a, l->n_y, &sum, &sq, &am);
+        l->ey2 += sq / (double)l->n_y;
+    }
+    /* dY: statistics and gradient (SR) rounding errors */
+    QS_TRY(qs_ind_fetch(m, l->node, QS_TAP_DY, l->n_y, s));
+    qs_ind_add(s, l->n_y, &a->sum_dy, &l->edy2, NULL, &l->amax_dy, NULL, &now);
+    QS_TRY(qs_ind_add_rounding(s, l->n_y, now, &sr, l->qvar_dy));
+    /* dW */
+    QS_TRY(qs_ind_fetch(m, wn, dwt, l->n_w, s));
+    double am = 0, nsq = 0;
+    qs_ind_add(s, l->n_w, &a->sum_dw, &l->edw2, NULL, &am, NULL, &now);
+    for (int64_t i = 0; i < l->n_w; i++) {
+        a->dw_sum[i] += s->a[i];
+        nsq += (double)s->a[i] * s->a[i];
+    }
+    l->grad_sq_norm += nsq;
+    return QS_OK;
+}
+
+/* Turn layer l's sums over nb batches (with its accumulator a) into means, variances,
+ * exponent spreads and the mean gradient's norm and max. */
+static void qs_ind_finish_layer(qs_layer_stats *l, const qs_ind_acc *a, double nb) {
+    l->ex2 /= nb, l->ew2 /= nb, l->ey2 /= nb, l->edy2 /= nb, l->edw2 /= nb;
+    l->norm_x /= nb, l->norm_w /= nb, l->grad_sq_norm /= nb;
+    l->amax_x_mean /= nb, l->amax_w_mean /= nb;
+    double mx = a->sum_x / nb, mw = a->sum_w / nb, mdy = a->sum_dy / nb, mdw = a->sum_dw / nb;
+    l->var_x = fmax(0, l->ex2 - mx * mx), l->var_w = fmax(0, l->ew2 - mw * mw);
+    l->var_dy = fmax(0, l->edy2 - mdy * mdy), l->var_dw = fmax(0, l->edw2 - mdw * mdw);
+    l->espread_x = l->amax_x > 0 && l->ex2 > 0 ? log2(l->amax_x / sqrt(l->ex2)) : 0;
+    l->espread_w = l->amax_w > 0 && l->ew2 > 0 ? log2(l->amax_w / sqrt(l->ew2)) : 0;
+    l->espread_dy = l->amax_dy > 0 && l->edy2 > 0 ? log2(l->amax_dy / sqrt(l->edy2)) : 0;
+    double g2 = 0, ga = 0;
+    for (int64_t i = 0; i < l->n_w; i++) {
+        double g = a->dw_sum[i] / nb;
+        g2 += g * g;
+        if (fabs(g) > ga) ga = fabs(g);
+    }
+    l->grad_norm_mean = sqrt(g2);
+    l->grad_amax_mean = ga;
+    for (int p = 0; p < QS_PREC_COUNT; p++) l->qvar_x[p] /= nb, l->qvar_w[p] /= nb, l->qvar_dy[p] /= nb;
+}
+
+/* Run `batches` batches from next() forward and backward on m, each layer's statistics added
+ * after each (x: batch·in_h·in_w·in_c floats, y: batch·label_len labels, host scratch). */
+static qs_status qs_ind_run(qs_model *m, int batches, qs_indicator_batch_fn next, void *ctx, uint64_t seed,
+                            float *x, int32_t *y, qs_indicator *out, qs_ind_acc *acc, qs_ind_scratch *s) {
+    for (int b = 0; b < batches; b++) {
+        QS_TRY(next(ctx, x, y));
+        QS_TRY(qs_model_forward(m, x, y, true));
+        QS_TRY(qs_model_backward(m, 1.0f));
+        for (int li = 0; li < out->n_layers; li++)
+            QS_TRY(qs_ind_layer_batch(m, li, b, seed, &out->layers[li], &acc[li], s));
+    }
+    return QS_OK;
+}
+
+qs_status qs_indicator_collect(qs_model *m, int batches, qs_indicator_batch_fn next, void *ctx, uint64_t seed,
+                               qs_indicator *out) {
+    memset(out, 0, sizeof *out);
+    if (!m || !m->be || !next || batches < 1)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "indicator: needs a set-up model, a batch source and batches >= 1 (got %d)",
+                       batches);
+    int n_sel;
+    QS_TRY(qs_ind_check(m, &n_sel));
     int *chain = calloc((size_t)m->n_nodes, sizeof *chain), *bfs = calloc((size_t)m->n_nodes, sizeof *bfs);
     out->layers = calloc((size_t)n_sel, sizeof *out->layers);
     qs_ind_acc *acc = calloc((size_t)n_sel, sizeof *acc);
@@ -220,95 +336,10 @@ qs_status qs_indicator_collect(qs_model *m, int batches, qs_indicator_batch_fn n
         out->n_layers = n_sel;
         out->batches = batches;
         out->batch = m->batch;
-        int li = 0;
-        for (int i = 0; i < m->n_nodes; i++) {
-            const qs_node *n = &m->nodes[i];
-            if (!qs_node_precision_selectable(n->kind)) continue;
-            qs_layer_stats *l = &out->layers[li];
-            l->node = i;
-            snprintf(l->name, sizeof l->name, "%s", n->name);
-            l->depth = chain[i];
-            l->bfs_depth = bfs[i];
-            if (l->depth + 1 > out->L) out->L = l->depth + 1;
-            if (l->bfs_depth > out->L_bfs) out->L_bfs = l->bfs_depth;
-            qs_ind_shape(m, n, l);
-            acc[li].dw_sum = calloc((size_t)l->n_w, sizeof(double));
-            if (!acc[li].dw_sum) st = QS_FAIL(QS_ERR_OOM, "out of memory for the indicator");
-            li++;
-        }
+        st = qs_ind_layout(m, chain, bfs, out, acc);
     }
-    for (int b = 0; b < batches && st == QS_OK; b++) {
-        st = next(ctx, x, y);
-        if (st == QS_OK) st = qs_model_forward(m, x, y, true);
-        if (st == QS_OK) st = qs_model_backward(m, 1.0f);
-        for (int li = 0; li < n_sel && st == QS_OK; li++) {
-            qs_layer_stats *l = &out->layers[li];
-            qs_node *n = &m->nodes[l->node];
-            qs_ind_acc *a = &acc[li];
-            double now;
-            qs_sr sr = {.key = seed ^ 0x51C0FFEEull, .counter = (uint64_t)b * 4096u + (uint64_t)li, .offset = 0};
-            /* X: statistics and forward rounding errors */
-            st = qs_ind_fetch(m, m->nodes[n->inputs[0]].y, l->n_x, &s);
-            if (st != QS_OK) break;
-            qs_ind_add(&s, l->n_x, &a->sum_x, &l->ex2, &l->norm_x, &l->amax_x, &l->amax_x_mean, &now);
-            st = qs_ind_add_rounding(&s, l->n_x, now, NULL, l->qvar_x);
-            /* W */
-            if (st == QS_OK) st = qs_ind_fetch(m, qs_ind_w(m, n), l->n_w, &s);
-            if (st != QS_OK) break;
-            qs_ind_add(&s, l->n_w, &a->sum_w, &l->ew2, &l->norm_w, &l->amax_w, &l->amax_w_mean, &now);
-            if (st == QS_OK) st = qs_ind_add_rounding(&s, l->n_w, now, NULL, l->qvar_w);
-            /* Y */
-            if (st == QS_OK) st = qs_ind_fetch(m, n->y, l->n_y, &s);
-            if (st != QS_OK) break;
-            {
-                double sum, sq, am;
-                qs_ind_moments(s.a, l->n_y, &sum, &sq, &am);
-                l->ey2 += sq / (double)l->n_y;
-            }
-            /* dY: statistics and gradient (SR) rounding errors */
-            if (st == QS_OK) st = qs_ind_fetch(m, n->dy, l->n_y, &s);
-            if (st != QS_OK) break;
-            qs_ind_add(&s, l->n_y, &a->sum_dy, &l->edy2, NULL, &l->amax_dy, NULL, &now);
-            if (st == QS_OK) st = qs_ind_add_rounding(&s, l->n_y, now, &sr, l->qvar_dy);
-            /* dW */
-            if (st == QS_OK) st = qs_ind_fetch(m, qs_ind_dw(m, n), l->n_w, &s);
-            if (st != QS_OK) break;
-            {
-                double am = 0, nsq = 0;
-                qs_ind_add(&s, l->n_w, &a->sum_dw, &l->edw2, NULL, &am, NULL, &now);
-                for (int64_t i = 0; i < l->n_w; i++) {
-                    a->dw_sum[i] += s.a[i];
-                    nsq += (double)s.a[i] * s.a[i];
-                }
-                l->grad_sq_norm += nsq;
-            }
-        }
-    }
-    if (st == QS_OK) {
-        const double nb = (double)batches;
-        for (int li = 0; li < n_sel; li++) {
-            qs_layer_stats *l = &out->layers[li];
-            qs_ind_acc *a = &acc[li];
-            l->ex2 /= nb, l->ew2 /= nb, l->ey2 /= nb, l->edy2 /= nb, l->edw2 /= nb;
-            l->norm_x /= nb, l->norm_w /= nb, l->grad_sq_norm /= nb;
-            l->amax_x_mean /= nb, l->amax_w_mean /= nb;
-            double mx = a->sum_x / nb, mw = a->sum_w / nb, mdy = a->sum_dy / nb, mdw = a->sum_dw / nb;
-            l->var_x = fmax(0, l->ex2 - mx * mx), l->var_w = fmax(0, l->ew2 - mw * mw);
-            l->var_dy = fmax(0, l->edy2 - mdy * mdy), l->var_dw = fmax(0, l->edw2 - mdw * mdw);
-            l->espread_x = l->amax_x > 0 && l->ex2 > 0 ? log2(l->amax_x / sqrt(l->ex2)) : 0;
-            l->espread_w = l->amax_w > 0 && l->ew2 > 0 ? log2(l->amax_w / sqrt(l->ew2)) : 0;
-            l->espread_dy = l->amax_dy > 0 && l->edy2 > 0 ? log2(l->amax_dy / sqrt(l->edy2)) : 0;
-            double g2 = 0, ga = 0;
-            for (int64_t i = 0; i < l->n_w; i++) {
-                double g = a->dw_sum[i] / nb;
-                g2 += g * g;
-                if (fabs(g) > ga) ga = fabs(g);
-            }
-            l->grad_norm_mean = sqrt(g2);
-            l->grad_amax_mean = ga;
-            for (int p = 0; p < QS_PREC_COUNT; p++) l->qvar_x[p] /= nb, l->qvar_w[p] /= nb, l->qvar_dy[p] /= nb;
-        }
-    }
+    if (st == QS_OK) st = qs_ind_run(m, batches, next, ctx, seed, x, y, out, acc, &s);
+    for (int li = 0; st == QS_OK && li < n_sel; li++) qs_ind_finish_layer(&out->layers[li], &acc[li], (double)batches);
     for (int li = 0; acc && li < n_sel; li++) free(acc[li].dw_sum);
     free(acc);
     free(chain);

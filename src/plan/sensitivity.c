@@ -10,6 +10,7 @@
 #include "core/stats.h"
 #include "core/timer.h"
 #include "graph/precision.h"
+#include "graph/tensor_access.h"
 #include "models/models.h"
 #include "io/plan_file.h"
 
@@ -88,31 +89,6 @@ static qs_status qs_sens_pick_precisions(qs_model *m, const qs_sensitivity_optio
 
 /* ------------------------------------------------------------------ one build of the model */
 
-/* The reference model's parameters and buffers on the host. */
-typedef struct qs_sens_weights {
-    void *params, *buffers;
-    size_t param_bytes, buffer_bytes;
-} qs_sens_weights;
-
-static void qs_sens_weights_free(qs_sens_weights *w) {
-    free(w->params);
-    free(w->buffers);
-    memset(w, 0, sizeof *w);
-}
-
-/* Copy m's parameters and buffers to the host. */
-static qs_status qs_sens_weights_take(qs_model *m, qs_sens_weights *w) {
-    memset(w, 0, sizeof *w);
-    w->param_bytes = m->params.bytes;
-    w->buffer_bytes = m->buffers.bytes;
-    w->params = malloc(w->param_bytes ? w->param_bytes : 1);
-    w->buffers = malloc(w->buffer_bytes ? w->buffer_bytes : 1);
-    if (!w->params || !w->buffers) return QS_FAIL(QS_ERR_OOM, "out of memory copying the weights of %s", m->arch);
-    QS_TRY(m->be->ops->copy_d2h(m->be, m->stream, w->params, m->param_data, w->param_bytes));
-    if (w->buffer_bytes) QS_TRY(m->be->ops->copy_d2h(m->be, m->stream, w->buffers, m->buffer_data, w->buffer_bytes));
-    return m->be->ops->stream_sync(m->be, m->stream);
-}
-
 /* Whether two models lay out their parameter and buffer tables identically. */
 static bool qs_sens_same_tables(const qs_model *a, const qs_model *b) {
     if (a->params.count != b->params.count || a->params.bytes != b->params.bytes ||
@@ -128,7 +104,7 @@ static bool qs_sens_same_tables(const qs_model *a, const qs_model *b) {
 /* Build ref's model again as training would (zoo build, fuse, precisions through a plan that
  * lists only `layer` at `prec` — none when layer is NULL — casts, setup with ref's seed), on
  * ref's backend, holding the weights w. On failure *out is NULL. */
-static qs_status qs_sens_build(const qs_model *ref, const qs_sens_weights *w, const char *layer, qs_precision prec,
+static qs_status qs_sens_build(const qs_model *ref, const qs_model_snapshot *w, const char *layer, qs_precision prec,
                                qs_model **out) {
     *out = NULL;
     qs_model *m = NULL;
@@ -160,10 +136,7 @@ static qs_status qs_sens_build(const qs_model *ref, const qs_sens_weights *w, co
     if (st == QS_OK) st = qs_model_setup(m, ref->be, ref->batch, ref->seed);
     if (st == QS_OK && !qs_sens_same_tables(ref, m))
         st = QS_FAIL(QS_ERR_INTERNAL, "sensitivity: %s rebuilt from its config has other parameters", ref->arch);
-    if (st == QS_OK) st = m->be->ops->copy_h2d(m->be, m->stream, m->param_data, w->params, w->param_bytes);
-    if (st == QS_OK && w->buffer_bytes)
-        st = m->be->ops->copy_h2d(m->be, m->stream, m->buffer_data, w->buffers, w->buffer_bytes);
-    if (st == QS_OK) st = m->be->ops->stream_sync(m->be, m->stream);
+    if (st == QS_OK) st = qs_model_snapshot_restore(m, w);
     if (st != QS_OK) {
         qs_model_free(m);
         return st;
@@ -212,8 +185,7 @@ static qs_status qs_sens_step(qs_model *m, const qs_sens_batches *b, int k, doub
                             b->y + (size_t)k * (size_t)(b->batch * m->label_len), true));
     QS_TRY(qs_model_backward(m, 1.0f));
     QS_TRY(qs_model_loss_accuracy(m, m->batch, loss, NULL));
-    QS_TRY(m->be->ops->copy_d2h(m->be, m->stream, grads, m->grad_data, m->params.bytes));
-    return m->be->ops->stream_sync(m->be, m->stream);
+    return qs_model_table_read(m, QS_TABLE_GRADS, grads);
 }
 
 /* The reference run: every batch on the all-FP32 model m, kept in *r. */
@@ -271,7 +243,7 @@ static qs_status qs_sens_replay_next(void *ctx, float *x, int32_t *y) {
 }
 
 /* The indicator's statistics on a fresh all-FP32 build holding w, over the same batches. */
-static qs_status qs_sens_indicator(const qs_model *ref, const qs_sens_weights *w, const qs_sens_batches *b,
+static qs_status qs_sens_indicator(const qs_model *ref, const qs_model_snapshot *w, const qs_sens_batches *b,
                                    uint64_t seed, qs_indicator *ind) {
     qs_model *m = NULL;
     QS_TRY(qs_sens_build(ref, w, NULL, QS_PREC_FP32, &m));
@@ -324,7 +296,7 @@ static qs_status qs_sens_rank(qs_sensitivity *s) {
 /* ------------------------------------------------------------------ the measurement */
 
 /* Every (layer, precision) point of s, each on its own build holding w, against r. */
-static qs_status qs_sens_sweep(const qs_model *ref, const qs_sens_weights *w, const qs_sens_batches *b,
+static qs_status qs_sens_sweep(const qs_model *ref, const qs_model_snapshot *w, const qs_sens_batches *b,
                                const qs_sens_ref *r, const qs_sensitivity_options *o, qs_sensitivity *s) {
     const double t0 = qs_now_ms();
     float *grads = malloc(r->grad_floats * sizeof(float) + 1);
@@ -364,10 +336,10 @@ qs_status qs_sensitivity_measure(qs_model *m, const qs_sens_batches *b, const qs
     out->grad_round_nearest = m->grad_round_nearest;
     out->weight_per_channel = m->weight_per_channel;
     qs_status st = qs_sens_pick_precisions(m, o, out);
-    qs_sens_weights w = {0};
+    qs_model_snapshot w = {0};
     qs_sens_ref r = {0};
     qs_model *ref = NULL;
-    if (st == QS_OK) st = qs_sens_weights_take(m, &w);
+    if (st == QS_OK) st = qs_model_snapshot_take(m, &w);
     if (st == QS_OK) st = qs_sens_indicator(m, &w, b, o->seed, &out->ind);
     if (st == QS_OK) {
         out->n_points = out->ind.n_layers * out->n_precs;
@@ -386,7 +358,7 @@ qs_status qs_sensitivity_measure(qs_model *m, const qs_sens_batches *b, const qs
     if (st == QS_OK) st = qs_sens_sweep(m, &w, b, &r, o, out);
     if (st == QS_OK) st = qs_sens_rank(out);
     qs_sens_ref_free(&r);
-    qs_sens_weights_free(&w);
+    qs_model_snapshot_free(&w);
     if (st != QS_OK) qs_sensitivity_free(out);
     return st;
 }

@@ -11,6 +11,7 @@
 #include "core/stats.h"
 #include "core/timer.h"
 #include "graph/graph.h"
+#include "graph/tensor_access.h"
 #include "optim/loss_scale.h"
 #include "predict/profile_comm.h"
 
@@ -185,8 +186,7 @@ static qs_status qs_prof_precision(const qs_profile_options *o, qs_precision p, 
      * 1/world (grad_sync.c): its cost, the same at any world size */
     for (int k = 0; k < reps && st == QS_OK; k++) {
         double t0 = qs_now_ms();
-        st = r.be->ops->scale(r.be, m->stream, (int64_t)(m->params.bytes / sizeof(float)), m->grad_data, 0.5f);
-        if (st == QS_OK) st = r.be->ops->stream_sync(r.be, m->stream);
+        st = qs_model_grads_scale(m, 0.5f);
         avg_ms[k] = qs_now_ms() - t0;
     }
     cJSON *sync = NULL;

@@ -10,6 +10,7 @@
 
 #include "core/atomic_file.h"
 #include "core/json_doc.h"
+#include "graph/tensor_access.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_util.h"
 
@@ -24,11 +25,12 @@ qs_status qs_checkpoint_rank_save(const char *dir, qs_model *m, const char *arch
                                   const char *batch_split) {
     char path[4096];
     qs_checkpoint_rank_path(dir, rank, path, sizeof path);
-    void *hb = qs_ckpt_download(m, m->buffer_data, m->buffers.bytes);
+    void *hb = NULL;
+    qs_status st = qs_model_table_download(m, QS_TABLE_BUFFERS, &hb);
     qs_st_tensor *ts = calloc((size_t)(m->buffers.count + qs_ckpt_fp8_history_count(m)) + 1, sizeof *ts);
     void *hist = NULL;
     char *plan = qs_plan_model_json(m);
-    qs_status st = hb && ts && plan ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory preparing %s", path);
+    if (st == QS_OK && !(ts && plan)) st = QS_FAIL(QS_ERR_OOM, "out of memory preparing %s", path);
     int n = 0;
     if (st == QS_OK) {
         qs_ckpt_set_batches_tracked(m, hb);
@@ -81,13 +83,12 @@ qs_status qs_checkpoint_rank_load(const char *dir, qs_model *m, int rank, int wo
     if (st == QS_OK && !split)
         st = QS_FAIL(QS_ERR_FORMAT, "%s: metadata lacks \"batch_split\"", qs_safetensors_path(f));
     if (st == QS_OK) snprintf(out->batch_split, sizeof out->batch_split, "%s", split);
-    if (st == QS_OK) st = qs_ckpt_load_table(m, f, &m->buffers, m->buffer_data);
+    if (st == QS_OK) st = qs_ckpt_load_table(m, f, QS_TABLE_BUFFERS);
     if (st == QS_OK) st = qs_ckpt_load_fp8_histories(m, f);
     if (st == QS_OK && qs_safetensors_count(f) != m->buffers.count + qs_ckpt_fp8_history_count(m))
         st = QS_FAIL(QS_ERR_MISMATCH, "%s holds %d tensors, but model %s has %d buffers and %d FP8 amax histories",
                      qs_safetensors_path(f), qs_safetensors_count(f), m->arch, m->buffers.count,
                      qs_ckpt_fp8_history_count(m));
-    if (st == QS_OK) st = m->be->ops->stream_sync(m->be, m->stream);
     qs_safetensors_close(f);
     return st;
 }
