@@ -13,6 +13,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "graph/memory_plan.h"
 #include "graph/precision.h"
 #include "graph_helpers.h"
 #include "models/models.h"
@@ -154,7 +155,7 @@ static void test_int8_training_learns_and_reproduces(void **state) {
 
 /* The engine's memory report counts the low-precision copies at their dtype: the INT8 model's
  * saved bytes exceed FP32's by exactly the quantized weights and gradients it keeps, and its
- * cast outputs are one byte per element. */
+ * cast outputs are one byte per element — each buffer as it lies in its arena (qs_mem_footprint). */
 static void test_memory_report(void **state) {
     qs_model *f = build(ARCH, 8, QS_PREC_FP32, NULL), *q = build(ARCH, 8, QS_PREC_INT8, NULL);
     qs_memory_report rf, rq;
@@ -166,17 +167,17 @@ static void test_memory_report(void **state) {
         if (n->kind == QS_NODE_CAST) {
             int64_t numel = 1;
             for (int d = 0; d < n->out_ndim; d++) numel *= n->out_shape[d];
-            cast_bytes += (size_t)numel; /* s8 */
+            cast_bytes += qs_mem_footprint((size_t)numel); /* s8 */
         }
         if (n->kind != QS_NODE_LINEAR && n->kind != QS_NODE_CONV2D) continue;
         const qs_table_entry *w = &q->params.entries[n->param[0]];
         int64_t dy = 1;
         for (int d = 0; d < n->out_ndim; d++) dy *= n->out_shape[d];
         /* weight copy (64-byte padded) + scales + unit scale; dY copy (padded) + scale */
-        expect_saved += (((size_t)w->numel + 63) & ~(size_t)63) + (size_t)(w->shape[0] + 1) * sizeof(float);
-        expect_saved += (((size_t)dy + 63) & ~(size_t)63) + sizeof(float);
+        expect_saved += qs_mem_footprint((((size_t)w->numel + 63) & ~(size_t)63) + (size_t)(w->shape[0] + 1) * sizeof(float));
+        expect_saved += qs_mem_footprint((((size_t)dy + 63) & ~(size_t)63) + sizeof(float));
     }
-    size_t cast_scales = (size_t)count_kind(q, QS_NODE_CAST) * sizeof(float);
+    size_t cast_scales = (size_t)count_kind(q, QS_NODE_CAST) * qs_mem_footprint(sizeof(float));
     assert_int_equal(rq.saved - rf.saved, expect_saved + cast_scales);
     assert_int_equal(rq.activations - rf.activations, cast_bytes);
     qs_model_free(f);
@@ -200,10 +201,13 @@ static void test_fp8_transposed_copies(void **state) {
         const qs_node *n = &b->nodes[i];
         int64_t numel = BATCH;
         for (int d = 1; d < n->out_ndim; d++) numel *= n->out_shape[d];
-        if (n->kind == QS_NODE_CAST) expect += (size_t)numel; /* Xᵀ, one byte per element */
+        if (n->kind == QS_NODE_CAST) expect += qs_mem_footprint((size_t)numel); /* Xᵀ, one byte per element */
         if (n->kind != QS_NODE_LINEAR) continue;
-        expect += ((size_t)b->params.entries[n->param[0]].numel + 63) & ~(size_t)63; /* Wᵀ, padded like W */
-        expect += ((size_t)numel + 63) & ~(size_t)63;                                /* dYᵀ */
+        const qs_table_entry *w = &b->params.entries[n->param[0]];
+        const size_t wd = ((size_t)w->numel + 63) & ~(size_t)63, dyd = ((size_t)numel + 63) & ~(size_t)63;
+        const size_t ws = (size_t)(w->shape[0] + 1) * sizeof(float);
+        expect += qs_mem_footprint(2 * wd + ws) - qs_mem_footprint(wd + ws); /* Wᵀ, padded like W */
+        expect += qs_mem_footprint(2 * dyd + sizeof(float)) - qs_mem_footprint(dyd + sizeof(float)); /* dYᵀ */
     }
     qs_memory_report ra, rb;
     qs_model_memory(a, &ra);
@@ -234,8 +238,8 @@ static void test_fp8_delayed_scaling(void **state) {
     qs_model *cur = models[0], *a = models[1], *b = models[2];
     size_t hist = ((size_t)5 * sizeof(float) + 63) & ~(size_t)63, expect = 0;
     for (int i = 0; i < a->n_nodes; i++) {
-        if (a->nodes[i].kind == QS_NODE_CAST) expect += hist;
-        if (a->nodes[i].kind == QS_NODE_LINEAR) expect += 2 * hist;
+        if (a->nodes[i].kind == QS_NODE_CAST) expect += qs_mem_footprint(hist);
+        if (a->nodes[i].kind == QS_NODE_LINEAR) expect += qs_mem_footprint(2 * hist);
     }
     qs_memory_report rc, ra;
     qs_model_memory(cur, &rc);

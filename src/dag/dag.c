@@ -12,7 +12,7 @@ void *qs_model_param_ptr(qs_model *m, int i) { return (char *)m->param_data + m-
 void *qs_model_grad_ptr(qs_model *m, int i) { return (char *)m->grad_data + m->params.entries[i].offset; }
 void *qs_model_buffer_ptr(qs_model *m, int i) { return (char *)m->buffer_data + m->buffers.entries[i].offset; }
 
-qs_node *qs_model_only_reader(qs_model *m, int i) {
+qs_node *qs_model_only_reader(const qs_model *m, int i) {
     if (m->nodes[i].n_consumers != 1) return NULL;
     for (int j = i + 1; j < m->n_nodes; j++)
         for (int k = 0; k < m->nodes[j].n_inputs; k++)

@@ -1,6 +1,8 @@
 /* src/dag/dag.h — defines: what a model is, as data: the DAG of nodes (qs_node, qs_model), the
  * parameter/buffer tables (one contiguous buffer + offset table each), the per-op timing
- * and memory categories, the layer vtable every node kind implements, and the accessors a
+ * and memory categories, the buffers a layer declares for a batch (qs_node_decl, with the
+ * backend facts that size them and the arenas they go to: graph/memory_plan.h lays them out),
+ * the layer vtable every node kind implements, and the accessors a
  * layer uses on its neighbours (tables, gradient targets, readers). No behaviour beyond
  * these accessors lives here: building, set-up and the passes are src/graph; the layers
  * (src/layers) implement qs_layer_impl against this header alone.
@@ -160,10 +162,10 @@ typedef struct qs_node {
      * backward, the owner accumulates. -1 otherwise. */
     int tied_param;
 
-    /* runtime memory, owned by the model (backend memory) */
+    /* runtime memory: pointers into the model's arenas (graph/memory_plan.h), NULL where empty */
     void *y;                   /* output */
     void *dy;                  /* gradient w.r.t. the output (NULL where none is needed) */
-    bool dy_alias;             /* dy is the input's dy (straight-through cast, see graph.c) */
+    bool dy_alias;             /* dy is the input's dy (a straight-through cast, QS_GRAD_SHARE_INPUT) */
     bool needs_grad;           /* some ancestor has parameters: dX must be computed into it */
     int grads_received;        /* consumers that have written dy during this backward */
     int alias_of;              /* ≥ 0: fused into that node (qs_model_fuse); y and dy are its
@@ -171,7 +173,7 @@ typedef struct qs_node {
     int fused_into;            /* ≥ 0: part of the fused attention that node (a MergeHeads) runs:
                                 * this node has no buffers and runs nothing. -1 otherwise */
     void *saved[QS_MAX_NODE_SAVED];      /* extra tensors kept for backward (idx, mask, stats) */
-    size_t saved_bytes[QS_MAX_NODE_SAVED];
+    size_t saved_bytes[QS_MAX_NODE_SAVED]; /* as declared (qs_layer_impl.declare) */
     void *plan;                /* backend plan for GEMM-like and pooling nodes */
     int64_t quant_step;        /* GEMM nodes: model step at which dY was last quantized */
     bool keeps_transposed;     /* GEMM nodes: FP8 copies of W and dY carry transposed copies
@@ -189,6 +191,58 @@ typedef struct qs_node {
 } qs_node;
 
 struct qs_model;
+struct qs_memory_plan;
+
+/* ---- the buffers a node declares for a batch (laid out by graph/memory_plan.h) ---- */
+
+/* The backend facts that change buffer sizes (qs_backend's flags of the same names), given as
+ * data so that memory can be planned without a backend. */
+typedef struct qs_mem_facts {
+    bool fp8_wants_transposed;     /* FP8 GEMM operands keep transposed copies (layers/gemm_quant.h) */
+    bool pointwise_conv_as_linear; /* 1×1, stride-1, unpadded Conv2d runs as a Linear (layers/conv2d.c) */
+    bool fused_attention;          /* attention is fused into its MergeHeads where the backend can */
+} qs_mem_facts;
+
+static inline qs_mem_facts qs_mem_facts_of(const qs_backend *be) {
+    return (qs_mem_facts){.fp8_wants_transposed = be->fp8_wants_transposed,
+                          .pointwise_conv_as_linear = be->pointwise_conv_as_linear,
+                          .fused_attention = be->fused_attention};
+}
+
+/* The arenas of a model's per-batch memory, one backend allocation each. */
+typedef enum qs_mem_arena {
+    QS_MEM_ACTIVATIONS = 0,  /* node outputs y */
+    QS_MEM_ACTIVATION_GRADS, /* output gradients dy */
+    QS_MEM_SAVED,            /* tensors kept for backward (and carried state: FP8 amax histories) */
+    QS_MEM_WORKSPACE,        /* one op's scratch (the backend plans' workspace) */
+    QS_MEM_LABELS,           /* the batch's labels and argmax predictions */
+    QS_MEM_ARENA_COUNT
+} qs_mem_arena;
+
+/* One buffer a node declares: bytes (0: none), the element type of its data (of the leading
+ * data where the block also holds scales), and whether its contents are carried from one step
+ * to the next (persistent: it never shares bytes with another buffer) or only live within a step. */
+typedef struct qs_buffer_decl {
+    size_t bytes;
+    qs_dtype dtype;
+    bool persistent;
+} qs_buffer_decl;
+
+/* Where a node's output gradient lives. */
+typedef enum qs_grad_rule {
+    QS_GRAD_NONE = 0,    /* no dy of its own: none is needed, or its reader writes it elsewhere */
+    QS_GRAD_OWN,         /* a dy buffer of its own, of dy.bytes */
+    QS_GRAD_SHARE_INPUT, /* its input's dy where the input has one (its backward is the identity in place,
+                          * dy_alias), else one of its own of dy.bytes */
+} qs_grad_rule;
+
+/* What a node needs for one batch (qs_layer_impl.declare). Buffers start zeroed. */
+typedef struct qs_node_decl {
+    qs_buffer_decl out;                     /* y */
+    qs_grad_rule grad;
+    qs_buffer_decl dy;
+    qs_buffer_decl saved[QS_MAX_NODE_SAVED];
+} qs_node_decl;
 
 /* What each node kind implements. Every function gets the model and the node index. */
 typedef struct qs_layer_impl {
@@ -199,8 +253,18 @@ typedef struct qs_layer_impl {
     /* Initialise this node's parameters and buffers in host memory (PyTorch defaults). */
     void (*init)(struct qs_model *m, qs_node *n, float *host_params, void *host_buffers,
                  uint64_t seed);
-    /* Create plans and saved buffers for the model's batch size. */
+    /* The buffers the node needs at batch m->batch (out_shape[0] = m->batch) on a backend with
+     * facts f, without allocating anything: d arrives with the defaults (the output at
+     * out_dtype; where the node needs a gradient, a dy of its own at grad_dtype; no saved
+     * tensors); the layer declares its saved tensors and, where its gradient rule differs, sets
+     * d->grad and d->dy. NULL: the defaults. */
+    void (*declare)(const struct qs_model *m, const qs_node *n, const qs_mem_facts *f, qs_node_decl *d);
+    /* Create the backend plans for the model's batch size and set n->workspace; no buffer is
+     * bound yet (y, dy and saved are laid out after every node's setup). */
     qs_status (*setup)(struct qs_model *m, qs_node *n);
+    /* After the buffers are bound (y, dy, saved[] point into the zeroed arenas): initialise
+     * what the node keeps in them from the start (a unit scale). NULL: nothing. */
+    qs_status (*bind)(struct qs_model *m, qs_node *n);
     qs_status (*forward)(struct qs_model *m, qs_node *n);
     /* Gradient w.r.t. inputs, into the input nodes' dy (see qs_model_grad_target). May be
      * NULL when the node has no differentiable input. */
@@ -279,8 +343,11 @@ typedef struct qs_model {
     void *param_data;          /* backend memory, params.bytes */
     void *grad_data;           /* same layout as param_data */
     void *buffer_data;         /* buffers.bytes */
-    void *workspace;           /* max over nodes */
+    void *workspace;           /* the workspace arena: one op's scratch at a time */
     size_t workspace_bytes;
+    qs_mem_facts facts;        /* of be, taken at qs_model_setup (the plan's and the layers' view) */
+    struct qs_memory_plan *mem; /* the per-batch buffers' layout (graph/memory_plan.h), after setup */
+    void *arena[QS_MEM_ARENA_COUNT]; /* its arenas on the backend (NULL where empty) */
     int32_t *labels;           /* (batch·label_len) on the backend */
     int32_t *predictions;      /* (batch·label_len) argmax of the logits, on the backend (accuracy) */
     void *grad_scratch;        /* per-op scratch for fan-in accumulation */
@@ -329,7 +396,7 @@ typedef struct qs_model {
 void *qs_model_grad_target(qs_model *m, qs_node *n, int slot, bool *accumulate);
 
 /* The node that reads node i's output, when exactly one input slot of one node does, else NULL. */
-qs_node *qs_model_only_reader(qs_model *m, int i);
+qs_node *qs_model_only_reader(const qs_model *m, int i);
 
 /* The index of the node whose gradient buffer a reader of node i writes into: i, or — past
  * unfused straight-through casts (which share their input's gradient once set up) and fused

@@ -1,7 +1,8 @@
-/* src/graph/graph.c — building the node DAG, allocating its runtime memory, and driving
- * forward and backward with every op timed in its cost category. */
+/* src/graph/graph.c — building the node DAG, setting it up for a batch (backend plans, then
+ * its memory plan's arenas, graph/memory_plan.h), and driving forward and backward with every
+ * op timed in its cost category. */
 #include "graph/graph.h"
-#include "layers/gemm_quant.h" /* qs_gemm_dy_written_by_reader, qs_bn_grad_from_add */
+#include "graph/memory_plan.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,8 +99,8 @@ qs_status qs_model_finalize(qs_model *m) {
     return QS_OK;
 }
 
-/* Release what depends on the batch size: per-node outputs, gradients, saved tensors and
- * plans, the workspace and the labels (backend memory); parameters and buffers stay. */
+/* Release what depends on the batch size: the plans, the arenas (outputs, gradients, saved
+ * tensors, workspace, labels) and the memory plan; parameters and buffers stay. */
 static void qs_model_release_batch(qs_model *m) {
     qs_capture_release(m);
     for (int i = 0; i < m->n_nodes; i++) {
@@ -107,12 +108,7 @@ static void qs_model_release_batch(qs_model *m) {
         const qs_layer_impl *impl = qs_layer_impl_for(n->kind);
         if (impl->teardown) impl->teardown(m, n);
         if (n->plan) m->be->ops->plan_destroy(m->be, n->plan);
-        if (n->alias_of < 0) {
-            m->be->ops->free(m->be, n->y);
-            if (!n->dy_alias) m->be->ops->free(m->be, n->dy);
-        }
         for (int k = 0; k < QS_MAX_NODE_SAVED; k++) {
-            m->be->ops->free(m->be, n->saved[k]);
             n->saved[k] = NULL;
             n->saved_bytes[k] = 0;
         }
@@ -121,9 +117,13 @@ static void qs_model_release_batch(qs_model *m) {
         n->dy_alias = false;
         n->workspace = 0;
     }
-    m->be->ops->free(m->be, m->workspace);
-    m->be->ops->free(m->be, m->labels);
-    m->be->ops->free(m->be, m->predictions);
+    for (int a = 0; a < QS_MEM_ARENA_COUNT; a++) {
+        m->be->ops->free(m->be, m->arena[a]);
+        m->arena[a] = NULL;
+    }
+    if (m->mem) qs_memory_plan_free(m->mem);
+    free(m->mem);
+    m->mem = NULL;
     m->workspace = NULL;
     m->labels = NULL;
     m->predictions = NULL;
@@ -150,37 +150,10 @@ static size_t qs_node_out_bytes(const qs_node *n) {
     return (size_t)qs_shape_numel(n->out_ndim, n->out_shape) * qs_dtype_size(n->out_dtype);
 }
 
-static qs_status qs_be_alloc(qs_model *m, size_t bytes, void **out);
-
-/* Gradients are in grad_dtype (FP32, or BF16: qs_model_bf16_input_grads), except a plain (not
- * straight-through) cast's, which arrives in the cast's output dtype; a BatchNorm that writes
- * BF16 (a fused cast, qs_model_fuse_casts) still gets a gradient of its grad_dtype. */
-static size_t qs_node_grad_bytes(const qs_node *n) {
-    if (n->kind == QS_NODE_CAST && !n->cfg.cast.straight_through) return qs_node_out_bytes(n);
-    return (size_t)qs_shape_numel(n->out_ndim, n->out_shape) * qs_dtype_size(n->grad_dtype);
-}
-
-/* Allocate n->dy, or share the input's when n is a straight-through cast (its backward is then
- * the identity in place: the cast's readers write, or accumulate into, the input's gradient;
- * qs_model_grad_target counts them on the input). */
-static qs_status qs_node_alloc_grad(qs_model *m, qs_node *n) {
-    const qs_node *in = n->n_inputs ? &m->nodes[n->inputs[0]] : NULL;
-    if (n->kind == QS_NODE_CAST && n->cfg.cast.straight_through && in->dy) {
-        n->dy = in->dy;
-        n->dy_alias = true;
-        return QS_OK;
-    }
-    return qs_be_alloc(m, qs_node_grad_bytes(n), &n->dy);
-}
-
-/* A node needs the gradient of its output when it has parameters or feeds on a node that
- * does (or on the input, when the caller wants d loss / d input). */
-static void qs_model_mark_grads(qs_model *m) {
-    for (int i = 0; i < m->n_nodes; i++) {
-        qs_node *n = &m->nodes[i];
-        n->needs_grad = (i == 0) ? m->want_input_grad : qs_node_has_weights(n);
-        for (int k = 0; k < n->n_inputs; k++) n->needs_grad |= m->nodes[n->inputs[k]].needs_grad;
-    }
+static qs_status qs_be_alloc(qs_model *m, size_t bytes, void **out) {
+    *out = NULL;
+    if (bytes == 0) return QS_OK;
+    return m->be->ops->alloc(m->be, bytes, out);
 }
 
 /* Parameters and buffers are initialised on the host by each layer, then copied. */
@@ -206,40 +179,76 @@ static qs_status qs_model_init_params(qs_model *m, uint64_t seed) {
     return st;
 }
 
-static qs_status qs_be_alloc(qs_model *m, size_t bytes, void **out) {
-    *out = NULL;
-    if (bytes == 0) return QS_OK;
-    return m->be->ops->alloc(m->be, bytes, out);
+/* The address of planned buffer b (NULL for none: index -1). */
+static void *qs_plan_ptr(const qs_model *m, int b) {
+    if (b < 0) return NULL;
+    const qs_mem_buffer *x = &m->mem->buf[b];
+    return (char *)m->arena[x->arena] + x->offset;
 }
 
-/* Allocate what depends on the batch size (see qs_model_release_batch) for `batch`. */
-static qs_status qs_model_setup_batch(qs_model *m, int64_t batch) {
-    m->batch = batch;
-    QS_TRY(qs_be_alloc(m, (size_t)(batch * m->label_len) * sizeof(int32_t), (void **)&m->labels));
-    QS_TRY(qs_be_alloc(m, (size_t)(batch * m->label_len) * sizeof(int32_t), (void **)&m->predictions));
-    size_t ws = 0;
+/* Point every node's y, dy and saved tensors, the workspace and the labels into the arenas. */
+static void qs_model_bind(qs_model *m) {
+    const qs_memory_plan *p = m->mem;
     for (int i = 0; i < m->n_nodes; i++) {
         qs_node *n = &m->nodes[i];
-        n->out_shape[0] = batch;
-        if (n->alias_of >= 0) { /* fused: share the buffers of the node it is fused into */
-            n->y = m->nodes[n->alias_of].y;
-            n->dy = m->nodes[n->alias_of].dy;
-            continue;
+        const qs_mem_node *pn = &p->node[i];
+        n->y = qs_plan_ptr(m, pn->y);
+        n->dy = qs_plan_ptr(m, pn->dy);
+        n->dy_alias = pn->dy_shared;
+        for (int k = 0; k < QS_MAX_NODE_SAVED; k++) {
+            n->saved[k] = qs_plan_ptr(m, pn->saved[k]);
+            n->saved_bytes[k] = pn->saved[k] >= 0 ? p->buf[pn->saved[k]].bytes : 0;
         }
-        if (n->fused_into >= 0) continue; /* part of a fused attention: no buffers */
-        QS_TRY(qs_be_alloc(m, qs_node_out_bytes(n), &n->y));
-        if (n->needs_grad && n->kind != QS_NODE_SOFTMAX_XENT && !qs_gemm_dy_written_by_reader(m, n) &&
-            !qs_bn_grad_from_add(m, n))
-            QS_TRY(qs_node_alloc_grad(m, n));
-        const qs_layer_impl *impl = qs_layer_impl_for(n->kind);
-        if (impl->setup) {
-            qs_status st = impl->setup(m, n);
-            if (st != QS_OK) return qs_error_wrap(st, "setting up node %s: ", n->name);
-        }
-        if (n->workspace > ws) ws = n->workspace;
     }
-    m->workspace_bytes = ws;
-    return qs_be_alloc(m, ws, &m->workspace);
+    for (int b = 0; b < p->n_buf; b++) {
+        if (p->buf[b].role == QS_MEM_LABEL_IDS) m->labels = qs_plan_ptr(m, b);
+        if (p->buf[b].role == QS_MEM_PREDICTIONS) m->predictions = qs_plan_ptr(m, b);
+    }
+    m->workspace = m->arena[QS_MEM_WORKSPACE];
+    m->workspace_bytes = p->arena_bytes[QS_MEM_WORKSPACE];
+}
+
+/* Every running node's backend plans and workspace for the batch; the workspace sizes into ws. */
+static qs_status qs_model_setup_plans(qs_model *m, size_t *ws) {
+    for (int i = 0; i < m->n_nodes; i++) {
+        qs_node *n = &m->nodes[i];
+        const qs_layer_impl *impl = qs_layer_impl_for(n->kind);
+        if (!qs_node_runs(n) || !impl->setup) continue;
+        qs_status st = impl->setup(m, n);
+        if (st != QS_OK) return qs_error_wrap(st, "setting up node %s: ", n->name);
+        ws[i] = n->workspace;
+    }
+    return QS_OK;
+}
+
+/* Set up what depends on the batch size (see qs_model_release_batch) for `batch`: backend
+ * plans, the memory plan, one allocation per arena, every pointer bound, then the layers'
+ * initialisation of what they keep in their buffers. */
+static qs_status qs_model_setup_batch(qs_model *m, int64_t batch) {
+    m->batch = batch;
+    for (int i = 0; i < m->n_nodes; i++) m->nodes[i].out_shape[0] = batch;
+    size_t *ws = calloc((size_t)m->n_nodes, sizeof *ws);
+    m->mem = calloc(1, sizeof *m->mem);
+    qs_status st = ws && m->mem ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory setting up %s", m->arch);
+    if (st == QS_OK) st = qs_model_setup_plans(m, ws);
+    if (st == QS_OK) st = qs_model_memory_plan(m, batch, &m->facts, ws, m->mem);
+    free(ws);
+    for (int a = 0; a < QS_MEM_ARENA_COUNT && st == QS_OK; a++) {
+        st = qs_be_alloc(m, m->mem->arena_bytes[a], &m->arena[a]);
+        if (st != QS_OK)
+            st = qs_error_wrap(st, "model %s at batch %lld: the %s arena (%zu bytes; a smaller batch needs less): ",
+                               m->arch, (long long)batch, qs_mem_arena_name((qs_mem_arena)a), m->mem->arena_bytes[a]);
+    }
+    if (st != QS_OK) return st;
+    qs_model_bind(m);
+    for (int i = 0; i < m->n_nodes; i++) {
+        qs_node *n = &m->nodes[i];
+        const qs_layer_impl *impl = qs_layer_impl_for(n->kind);
+        if (!qs_node_runs(n) || !impl->bind) continue;
+        st = impl->bind(m, n);
+        if (st != QS_OK) return qs_error_wrap(st, "setting up node %s: ", n->name);
+    }
+    return QS_OK;
 }
 
 static bool qs_be_attention_supported(void *ctx, const qs_attention_desc *d) {
@@ -252,6 +261,7 @@ qs_status qs_model_setup(qs_model *m, qs_backend *be, int64_t batch, uint64_t se
     if (m->be) return QS_FAIL(QS_ERR_INVALID_ARG, "model %s: qs_model_setup called twice", m->arch);
     if (batch < 1) return QS_FAIL(QS_ERR_INVALID_ARG, "batch size must be ≥ 1 (got %lld)", (long long)batch);
     m->be = be;
+    m->facts = qs_mem_facts_of(be);
     m->stream = be->ops->default_stream(be);
     m->seed = seed;
     qs_model_mark_grads(m);
@@ -414,10 +424,7 @@ qs_status qs_model_logits(qs_model *m, float *host_out) {
 
 void qs_node_memory(const qs_model *m, const qs_node *n, size_t *out, size_t *grad, size_t *saved) {
     *out = *grad = *saved = 0;
-    if (!qs_node_runs(n)) return; /* its buffers are counted with the node it is fused into */
-    *out = m->be ? qs_node_out_bytes(n) : 0;
-    if (n->dy && !n->dy_alias) *grad = qs_node_grad_bytes(n);
-    for (int k = 0; k < QS_MAX_NODE_SAVED; k++) *saved += n->saved_bytes[k];
+    if (m->mem) qs_memory_plan_node(m->mem, (int)(n - m->nodes), out, grad, saved);
 }
 
 void qs_model_memory(const qs_model *m, qs_memory_report *r) {
@@ -425,15 +432,12 @@ void qs_model_memory(const qs_model *m, qs_memory_report *r) {
     r->params = m->params.bytes;
     r->grads = m->params.bytes;
     r->buffers = m->buffers.bytes + (m->be ? sizeof *m->step_dev : 0); /* and the device step counter */
-    r->workspace = m->workspace_bytes;
-    r->labels = m->be ? 2 * (size_t)(m->batch * m->label_len) * sizeof(int32_t) : 0; /* labels, predictions */
-    for (int i = 0; i < m->n_nodes; i++) {
-        size_t out, grad, saved;
-        qs_node_memory(m, &m->nodes[i], &out, &grad, &saved);
-        r->activations += out;
-        r->activation_grads += grad;
-        r->saved += saved;
-    }
+    if (!m->mem) return;
+    r->activations = m->mem->arena_bytes[QS_MEM_ACTIVATIONS];
+    r->activation_grads = m->mem->arena_bytes[QS_MEM_ACTIVATION_GRADS];
+    r->saved = m->mem->arena_bytes[QS_MEM_SAVED];
+    r->workspace = m->mem->arena_bytes[QS_MEM_WORKSPACE];
+    r->labels = m->mem->arena_bytes[QS_MEM_LABELS];
 }
 
 void qs_model_reset_times(qs_model *m) {

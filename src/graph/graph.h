@@ -70,7 +70,8 @@ typedef bool (*qs_attention_supported_fn)(void *ctx, const qs_attention_desc *d)
 int qs_model_fuse_attention(qs_model *m, qs_attention_supported_fn supported, void *ctx);
 
 /* ---- runtime ---- */
-/* Allocate everything for `batch` on backend `be`, initialise parameters from `seed`. */
+/* Allocate everything for `batch` on backend `be` (the tables; the backend plans; then the
+ * memory plan's arenas, every node's buffers in them), initialise parameters from `seed`. */
 qs_status qs_model_setup(qs_model *m, qs_backend *be, int64_t batch, uint64_t seed);
 /* Change the batch size of a set-up model: the per-batch memory (activations, gradients,
  * saved tensors, plans, workspace, labels) is released and set up again for `batch`;
@@ -91,9 +92,12 @@ qs_status qs_model_loss_accuracy(qs_model *m, int64_t valid, double *mean_loss, 
 /* Copy logits (batch, classes) to the host. */
 qs_status qs_model_logits(qs_model *m, float *host_out);
 
+/* The model's memory by category: its tables, and after setup its memory plan's arenas
+ * (graph/memory_plan.h; optimizer state is the optimizer's, 0 here). */
 void qs_model_memory(const qs_model *m, qs_memory_report *r);
 /* One node's share of the report: its output, its output gradient (0 where it shares its
- * input's) and the tensors it saves for backward, in bytes (all 0 for a fused-away node). */
+ * input's) and the tensors it saves for backward, each as the bytes it takes in its arena
+ * (all 0 for a fused-away node and before setup). */
 void qs_node_memory(const qs_model *m, const qs_node *n, size_t *out, size_t *grad, size_t *saved);
 /* Reset every op timer. */
 void qs_model_reset_times(qs_model *m);

@@ -60,7 +60,7 @@ static qs_status merge_infer(qs_model *m, qs_node *n) {
 }
 
 /* ---- fused: the whole attention feeding a MergeHeads node (graph/fuse_attention.c) ---- */
-static qs_attention_desc fused_desc(qs_model *m, const qs_node *n) {
+static qs_attention_desc fused_desc(const qs_model *m, const qs_node *n) {
     const qs_node *q = &m->nodes[n->cfg.merge.q], *s = &m->nodes[n->cfg.merge.scores];
     const qs_node *p = &m->nodes[n->cfg.merge.softmax];
     return (qs_attention_desc){.N = m->batch, .T = q->out_shape[2], .H = q->out_shape[1], .D = q->out_shape[3],
@@ -76,11 +76,21 @@ static qs_heads_ref split_ref(qs_model *m, const qs_node *split) {
                           .off = split->cfg.heads.part * H * D};
 }
 
+/* Fused: saved[0], what the attention's forward keeps for its backward (q, k, v at 16 bits and
+ * each row's log-sum-exp). */
+static void merge_declare(const qs_model *m, const qs_node *n, const qs_mem_facts *f, qs_node_decl *d) {
+    (void)f;
+    if (!n->cfg.merge.fused) return;
+    const qs_attention_desc ad = fused_desc(m, n);
+    d->saved[0] = (qs_buffer_decl){.bytes = qs_attention_saved_bytes(&ad), .dtype = ad.dtype};
+}
+
+/* Fused: the backward's workspace. */
 static qs_status merge_setup(qs_model *m, qs_node *n) {
     if (!n->cfg.merge.fused) return QS_OK;
     const qs_attention_desc d = fused_desc(m, n);
     n->workspace = qs_attention_workspace_bytes(&d);
-    return qs_layer_alloc_saved(m, n, 0, qs_attention_saved_bytes(&d));
+    return QS_OK;
 }
 
 static qs_status fused_forward(qs_model *m, qs_node *n) {
@@ -139,7 +149,8 @@ static qs_status merge_backward(qs_model *m, qs_node *n) {
     return m->be->ops->permute_heads(m->be, m->stream, m->batch, T, H, D, H * D, 0, n->dy, dx, true, acc);
 }
 
-const qs_layer_impl qs_layer_merge_heads = {.kind_name = "MergeHeads", .infer = merge_infer, .setup = merge_setup,
+const qs_layer_impl qs_layer_merge_heads = {.kind_name = "MergeHeads", .infer = merge_infer,
+                                            .declare = merge_declare, .setup = merge_setup,
                                             .forward = merge_forward, .backward_data = merge_backward};
 
 /* ---- Softmax over scores (N, H, Tq, Tk); optional input 1: the token ids (N, Tk) ---- */

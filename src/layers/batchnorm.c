@@ -40,13 +40,13 @@ static void bn_init(qs_model *m, qs_node *n, float *hp, void *hb, uint64_t seed)
     qs_layer_init_const(rv, C, 1.0f);
 }
 
-static qs_status bn_setup(qs_model *m, qs_node *n) {
-    size_t bytes = (size_t)n->out_shape[3] * sizeof(float);
-    for (int k = 0; k < 2; k++) {
-        QS_TRY(m->be->ops->alloc(m->be, bytes, &n->saved[k]));
-        n->saved_bytes[k] = bytes;
-    }
-    return QS_OK;
+/* saved[0], saved[1]: the batch's per-channel mean and 1/σ; no dy of its own where it reads
+ * the gradient of the Add it feeds (qs_bn_grad_from_add). */
+static void bn_declare(const qs_model *m, const qs_node *n, const qs_mem_facts *f, qs_node_decl *d) {
+    (void)f;
+    const qs_buffer_decl stats = {.bytes = (size_t)n->out_shape[3] * sizeof(float), .dtype = QS_F32};
+    d->saved[0] = d->saved[1] = stats;
+    if (qs_bn_grad_from_add(m, n)) d->grad = QS_GRAD_NONE;
 }
 
 /* With an Add fused in (cfg.bn.add): that Add (n's only reader) and in *slot which of its
@@ -111,6 +111,6 @@ static qs_status bn_backward(qs_model *m, qs_node *n) {
 }
 
 const qs_layer_impl qs_layer_batchnorm2d = {
-    .kind_name = "BatchNorm2d", .infer = bn_infer, .init = bn_init, .setup = bn_setup,
+    .kind_name = "BatchNorm2d", .infer = bn_infer, .init = bn_init, .declare = bn_declare,
     .forward = bn_forward, .backward_data = bn_backward,
 };

@@ -11,10 +11,12 @@
 #include <math.h>
 #include "layers/gemm_quant.h"
 
-bool qs_conv_runs_as_linear(const qs_model *m, const qs_node *n) {
+bool qs_conv_as_linear(const qs_node *n, const qs_mem_facts *f) {
     return n->kind == QS_NODE_CONV2D && n->cfg.conv.kernel == 1 && n->cfg.conv.stride == 1 && n->cfg.conv.pad == 0 &&
-           m->be && m->be->pointwise_conv_as_linear;
+           f->pointwise_conv_as_linear;
 }
+
+bool qs_conv_runs_as_linear(const qs_model *m, const qs_node *n) { return m->be && qs_conv_as_linear(n, &m->facts); }
 
 /* The backend descriptor for this node at batch `batch`. */
 static qs_conv_desc conv_desc(qs_model *m, const qs_node *n, int64_t batch) {
@@ -56,14 +58,25 @@ static void conv_init(qs_model *m, qs_node *n, float *hp, void *hb, uint64_t see
     }
 }
 
-/* The node's matrices: W (K, C·R·S), dY (N·P·Q, K). */
-static qs_gemm_shape conv_shape(qs_model *m, const qs_node *n) {
-    const qs_node *in = qs_layer_input(m, n, 0);
+/* The node's matrices on a backend with facts f: W (K, C·R·S), dY (N·P·Q, K). */
+static qs_gemm_shape conv_shape_on(const qs_model *m, const qs_node *n, const qs_mem_facts *f) {
+    const qs_node *in = &m->nodes[n->inputs[0]];
     const int64_t K = n->cfg.conv.out_channels, R = n->cfg.conv.kernel;
     return (qs_gemm_shape){.w_rows = K, .w_cols = in->out_shape[3] * R * R,
                            .dy_rows = m->batch * n->out_shape[1] * n->out_shape[2], .dy_cols = K,
-                           .transposable = qs_conv_runs_as_linear(m, n)};
+                           .transposable = qs_conv_as_linear(n, f)};
 }
+
+/* The same on the set-up model's backend. */
+static qs_gemm_shape conv_shape(qs_model *m, const qs_node *n) { return conv_shape_on(m, n, &m->facts); }
+
+/* The quantized copies; no FP32 dY where the BatchNorm reading it writes the quantized one. */
+static void conv_declare(const qs_model *m, const qs_node *n, const qs_mem_facts *f, qs_node_decl *d) {
+    qs_gemm_quant_declare(m, n, conv_shape_on(m, n, f), f, d);
+    if (qs_gemm_dy_written_by_reader(m, n)) d->grad = QS_GRAD_NONE;
+}
+
+static qs_status conv_bind(qs_model *m, qs_node *n) { return qs_gemm_quant_bind(m, n, conv_shape(m, n)); }
 
 static qs_status conv_setup(qs_model *m, qs_node *n) {
     const qs_gemm_shape sh = conv_shape(m, n);
@@ -76,7 +89,8 @@ static qs_status conv_setup(qs_model *m, qs_node *n) {
         QS_TRY(qs_conv_desc_finish(&d));
         QS_TRY(m->be->ops->conv_plan(m->be, &d, &n->plan, &n->workspace));
     }
-    return qs_gemm_quant_setup(m, n, sh);
+    qs_gemm_quant_setup(m, n, sh);
+    return QS_OK;
 }
 
 static qs_status conv_forward(qs_model *m, qs_node *n) {
@@ -97,6 +111,6 @@ static qs_status conv_backward_weights(qs_model *m, qs_node *n) {
 }
 
 const qs_layer_impl qs_layer_conv2d = {
-    .kind_name = "Conv2d", .infer = conv_infer, .init = conv_init, .setup = conv_setup,
-    .forward = conv_forward, .backward_data = conv_backward_data, .backward_weights = conv_backward_weights,
+    .kind_name = "Conv2d", .infer = conv_infer, .init = conv_init, .declare = conv_declare, .setup = conv_setup,
+    .bind = conv_bind, .forward = conv_forward, .backward_data = conv_backward_data, .backward_weights = conv_backward_weights,
 };

@@ -4,7 +4,7 @@
 #include "qsync/rng.h"
 
 /* Output shape = shape of input 0. */
-static void same_shape(qs_model *m, qs_node *n) {
+static void same_shape(const qs_model *m, qs_node *n) {
     const qs_node *in = qs_layer_input(m, n, 0);
     n->out_ndim = in->out_ndim;
     for (int i = 0; i < in->out_ndim; i++) n->out_shape[i] = in->out_shape[i];
@@ -67,7 +67,7 @@ static qs_status add_forward(qs_model *m, qs_node *n) {
     return m->be->ops->add_forward(m->be, m->stream, numel(m, n), a->y, a->out_dtype, b->y, b->out_dtype, n->y,
                                    n->cfg.add.relu);
 }
-qs_node *qs_bn_grad_from_add(qs_model *m, const qs_node *n) {
+qs_node *qs_bn_grad_from_add(const qs_model *m, const qs_node *n) {
     if (!m->fuse_casts || n->kind != QS_NODE_BATCHNORM2D || n->cfg.bn.relu || n->cfg.bn.add || n->alias_of >= 0)
         return NULL;
     qs_node *r = qs_model_only_reader(m, (int)(n - m->nodes));
@@ -101,9 +101,10 @@ static qs_status dropout_infer(qs_model *m, qs_node *n) {
     n->bytes_saved_for_backward = (size_t)qs_layer_out_numel_per_sample(n);
     return QS_OK;
 }
-static qs_status dropout_setup(qs_model *m, qs_node *n) {
-    n->saved_bytes[0] = (size_t)numel(m, n);
-    return m->be->ops->alloc(m->be, n->saved_bytes[0], &n->saved[0]);
+/* saved[0]: the mask, one byte per element. */
+static void dropout_declare(const qs_model *m, const qs_node *n, const qs_mem_facts *f, qs_node_decl *d) {
+    (void)f;
+    d->saved[0] = (qs_buffer_decl){.bytes = (size_t)numel(m, n), .dtype = QS_U8};
 }
 /* Mask stream: key (seed, "dropout", node index), 128-bit blocks counted per step (the step
  * read from backend memory where passes may be captured: qs_model.step_dev). */
@@ -126,5 +127,5 @@ static qs_status dropout_backward(qs_model *m, qs_node *n) {
     if (n->cfg.dropout.p == 0.0f) return m->be->ops->accumulate(m->be, m->stream, numel(m, n), n->dy, dx, acc);
     return m->be->ops->dropout_backward(m->be, m->stream, numel(m, n), n->dy, n->saved[0], n->cfg.dropout.p, dx, acc);
 }
-const qs_layer_impl qs_layer_dropout = {.kind_name = "Dropout", .infer = dropout_infer, .setup = dropout_setup,
+const qs_layer_impl qs_layer_dropout = {.kind_name = "Dropout", .infer = dropout_infer, .declare = dropout_declare,
                                         .forward = dropout_forward, .backward_data = dropout_backward};

@@ -15,12 +15,17 @@ static size_t data_bytes(int64_t rows, int64_t cols, qs_dtype dt) {
 
 static bool is_fp8(qs_dtype dt) { return dt == QS_F8E4M3 || dt == QS_F8E5M2; }
 
-/* Whether the node's quantized copy in dtype dt carries a transposed copy. */
-static bool keeps_t(const qs_node *n, qs_dtype dt) { return n->keeps_transposed && is_fp8(dt); }
+/* Whether a quantized copy in dtype dt carries a transposed copy, for a node that keeps them. */
+static bool keeps_t(bool keeps, qs_dtype dt) { return keeps && is_fp8(dt); }
 
 /* Bytes of a quantized operand's data, with its transposed copy when the node keeps one. */
-static size_t operand_bytes(const qs_node *n, int64_t rows, int64_t cols, qs_dtype dt) {
-    return data_bytes(rows, cols, dt) * (keeps_t(n, dt) ? 2u : 1u);
+static size_t operand_bytes(bool keeps, int64_t rows, int64_t cols, qs_dtype dt) {
+    return data_bytes(rows, cols, dt) * (keeps_t(keeps, dt) ? 2u : 1u);
+}
+
+/* Whether the node keeps transposed copies of its FP8 W and dY (gemm_quant.h). */
+static bool gemm_keeps_transposed(const qs_node *n, qs_gemm_shape sh, const qs_mem_facts *f) {
+    return sh.transposable && f->fp8_wants_transposed && is_fp8(qs_precision_operand_dtype(n->prec, false));
 }
 
 size_t qs_fp8_history_bytes(const qs_model *m) { return align64((size_t)(m->fp8_amax_history + 1) * sizeof(float)); }
@@ -39,40 +44,39 @@ static float *gemm_history(const qs_model *m, const qs_node *n, int which) {
     return (float *)(void *)((char *)n->saved[2] + (size_t)which * qs_fp8_history_bytes(m));
 }
 
-/* saved[1]: dY's quantized copy (and transposed copy) and its scale; decides
- * keeps_transposed (gemm_quant.h); saved[2]: the FP8 amax histories under delayed scaling. */
-static qs_status gemm_dy_alloc(qs_model *m, qs_node *n, qs_gemm_shape sh) {
-    n->quant_step = -1;
-    const bool fp8 = is_fp8(qs_precision_operand_dtype(n->prec, false));
-    n->keeps_transposed = sh.transposable && m->be->fp8_wants_transposed && fp8;
-    if (!low_precision(n)) return QS_OK;
-    n->saved_bytes[1] = operand_bytes(n, sh.dy_rows, sh.dy_cols, qs_precision_operand_dtype(n->prec, true)) +
-                        sizeof(float);
-    QS_TRY(m->be->ops->alloc(m->be, n->saved_bytes[1], &n->saved[1]));
-    if (!fp8 || m->fp8_amax_history < 1) return QS_OK;
-    n->saved_bytes[2] = 2 * qs_fp8_history_bytes(m);
-    return m->be->ops->alloc(m->be, n->saved_bytes[2], &n->saved[2]);
+/* saved[1]: dY's quantized copy (and transposed copy) and its scale; saved[2]: the FP8 amax
+ * histories under delayed scaling (carried from step to step). */
+static void gemm_dy_declare(const qs_model *m, const qs_node *n, qs_gemm_shape sh, const qs_mem_facts *f,
+                            qs_node_decl *d) {
+    if (!low_precision(n)) return;
+    const qs_dtype gdt = qs_precision_operand_dtype(n->prec, true);
+    d->saved[1] = (qs_buffer_decl){
+        .bytes = operand_bytes(gemm_keeps_transposed(n, sh, f), sh.dy_rows, sh.dy_cols, gdt) + sizeof(float),
+        .dtype = gdt};
+    if (!is_fp8(qs_precision_operand_dtype(n->prec, false)) || m->fp8_amax_history < 1) return;
+    d->saved[2] = (qs_buffer_decl){.bytes = 2 * qs_fp8_history_bytes(m), .dtype = QS_F32, .persistent = true};
 }
 
-qs_status qs_gemm_dy_setup(qs_model *m, qs_node *n, int64_t rows, int64_t cols) {
-    return gemm_dy_alloc(m, n, (qs_gemm_shape){.dy_rows = rows, .dy_cols = cols});
+void qs_gemm_dy_declare(const qs_model *m, const qs_node *n, int64_t rows, int64_t cols, const qs_mem_facts *f,
+                        qs_node_decl *d) {
+    gemm_dy_declare(m, n, (qs_gemm_shape){.dy_rows = rows, .dy_cols = cols}, f, d);
 }
 
-qs_status qs_gemm_quant_setup(qs_model *m, qs_node *n, qs_gemm_shape sh) {
-    QS_TRY(gemm_dy_alloc(m, n, sh));
-    if (!low_precision(n)) return QS_OK;
+void qs_gemm_quant_declare(const qs_model *m, const qs_node *n, qs_gemm_shape sh, const qs_mem_facts *f,
+                           qs_node_decl *d) {
+    gemm_dy_declare(m, n, sh, f, d);
+    if (!low_precision(n)) return;
     const qs_dtype fdt = qs_precision_operand_dtype(n->prec, false);
-    const size_t wdata = operand_bytes(n, sh.w_rows, sh.w_cols, fdt);
-    n->saved_bytes[0] = wdata + (size_t)(sh.w_rows + 1) * sizeof(float);
-    QS_TRY(m->be->ops->alloc(m->be, n->saved_bytes[0], &n->saved[0]));
-    if (per_channel(m, n)) { /* INT8 only: saved[2] is free (no FP8 histories) */
-        n->saved_bytes[2] = n->saved_bytes[1];
-        QS_TRY(m->be->ops->alloc(m->be, n->saved_bytes[2], &n->saved[2]));
-    }
-    const float one = 1.0f; /* the unit scale of per-channel weights in backward-data */
-    QS_TRY(m->be->ops->copy_h2d(m->be, m->stream, (char *)n->saved[0] + wdata + (size_t)sh.w_rows * sizeof(float), &one,
-                                sizeof one));
-    return m->be->ops->stream_sync(m->be, m->stream);
+    const size_t wdata = operand_bytes(gemm_keeps_transposed(n, sh, f), sh.w_rows, sh.w_cols, fdt);
+    /* persistent: the unit scale after the weight's scales is written once (qs_gemm_quant_bind) */
+    d->saved[0] = (qs_buffer_decl){.bytes = wdata + (size_t)(sh.w_rows + 1) * sizeof(float), .dtype = fdt,
+                                   .persistent = true};
+    if (per_channel(m, n)) d->saved[2] = d->saved[1]; /* INT8 only: saved[2] is free (no FP8 histories) */
+}
+
+void qs_gemm_quant_setup(qs_model *m, qs_node *n, qs_gemm_shape sh) {
+    n->quant_step = -1;
+    n->keeps_transposed = gemm_keeps_transposed(n, sh, &m->facts);
 }
 
 qs_operand qs_gemm_input_operand(qs_model *m, const qs_node *n, int slot) {
@@ -86,12 +90,20 @@ qs_operand qs_gemm_input_operand(qs_model *m, const qs_node *n, int slot) {
 
 /* The transposed copy inside a [data | data_t | ...] block, or NULL when the node keeps none. */
 static void *data_t_of(const qs_node *n, void *block, int64_t rows, int64_t cols, qs_dtype dt) {
-    return keeps_t(n, dt) ? (char *)block + data_bytes(rows, cols, dt) : NULL;
+    return keeps_t(n->keeps_transposed, dt) ? (char *)block + data_bytes(rows, cols, dt) : NULL;
 }
 
 /* Scales of saved[0]: after the weight data (and its transposed copy). */
 static float *w_scales(const qs_node *n, qs_gemm_shape sh) {
-    return (float *)((char *)n->saved[0] + operand_bytes(n, sh.w_rows, sh.w_cols, qs_precision_operand_dtype(n->prec, false)));
+    const qs_dtype fdt = qs_precision_operand_dtype(n->prec, false);
+    return (float *)((char *)n->saved[0] + operand_bytes(n->keeps_transposed, sh.w_rows, sh.w_cols, fdt));
+}
+
+qs_status qs_gemm_quant_bind(qs_model *m, qs_node *n, qs_gemm_shape sh) {
+    if (!low_precision(n)) return QS_OK;
+    const float one = 1.0f; /* the unit scale of per-channel weights in backward-data */
+    QS_TRY(m->be->ops->copy_h2d(m->be, m->stream, w_scales(n, sh) + sh.w_rows, &one, sizeof one));
+    return m->be->ops->stream_sync(m->be, m->stream);
 }
 
 /* The weight for forward: quantized now from the FP32 parameter when the precision needs it. */
@@ -141,7 +153,8 @@ static qs_status qs_gemm_dy(qs_model *m, qs_node *n, qs_gemm_shape sh, bool fold
     const qs_dtype gdt = qs_precision_operand_dtype(n->prec, true);
     const bool fold = folded && per_channel(m, n);
     const int slot = fold ? 2 : 1;
-    const size_t gdata = fold ? data_bytes(sh.dy_rows, sh.dy_cols, gdt) : operand_bytes(n, sh.dy_rows, sh.dy_cols, gdt);
+    const size_t gdata = fold ? data_bytes(sh.dy_rows, sh.dy_cols, gdt)
+                              : operand_bytes(n->keeps_transposed, sh.dy_rows, sh.dy_cols, gdt);
     float *scale = (float *)((char *)n->saved[slot] + gdata);
     void *dyt = fold ? NULL : data_t_of(n, n->saved[slot], sh.dy_rows, sh.dy_cols, gdt);
     *dy = (qs_operand){.data = n->saved[slot], .dt = gdt, .scale = scale, .data_t = dyt};

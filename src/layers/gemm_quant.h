@@ -16,7 +16,8 @@
  *             channel scale varies along that product's reduction axis, so it is folded
  *             into dY and W is used with unit scale); FP8 with delayed scaling
  *             (qs_model.fp8_amax_history = N): the amax histories of W and dY, N + 1 floats
- *             each (qs_quant_delayed), zero at setup.
+ *             each (qs_quant_delayed), zero at setup and carried from step to step.
+ * The layers declare these through qs_gemm_quant_declare (graph/memory_plan.h lays them out).
  * FP32 nodes own none of these and pass their FP32 tensors straight through.
  * Stochastic rounding stream of node i: key qs_rng_key(seed, "sr", 4·i + role) with role 0
  * for dY and 1 for the folded dY, counter = the model's step. */
@@ -35,14 +36,24 @@ typedef struct qs_gemm_shape {
 } qs_gemm_shape;
 
 /* Whether n is a pointwise Conv2d (1×1 kernel, stride 1, no padding) that runs as a Linear over
- * its (N·H·W, C) input rows: on a set-up model whose backend asks for it (conv2d.c). */
+ * its (N·H·W, C) input rows on a backend with facts f (conv2d.c); qs_conv_runs_as_linear: on a
+ * set-up model (its backend's facts). */
+bool qs_conv_as_linear(const qs_node *n, const qs_mem_facts *f);
 bool qs_conv_runs_as_linear(const qs_model *m, const qs_node *n);
 
-/* Allocate the node's quantized copies for its precision (nothing at FP32). */
-qs_status qs_gemm_quant_setup(qs_model *m, qs_node *n, qs_gemm_shape sh);
-/* Only the quantized dY (saved[1]) of a (rows, cols) output gradient: GEMM nodes without a
- * weight (MatMul), whose operands all come through casts. */
-qs_status qs_gemm_dy_setup(qs_model *m, qs_node *n, int64_t rows, int64_t cols);
+/* Declare the node's quantized copies (saved[0..2] above) for its precision and the batch in
+ * sh, on a backend with facts f (nothing at FP32). */
+void qs_gemm_quant_declare(const qs_model *m, const qs_node *n, qs_gemm_shape sh, const qs_mem_facts *f,
+                           qs_node_decl *d);
+/* Only the quantized dY (saved[1]) of a (rows, cols) output gradient, and its FP8 histories:
+ * GEMM nodes without a weight (MatMul), whose operands all come through casts. */
+void qs_gemm_dy_declare(const qs_model *m, const qs_node *n, int64_t rows, int64_t cols, const qs_mem_facts *f,
+                        qs_node_decl *d);
+/* At setup: no dY quantized yet this step, and whether the node keeps transposed FP8 copies
+ * (qs_node.keeps_transposed, from the model's facts). */
+void qs_gemm_quant_setup(qs_model *m, qs_node *n, qs_gemm_shape sh);
+/* Once its buffers are bound: the unit scale after the weight's scales (low precision only). */
+qs_status qs_gemm_quant_bind(qs_model *m, qs_node *n, qs_gemm_shape sh);
 
 /* FP8 delayed scaling: bytes of one amax history (qs_quant_delayed: len + 1 floats). */
 size_t qs_fp8_history_bytes(const qs_model *m);
@@ -57,7 +68,7 @@ qs_operand qs_gemm_input_operand(qs_model *m, const qs_node *n, int slot);
 qs_status qs_gemm_quantized_dy(qs_model *m, qs_node *n, int64_t rows, int64_t cols, qs_operand *dy);
 
 /* Whether the only reader of GEMM node n (a BatchNorm, qs_model_bf16_conv_outputs) writes n's
- * quantized dY itself, so that n has no FP32 dY at all (graph.c allocates none): a BF16 Conv2d
+ * quantized dY itself, so that n has no FP32 dY at all (conv2d.c declares none): a BF16 Conv2d
  * without bias whose output is BF16, in a model fused by qs_model_fuse. */
 bool qs_gemm_dy_written_by_reader(const qs_model *m, const qs_node *n);
 /* For such a node (set up): true, with *dst where the BF16 dY goes (saved[1]) and *sr its

@@ -69,11 +69,6 @@ void qs_layer_init_normal(float *p, int64_t count, float std, uint64_t seed, uin
     for (int64_t i = 0; i < count; i++) p[i] = qs_rng_normal(&r) * std;
 }
 
-qs_status qs_layer_alloc_saved(qs_model *m, qs_node *n, int k, size_t bytes) {
-    n->saved_bytes[k] = bytes;
-    return m->be->ops->alloc(m->be, bytes, &n->saved[k]);
-}
-
 int64_t qs_layer_rows_per_sample(const qs_node *x) { return qs_layer_out_numel_per_sample(x) / qs_layer_last_dim(x); }
 
 void qs_layer_same_shape(qs_node *n, const qs_node *from) {

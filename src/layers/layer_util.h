@@ -7,7 +7,7 @@
 #include "layers/registry.h"
 
 /* The node feeding input slot k of n. */
-static inline qs_node *qs_layer_input(qs_model *m, const qs_node *n, int k) { return &m->nodes[n->inputs[k]]; }
+static inline qs_node *qs_layer_input(const qs_model *m, const qs_node *n, int k) { return &m->nodes[n->inputs[k]]; }
 
 /* Declare parameter "<node name>.<suffix>" (f32, PyTorch shape) and record it in n->param. */
 qs_status qs_layer_declare_param(qs_model *m, qs_node *n, const char *suffix, int ndim, const int64_t *shape);
@@ -22,8 +22,6 @@ void qs_layer_init_uniform(float *p, int64_t count, float bound, uint64_t seed, 
 void qs_layer_init_const(float *p, int64_t count, float value);
 /* Fill p[0..count) with N(0, std²) from Philox keyed like qs_layer_init_uniform. */
 void qs_layer_init_normal(float *p, int64_t count, float std, uint64_t seed, uint64_t stream);
-/* Zero-filled backend memory of `bytes` into saved slot k of n (recorded for the memory report). */
-qs_status qs_layer_alloc_saved(qs_model *m, qs_node *n, int k, size_t bytes);
 /* Last dimension of node x's output, and its rows per sample (all other dimensions but the batch). */
 static inline int64_t qs_layer_last_dim(const qs_node *x) { return x->out_shape[x->out_ndim - 1]; }
 int64_t qs_layer_rows_per_sample(const qs_node *x);
@@ -42,9 +40,9 @@ int64_t qs_layer_out_numel_per_sample(const qs_node *n);
 /* In a model fused by qs_model_fuse: the Add that is the only reader of BatchNorm n (n
  * without a fused ReLU or Add), else NULL. n's backward then reads that Add's dy, masked by the
  * Add's output when a ReLU is fused into it (both in the buffers of the BatchNorm the Add may
- * be fused into), instead of a dy of its own, which n then does not have (graph.c allocates
+ * be fused into), instead of a dy of its own, which n then does not have (batchnorm.c declares
  * none); the Add (or the BatchNorm owning it) writes no gradient for n. The same values as the
  * Add writing n's dy first, one pass over the activation less. */
-qs_node *qs_bn_grad_from_add(qs_model *m, const qs_node *n);
+qs_node *qs_bn_grad_from_add(const qs_model *m, const qs_node *n);
 
 #endif

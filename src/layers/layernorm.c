@@ -26,10 +26,10 @@ static void ln_init(qs_model *m, qs_node *n, float *hp, void *hb, uint64_t seed)
 
 static int64_t ln_rows(const qs_model *m, const qs_node *n) { return m->batch * qs_layer_rows_per_sample(n); }
 
-static qs_status ln_setup(qs_model *m, qs_node *n) {
-    const size_t bytes = (size_t)ln_rows(m, n) * sizeof(float);
-    QS_TRY(qs_layer_alloc_saved(m, n, 0, bytes));
-    return qs_layer_alloc_saved(m, n, 1, bytes);
+/* saved[0], saved[1]: each row's mean and 1/σ. */
+static void ln_declare(const qs_model *m, const qs_node *n, const qs_mem_facts *f, qs_node_decl *d) {
+    (void)f;
+    d->saved[0] = d->saved[1] = (qs_buffer_decl){.bytes = (size_t)ln_rows(m, n) * sizeof(float), .dtype = QS_F32};
 }
 
 static qs_status ln_forward(qs_model *m, qs_node *n) {
@@ -49,4 +49,4 @@ static qs_status ln_backward(qs_model *m, qs_node *n) {
 }
 
 const qs_layer_impl qs_layer_layernorm = {.kind_name = "LayerNorm", .infer = ln_infer, .init = ln_init,
-                                          .setup = ln_setup, .forward = ln_forward, .backward_data = ln_backward};
+                                          .declare = ln_declare, .forward = ln_forward, .backward_data = ln_backward};

@@ -5,8 +5,8 @@
 #include "layers/gemm_quant.h"
 
 /* Rows of X per sample (1 for (N, in), T for (N, T, in)). */
-static int64_t linear_rows_per_sample(qs_model *m, const qs_node *n) {
-    const qs_node *in = qs_layer_input(m, n, 0);
+static int64_t linear_rows_per_sample(const qs_model *m, const qs_node *n) {
+    const qs_node *in = &m->nodes[n->inputs[0]];
     return qs_layer_out_numel_per_sample(in) / in->out_shape[in->out_ndim - 1];
 }
 
@@ -59,8 +59,8 @@ static void linear_init(qs_model *m, qs_node *n, float *hp, void *hb, uint64_t s
 }
 
 /* The node's matrices: W (out, in), dY (rows, out). */
-static qs_gemm_shape linear_shape(qs_model *m, const qs_node *n) {
-    const qs_node *x = qs_layer_input(m, n, 0);
+static qs_gemm_shape linear_shape(const qs_model *m, const qs_node *n) {
+    const qs_node *x = &m->nodes[n->inputs[0]];
     const int64_t out = n->out_shape[n->out_ndim - 1], in = x->out_shape[x->out_ndim - 1];
     return (qs_gemm_shape){.w_rows = out, .w_cols = in, .dy_rows = m->batch * linear_rows_per_sample(m, n),
                            .dy_cols = out, .transposable = true};
@@ -71,8 +71,15 @@ static qs_status linear_setup(qs_model *m, qs_node *n) {
     qs_linear_desc d = {.M = sh.dy_rows, .N = sh.w_rows, .K = sh.w_cols, .has_bias = n->cfg.linear.bias,
                         .prec = n->prec, .y_dt = n->out_dtype, .dx_dt = qs_gemm_dx_dtype(m, n)};
     QS_TRY(m->be->ops->linear_plan(m->be, &d, &n->plan, &n->workspace));
-    return qs_gemm_quant_setup(m, n, sh);
+    qs_gemm_quant_setup(m, n, sh);
+    return QS_OK;
 }
+
+static void linear_declare(const qs_model *m, const qs_node *n, const qs_mem_facts *f, qs_node_decl *d) {
+    qs_gemm_quant_declare(m, n, linear_shape(m, n), f, d);
+}
+
+static qs_status linear_bind(qs_model *m, qs_node *n) { return qs_gemm_quant_bind(m, n, linear_shape(m, n)); }
 
 static qs_status linear_forward(qs_model *m, qs_node *n) {
     return qs_gemm_forward(m, n, linear_shape(m, n), m->be->ops->linear_forward);
@@ -87,7 +94,7 @@ static qs_status linear_backward_weights(qs_model *m, qs_node *n) {
 }
 
 const qs_layer_impl qs_layer_linear = {
-    .kind_name = "Linear", .infer = linear_infer, .init = linear_init, .setup = linear_setup,
-    .forward = linear_forward, .backward_data = linear_backward_data,
+    .kind_name = "Linear", .infer = linear_infer, .init = linear_init, .declare = linear_declare,
+    .setup = linear_setup, .bind = linear_bind, .forward = linear_forward, .backward_data = linear_backward_data,
     .backward_weights = linear_backward_weights,
 };

@@ -10,8 +10,8 @@ typedef struct mm_dims {
     int64_t heads, M, N, K;
 } mm_dims;
 
-static mm_dims mm_dims_of(qs_model *m, const qs_node *n) {
-    const qs_node *a = qs_layer_input(m, n, 0), *b = qs_layer_input(m, n, 1);
+static mm_dims mm_dims_of(const qs_model *m, const qs_node *n) {
+    const qs_node *a = &m->nodes[n->inputs[0]], *b = &m->nodes[n->inputs[1]];
     return (mm_dims){.heads = a->out_shape[1], .M = a->out_shape[2], .K = a->out_shape[3],
                      .N = n->cfg.matmul.trans_b ? b->out_shape[2] : b->out_shape[3]};
 }
@@ -38,7 +38,14 @@ static qs_status mm_setup(qs_model *m, qs_node *n) {
     qs_bmm_desc desc = {.batch = m->batch * d.heads, .M = d.M, .N = d.N, .K = d.K, .trans_b = n->cfg.matmul.trans_b,
                         .alpha = n->cfg.matmul.alpha, .prec = n->prec};
     QS_TRY(m->be->ops->bmm_plan(m->be, &desc, &n->plan, &n->workspace));
-    return qs_gemm_dy_setup(m, n, m->batch * d.heads * d.M, d.N);
+    qs_gemm_quant_setup(m, n, (qs_gemm_shape){0});
+    return QS_OK;
+}
+
+/* The quantized output gradient (both inputs come through casts). */
+static void mm_declare(const qs_model *m, const qs_node *n, const qs_mem_facts *f, qs_node_decl *d) {
+    const mm_dims dm = mm_dims_of(m, n);
+    qs_gemm_dy_declare(m, n, m->batch * dm.heads * dm.M, dm.N, f, d);
 }
 
 static qs_status mm_forward(qs_model *m, qs_node *n) {
@@ -63,5 +70,6 @@ static qs_status mm_backward(qs_model *m, qs_node *n) {
     return m->be->ops->bmm_backward_b(m->be, n->plan, m->stream, &dc, &a, db, acc, m->workspace);
 }
 
-const qs_layer_impl qs_layer_matmul = {.kind_name = "MatMul", .infer = mm_infer, .setup = mm_setup,
+const qs_layer_impl qs_layer_matmul = {.kind_name = "MatMul", .infer = mm_infer, .declare = mm_declare,
+                                       .setup = mm_setup,
                                        .forward = mm_forward, .backward_data = mm_backward};

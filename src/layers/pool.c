@@ -2,7 +2,7 @@
  * image (AdaptiveAvgPool2d((1,1)) in PyTorch). Max pooling saves int32 argmax indices. */
 #include "layers/layer_util.h"
 
-static qs_pool_desc pool_desc(qs_model *m, const qs_node *n, int64_t batch) {
+static qs_pool_desc pool_desc(const qs_model *m, const qs_node *n, int64_t batch) {
     const qs_node *in = qs_layer_input(m, n, 0);
     qs_pool_desc d = {.kind = n->kind == QS_NODE_MAXPOOL2D ? QS_POOL_MAX : QS_POOL_AVG, .N = batch,
                       .H = in->out_shape[1], .W = in->out_shape[2], .C = in->out_shape[3],
@@ -29,13 +29,17 @@ static qs_status pool_infer(qs_model *m, qs_node *n) {
     return QS_OK;
 }
 
+/* Max pooling: saved[0], the int32 argmax index of every output element. */
+static void pool_declare(const qs_model *m, const qs_node *n, const qs_mem_facts *f, qs_node_decl *d) {
+    (void)f;
+    qs_pool_desc pd = pool_desc(m, n, m->batch);
+    if (qs_pool_desc_finish(&pd) != QS_OK || pd.kind != QS_POOL_MAX) return; /* checked at infer */
+    d->saved[0] = (qs_buffer_decl){.bytes = (size_t)(pd.N * pd.P * pd.Q * pd.C) * sizeof(int32_t), .dtype = QS_S32};
+}
+
 static qs_status pool_setup(qs_model *m, qs_node *n) {
     qs_pool_desc d = pool_desc(m, n, m->batch);
     QS_TRY(qs_pool_desc_finish(&d));
-    if (d.kind == QS_POOL_MAX) {
-        n->saved_bytes[0] = (size_t)(d.N * d.P * d.Q * d.C) * sizeof(int32_t);
-        QS_TRY(m->be->ops->alloc(m->be, n->saved_bytes[0], &n->saved[0]));
-    }
     return m->be->ops->pool_plan(m->be, &d, &n->plan, &n->workspace);
 }
 
@@ -51,7 +55,7 @@ static qs_status pool_backward(qs_model *m, qs_node *n) {
     return m->be->ops->pool_backward(m->be, n->plan, m->stream, n->dy, n->saved[0], dx, acc, m->workspace);
 }
 
-const qs_layer_impl qs_layer_maxpool2d = {.kind_name = "MaxPool2d", .infer = pool_infer, .setup = pool_setup,
-                                          .forward = pool_forward, .backward_data = pool_backward};
-const qs_layer_impl qs_layer_avgpool2d = {.kind_name = "AvgPool2d", .infer = pool_infer, .setup = pool_setup,
-                                          .forward = pool_forward, .backward_data = pool_backward};
+const qs_layer_impl qs_layer_maxpool2d = {.kind_name = "MaxPool2d", .infer = pool_infer, .declare = pool_declare,
+                                          .setup = pool_setup, .forward = pool_forward, .backward_data = pool_backward};
+const qs_layer_impl qs_layer_avgpool2d = {.kind_name = "AvgPool2d", .infer = pool_infer, .declare = pool_declare,
+                                          .setup = pool_setup, .forward = pool_forward, .backward_data = pool_backward};

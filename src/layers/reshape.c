@@ -65,15 +65,15 @@ static qs_status cast_infer(qs_model *m, qs_node *n) {
  * of the Linear nodes it feeds, gemm_quant.h): the output is FP8, the backend reads
  * transposed copies, and every consumer is a Linear or a Conv2d run as one (which see the
  * output as a 2-D matrix). */
-static bool cast_keeps_transposed(const qs_model *m, const qs_node *n) {
-    if (!n->cfg.cast.straight_through || !m->be->fp8_wants_transposed) return false;
+static bool cast_keeps_transposed(const qs_model *m, const qs_node *n, const qs_mem_facts *f) {
+    if (!n->cfg.cast.straight_through || !f->fp8_wants_transposed) return false;
     if (n->out_dtype != QS_F8E4M3 && n->out_dtype != QS_F8E5M2) return false;
     const int self = (int)(n - m->nodes);
     int linear = 0;
     for (int i = 0; i < m->n_nodes; i++)
         for (int k = 0; k < m->nodes[i].n_inputs; k++)
             if (m->nodes[i].inputs[k] == self) {
-                if (m->nodes[i].kind != QS_NODE_LINEAR && !qs_conv_runs_as_linear(m, &m->nodes[i])) return false;
+                if (m->nodes[i].kind != QS_NODE_LINEAR && !qs_conv_as_linear(&m->nodes[i], f)) return false;
                 linear++;
             }
     return linear > 0;
@@ -86,19 +86,20 @@ static void cast_matrix(const qs_model *m, const qs_node *n, int64_t *rows, int6
 }
 
 /* saved[0]: the scale; saved[1]: the transposed copy (cast_keeps_transposed); saved[2]: the
- * amax history of FP8 delayed scaling (qs_model.fp8_amax_history). */
-static qs_status cast_setup(qs_model *m, qs_node *n) {
-    if (!cast_scaled(n->out_dtype)) return QS_OK;
-    n->saved_bytes[0] = sizeof(float);
-    QS_TRY(m->be->ops->alloc(m->be, n->saved_bytes[0], &n->saved[0]));
+ * amax history of FP8 delayed scaling (qs_model.fp8_amax_history), carried from step to step.
+ * The gradient: a plain cast's arrives in its output dtype; a straight-through cast shares its
+ * input's (QS_GRAD_SHARE_INPUT: its backward is then the identity in place). */
+static void cast_declare(const qs_model *m, const qs_node *n, const qs_mem_facts *f, qs_node_decl *d) {
+    if (d->grad == QS_GRAD_OWN && n->cfg.cast.straight_through) d->grad = QS_GRAD_SHARE_INPUT;
+    if (!n->cfg.cast.straight_through) d->dy = d->out;
+    if (!cast_scaled(n->out_dtype)) return;
+    d->saved[0] = (qs_buffer_decl){.bytes = sizeof(float), .dtype = QS_F32};
     if (n->cfg.cast.straight_through && m->fp8_amax_history > 0 &&
-        (n->out_dtype == QS_F8E4M3 || n->out_dtype == QS_F8E5M2)) {
-        n->saved_bytes[2] = qs_fp8_history_bytes(m);
-        QS_TRY(m->be->ops->alloc(m->be, n->saved_bytes[2], &n->saved[2]));
-    }
-    if (!cast_keeps_transposed(m, n)) return QS_OK;
-    n->saved_bytes[1] = (size_t)(m->batch * qs_layer_out_numel_per_sample(n));
-    return m->be->ops->alloc(m->be, n->saved_bytes[1], &n->saved[1]);
+        (n->out_dtype == QS_F8E4M3 || n->out_dtype == QS_F8E5M2))
+        d->saved[2] = (qs_buffer_decl){.bytes = qs_fp8_history_bytes(m), .dtype = QS_F32, .persistent = true};
+    if (cast_keeps_transposed(m, n, f))
+        d->saved[1] = (qs_buffer_decl){.bytes = (size_t)(m->batch * qs_layer_out_numel_per_sample(n)),
+                                       .dtype = n->out_dtype};
 }
 
 static qs_status cast_forward(qs_model *m, qs_node *n) {
@@ -132,5 +133,5 @@ static qs_status cast_backward(qs_model *m, qs_node *n) {
     return m->be->ops->cast(m->be, m->stream, count, n->dy, n->out_dtype, dx, in->out_dtype);
 }
 
-const qs_layer_impl qs_layer_cast = {.kind_name = "Cast", .infer = cast_infer, .setup = cast_setup,
+const qs_layer_impl qs_layer_cast = {.kind_name = "Cast", .infer = cast_infer, .declare = cast_declare,
                                      .forward = cast_forward, .backward_data = cast_backward};

@@ -21,14 +21,17 @@ static qs_status xent_infer(qs_model *m, qs_node *n) {
 
 /* Rows of the loss: one per label. */
 static int64_t xent_rows(const qs_model *m) { return m->batch * m->label_len; }
-static int64_t xent_classes(qs_model *m, const qs_node *n) {
+static int64_t xent_classes(const qs_model *m, const qs_node *n) {
     const qs_node *in = qs_layer_input(m, n, 0);
     return in->out_shape[in->out_ndim - 1];
 }
 
-static qs_status xent_setup(qs_model *m, qs_node *n) {
-    n->saved_bytes[0] = (size_t)(xent_rows(m) * xent_classes(m, n)) * sizeof(float);
-    return m->be->ops->alloc(m->be, n->saved_bytes[0], &n->saved[0]);
+/* saved[0]: the probabilities; no dy (the loss is where backward starts). */
+static void xent_declare(const qs_model *m, const qs_node *n, const qs_mem_facts *f, qs_node_decl *d) {
+    (void)f;
+    d->saved[0] = (qs_buffer_decl){.bytes = (size_t)(xent_rows(m) * xent_classes(m, n)) * sizeof(float),
+                                   .dtype = QS_F32};
+    d->grad = QS_GRAD_NONE;
 }
 
 static qs_status xent_forward(qs_model *m, qs_node *n) {
@@ -47,5 +50,5 @@ static qs_status xent_backward(qs_model *m, qs_node *n) {
 }
 
 const qs_layer_impl qs_layer_softmax_xent = {.kind_name = "CrossEntropyLoss", .infer = xent_infer,
-                                             .setup = xent_setup, .forward = xent_forward,
+                                             .declare = xent_declare, .forward = xent_forward,
                                              .backward_data = xent_backward};

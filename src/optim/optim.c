@@ -80,6 +80,15 @@ void qs_optimizer_free(qs_optimizer *o, qs_backend *be) {
     o->n_state = 0;
 }
 
+int qs_optim_state_count(const qs_optim_config *cfg) {
+    if (cfg->kind == QS_OPTIM_ADAMW) return 2;
+    return cfg->momentum != 0.0f ? 1 : 0;
+}
+
+size_t qs_optim_state_bytes(const qs_optim_config *cfg, const qs_table *params) {
+    return (size_t)qs_optim_state_count(cfg) * (params->bytes ? params->bytes : 1);
+}
+
 qs_status qs_optimizer_init(qs_optimizer *o, qs_backend *be, const qs_table *params,
                             const qs_optim_config *cfg) {
     memset(o, 0, sizeof *o);
@@ -93,12 +102,9 @@ qs_status qs_optimizer_init(qs_optimizer *o, qs_backend *be, const qs_table *par
                            qs_dtype_name(params->entries[i].dtype));
     o->cfg = *cfg;
     o->params = params;
-    if (cfg->kind == QS_OPTIM_ADAMW)
-        o->n_state = 2;
-    else
-        o->n_state = cfg->momentum != 0.0f ? 1 : 0;
+    o->n_state = qs_optim_state_count(cfg);
     for (int i = 0; i < o->n_state; i++) {
-        qs_status st = be->ops->alloc(be, params->bytes ? params->bytes : 1, &o->state[i]);
+        qs_status st = be->ops->alloc(be, qs_optim_state_bytes(cfg, params) / (size_t)o->n_state, &o->state[i]);
         if (st != QS_OK) {
             qs_optimizer_free(o, be);
             return qs_error_wrap(st, "%s: allocating optimizer state (%zu bytes): ",

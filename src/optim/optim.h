@@ -56,6 +56,11 @@ qs_optim_config qs_optim_config_default(qs_optim_kind kind, float lr);
 qs_status qs_optim_kind_parse(const char *s, qs_optim_kind *out);
 const char *qs_optim_kind_name(qs_optim_kind k);
 
+/* How many state tensors of the parameters' layout the optimizer cfg keeps (0, 1 or 2), and
+ * the backend bytes they take in all (each one allocation of params->bytes, at least 1). */
+int qs_optim_state_count(const qs_optim_config *cfg);
+size_t qs_optim_state_bytes(const qs_optim_config *cfg, const qs_table *params);
+
 /* Check cfg (PyTorch's rules: lr, momentum, weight_decay, eps >= 0; betas in [0, 1);
  * nesterov needs momentum > 0 and dampening = 0; clip_norm >= 0), check that every entry of
  * params is F32, and allocate zeroed state on `be`. On failure o is left freed. */

@@ -11,6 +11,7 @@
 #include "core/stats.h"
 #include "core/timer.h"
 #include "graph/graph.h"
+#include "graph/memory_plan.h"
 #include "graph/tensor_access.h"
 #include "optim/loss_scale.h"
 #include "predict/profile_comm.h"
@@ -126,11 +127,37 @@ static cJSON *qs_prof_op_json(const qs_model *m, const qs_node *n, double *const
     cJSON_AddNumberToObject(op, "out_bytes", (double)out);
     cJSON_AddNumberToObject(op, "grad_bytes", (double)grad);
     cJSON_AddNumberToObject(op, "saved_bytes", (double)saved);
-    cJSON_AddNumberToObject(op, "workspace_bytes", (double)n->workspace);
+    cJSON_AddNumberToObject(op, "workspace_bytes", (double)qs_mem_footprint(n->workspace)); /* in its arena */
     cJSON_AddNumberToObject(op, "param_count", (double)n->param_count);
     for (int c = 0; c < QS_PROF_NCAT; c++)
         cJSON_AddNumberToObject(op, qs_prof_cat_keys[c], qs_median_inplace(samples[c], reps));
     return op;
+}
+
+/* The run's memory: memory_bytes (the model's categories, the optimizer state and the backend's
+ * own count) and memory_facts (what the memory plan took from the backend, docs/PROFILE.md). */
+static void qs_prof_memory_json(const qs_prof_run *r, cJSON *run) {
+    const qs_model *m = r->m;
+    qs_memory_report mr;
+    qs_model_memory(m, &mr);
+    size_t in_use = 0, peak = 0;
+    r->be->ops->memory_stats(r->be, &in_use, &peak);
+    cJSON *mem = cJSON_AddObjectToObject(run, "memory_bytes");
+    cJSON_AddNumberToObject(mem, "params", (double)mr.params);
+    cJSON_AddNumberToObject(mem, "grads", (double)mr.grads);
+    cJSON_AddNumberToObject(mem, "optimizer", (double)qs_optim_state_bytes(&r->opt.cfg, &m->params));
+    cJSON_AddNumberToObject(mem, "buffers", (double)mr.buffers);
+    cJSON_AddNumberToObject(mem, "activations", (double)mr.activations);
+    cJSON_AddNumberToObject(mem, "activation_grads", (double)mr.activation_grads);
+    cJSON_AddNumberToObject(mem, "saved", (double)mr.saved);
+    cJSON_AddNumberToObject(mem, "workspace", (double)mr.workspace);
+    cJSON_AddNumberToObject(mem, "labels", (double)mr.labels);
+    cJSON_AddNumberToObject(mem, "backend_in_use", (double)in_use);
+    cJSON_AddNumberToObject(mem, "backend_peak", (double)peak);
+    cJSON *facts = cJSON_AddObjectToObject(run, "memory_facts");
+    cJSON_AddBoolToObject(facts, "fp8_wants_transposed", m->facts.fp8_wants_transposed);
+    cJSON_AddBoolToObject(facts, "pointwise_conv_as_linear", m->facts.pointwise_conv_as_linear);
+    cJSON_AddBoolToObject(facts, "fused_attention", m->facts.fused_attention);
 }
 
 /* The samples of node i's category c over the timed steps (reps of them) in a profile's buffer
@@ -206,22 +233,7 @@ static qs_status qs_prof_precision(const qs_profile_options *o, qs_precision p, 
         cJSON_AddNumberToObject(run, "optimizer_ms", qs_median_inplace(opt_ms, reps));
         cJSON_AddNumberToObject(run, "grad_average_ms", qs_median_inplace(avg_ms, reps));
         if (sync) cJSON_AddItemToObject(run, "grad_sync", sync);
-        qs_memory_report mr;
-        qs_model_memory(m, &mr);
-        size_t in_use = 0, peak = 0;
-        r.be->ops->memory_stats(r.be, &in_use, &peak);
-        cJSON *mem = cJSON_AddObjectToObject(run, "memory_bytes");
-        cJSON_AddNumberToObject(mem, "params", (double)mr.params);
-        cJSON_AddNumberToObject(mem, "grads", (double)mr.grads);
-        cJSON_AddNumberToObject(mem, "optimizer", (double)((size_t)r.opt.n_state * r.m->params.bytes));
-        cJSON_AddNumberToObject(mem, "buffers", (double)mr.buffers);
-        cJSON_AddNumberToObject(mem, "activations", (double)mr.activations);
-        cJSON_AddNumberToObject(mem, "activation_grads", (double)mr.activation_grads);
-        cJSON_AddNumberToObject(mem, "saved", (double)mr.saved);
-        cJSON_AddNumberToObject(mem, "workspace", (double)mr.workspace);
-        cJSON_AddNumberToObject(mem, "labels", (double)mr.labels);
-        cJSON_AddNumberToObject(mem, "backend_in_use", (double)in_use);
-        cJSON_AddNumberToObject(mem, "backend_peak", (double)peak);
+        qs_prof_memory_json(&r, run);
         cJSON *ops = cJSON_AddArrayToObject(run, "ops");
         for (int i = 1; i < nn && st == QS_OK; i++) { /* node 0 is the input */
             double *samples[QS_PROF_NCAT];
