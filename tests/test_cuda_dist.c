@@ -25,7 +25,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "core/backend.h"
+#include "backends/backends.h"
 #include "parallel/comm.h"
 #include "parallel/nccl_reduce.h"
 #include "dist_run.h"

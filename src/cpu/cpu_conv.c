@@ -438,7 +438,7 @@ static qs_status build_dir(qs_cpu_conv_plan_t *cp, const qs_dnnl_ctx *ctx, int d
 static void choose_recipes(qs_cpu_conv_plan_t *cp, qs_backend *be) {
     const qs_conv_desc *d = &cp->d;
     cp->rcp[0] = cp->rcp[1] = cp->rcp[2] = RCP_F32;
-    if (qs_cpu_precision_support(be, d->prec) != QS_PREC_NATIVE) return;
+    if (qs_cpu_prec_of(be, d->prec) != QS_PREC_NATIVE) return;
     if (d->prec == QS_PREC_BF16) {
         cp->rcp[0] = cp->rcp[1] = cp->rcp[2] = RCP_BF16;
         /* oneDNN's bf16 backward-weights kernel slows down on small images (measured 2–4×

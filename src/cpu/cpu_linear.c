@@ -146,7 +146,7 @@ qs_status qs_cpu_linear_plan(qs_backend *be, const qs_linear_desc *d, void **pla
     lp->d = *d;
     lp->fdt = qs_precision_operand_dtype(d->prec, false);
     lp->gdt = qs_precision_operand_dtype(d->prec, true);
-    lp->emulated = qs_cpu_precision_support(be, d->prec) == QS_PREC_EMULATED;
+    lp->emulated = qs_cpu_prec_of(be, d->prec) == QS_PREC_EMULATED;
     lp->path = lp->emulated ? PATH_F32 : d->prec == QS_PREC_BF16 ? PATH_BF16 : d->prec == QS_PREC_INT8 ? PATH_INT8 : PATH_F32;
     qs_status st = linear_build(lp, &qs_cpu_be(be)->dnnl);
     if (st != QS_OK) {
