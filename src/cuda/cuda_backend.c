@@ -37,7 +37,7 @@ void qs_cuda_destroy(qs_backend *be) {
     qs_cuda_backend *cb = qs_cuda_be(be);
     (void)qs_cuda_make_current(cb);
     if (cb->stream.s) (void)cudaStreamSynchronize(cb->stream.s);
-    qs_cuda_linear_release(be);
+    qs_cuda_gemm_release(be);
     qs_cuda_conv_release(be);
     if (cb->allocs) {
         for (size_t i = 0; i < cb->allocs->count; i++) (void)cudaFree(cb->allocs->e[i].p);

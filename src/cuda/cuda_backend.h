@@ -43,7 +43,7 @@ extern "C" {
 /* ---- what plan_destroy and destroy (cuda_backend.c) call in the op files ---- */
 void qs_cuda_linear_plan_destroy(qs_backend *be, void *plan); /* cuda_linear.c */
 void qs_cuda_bmm_plan_destroy(qs_backend *be, void *plan);
-void qs_cuda_linear_release(qs_backend *be);                  /* the cuBLASLt handle, at destroy */
+void qs_cuda_gemm_release(qs_backend *be);                    /* the cuBLASLt handle, at destroy (cuda_gemm.c) */
 void qs_cuda_conv_plan_destroy(qs_backend *be, void *plan);   /* cuda_conv.c */
 void qs_cuda_conv_release(qs_backend *be);                    /* the cuDNN handle, at destroy */
 void qs_cuda_pool_plan_destroy(qs_backend *be, void *plan);   /* cuda_norm.cu */

@@ -33,12 +33,15 @@ typedef struct qs_cuda_backend {
     unsigned int *flags;          /* device word of QS_CUDA_FLAG_* bits, cleared by stream_sync */
     size_t in_use, peak;          /* bytes from alloc(), as requested */
     struct qs_cuda_alloc *allocs; /* live allocations (pointer → size), for free() accounting */
-    void *lt;                     /* cublasLtHandle_t (cuda_linear.c), created on first use */
+    void *lt;                     /* cublasLtHandle_t (cuda_gemm.c), created on first use */
     void *dnn;                    /* cudnnHandle_t (cuda_conv.c), created on first use */
     qs_cuda_green green;          /* the SM partition all work runs on (QS_CUDA_SM_PARTITION), or none */
 } qs_cuda_backend;
 
 static inline qs_cuda_backend *qs_cuda_be(qs_backend *be) { return (qs_cuda_backend *)be; }
+
+/* The stream an op runs on: s, or the backend's default stream when s is NULL. */
+static inline cudaStream_t qs_cuda_stream_of(qs_backend *be, qs_stream *s) { return s ? s->s : qs_cuda_be(be)->stream.s; }
 
 /* Every plan (linear, conv, pool, bmm) starts with this tag so plan_destroy can dispatch. */
 typedef enum qs_cuda_plan_kind {
