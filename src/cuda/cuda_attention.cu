@@ -551,12 +551,14 @@ qs_status backward_as(qs_backend *be, cudaStream_t st, const qs_attention_desc *
 
 } // namespace
 
+/* BF16 or F16, D 32 or 64, T < 2^24 and N·H within int32 (the file comment's limits). */
 extern "C" bool qs_cuda_attention_supported(qs_backend *be, const qs_attention_desc *d) {
     (void)be;
     return d && (d->dtype == QS_BF16 || d->dtype == QS_F16) && (d->D == 32 || d->D == 64) && d->N >= 1 &&
            d->H >= 1 && d->T >= 1 && d->T < (1 << 24) && d->N * d->H < INT32_MAX;
 }
 
+/* Contract: core/backend_ops.def attention_forward; checks, then forward_as for the dtype and D. */
 extern "C" qs_status qs_cuda_attention_forward(qs_backend *be, qs_stream *s, const qs_attention_desc *d,
                                                const qs_heads_ref *q, const qs_heads_ref *k, const qs_heads_ref *v,
                                                float *out, void *saved) {
@@ -575,6 +577,7 @@ extern "C" qs_status qs_cuda_attention_forward(qs_backend *be, qs_stream *s, con
               : forward_as<__half, 64>(be, st, d, ops, out, saved);
 }
 
+/* Contract: core/backend_ops.def attention_backward; checks, then backward_as for the dtype and D. */
 extern "C" qs_status qs_cuda_attention_backward(qs_backend *be, qs_stream *s, const qs_attention_desc *d,
                                                 const void *saved, const float *out, const float *dout,
                                                 const qs_heads_ref *dq, const qs_heads_ref *dk,

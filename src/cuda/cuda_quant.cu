@@ -456,6 +456,7 @@ static qs_status qq_launch3(qs_backend *be, cudaStream_t st, const qq_args &a, b
     return qs_cuda_check_launch("quantize: round-to-nearest kernel");
 }
 
+/* Launch the element-wise quantize kernel of format F (per_row only for S8). */
 template <qq_fmt F>
 static qs_status qq_launch(qs_backend *be, cudaStream_t st, const qq_args &a, bool per_row, bool sr) {
     bool cs = a.col_scale != NULL;

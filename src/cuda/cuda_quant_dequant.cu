@@ -42,6 +42,7 @@ static __global__ void qq_dequant_kernel(const void *data, const float *scales, 
     (void)cols;
 }
 
+/* Launch the dequantize kernel of format F, per-row scales where the operand has them. */
 template <qq_fmt F>
 static qs_status qq_dequant_launch(qs_backend *be, cudaStream_t st, const qs_operand *src, int64_t n, int64_t cols,
                                    float *dst) {
