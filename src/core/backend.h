@@ -1,7 +1,10 @@
-/* src/core/backend.h — defines: the operation-level backend interface.
+/* src/core/backend.h — defines: the operation-level backend interface: the ops table
+ * qs_backend_ops (expanded from core/backend_ops.def, where every op and its contract is listed
+ * once), the backend handle header, and the descriptors and checks the ops share. Backends are
+ * opened through src/backends/backends.h.
  *
- * Layers are written once against this table; each backend (CPU/oneDNN now, CUDA later)
- * owns its heavy operations, layouts and packed operands. Conventions:
+ * Layers are written once against this table; each backend (src/cpu: oneDNN; src/cuda) owns its
+ * heavy operations, layouts and packed operands. Conventions:
  *  - Every call takes a qs_stream*. On the CPU a stream executes synchronously; on a GPU
  *    calls are asynchronous and stream_sync() waits. Callers never assume completion
  *    without stream_sync().

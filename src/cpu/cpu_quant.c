@@ -22,7 +22,7 @@ static qs_status cpu_quantize_direct(qs_backend *be, int64_t rows, int64_t cols,
                                      const float *col_scale, qs_dtype dt, void *dst, float *scales, bool per_row,
                                      const qs_sr *sr, const qs_quant_delayed *delayed);
 
-/* Contract: core/backend.h quantize; dst_t is written after dst, from its bytes. */
+/* Contract: core/backend_ops.def quantize; dst_t is written after dst, from its bytes. */
 qs_status qs_cpu_quantize(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const float *src,
                           const float *col_scale, qs_dtype dt, void *dst, float *scales, bool per_row,
                           const qs_sr *sr, void *dst_t, const qs_quant_delayed *delayed) {

@@ -3,28 +3,19 @@
  * there, kept asynchronously on the stream), each defined in cuda_<family>.{c,cu}, and what op
  * files export to the dispatcher (cuda_backend.c). What they all share: cuda_common.h.
  *
- * Layout of the backend (one purpose per file):
- *   cuda_backend.c      handle, device memory (256-byte aligned, counted), streams, events,
- *                       copies, precision support, plan dispatch, the ops table
- *   cuda_common.c       the launch check, making the backend's context current
- *   cuda_graph.c        capture of queued ops into CUDA graphs, and their replay
- *   cuda_elementwise.cu ReLU, add, accumulate, dropout, scale, cast, NHWC<->NCHW, column sums,
- *                       sum of squares, SGD and AdamW steps
- *   cuda_quant.cu       quantize / dequantize (INT8, FP8 E4M3/E5M2, BF16, FP16; RNE and
- *                       stochastic rounding, bit-identical to the CPU's core/numfmt.h)
- *   cuda_norm.cu        batch norm, pooling, softmax + cross-entropy
- *   cuda_linear.c       Linear and the batched matmul through cuBLASLt (one wrapper for every
- *                       GEMM precision)
- *   cuda_linear_kernels.cu  the small kernels cuda_linear.c needs (FP8 transposes, bias sums)
- *   cuda_transformer.cu the transformer's memory-bound ops: layer norm, GELU, tanh, embedding,
- *                       position add, head permutes, masked softmax
- *   cuda_attention.cu   fused multi-head attention (the optional attention ops)
- *   cuda_conv.c         Conv2d through cuDNN
- *   cuda_ipc.c, cuda_ipc_sum.cu  the IPC all-reduce between ranks on one GPU (parallel/ipc_reduce.h)
- *   cuda_nccl.c         the NCCL all-reduce (parallel/nccl_reduce.h)
- *   cuda_green.c        an SM partition through a green context (QS_CUDA_SM_PARTITION)
- *   cuda_launch.cuh     what the kernel files share: the op's stream, grid caps, argument checks,
- *                       stream-ordered scratch */
+ * Layout of the backend: op X of family F (core/backend_ops.def) is in cuda_F.{c,cu}, or in
+ * cuda_F_<part> when a family is split; the rest:
+ *   cuda_backend.c      the dispatcher: handle, device memory (256-byte aligned, counted), streams,
+ *                       events, copies, precision support, plan dispatch, the ops table
+ *   cuda_common.{h,c}   what every file shares: handle, plan kinds, QS_CUDA_TRY, launch check
+ *   cuda_gemm.{h,c}     the cuBLASLt wrapper of cuda_linear.c and cuda_bmm.c (kernels:
+ *                       cuda_linear_kernels.cu)
+ *   cuda_conv_*.c       cuda_conv.c's plan, execution and cuDNN paths (cuda_conv_plan.h); the
+ *                       graph-API steps shared with bench/cuda (cuda_conv_graph.c); kernels
+ *                       (cuda_conv_kernels.cu)
+ *   cuda_map.cuh, cuda_quant.cuh, cuda_launch.cuh   what the kernel files share
+ *   cuda_ipc.c, cuda_ipc_sum.cu, cuda_nccl.c        the transports of src/parallel
+ *   cuda_green.c        an SM partition through a green context (QS_CUDA_SM_PARTITION) */
 #ifndef QSYNC_CUDA_BACKEND_H
 #define QSYNC_CUDA_BACKEND_H
 
@@ -42,11 +33,11 @@ extern "C" {
 
 /* ---- what plan_destroy and destroy (cuda_backend.c) call in the op files ---- */
 void qs_cuda_linear_plan_destroy(qs_backend *be, void *plan); /* cuda_linear.c */
-void qs_cuda_bmm_plan_destroy(qs_backend *be, void *plan);
+void qs_cuda_bmm_plan_destroy(qs_backend *be, void *plan);    /* cuda_bmm.c */
 void qs_cuda_gemm_release(qs_backend *be);                    /* the cuBLASLt handle, at destroy (cuda_gemm.c) */
 void qs_cuda_conv_plan_destroy(qs_backend *be, void *plan);   /* cuda_conv.c */
 void qs_cuda_conv_release(qs_backend *be);                    /* the cuDNN handle, at destroy */
-void qs_cuda_pool_plan_destroy(qs_backend *be, void *plan);   /* cuda_norm.cu */
+void qs_cuda_pool_plan_destroy(qs_backend *be, void *plan);   /* cuda_pool.cu */
 
 #ifdef __cplusplus
 }

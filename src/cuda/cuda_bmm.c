@@ -29,7 +29,7 @@ void qs_cuda_bmm_plan_destroy(qs_backend *be, void *plan) {
     free(bp);
 }
 
-/* Contract (backend.h bmm_plan): for b < batch, c_b (M,N) = alpha·a_b (M,K)·op(b_b) at precision
+/* Contract (backend_ops.def bmm_plan): for b < batch, c_b (M,N) = alpha·a_b (M,K)·op(b_b) at precision
  * d->prec; *plan receives a plan for forward, backward-a and backward-b, *workspace the bytes of
  * ws they need (FP8: operand copies of the order of the operands' size). */
 qs_status qs_cuda_bmm_plan(qs_backend *be, const qs_bmm_desc *d, void **plan, size_t *workspace) {
@@ -100,7 +100,7 @@ static qs_status bmm_args(void *plan, const qs_operand *u, bool u_grad, const ch
     return qs_cuda_gemm_ws_check(&bp->lt, ws, what);
 }
 
-/* Contract (backend.h bmm_forward): c_b (M,N) = alpha · a_b (M,K) · op(b_b), overwritten; a, b in
+/* Contract (backend_ops.def bmm_forward): c_b (M,N) = alpha · a_b (M,K) · op(b_b), overwritten; a, b in
  * the forward dtype with per-tensor scales. */
 qs_status qs_cuda_bmm_forward(qs_backend *be, void *plan, qs_stream *s, const qs_operand *a, const qs_operand *b,
                               float *c, void *ws) {
@@ -112,7 +112,7 @@ qs_status qs_cuda_bmm_forward(qs_backend *be, void *plan, qs_stream *s, const qs
     return qs_cuda_gemm_run(&bp->lt, QS_CUDA_GEMM_FWD, lt, qs_cuda_stream_of(be, s), b->data, a->data, NULL, NULL, b->scale, a->scale, c, false, NULL, ws);
 }
 
-/* Contract (backend.h bmm_backward_a): da_b (M,K) (+)= alpha · dc_b (M,N) · op(b_b)ᵀ; dc in the
+/* Contract (backend_ops.def bmm_backward_a): da_b (M,K) (+)= alpha · dc_b (M,N) · op(b_b)ᵀ; dc in the
  * gradient dtype, b in the forward dtype. */
 qs_status qs_cuda_bmm_backward_a(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dc, const qs_operand *b,
                                  float *da, bool accumulate, void *ws) {
@@ -125,7 +125,7 @@ qs_status qs_cuda_bmm_backward_a(qs_backend *be, void *plan, qs_stream *s, const
                   NULL, ws);
 }
 
-/* Contract (backend.h bmm_backward_b): db_b (+)= alpha · dc_bᵀ · a_b (N,K) with trans_b, else
+/* Contract (backend_ops.def bmm_backward_b): db_b (+)= alpha · dc_bᵀ · a_b (N,K) with trans_b, else
  * alpha · a_bᵀ · dc_b (K,N); dc in the gradient dtype, a in the forward dtype. */
 qs_status qs_cuda_bmm_backward_b(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dc, const qs_operand *a,
                                  float *db, bool accumulate, void *ws) {

@@ -15,7 +15,7 @@
  * engines and paths are measured and the fastest kept: faster, but near-ties may resolve
  * differently in another process, so a resumed run is then equal only up to rounding.
  * Bias: forward adds b in the epilogue (cuda_conv_run.c); backward-weights' db (FP32 dY only,
- * backend.h's NULL rule) = column sums of dY (N·P·Q, K) with qs_cuda_column_sums, the reduction the
+ * backend_ops.def's NULL rule) = column sums of dY (N·P·Q, K) with qs_cuda_column_sums, the reduction the
  * layers use for low-precision biases. The cuDNN handle is qs_cuda_be(be)->dnn, created on first
  * use; every call sets its stream. */
 #include "cuda/cuda_conv_plan.h"

@@ -44,7 +44,7 @@ void qs_cuda_linear_plan_destroy(qs_backend *be, void *plan) {
     free(lp);
 }
 
-/* Contract (backend.h linear_plan): Y(M,N) = X(M,K)·W(N,K)ᵀ + b at precision d->prec; *plan
+/* Contract (backend_ops.def linear_plan): Y(M,N) = X(M,K)·W(N,K)ᵀ + b at precision d->prec; *plan
  * receives a plan for the three directions and *workspace the bytes of ws they need. */
 qs_status qs_cuda_linear_plan(qs_backend *be, const qs_linear_desc *d, void **plan, size_t *workspace) {
     if (!be || !d || !plan || !workspace)
@@ -110,7 +110,7 @@ qs_status qs_cuda_linear_plan(qs_backend *be, const qs_linear_desc *d, void **pl
     return QS_OK;
 }
 
-/* Contract (backend.h linear_forward): y (M,N) = x (M,K) · w (N,K)ᵀ + b (N); x, w in the plan's
+/* Contract (backend_ops.def linear_forward): y (M,N) = x (M,K) · w (N,K)ᵀ + b (N); x, w in the plan's
  * forward dtype (FP8: per-tensor scales in device memory), b FP32 (required with a bias), y in
  * the plan's y_dt: FP32, or BF16 (written by cuBLASLt, or the FP32 Y rounded by the cast kernel). */
 qs_status qs_cuda_linear_forward(qs_backend *be, void *plan, qs_stream *s, const qs_operand *x, const qs_operand *w,
@@ -131,7 +131,7 @@ qs_status qs_cuda_linear_forward(qs_backend *be, void *plan, qs_stream *s, const
     return qs_cuda_cast(be, s, lp->d.M * lp->d.N, out, QS_F32, y, QS_BF16); /* RNE, core/numfmt.h */
 }
 
-/* Contract (backend.h linear_backward_data): dx (M,K) = dy (M,N) · w (N,K), or (F32 dx) dx += that
+/* Contract (backend_ops.def linear_backward_data): dx (M,K) = dy (M,N) · w (N,K), or (F32 dx) dx += that
  * with accumulate; dy in the gradient dtype, w in the forward dtype, both per-tensor; dx in the
  * plan's dx_dt (BF16: written by cuBLASLt, or the FP32 dX rounded by the cast kernel). */
 qs_status qs_cuda_linear_backward_data(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
@@ -152,7 +152,7 @@ qs_status qs_cuda_linear_backward_data(qs_backend *be, void *plan, qs_stream *s,
     return qs_cuda_cast(be, s, lp->d.M * lp->d.K, out, QS_F32, dx, QS_BF16); /* RNE, core/numfmt.h */
 }
 
-/* Contract (backend.h linear_backward_weights): dw (N,K) = dy (M,N)ᵀ · x (M,K) (overwritten);
+/* Contract (backend_ops.def linear_backward_weights): dw (N,K) = dy (M,N)ᵀ · x (M,K) (overwritten);
  * db (N) = Σ_rows dy, given exactly when dy is F32 and the plan has a bias, else NULL. */
 qs_status qs_cuda_linear_backward_weights(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
                                           const qs_operand *x, float *dw, float *db, void *ws) {

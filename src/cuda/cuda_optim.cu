@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(kThreads)
 
 } // namespace
 
-/* PyTorch SGD (see backend.h); momentum == 0 is plain SGD and buf may be NULL. */
+/* PyTorch SGD (see core/backend_ops.def); momentum == 0 is plain SGD and buf may be NULL. */
 qs_status qs_cuda_sgd_step(qs_backend *be, qs_stream *s, int64_t n, float *p, const float *g, float *buf, float lr,
                            float momentum, float dampening, float wd, bool nesterov, bool first_step) {
     QS_TRY(args_check("sgd_step", n, {p, g}));

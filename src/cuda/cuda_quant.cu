@@ -515,7 +515,7 @@ static qs_status qq_amax(qs_backend *be, cudaStream_t st, const qq_args &a, int6
 
 /* ------------------------------------------------------------------ backend ops */
 
-/* quantize (core/backend.h): src (rows, cols) FP32 device memory → dst in dt; scales device
+/* quantize (core/backend_ops.def): src (rows, cols) FP32 device memory → dst in dt; scales device
  * memory (S8: 1 or rows entries, FP8: 1), written on the stream; col_scale NULL or cols
  * device floats; sr NULL (RNE) or a host descriptor of the stream. Argument errors are
  * reported at once (as the CPU does); non-finite S8/FP8 input at the next stream_sync. */

@@ -56,7 +56,7 @@ static qs_status qq_dequant_launch(qs_backend *be, cudaStream_t st, const qs_ope
     return qs_cuda_check_launch("dequantize kernel");
 }
 
-/* dequantize (core/backend.h): dst (rows, cols) FP32 device memory = value of operand src
+/* dequantize (core/backend_ops.def): dst (rows, cols) FP32 device memory = value of operand src
  * (data and scales in device memory; per_row: one scale per row, S8 and FP8). */
 qs_status qs_cuda_dequantize(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const qs_operand *src,
                              float *dst) {
