@@ -14,7 +14,7 @@
 #define QS_OP_OPTIONAL(family, ret, op, params)
 #include "core/backend_ops.def"
 
-/* ---- cpu_linear.c, cpu_conv.c, cpu_bmm.c, cpu_pool.c: plan destroyers (plan_destroy
+/* ---- cpu_linear.c, cpu_conv_plan.c, cpu_bmm.c, cpu_pool.c: plan destroyers (plan_destroy
  * dispatches on the plan kind) and the oneDNN implementation name of a plan's primitive per
  * direction (dir 0 forward, 1 backward-data / backward_a, 2 backward-weights / backward_b; for
  * logs and benchmarks) ---- */

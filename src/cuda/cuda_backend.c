@@ -30,7 +30,7 @@ struct qs_cuda_alloc {
 static cudaStream_t cuda_stream_of(qs_cuda_backend *cb, qs_stream *s) { return s ? s->s : cb->stream.s; }
 
 /* Wait for the stream, free every allocation still live, release the cuBLASLt / cuDNN
- * handles (cuda_linear.c, cuda_conv.c), the flag word, the stream and the handle. Errors
+ * handles (cuda_gemm.c, cuda_conv_common.c), the flag word, the stream and the handle. Errors
  * are ignored: nothing can be done about them while tearing down. */
 void qs_cuda_destroy(qs_backend *be) {
     if (!be) return;
@@ -195,8 +195,8 @@ qs_status qs_cuda_stream_sync(qs_backend *be, qs_stream *s) {
 
 qs_stream *qs_cuda_default_stream(qs_backend *be) { return &qs_cuda_be(be)->stream; }
 
-/* INT8 GEMMs: not run yet. Change this one line (to QS_PREC_NATIVE) once cuda_linear.c and
- * cuda_conv.c execute S8 operands. */
+/* INT8 GEMMs: not run yet. Change this one line (to QS_PREC_NATIVE) once cuda_gemm.c and
+ * cuda_conv_*.c execute S8 operands. */
 #define QS_CUDA_INT8_SUPPORT QS_PREC_UNSUPPORTED
 
 /* FP32 and FP16 run natively everywhere; TF32 and BF16 need Ampere (8.0), FP8 Ada/Hopper
@@ -266,7 +266,7 @@ qs_status qs_backend_cuda_facts(qs_backend *be, qs_gpu_facts *out) {
 /* Select `device` for this host thread (every later call of the backend must come from a
  * thread with this device current: one device per process), read its properties, create the
  * non-blocking stream and the zeroed flag word. The cuBLASLt and cuDNN handles (lt, dnn) are
- * created on first use by cuda_linear.c / cuda_conv.c. */
+ * created on first use by cuda_gemm.c / cuda_conv_common.c. */
 qs_status qs_backend_cuda_create(int device, qs_backend **out) {
     if (!out) return QS_FAIL(QS_ERR_INVALID_ARG, "qs_backend_cuda_create: out is NULL");
     *out = NULL;

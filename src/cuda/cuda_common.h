@@ -34,7 +34,7 @@ typedef struct qs_cuda_backend {
     size_t in_use, peak;          /* bytes from alloc(), as requested */
     struct qs_cuda_alloc *allocs; /* live allocations (pointer → size), for free() accounting */
     void *lt;                     /* cublasLtHandle_t (cuda_gemm.c), created on first use */
-    void *dnn;                    /* cudnnHandle_t (cuda_conv.c), created on first use */
+    void *dnn;                    /* cudnnHandle_t (cuda_conv_common.c), created on first use */
     qs_cuda_green green;          /* the SM partition all work runs on (QS_CUDA_SM_PARTITION), or none */
 } qs_cuda_backend;
 
