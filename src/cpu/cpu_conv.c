@@ -22,6 +22,7 @@ static qs_status prepare_w(qs_cpu_wlayout *wl, const qs_dnnl_ctx *ctx, const voi
     return QS_OK;
 }
 
+/* ws holds the plan's workspace when it needs one. */
 static qs_status conv_ws_check(const qs_cpu_conv_plan_t *cp, const void *ws, const char *what) {
     if (cp->ws_bytes && !ws)
         return QS_FAIL(QS_ERR_INVALID_ARG, "%s: the plan needs %zu bytes of workspace but ws is NULL", what,
@@ -232,6 +233,7 @@ static qs_status bwd_weights_chunked(qs_backend *be, qs_cpu_conv_plan_t *cp, con
     return QS_OK;
 }
 
+/* Contract: core/backend_ops.def conv_backward_weights; the recipe's path, db fused (F32 dY). */
 qs_status qs_cpu_conv_backward_weights(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dyo,
                                        const qs_operand *xo, float *dw, float *db, void *ws) {
     QS_TRY(qs_cpu_plan_check(plan, QS_CPU_PLAN_CONV, "conv_backward_weights"));

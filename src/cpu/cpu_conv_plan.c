@@ -61,6 +61,7 @@ void qs_cpu_conv_plan_destroy(void *plan) {
     free(cp);
 }
 
+/* oneDNN tensor descriptors: a 4-d tensor in a layout, a strided 4-d one, a strided matrix. */
 static qs_dnnl_tensor tensor4(int64_t a, int64_t b, int64_t c, int64_t d, qs_dnnl_layout layout, qs_dtype dt) {
     return (qs_dnnl_tensor){.ndims = 4, .dims = {a, b, c, d}, .layout = layout, .dt = dt};
 }
@@ -84,6 +85,7 @@ static size_t layout_regions(size_t off[WS_N], const size_t sz[WS_N]) {
     return o;
 }
 
+/* The recipe's part of the impl name. */
 static const char *recipe_name(conv_recipe r) {
     switch (r) {
     case RCP_F32: return "f32";
@@ -233,6 +235,8 @@ static qs_status build_gemm_chunk(qs_cpu_conv_plan_t *cp, const qs_dnnl_ctx *ctx
     return qs_dnnl_matmul_create(&ch->prim, ctx, &a, &b, NULL, &c, false, NULL, "int8 1x1 backward-weights matmul");
 }
 
+/* Backward-weights: primitive(s) — the INT8 chunks where the recipe splits the reduction —,
+ * the diff-weights reorder and workspace. */
 static qs_status build_bwd_weights(qs_cpu_conv_plan_t *cp, const qs_dnnl_ctx *ctx) {
     const qs_conv_desc *d = &cp->d;
     const conv_recipe r = cp->rcp[DIR_BWD_WEIGHTS];
@@ -354,6 +358,7 @@ static void choose_recipes(qs_cpu_conv_plan_t *cp, qs_backend *be) {
     }
 }
 
+/* Contract: core/backend_ops.def conv_plan; recipes chosen, then the three directions built. */
 qs_status qs_cpu_conv_plan(qs_backend *be, const qs_conv_desc *d, void **plan, size_t *workspace) {
     QS_TRY(qs_conv_plan_args(d, plan, workspace));
     qs_conv_desc dd = *d; /* finished: the same P,Q */
