@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/backend.h"
+#include "backends/backends.h"
 #include "core/timer.h"
 #include "cpu/dnnl_util.h"
 #include "qsync/rng.h"

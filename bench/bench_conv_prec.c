@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/backend.h"
+#include "backends/backends.h"
 #include "core/timer.h"
 #include "cpu/cpu_backend.h"
 #include "qsync/rng.h"

@@ -13,6 +13,7 @@
 #include "parallel/comm.h"
 #include "options.h"
 #include "qsync/rng.h"
+#include "backends/backends.h"
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;

@@ -6,7 +6,7 @@
 
 #include <cjson/cJSON.h>
 #include "commands.h"
-#include "core/backend.h"
+#include "backends/backends.h"
 #include "graph/precision.h"
 #include "models/models.h"
 #include "options.h"

@@ -9,7 +9,7 @@
 #include "commands.h"
 #include "profile_args.h"
 #include "core/atomic_file.h"
-#include "core/backend.h"
+#include "backends/backends.h"
 #include "io/cluster.h"
 #include "graph/precision.h"
 #include "models/models.h"

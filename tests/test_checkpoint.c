@@ -16,6 +16,7 @@
 #include "run_cmd.h"
 #include "train/checkpoint.h"
 #include "io/safetensors.h"
+#include "backends/backends.h"
 
 typedef struct fixture {
     char dir[256];

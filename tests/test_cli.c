@@ -12,7 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "core/backend.h"
+#include "backends/backends.h"
 #include "run_cmd.h"
 
 /* Tiny, fast training settings shared by the tests (96 samples → 3 steps of 32 per epoch). */

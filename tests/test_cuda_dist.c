@@ -26,8 +26,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "backends/backends.h"
 #include "coll_check.h"
-#include "core/backend.h"
 #include "parallel/coll.h"
 #include "parallel/comm.h"
 #include "dist_run.h"

@@ -15,7 +15,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "core/backend.h"
+#include "backends/backends.h"
 #include "core/quant_int8.h"
 #include "graph/graph.h"
 #include "graph/precision.h"

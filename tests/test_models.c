@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "core/backend.h"
+#include "backends/backends.h"
 #include "models/models.h"
 
 #define FWD_BATCH 2   /* tools/gen_model_fixtures.py FORWARD_BATCH */

@@ -19,7 +19,7 @@
 #include "core/json_doc.h"
 #include "parallel/grad_sync.h"
 #include "predict/simulate.h"
-#include "core/backend.h"
+#include "backends/backends.h"
 #include "optim/optim.h"
 #include "run_cmd.h"
 

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/backend.h"
+#include "backends/backends.h"
 #include "parallel/grad_sync.h"
 #include "models/models.h"
 #include "io/plan_file.h"

@@ -18,7 +18,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "core/backend.h"
+#include "backends/backends.h"
 #include "core/stats.h"
 #include "data/dataset.h"
 #include "graph/graph.h"

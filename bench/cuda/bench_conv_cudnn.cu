@@ -1,7 +1,8 @@
 /* bench_conv_cudnn.cu — probe: does cuDNN 9 run FP8 (E4M3 in, FP32 accumulate) 3×3 convolution
  * forward / backward-data / backward-weights through the graph (cudnnBackend*) API, and how
  * fast against BF16, on ResNet-like NHWC shapes (issue 7, deliverable 1, second part).
- * A measurement, not the backend. Standalone, no project headers. One JSON document on
+ * A measurement, not the backend. Standalone apart from the cuDNN graph steps it shares with the
+ * backend (src/cuda/cuda_conv_graph.{h,c}, compiled with it). One JSON document on
  * stdout; errors on stderr. Unsupported combinations are results (the failing call and
  * cuDNN's status and last error message are reported), not failures.
  *
@@ -33,6 +34,7 @@
 #include <vector>
 
 #include "cuda_check.h"
+#include "cuda/cuda_conv_graph.h"
 
 /* fatal cuDNN check (setup calls that must not fail) */
 #define CKD(call)                                                                            \
@@ -47,20 +49,33 @@
         }                                                                                    \
     } while (0)
 
-/* non-fatal cuDNN check: records the failure in `err` and returns false from the function */
+/* non-fatal cuDNN check: records the failure (the call named `what`) in g_err */
 static std::string g_err;
+static void record_fail(const char *what, cudnnStatus_t s, const char *file, int line) {
+    char m[1024];
+    m[0] = 0;
+    cudnnGetLastErrorString(m, sizeof m);
+    char b[1600];
+    snprintf(b, sizeof b, "%s -> %s (%d): %s", what, cudnnGetErrorString(s), (int)s, m);
+    g_err = b;
+    fprintf(stderr, "%s:%d: %s\n", file, line, b);
+}
+/* ... and returns false from the function */
 #define TRY(call)                                                                            \
     do {                                                                                     \
         cudnnStatus_t s_ = (call);                                                           \
         if (s_ != CUDNN_STATUS_SUCCESS) {                                                    \
-            char m_[1024];                                                                   \
-            m_[0] = 0;                                                                       \
-            cudnnGetLastErrorString(m_, sizeof m_);                                          \
-            char b_[1600];                                                                   \
-            snprintf(b_, sizeof b_, "%s -> %s (%d): %s", #call, cudnnGetErrorString(s_),     \
-                     (int)s_, m_);                                                           \
-            g_err = b_;                                                                      \
-            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, b_);                          \
+            record_fail(#call, s_, __FILE__, __LINE__);                                      \
+            return false;                                                                    \
+        }                                                                                    \
+    } while (0)
+/* the same for a qs_cuda_cg_* setter fn(args..., &call) of src/cuda/cuda_conv_graph.h */
+#define TRYC(fn, ...)                                                                        \
+    do {                                                                                     \
+        const char *c_ = #fn;                                                                \
+        cudnnStatus_t s_ = fn(__VA_ARGS__, &c_);                                             \
+        if (s_ != CUDNN_STATUS_SUCCESS) {                                                    \
+            record_fail(c_, s_, __FILE__, __LINE__);                                         \
             return false;                                                                    \
         }                                                                                    \
     } while (0)
@@ -109,18 +124,8 @@ static bool make(Desc &D, cudnnBackendDescriptorType_t t, cudnnBackendDescriptor
 /* 4-d tensor, dims in N,C,H,W order, NHWC strides (filters: K,C,R,S dims, KRSC strides) */
 static bool tensor(Desc &D, cudnnBackendDescriptor_t *t, int64_t uid, cudnnDataType_t dt,
                    int64_t n, int64_t c, int64_t h, int64_t w, bool virt) {
-    int64_t dims[4] = {n, c, h, w};
-    int64_t str[4] = {h * w * c, 1, w * c, c};
-    int64_t align = 16;
-    bool v = virt;
     if (!make(D, CUDNN_BACKEND_TENSOR_DESCRIPTOR, t)) return false;
-    TRY(cudnnBackendSetAttribute(*t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt));
-    TRY(cudnnBackendSetAttribute(*t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims));
-    TRY(cudnnBackendSetAttribute(*t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, str));
-    TRY(cudnnBackendSetAttribute(*t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid));
-    TRY(cudnnBackendSetAttribute(*t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align));
-    TRY(cudnnBackendSetAttribute(*t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &v));
-    TRY(cudnnBackendFinalize(*t));
+    TRYC(qs_cuda_cg_tensor, *t, uid, dt, n, c, h, w, virt);
     return true;
 }
 
@@ -188,51 +193,15 @@ static bool build_and_run(cudnnHandle_t h, Dir dir, const Shape &S, const Varian
 
     R.stage = "convolution descriptor";
     cudnnBackendDescriptor_t conv;
-    {
-        cudnnDataType_t comp = CUDNN_DATA_FLOAT;
-        cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
-        int64_t nd = 2, dil[2] = {1, 1}, str[2] = {1, 1}, pad[2] = {1, 1};
-        if (!make(D, CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, &conv)) return false;
-        TRY(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp));
-        TRY(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode));
-        TRY(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &nd));
-        TRY(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, dil));
-        TRY(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, str));
-        TRY(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pad));
-        TRY(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, pad));
-        TRY(cudnnBackendFinalize(conv));
-    }
+    const int64_t str[2] = {1, 1}, pad[2] = {1, 1};
+    if (!make(D, CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, &conv)) return false;
+    TRYC(qs_cuda_cg_conv, conv, str, pad);
 
     R.stage = "convolution operation";
     cudnnBackendDescriptor_t op;
-    float alpha = 1.0f, beta = 0.0f;
-    /* per direction: operation type and its x, w, y, conv, alpha, beta attributes */
-    static const struct {
-        cudnnBackendDescriptorType_t type;
-        cudnnBackendAttributeName_t x, w, y, conv, alpha, beta;
-    } conv_ops[3] = {
-        {CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
-         CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
-         CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
-         CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA},
-        {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX,
-         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY,
-         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
-         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA},
-        {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
-         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY,
-         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
-         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA},
-    };
-    const int di = (int)dir; /* FWD, DGRAD, WGRAD = 0, 1, 2 */
-    if (!make(D, conv_ops[di].type, &op)) return false;
-    TRY(cudnnBackendSetAttribute(op, conv_ops[di].x, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &tx));
-    TRY(cudnnBackendSetAttribute(op, conv_ops[di].w, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &tw));
-    TRY(cudnnBackendSetAttribute(op, conv_ops[di].y, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &ty));
-    TRY(cudnnBackendSetAttribute(op, conv_ops[di].conv, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &conv));
-    TRY(cudnnBackendSetAttribute(op, conv_ops[di].alpha, CUDNN_TYPE_FLOAT, 1, &alpha));
-    TRY(cudnnBackendSetAttribute(op, conv_ops[di].beta, CUDNN_TYPE_FLOAT, 1, &beta));
-    TRY(cudnnBackendFinalize(op));
+    const int di = (int)dir; /* FWD, DGRAD, WGRAD = 0, 1, 2: QS_CUDA_CG_FWD, _BWD_DATA, _BWD_FILTER */
+    if (!make(D, qs_cuda_cg_conv_op_type(di), &op)) return false;
+    TRYC(qs_cuda_cg_conv_op, op, di, tx, tw, ty, conv);
     std::vector<cudnnBackendDescriptor_t> ops = {op};
 
     /* scale chain: v0 (conv out) × s0 -> v1 × s1 -> v2 × s2 -> real output */
@@ -256,11 +225,9 @@ static bool build_and_run(cudnnHandle_t h, Dir dir, const Shape &S, const Varian
     R.stage = "operation graph";
     cudnnBackendDescriptor_t graph;
     if (!make(D, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &graph)) return false;
-    TRY(cudnnBackendSetAttribute(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, (int64_t)ops.size(), ops.data()));
-    TRY(cudnnBackendSetAttribute(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h));
-    TRY(cudnnBackendFinalize(graph));
+    TRYC(qs_cuda_cg_graph, graph, h, ops.data(), (int64_t)ops.size());
 
-    /* heuristics: mode A, then FALLBACK; collect engine configs */
+    /* heuristics: mode A, then FALLBACK (only when A offers none); collect engine configs */
     std::vector<cudnnBackendDescriptor_t> cfgs;
     cudnnBackendHeurMode_t modes[2] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
     std::string heur_err;
@@ -268,22 +235,19 @@ static bool build_and_run(cudnnHandle_t h, Dir dir, const Shape &S, const Varian
         R.stage = m == 0 ? "engine heuristics (mode A)" : "engine heuristics (fallback)";
         cudnnBackendDescriptor_t heur;
         if (!make(D, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur)) return false;
-        TRY(cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph));
-        TRY(cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &modes[m]));
-        cudnnStatus_t st = cudnnBackendFinalize(heur);
+        const char *call = "qs_cuda_cg_heur";
+        cudnnStatus_t st = qs_cuda_cg_heur(heur, graph, modes[m], &call);
         if (st != CUDNN_STATUS_SUCCESS) {
             char msg[1024]; msg[0] = 0; cudnnGetLastErrorString(msg, sizeof msg);
-            heur_err += std::string(R.stage) + ": cudnnBackendFinalize -> " + cudnnGetErrorString(st) + ": " + msg + "; ";
+            heur_err += std::string(R.stage) + ": " + call + " -> " + cudnnGetErrorString(st) + ": " + msg + "; ";
             continue;
         }
-        int64_t cnt = 0;
-        TRY(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &cnt, NULL));
-        if (cnt <= 0) { heur_err += std::string(R.stage) + ": 0 engine configs; "; continue; }
-        std::vector<cudnnBackendDescriptor_t> c(cnt);
-        for (auto &d : c) if (!make(D, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &d)) return false;
-        int64_t got = 0;
-        TRY(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, cnt, &got, c.data()));
-        for (int64_t i = 0; i < got; i++) cfgs.push_back(c[i]);
+        cudnnBackendDescriptor_t *got = NULL;
+        int64_t ngot = 0, wanted = 0;
+        if (qs_cuda_cg_engine_configs(heur, &got, &ngot, &wanted) != 0) { g_err = "out of memory for engine configs"; return false; }
+        for (int64_t i = 0; i < ngot; i++) { D.all.push_back(got[i]); cfgs.push_back(got[i]); }
+        free(got);
+        if (ngot == 0) { heur_err += std::string(R.stage) + ": 0 engine configs; "; continue; }
         if (!cfgs.empty()) break;
     }
     R.n_cfgs = (int)cfgs.size();
@@ -299,25 +263,19 @@ static bool build_and_run(cudnnHandle_t h, Dir dir, const Shape &S, const Varian
         if (plans.size() >= 4) break;
         cudnnBackendDescriptor_t plan;
         if (!make(D, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan)) return false;
-        TRY(cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h));
-        TRY(cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg));
-        cudnnStatus_t st = cudnnBackendFinalize(plan);
+        int64_t ws = 0;
+        const char *call = "qs_cuda_cg_plan";
+        cudnnStatus_t st = qs_cuda_cg_plan(plan, h, cfg, &ws, &call);
         if (st != CUDNN_STATUS_SUCCESS) {
             char msg[1024]; msg[0] = 0; cudnnGetLastErrorString(msg, sizeof msg);
-            if (plan_err.size() < 600) plan_err += std::string("cudnnBackendFinalize(plan) -> ") + cudnnGetErrorString(st) + ": " + msg + "; ";
+            if (plan_err.size() < 600) plan_err += std::string(call) + " -> " + cudnnGetErrorString(st) + ": " + msg + "; ";
             continue;
         }
-        int64_t ws = 0, cnt = 0;
-        TRY(cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &cnt, &ws));
         char tag[256] = "";
-        {   /* engine global index from the config's engine */
-            cudnnBackendDescriptor_t eng;
-            int64_t idx = -1, c2 = 0;
-            if (make(D, CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng) &&
-                cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c2, &eng) == CUDNN_STATUS_SUCCESS &&
-                cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &c2, &idx) == CUDNN_STATUS_SUCCESS)
-                snprintf(tag, sizeof tag, "engine %lld", (long long)idx);
-        }
+        bool nondet = false;
+        int64_t idx = -1; /* engine global index from the config's engine */
+        (void)qs_cuda_cg_cfg_ok(cfg, &nondet, &idx);
+        if (idx >= 0) snprintf(tag, sizeof tag, "engine %lld", (long long)idx);
         plans.push_back(plan); wss.push_back(ws); names.push_back(tag);
     }
     R.n_plans = (int)plans.size();
@@ -340,10 +298,7 @@ static bool build_and_run(cudnnHandle_t h, Dir dir, const Shape &S, const Varian
         }
         cudnnBackendDescriptor_t vp;
         if (!make(D, CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp)) return false;
-        TRY(cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, (int64_t)uids.size(), uids.data()));
-        TRY(cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, (int64_t)ptrs.size(), ptrs.data()));
-        TRY(cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws));
-        TRY(cudnnBackendFinalize(vp));
+        TRYC(qs_cuda_cg_variant_pack, vp, (int64_t)uids.size(), uids.data(), ptrs.data(), ws);
         cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
         int nw = plans.size() == 1 ? warmup : 2, ni = plans.size() == 1 ? iters : 3;
         for (int i = 0; i < nw && st == CUDNN_STATUS_SUCCESS; i++) st = cudnnBackendExecute(h, plans[p], vp);
@@ -374,10 +329,7 @@ static bool build_and_run(cudnnHandle_t h, Dir dir, const Shape &S, const Varian
         if (wss[bi] > 0) CK(cudaMalloc(&ws, wss[bi]));
         cudnnBackendDescriptor_t vp;
         if (!make(D, CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp)) return false;
-        TRY(cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, (int64_t)uids.size(), uids.data()));
-        TRY(cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, (int64_t)ptrs.size(), ptrs.data()));
-        TRY(cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws));
-        TRY(cudnnBackendFinalize(vp));
+        TRYC(qs_cuda_cg_variant_pack, vp, (int64_t)uids.size(), uids.data(), ptrs.data(), ws);
         for (int i = 0; i < warmup; i++) TRY(cudnnBackendExecute(h, plans[bi], vp));
         std::vector<double> t;
         for (int i = 0; i < iters; i++) {

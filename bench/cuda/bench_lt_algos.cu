@@ -1,7 +1,7 @@
 /* bench_lt_algos.cu — every algorithm cuBLASLt's heuristic offers for one FP32 or TF32 GEMM,
  * each timed, beside the legacy cuBLAS entry point (cublasGemmEx) on the same operands.
  *
- * A measurement to choose how the backend picks its FP32 algorithm (src/cuda/cuda_linear.c
+ * A measurement to choose how the backend picks its FP32 algorithm (src/cuda/cuda_gemm.c
  * takes the heuristic's first answer): standalone, C-style CUDA, no project headers. Prints one
  * JSON document to stdout; errors go to stderr with the failing call.
  *

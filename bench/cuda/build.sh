@@ -18,8 +18,8 @@ echo "built $OUT/bench_lt_algos"
 CUDNN_H=$(find "$(dirname "$(command -v "$NVCC")")/../include" /usr/include /usr/include/x86_64-linux-gnu \
   -maxdepth 1 -name cudnn.h 2>/dev/null | head -1 || true)
 if [ -n "$CUDNN_H" ]; then
-  "$NVCC" -O3 -std=c++17 -arch=sm_90 -lineinfo -Xcompiler -Wall,-Wextra \
-    -o "$OUT/bench_conv_cudnn" bench/cuda/bench_conv_cudnn.cu -lcudnn
+  "$NVCC" -O3 -std=c++17 -arch=sm_90 -lineinfo -Xcompiler -Wall,-Wextra -Isrc \
+    -o "$OUT/bench_conv_cudnn" bench/cuda/bench_conv_cudnn.cu src/cuda/cuda_conv_graph.c -lcudnn
   echo "built $OUT/bench_conv_cudnn"
 else
   echo "cudnn.h not found: bench_conv_cudnn not built"

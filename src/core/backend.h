@@ -1,7 +1,10 @@
-/* src/core/backend.h — defines: the operation-level backend interface.
+/* src/core/backend.h — defines: the operation-level backend interface: the ops table
+ * qs_backend_ops (expanded from core/backend_ops.def, where every op and its contract is listed
+ * once), the backend handle header, and the descriptors and checks the ops share. Backends are
+ * opened through src/backends/backends.h.
  *
- * Layers are written once against this table; each backend (CPU/oneDNN now, CUDA later)
- * owns its heavy operations, layouts and packed operands. Conventions:
+ * Layers are written once against this table; each backend (src/cpu: oneDNN; src/cuda) owns its
+ * heavy operations, layouts and packed operands. Conventions:
  *  - Every call takes a qs_stream*. On the CPU a stream executes synchronously; on a GPU
  *    calls are asynchronous and stream_sync() waits. Callers never assume completion
  *    without stream_sync().
@@ -213,284 +216,13 @@ qs_status qs_dx_accumulate_check(const char *what, qs_dtype dx_dt, bool accumula
  * Forward ops pass dx_dt F32 and accumulate false. `what` names the op in the message. */
 qs_status qs_batchnorm_dtype_check(const char *what, qs_dtype x_dt, qs_dtype y_dt, qs_dtype dx_dt, bool accumulate);
 
+/* The operation table of a backend: `name` ("cpu", "cuda"), then one function pointer per op of
+ * core/backend_ops.def (contracts there), in its order; optional ops may be NULL. */
 typedef struct qs_backend_ops {
-    const char *name;     /* "cpu", "cuda" */
-
-    /* ---- lifetime, memory, streams ---- */
-    void (*destroy)(qs_backend *be);
-    qs_status (*alloc)(qs_backend *be, size_t bytes, void **out);   /* zeroed, aligned */
-    void (*free)(qs_backend *be, void *p);
-    /* Bytes currently allocated through alloc() and not freed, and the peak since creation
-     * (sizes as requested; the measured counterpart of qs_model_memory). Either may be NULL. */
-    void (*memory_stats)(qs_backend *be, size_t *in_use, size_t *peak);
-    /* GPU time of queued work (optional: NULL on backends that run ops synchronously): an
-     * event recorded on a stream completes when the work queued before it has; the time
-     * between two completed events (ms, ~0.5 µs resolution) is read after a stream_sync. */
-    qs_status (*event_create)(qs_backend *be, void **event);
-    void (*event_destroy)(qs_backend *be, void *event);
-    qs_status (*event_record)(qs_backend *be, qs_stream *s, void *event);
-    qs_status (*event_elapsed_ms)(qs_backend *be, void *start, void *end, float *ms);
-    qs_status (*memset_zero)(qs_backend *be, qs_stream *s, void *p, size_t bytes);
-    qs_status (*copy_h2d)(qs_backend *be, qs_stream *s, void *dst, const void *src, size_t bytes);
-    qs_status (*copy_d2h)(qs_backend *be, qs_stream *s, void *dst, const void *src, size_t bytes);
-    qs_status (*copy_d2d)(qs_backend *be, qs_stream *s, void *dst, const void *src, size_t bytes);
-    qs_status (*stream_sync)(qs_backend *be, qs_stream *s);
-    qs_stream *(*default_stream)(qs_backend *be);
-    /* Capture (optional: NULL on backends without it; then all four are NULL). Ops queued on s
-     * between capture_begin and capture_end are recorded, not run, into a graph that
-     * graph_launch queues again on s as often as asked, with the pointers and scalar arguments
-     * the ops were queued with (values that change between runs must be read from backend
-     * memory, e.g. qs_sr.counter_at). No op between begin and end may synchronise with the
-     * host or allocate through alloc(). capture_end always ends the capture; it fails, returning
-     * no graph, when the recorded work cannot be replayed (an op refused capture). */
-    qs_status (*capture_begin)(qs_backend *be, qs_stream *s);
-    qs_status (*capture_end)(qs_backend *be, qs_stream *s, void **graph);
-    qs_status (*graph_launch)(qs_backend *be, qs_stream *s, void *graph);
-    void (*graph_destroy)(qs_backend *be, void *graph);
-
-    /* Whether and how this backend runs GEMM-like ops at precision p. */
-    qs_prec_support (*precision_support)(qs_backend *be, qs_precision p);
-
-    /* ---- GEMM-like operators (plans) ----
-     * Operand dtypes must be those of the plan's precision (qs_precision_operand_dtype):
-     * x, w in the forward dtype, dy in the gradient dtype. w may be per_row only in forward
-     * and backward_weights' x never is; backward_data needs a per-tensor w (fold per-channel
-     * weight scales into dy when quantizing it: quantize's col_scale). Bias and bias
-     * gradients are FP32. db: with an F32 dy, required exactly when the plan has a bias;
-     * with a low-precision dy it must be NULL (compute it with column_sums from the FP32
-     * gradient instead). */
-    qs_status (*linear_plan)(qs_backend *be, const qs_linear_desc *d, void **plan, size_t *workspace);
-    /* y = x·wᵀ + b, y in the plan's y_dt */
-    qs_status (*linear_forward)(qs_backend *be, void *plan, qs_stream *s, const qs_operand *x,
-                                const qs_operand *w, const float *b, void *y, void *ws);
-    /* dx = dy·w (accumulate: dx += ..., F32 dx only), dx in the plan's dx_dt */
-    qs_status (*linear_backward_data)(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
-                                      const qs_operand *w, void *dx, bool accumulate, void *ws);
-    /* dw = dyᵀ·x, db = Σ_rows dy */
-    qs_status (*linear_backward_weights)(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
-                                         const qs_operand *x, float *dw, float *db, void *ws);
-
-    /* Conv2d, as Linear with X as image patches; a backend may round its BF16 results once to
-     * BF16 before returning them in FP32 (the CUDA backend does: docs/PRECISION.md). */
-    qs_status (*conv_plan)(qs_backend *be, const qs_conv_desc *d, void **plan, size_t *workspace);
-    qs_status (*conv_forward)(qs_backend *be, void *plan, qs_stream *s, const qs_operand *x,
-                              const qs_operand *w, const float *b, void *y, void *ws);  /* y in y_dt */
-    qs_status (*conv_backward_data)(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
-                                    const qs_operand *w, void *dx, bool accumulate, void *ws);  /* dx in dx_dt */
-    qs_status (*conv_backward_weights)(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dy,
-                                       const qs_operand *x, float *dw, float *db, void *ws);
-
-    qs_status (*pool_plan)(qs_backend *be, const qs_pool_desc *d, void **plan, size_t *workspace);
-    /* Max pooling writes the argmax index (int32, within the input image, h*W+w) of every
-     * output element into `idx` (N,P,Q,C); average pooling ignores idx. */
-    qs_status (*pool_forward)(qs_backend *be, void *plan, qs_stream *s, const void *x, void *y,
-                              int32_t *idx, void *ws);
-    qs_status (*pool_backward)(qs_backend *be, void *plan, qs_stream *s, const void *dy,
-                               const int32_t *idx, void *dx, bool accumulate, void *ws);
-
-    void (*plan_destroy)(qs_backend *be, void *plan);
-
-    /* Batched matmul (qs_bmm_desc): operands a, b in the plan precision's forward dtype, dc in
-     * its gradient dtype, per-tensor scales only (never per_row). Outputs FP32.
-     *   forward:    c  = alpha · a · op(b)
-     *   backward_a: da = alpha · dc · op(b)ᵀ            (M,K)
-     *   backward_b: db = alpha · dcᵀ · a  (N,K) when trans_b, else alpha · aᵀ · dc (K,N)
-     * accumulate: add into da / db instead of overwriting. */
-    qs_status (*bmm_plan)(qs_backend *be, const qs_bmm_desc *d, void **plan, size_t *workspace);
-    qs_status (*bmm_forward)(qs_backend *be, void *plan, qs_stream *s, const qs_operand *a,
-                             const qs_operand *b, float *c, void *ws);
-    qs_status (*bmm_backward_a)(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dc,
-                                const qs_operand *b, float *da, bool accumulate, void *ws);
-    qs_status (*bmm_backward_b)(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dc,
-                                const qs_operand *a, float *db, bool accumulate, void *ws);
-
-    /* ---- memory-bound operators; x is viewed as (rows, C), C innermost ---- */
-    /* Training-mode batch norm over rows: saves mean and 1/sqrt(var+eps) per channel and
-     * updates running stats with the unbiased variance (PyTorch semantics). `relu` fuses a
-     * following ReLU: y = max(BN(x), 0). y_dt: F32, or BF16 — y rounded to nearest even, as
-     * the straight-through BF16 cast a BatchNorm may absorb (qs_model_fuse_casts) would.
-     * x_dt: F32, or BF16 (a convolution's BF16 output, qs_model_fuse_casts): the values are
-     * widened exactly, so every result equals the F32 op's on the widened x, bit for bit.
-     * residual: NULL, or a (rows, C) tensor of residual_dt (F32, or BF16 widened exactly: a block
-     * output kept in BF16, qs_model_bf16_residuals) added before the ReLU — y = [max](BN(x) +
-     * residual, 0), the bits of BN, then add_forward — a residual block's last batch norm with
-     * the block's Add fused in (qs_model_fuse). */
-    qs_status (*batchnorm_forward_train)(qs_backend *be, qs_stream *s, int64_t rows, int64_t C,
-                                         const void *x, qs_dtype x_dt, const float *gamma, const float *beta,
-                                         void *y, qs_dtype y_dt, float *save_mean, float *save_invstd,
-                                         float *running_mean, float *running_var,
-                                         float momentum, float eps, bool relu, const void *residual,
-                                         qs_dtype residual_dt);
-    qs_status (*batchnorm_forward_eval)(qs_backend *be, qs_stream *s, int64_t rows, int64_t C,
-                                        const void *x, qs_dtype x_dt, const float *gamma, const float *beta,
-                                        const float *running_mean, const float *running_var,
-                                        float eps, void *y, qs_dtype y_dt, bool relu, const void *residual,
-                                        qs_dtype residual_dt);
-    /* dx (overwritten or accumulated; may be NULL when no input gradient is needed),
-     * dgamma, dbeta (overwritten); x in x_dt as in forward; dy F32, or BF16 (dy_dt: the BF16
-     * dX of the convolution reading this batch norm alone, widened exactly). y_relu: NULL, or the output (dtype
-     * y_dt) of a forward with `relu`, in which case dy is the gradient w.r.t. that output and
-     * counts as 0 where y_relu <= 0. dx_dt: F32, or BF16 — the FP32 dx rounded to BF16
-     * stochastically with dx_sr (element i of the (rows, C) matrix takes the word of global
-     * index dx_sr->offset + i, as quantize does: the same bits as quantize(F32 dx, BF16, dx_sr))
-     * or to nearest even when dx_sr is NULL; a BF16 dx cannot accumulate. This is how a
-     * BatchNorm writes the quantized gradient of the BF16 convolution before it
-     * (qs_gemm_dy_from_reader), skipping that convolution's FP32 dY and its quantizing pass.
-     * dresidual: NULL, or the gradient (rows, C, FP32; overwritten, or accumulated with
-     * dresidual_accumulate) of the residual a forward added: dy where y_relu > 0 (with
-     * y_relu), else 0 — relu_backward's bits; written even when dx is NULL. */
-    qs_status (*batchnorm_backward)(qs_backend *be, qs_stream *s, int64_t rows, int64_t C,
-                                    const void *x, qs_dtype x_dt, const void *dy, qs_dtype dy_dt, const float *gamma,
-                                    const float *save_mean, const float *save_invstd,
-                                    void *dx, qs_dtype dx_dt, const qs_sr *dx_sr, bool accumulate,
-                                    float *dgamma, float *dbeta, const void *y_relu, qs_dtype y_dt, float *dresidual,
-                                    bool dresidual_accumulate);
-
-    /* y = max(x, 0) (y may alias x) */
-    qs_status (*relu_forward)(qs_backend *be, qs_stream *s, int64_t n, const float *x, float *y);
-    /* dx = dy·[y > 0]; dy F32, or BF16 (dy_dt: widened exactly, the bits of the F32 op on it) */
-    qs_status (*relu_backward)(qs_backend *be, qs_stream *s, int64_t n, const float *y,
-                               const void *dy, qs_dtype dy_dt, float *dx, bool accumulate);
-    /* y = a + b, or max(a + b, 0) with `relu` (Add→ReLU fused); a and b F32, or BF16 (a_dt,
-     * b_dt: widened exactly — a block output kept in BF16, qs_model_bf16_residuals); y F32 */
-    qs_status (*add_forward)(qs_backend *be, qs_stream *s, int64_t n, const void *a, qs_dtype a_dt,
-                             const void *b, qs_dtype b_dt, float *y, bool relu);
-    /* dst = src (accumulate=false) or dst += src */
-    qs_status (*accumulate)(qs_backend *be, qs_stream *s, int64_t n, const float *src, float *dst,
-                            bool accumulate);
-    /* Inverted dropout: keep with probability 1-p, scale kept values by 1/(1-p). The mask
-     * (uint8, one per element) comes from the stream rng (qs_dropout_rng). */
-    qs_status (*dropout_forward)(qs_backend *be, qs_stream *s, int64_t n, const float *x, float *y,
-                                 uint8_t *mask, float p, const qs_dropout_rng *rng);
-    qs_status (*dropout_backward)(qs_backend *be, qs_stream *s, int64_t n, const float *dy,
-                                  const uint8_t *mask, float p, float *dx, bool accumulate);
-    /* Fused softmax + cross-entropy over logits (B, classes), labels int32 in [0,classes).
-     * Writes per-sample loss (B) and probs (B, classes). */
-    qs_status (*softmax_xent_forward)(qs_backend *be, qs_stream *s, int64_t B, int64_t classes,
-                                      const float *logits, const int32_t *labels, float *loss,
-                                      float *probs);
-    /* dlogits = (probs - onehot(labels)) · scale  (scale = 1/B for a mean loss) */
-    qs_status (*softmax_xent_backward)(qs_backend *be, qs_stream *s, int64_t B, int64_t classes,
-                                       const float *probs, const int32_t *labels, float scale,
-                                       float *dlogits);
-    /* ---- transformer operators (FP32; rows × C with C innermost) ---- */
-    /* LayerNorm over the last dimension: y = (x − mean)·rstd·gamma + beta, rstd =
-     * 1/sqrt(var + eps) with the biased variance (PyTorch). Saves mean and rstd per row. */
-    qs_status (*layernorm_forward)(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const float *x,
-                                   const float *gamma, const float *beta, float eps, float *y,
-                                   float *save_mean, float *save_rstd);
-    /* dx (overwritten or accumulated; may be NULL), dgamma and dbeta (overwritten; FP32,
-     * reduced over rows in double or a fixed-order tree, identical for any thread count). */
-    qs_status (*layernorm_backward)(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const float *x,
-                                    const float *dy, const float *gamma, const float *save_mean,
-                                    const float *save_rstd, float *dx, bool accumulate, float *dgamma,
-                                    float *dbeta);
-    /* GELU, tanh approximation (GPT-2, PyTorch approximate='tanh'):
-     * y = 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))). backward reads the forward's input x. */
-    qs_status (*gelu_forward)(qs_backend *be, qs_stream *s, int64_t n, const float *x, float *y);
-    qs_status (*gelu_backward)(qs_backend *be, qs_stream *s, int64_t n, const float *x, const float *dy,
-                               float *dx, bool accumulate);
-    /* Embedding lookup: y[r,:] = table[ids[r],:] for r < rows; ids are token ids stored as
-     * FP32 integers (exact below 2^24), table (V,C). An id outside [0,V) fails on the CPU
-     * and yields a zero row on a GPU (which cannot fail mid-stream; loaders check ids). */
-    qs_status (*embedding_forward)(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, int64_t V,
-                                   const float *ids, const float *table, float *y);
-    /* dtable[v,:] (+)= Σ_{r: ids[r]=v} dy[r,:], summed in row order for every v (deterministic
-     * for any thread count); overwrite zeroes the whole (V,C) table first. */
-    qs_status (*embedding_backward)(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, int64_t V,
-                                    const float *ids, const float *dy, float *dtable, bool accumulate);
-    /* y[o·inner + i] = x[o·inner + i] + v[i] for o < outer, i < inner (position embeddings:
-     * outer = samples, inner = T·C). y may alias x. */
-    qs_status (*add_broadcast)(qs_backend *be, qs_stream *s, int64_t outer, int64_t inner, const float *x,
-                               const float *v, float *y);
-    /* Attention heads ⇄ tokens. to_heads: dst (N,H,T,D)[n,h,t,d] = src[n,t,off + h·D + d], src
-     * rows of ld floats (ld ≥ off + H·D). !to_heads: dst[n,t,off + h·D + d] = src (N,H,T,D)
-     * [n,h,t,d], dst rows of ld floats; only that slice of dst is written. accumulate adds
-     * into dst instead of overwriting. */
-    qs_status (*permute_heads)(qs_backend *be, qs_stream *s, int64_t N, int64_t T, int64_t H, int64_t D,
-                               int64_t ld, int64_t off, const float *src, float *dst, bool to_heads,
-                               bool accumulate);
-    /* Masked softmax over the last axis of scores x (N,H,Tq,Tk) into y (same shape), in FP32.
-     * causal: key j > query i is masked; key_ids (N,Tk) non-NULL: key j of sample n is masked
-     * where key_ids[n·Tk + j] == pad_id. Masked entries get probability 0; a row with every
-     * key masked is all 0. */
-    qs_status (*softmax_forward)(qs_backend *be, qs_stream *s, int64_t N, int64_t H, int64_t Tq, int64_t Tk,
-                                 const float *x, float *y, bool causal, const float *key_ids, float pad_id);
-    /* dx = y ⊙ (dy − Σ_j dy·y) per row of `cols` (rows = N·H·Tq); accumulate adds into dx. */
-    qs_status (*softmax_backward)(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const float *y,
-                                  const float *dy, float *dx, bool accumulate);
-    /* Fused attention (qs_attention_desc); optional: NULL where the backend has none, and then
-     * attention runs as its separate nodes. attention_supported says whether a shape and dtype
-     * can run fused. forward writes out (token rows of H·D floats) and `saved`
-     * (qs_attention_saved_bytes); backward reads them, dout (like out) and writes dq, dk, dv
-     * (where ptr is non-NULL), using `workspace` (qs_attention_workspace_bytes). Deterministic:
-     * no floating-point atomics. */
-    bool (*attention_supported)(qs_backend *be, const qs_attention_desc *d);
-    qs_status (*attention_forward)(qs_backend *be, qs_stream *s, const qs_attention_desc *d, const qs_heads_ref *q,
-                                   const qs_heads_ref *k, const qs_heads_ref *v, float *out, void *saved);
-    qs_status (*attention_backward)(qs_backend *be, qs_stream *s, const qs_attention_desc *d, const void *saved,
-                                    const float *out, const float *dout, const qs_heads_ref *dq,
-                                    const qs_heads_ref *dk, const qs_heads_ref *dv, void *workspace);
-    /* y = tanh(x) (BERT's pooler); backward dx = dy·(1 − y²) from the forward's output. */
-    qs_status (*tanh_forward)(qs_backend *be, qs_stream *s, int64_t n, const float *x, float *y);
-    qs_status (*tanh_backward)(qs_backend *be, qs_stream *s, int64_t n, const float *y, const float *dy,
-                               float *dx, bool accumulate);
-    /* idx[r] = the first column holding row r's largest value of x (rows, cols), as a scan that
-     * replaces the best on `>`; a row with a NaN gives an unspecified column. Predictions for
-     * accuracy: the logits stay on the device, only one index per row travels. */
-    qs_status (*argmax_rows)(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const float *x, int32_t *idx);
-    /* (N,H,W,C) → (N,C,H,W) and back (the inverse may accumulate into its destination). */
-    qs_status (*nhwc_to_nchw)(qs_backend *be, qs_stream *s, int64_t N, int64_t H, int64_t W,
-                              int64_t C, const float *x, float *y);
-    qs_status (*nchw_to_nhwc)(qs_backend *be, qs_stream *s, int64_t N, int64_t H, int64_t W,
-                              int64_t C, const float *x, float *y, bool accumulate);
-    /* Element-type conversion with round-to-nearest-even; dst and src dtypes may be any of
-     * f32/bf16/f16. */
-    qs_status (*cast)(qs_backend *be, qs_stream *s, int64_t n, const void *src, qs_dtype src_dt,
-                      void *dst, qs_dtype dst_dt);
-
-    /* ---- quantization ---- */
-    /* Quantize an FP32 (rows, cols) row-major matrix into storage dtype dt at dst:
-     *  S8: symmetric INT8 (core/quant_int8.h), scales chosen from amax — one per tensor
-     *      (scales[0]) or one per row (scales[rows]) when per_row;
-     *  F8E4M3 / F8E5M2: saturating FP8 with a per-tensor power-of-two scale chosen so that
-     *      amax maps at or below the format's max; scales[0] = the dequantization multiplier;
-     *  BF16 / F16: plain conversion, scales unused (may be NULL); F32: copy.
-     * col_scale (NULL or cols entries) quantizes src[r,c]·col_scale[c] instead of src (how a
-     * per-output-channel weight scale is folded into dY for backward-data). sr NULL: round to
-     * nearest even; else stochastic rounding with that stream (element index r·cols + c).
-     * Non-finite input fails (QS_ERR_INVALID_ARG, "non-finite") for S8/FP8 — loss scaling
-     * must see overflow rather than silently clamped values.
-     * dst_t: NULL, or a second output (cols, rows) row-major receiving the same quantized
-     * elements transposed (dst_t[c·rows + r] = dst[r·cols + c]), written in the same pass on
-     * the GPU; only for the 1-byte dtypes S8 (per-tensor) and F8E4M3 / F8E5M2.
-     * delayed: NULL (the scale from this tensor's amax), or FP8 delayed scaling
-     * (qs_quant_delayed). */
-    qs_status (*quantize)(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const float *src,
-                          const float *col_scale, qs_dtype dt, void *dst, float *scales, bool per_row,
-                          const qs_sr *sr, void *dst_t, const qs_quant_delayed *delayed);
-    /* dst (rows, cols) FP32 = value of operand src (see qs_operand). */
-    qs_status (*dequantize)(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const qs_operand *src,
-                            float *dst);
-    /* sums[c] = Σ_r x[r,c] (FP32 result, accumulated in double; bias gradients). */
-    qs_status (*column_sums)(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const float *x,
-                             float *sums);
-
-    /* ---- optimizer and reductions (FP32 master weights) ---- */
-    /* PyTorch SGD: g' = g + wd·p; buf = momentum·buf + (1-dampening)·g' (buf = g' on the first
-     * step, signalled by first_step); step = nesterov ? g' + momentum·buf : buf; p -= lr·step.
-     * momentum == 0 means plain SGD and buf may be NULL. */
-    qs_status (*sgd_step)(qs_backend *be, qs_stream *s, int64_t n, float *p, const float *g,
-                          float *buf, float lr, float momentum, float dampening, float wd,
-                          bool nesterov, bool first_step);
-    /* PyTorch AdamW (decoupled weight decay); step counts from 1. */
-    qs_status (*adamw_step)(qs_backend *be, qs_stream *s, int64_t n, float *p, const float *g,
-                            float *m, float *v, float lr, double beta1, double beta2, float eps,
-                            float wd, int64_t step);
-    /* *out = Σ x_i² accumulated in double (result on the host). */
-    qs_status (*sum_squares)(qs_backend *be, qs_stream *s, int64_t n, const float *x, double *out);
-    /* x *= alpha */
-    qs_status (*scale)(qs_backend *be, qs_stream *s, int64_t n, float *x, float alpha);
+    const char *name;
+#define QS_OP(family, ret, op, params) ret(*op) params;
+#define QS_OP_OPTIONAL(family, ret, op, params) ret(*op) params;
+#include "core/backend_ops.def"
 } qs_backend_ops;
 
 /* Every backend's handle starts with this header. */
@@ -505,30 +237,10 @@ struct qs_backend {
                                       on their (N·H·W, C) rows instead of conv_* (layers/conv2d.c) */
 };
 
-/* Create the CPU backend (oneDNN). num_threads 0 keeps the OpenMP default. */
-qs_status qs_backend_cpu_create(int num_threads, qs_backend **out);
-
-/* Create the CUDA backend on device `device` (src/cuda). Fails with QS_ERR_UNSUPPORTED in a
- * build without CUDA, QS_ERR_BACKEND when there is no such device or the driver refuses. */
-qs_status qs_backend_cuda_create(int device, qs_backend **out);
 /* The environment variable that confines every CUDA backend of the process to SMs
  * [offset, offset+count) of its GPU: "<offset>:<count>" (src/cuda/cuda_green.h; set per rank by
- * the cluster launcher, src/parallel/mps.c). */
+ * the cluster launcher, src/parallel/mps.c). Opening a backend: src/backends/backends.h. */
 #define QS_CUDA_SM_PARTITION_ENV "QS_CUDA_SM_PARTITION"
-
-/* The CUDA backend on cuda:device when `cuda`, else the CPU backend with num_threads. */
-qs_status qs_backend_open(bool cuda, int device, int num_threads, qs_backend **out);
-
-/* What a CUDA backend runs on: the GPU's name, its SMs as this process sees them (under an MPS
- * SM share, possibly fewer) and its memory. QS_ERR_INVALID_ARG for another backend (and in a
- * build without CUDA). */
-typedef struct qs_gpu_facts {
-    char name[256];
-    int sms;
-    size_t memory_bytes;
-    int cc_major, cc_minor;
-} qs_gpu_facts;
-qs_status qs_backend_cuda_facts(qs_backend *be, qs_gpu_facts *out);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,6 @@
-/* src/cpu/cpu_backend.c — the CPU backend handle: construction, host memory, the
- * synchronous stream, plan dispatch and the qs_backend_ops table. */
+/* src/cpu/cpu_backend.c — defines: the CPU backend handle: construction (with the probe of its
+ * precision support), host memory, the synchronous stream, plan dispatch and the qs_backend_ops
+ * table, expanded from core/backend_ops.def. */
 #include "cpu/cpu_backend.h"
 
 #include <omp.h>
@@ -7,35 +8,8 @@
 #include <string.h>
 #include "qsync/tensor.h"
 
-qs_status qs_cpu_plan_check(const void *plan, qs_cpu_plan_kind kind, const char *what) {
-    if (!plan) return QS_FAIL(QS_ERR_INVALID_ARG, "%s: plan is NULL; create it with the matching *_plan call", what);
-    const qs_cpu_plan *h = plan;
-    if (h->kind != kind)
-        return QS_FAIL(QS_ERR_INVALID_ARG, "%s: the plan passed is of another operator kind; pass the plan made for it",
-                       what);
-    return QS_OK;
-}
-
-qs_status qs_cpu_prec_check(qs_backend *be, qs_precision prec, const char *what) {
-    if (qs_cpu_precision_support(be, prec) != QS_PREC_UNSUPPORTED) return QS_OK;
-    const char *name = ((unsigned)prec < QS_PREC_COUNT) ? qs_precision_name(prec) : "unknown";
-    return QS_FAIL(QS_ERR_UNSUPPORTED,
-                   "%s: precision %s is not available on the CPU backend (fp32, bf16, int8 run natively or "
-                   "emulated, fp16 and fp8 emulated; tf32 exists only on GPUs); assign another precision",
-                   what, name);
-}
-
-qs_status qs_cpu_args_check(const char *what, int64_t n, int nptrs, const void *const *ptrs) {
-    if (n < 0) return QS_FAIL(QS_ERR_INVALID_ARG, "%s: negative element count %lld", what, (long long)n);
-    if (n == 0) return QS_OK;
-    for (int i = 0; i < nptrs; i++)
-        if (!ptrs[i])
-            return QS_FAIL(QS_ERR_INVALID_ARG, "%s: pointer argument %d is NULL for %lld elements; pass a buffer", what,
-                           i + 1, (long long)n);
-    return QS_OK;
-}
-
-static void cpu_destroy(qs_backend *be) {
+/* Free the oneDNN context, the scratch and the handle (NULL: nothing). */
+void qs_cpu_destroy(qs_backend *be) {
     if (!be) return;
     qs_cpu_backend *cb = qs_cpu_be(be);
     qs_dnnl_ctx_destroy(&cb->dnnl);
@@ -46,7 +20,7 @@ static void cpu_destroy(qs_backend *be) {
 /* Zeroed, 64-byte aligned host memory. A 64-byte header before the block records its size,
  * so the backend can account the bytes in use (memory_stats) exactly. */
 #define QS_CPU_ALLOC_HEADER 64
-static qs_status cpu_alloc(qs_backend *be, size_t bytes, void **out) {
+qs_status qs_cpu_alloc(qs_backend *be, size_t bytes, void **out) {
     char *p = qs_host_alloc(bytes + QS_CPU_ALLOC_HEADER);
     if (!p) {
         *out = NULL;
@@ -60,7 +34,8 @@ static qs_status cpu_alloc(qs_backend *be, size_t bytes, void **out) {
     return QS_OK;
 }
 
-static void cpu_free(qs_backend *be, void *p) {
+/* Free a block of qs_cpu_alloc (NULL: nothing), subtracting its bytes from the count. */
+void qs_cpu_free(qs_backend *be, void *p) {
     if (!p) return;
     char *h = (char *)p - QS_CPU_ALLOC_HEADER;
     size_t bytes;
@@ -69,12 +44,14 @@ static void cpu_free(qs_backend *be, void *p) {
     qs_host_free(h);
 }
 
-static void cpu_memory_stats(qs_backend *be, size_t *in_use, size_t *peak) {
+/* Bytes in use and the peak since creation (either pointer may be NULL). */
+void qs_cpu_memory_stats(qs_backend *be, size_t *in_use, size_t *peak) {
     if (in_use) *in_use = qs_cpu_be(be)->bytes_in_use;
     if (peak) *peak = qs_cpu_be(be)->peak_bytes;
 }
 
-static qs_status cpu_memset_zero(qs_backend *be, qs_stream *s, void *p, size_t bytes) {
+/* p[0..bytes) = 0, at once. */
+qs_status qs_cpu_memset_zero(qs_backend *be, qs_stream *s, void *p, size_t bytes) {
     if (bytes && !p) return QS_FAIL(QS_ERR_INVALID_ARG, "memset_zero: NULL pointer for %zu bytes", bytes);
     if (bytes) memset(p, 0, bytes);
     return QS_OK;
@@ -86,22 +63,24 @@ static qs_status cpu_copy(const char *what, void *dst, const void *src, size_t b
     if (bytes && dst != src) memcpy(dst, src, bytes);
     return QS_OK;
 }
-static qs_status cpu_copy_h2d(qs_backend *be, qs_stream *s, void *dst, const void *src, size_t bytes) {
+/* The three copy directions: a memcpy each. */
+qs_status qs_cpu_copy_h2d(qs_backend *be, qs_stream *s, void *dst, const void *src, size_t bytes) {
     return cpu_copy("copy_h2d", dst, src, bytes);
 }
-static qs_status cpu_copy_d2h(qs_backend *be, qs_stream *s, void *dst, const void *src, size_t bytes) {
+qs_status qs_cpu_copy_d2h(qs_backend *be, qs_stream *s, void *dst, const void *src, size_t bytes) {
     return cpu_copy("copy_d2h", dst, src, bytes);
 }
-static qs_status cpu_copy_d2d(qs_backend *be, qs_stream *s, void *dst, const void *src, size_t bytes) {
+qs_status qs_cpu_copy_d2d(qs_backend *be, qs_stream *s, void *dst, const void *src, size_t bytes) {
     return cpu_copy("copy_d2d", dst, src, bytes);
 }
 
 /* Every CPU op completes before returning, so there is nothing to wait for. */
-static qs_status cpu_stream_sync(qs_backend *be, qs_stream *s) { return QS_OK; }
+qs_status qs_cpu_stream_sync(qs_backend *be, qs_stream *s) { return QS_OK; }
 
-static qs_stream *cpu_default_stream(qs_backend *be) { return (qs_stream *)&qs_cpu_be(be)->stream; }
+qs_stream *qs_cpu_default_stream(qs_backend *be) { return (qs_stream *)&qs_cpu_be(be)->stream; }
 
-static void cpu_plan_destroy(qs_backend *be, void *plan) {
+/* Free a plan by its kind tag (NULL: nothing). */
+void qs_cpu_plan_destroy(qs_backend *be, void *plan) {
     if (!plan) return;
     switch (((qs_cpu_plan *)plan)->kind) {
     case QS_CPU_PLAN_LINEAR: qs_cpu_linear_plan_destroy(plan); break;
@@ -111,71 +90,42 @@ static void cpu_plan_destroy(qs_backend *be, void *plan) {
     }
 }
 
+/* The probed table (qs_cpu_prec_of). */
+qs_prec_support qs_cpu_precision_support(qs_backend *be, qs_precision p) { return qs_cpu_prec_of(be, p); }
+
+/* A precision runs natively when oneDNN builds a matmul for its operand types with an
+ * optimized (non-reference) implementation on this CPU — for INT8 also exact int32
+ * accumulation (VNNI or AMX) — otherwise it is emulated. */
+static qs_status cpu_probe_precisions(qs_cpu_backend *cb) {
+    qs_prec_support *t = cb->prec_support;
+    for (int p = 0; p < QS_PREC_COUNT; p++) t[p] = QS_PREC_UNSUPPORTED;
+    t[QS_PREC_FP32] = QS_PREC_NATIVE;
+    t[QS_PREC_FP16] = QS_PREC_EMULATED; /* oneDNN 2.6 has no f16 matmul/convolution */
+    t[QS_PREC_FP8] = QS_PREC_EMULATED;  /* no FP8 arithmetic on CPUs */
+    const qs_dtype probe[2] = {QS_BF16, QS_S8};
+    const qs_precision prec[2] = {QS_PREC_BF16, QS_PREC_INT8};
+    for (int i = 0; i < 2; i++) {
+        bool fast = false;
+        QS_TRY(qs_dnnl_matmul_probe(&cb->dnnl, probe[i], &fast));
+        /* without VNNI/AMX, oneDNN 2.6's s8 kernels saturate intermediate u8·s8 pair sums
+         * (wrong by up to 99% for ±127 operands, measured): INT8 is then emulated */
+        if (prec[i] == QS_PREC_INT8 && !qs_dnnl_int8_exact()) fast = false;
+        t[prec[i]] = fast ? QS_PREC_NATIVE : QS_PREC_EMULATED;
+    }
+    return QS_OK;
+}
+
+/* The ops table: qs_cpu_<op> for every op; the optional ones (events, capture, fused
+ * attention) are NULL, callers test for them. */
 static const qs_backend_ops qs_cpu_ops = {
     .name = "cpu",
-    .destroy = cpu_destroy,
-    .alloc = cpu_alloc,
-    .free = cpu_free,
-    .memory_stats = cpu_memory_stats,
-    .memset_zero = cpu_memset_zero,
-    .copy_h2d = cpu_copy_h2d,
-    .copy_d2h = cpu_copy_d2h,
-    .copy_d2d = cpu_copy_d2d,
-    .stream_sync = cpu_stream_sync,
-    .default_stream = cpu_default_stream,
-    .linear_plan = qs_cpu_linear_plan,
-    .linear_forward = qs_cpu_linear_forward,
-    .linear_backward_data = qs_cpu_linear_backward_data,
-    .linear_backward_weights = qs_cpu_linear_backward_weights,
-    .conv_plan = qs_cpu_conv_plan,
-    .conv_forward = qs_cpu_conv_forward,
-    .conv_backward_data = qs_cpu_conv_backward_data,
-    .conv_backward_weights = qs_cpu_conv_backward_weights,
-    .pool_plan = qs_cpu_pool_plan,
-    .pool_forward = qs_cpu_pool_forward,
-    .pool_backward = qs_cpu_pool_backward,
-    .plan_destroy = cpu_plan_destroy,
-    .bmm_plan = qs_cpu_bmm_plan,
-    .bmm_forward = qs_cpu_bmm_forward,
-    .bmm_backward_a = qs_cpu_bmm_backward_a,
-    .bmm_backward_b = qs_cpu_bmm_backward_b,
-    .precision_support = qs_cpu_precision_support,
-    .quantize = qs_cpu_quantize,
-    .dequantize = qs_cpu_dequantize,
-    .column_sums = qs_cpu_column_sums,
-    .argmax_rows = qs_cpu_argmax_rows,
-    .batchnorm_forward_train = qs_cpu_batchnorm_forward_train,
-    .batchnorm_forward_eval = qs_cpu_batchnorm_forward_eval,
-    .batchnorm_backward = qs_cpu_batchnorm_backward,
-    .relu_forward = qs_cpu_relu_forward,
-    .relu_backward = qs_cpu_relu_backward,
-    .add_forward = qs_cpu_add_forward,
-    .accumulate = qs_cpu_accumulate,
-    .dropout_forward = qs_cpu_dropout_forward,
-    .dropout_backward = qs_cpu_dropout_backward,
-    .softmax_xent_forward = qs_cpu_softmax_xent_forward,
-    .softmax_xent_backward = qs_cpu_softmax_xent_backward,
-    .layernorm_forward = qs_cpu_layernorm_forward,
-    .layernorm_backward = qs_cpu_layernorm_backward,
-    .gelu_forward = qs_cpu_gelu_forward,
-    .gelu_backward = qs_cpu_gelu_backward,
-    .embedding_forward = qs_cpu_embedding_forward,
-    .embedding_backward = qs_cpu_embedding_backward,
-    .add_broadcast = qs_cpu_add_broadcast,
-    .permute_heads = qs_cpu_permute_heads,
-    .softmax_forward = qs_cpu_softmax_forward,
-    .softmax_backward = qs_cpu_softmax_backward,
-    .tanh_forward = qs_cpu_tanh_forward,
-    .tanh_backward = qs_cpu_tanh_backward,
-    .nhwc_to_nchw = qs_cpu_nhwc_to_nchw,
-    .nchw_to_nhwc = qs_cpu_nchw_to_nhwc,
-    .cast = qs_cpu_cast,
-    .sgd_step = qs_cpu_sgd_step,
-    .adamw_step = qs_cpu_adamw_step,
-    .sum_squares = qs_cpu_sum_squares,
-    .scale = qs_cpu_scale,
+#define QS_OP(family, ret, op, params) .op = qs_cpu_##op,
+#define QS_OP_OPTIONAL(family, ret, op, params) .op = NULL,
+#include "core/backend_ops.def"
 };
 
+/* The handle, its oneDNN context and probed precision table, the ops table; num_threads > 0 sets
+ * OpenMP's thread count. */
 qs_status qs_backend_cpu_create(int num_threads, qs_backend **out) {
     if (!out) return QS_FAIL(QS_ERR_INVALID_ARG, "qs_backend_cpu_create: out is NULL");
     *out = NULL;
@@ -189,7 +139,7 @@ qs_status qs_backend_cpu_create(int num_threads, qs_backend **out) {
     cb->base.num_threads = num_threads;
     cb->stream.be = cb;
     qs_status st = qs_dnnl_ctx_create(&cb->dnnl);
-    if (st == QS_OK) st = qs_cpu_probe_precisions(cb);
+    if (st == QS_OK) st = cpu_probe_precisions(cb);
     if (st != QS_OK) {
         qs_dnnl_ctx_destroy(&cb->dnnl);
         free(cb);

@@ -162,7 +162,7 @@ qs_status qs_cpu_bmm_plan(qs_backend *be, const qs_bmm_desc *d, void **plan, siz
     bp->d = *d;
     bp->fdt = qs_precision_operand_dtype(d->prec, false);
     bp->gdt = qs_precision_operand_dtype(d->prec, true);
-    bp->emulated = qs_cpu_precision_support(be, d->prec) == QS_PREC_EMULATED;
+    bp->emulated = qs_cpu_prec_of(be, d->prec) == QS_PREC_EMULATED;
     const int64_t longest = d->M > d->N ? (d->M > d->K ? d->M : d->K) : (d->N > d->K ? d->N : d->K);
     if (d->prec == QS_PREC_INT8 && longest > QS_CPU_INT8_EXACT_TERMS) bp->emulated = true;
     bp->path = bp->emulated                  ? PATH_F32

@@ -3,16 +3,6 @@
 #include "cpu/cpu_backend.h"
 #include "core/numfmt.h"
 
-void qs_cpu_copy_or_add(int64_t n, const float *src, float *dst, bool accumulate) {
-    if (accumulate) {
-#pragma omp parallel for simd schedule(static)
-        for (int64_t i = 0; i < n; i++) dst[i] += src[i];
-    } else if (src != dst) {
-#pragma omp parallel for simd schedule(static)
-        for (int64_t i = 0; i < n; i++) dst[i] = src[i];
-    }
-}
-
 /* y = max(x, 0); NaN stays NaN (like torch.relu); y may alias x. */
 qs_status qs_cpu_relu_forward(qs_backend *be, qs_stream *s, int64_t n, const float *x, float *y) {
     QS_TRY(qs_cpu_args_check("relu_forward", n, 2, (const void *[]){x, y}));

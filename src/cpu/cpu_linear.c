@@ -34,8 +34,6 @@
 #include "core/numfmt.h"
 #include "core/quant_int8.h"
 
-#define QS_INT8_EXACT_TERMS 133144 /* floor(2^31 / 127^2) */
-
 typedef enum linear_path { PATH_F32 = 0, PATH_BF16, PATH_INT8 } linear_path;
 
 typedef struct qs_cpu_linear_plan {
@@ -84,8 +82,6 @@ void qs_cpu_linear_plan_destroy(void *plan) {
     free(lp);
 }
 
-static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
-
 /* Build the primitives of the plan's path; operands of dtype cdt. */
 static qs_status linear_build(qs_cpu_linear_plan_t *lp, const qs_dnnl_ctx *ctx) {
     const int64_t M = lp->d.M, N = lp->d.N, K = lp->d.K;
@@ -94,7 +90,7 @@ static qs_status linear_build(qs_cpu_linear_plan_t *lp, const qs_dnnl_ctx *ctx) 
     const char *bwd_prefer = lp->path == PATH_F32 ? "gemm" : NULL;
     const qs_dnnl_tensor x = mat(M, K, K, 1, cdt), wt = mat(K, N, 1, K, cdt), w = mat(N, K, K, 1, cdt);
     const qs_dnnl_tensor dy = mat(M, N, N, 1, cdt);
-    lp->chunk = int8 && M > QS_INT8_EXACT_TERMS ? QS_INT8_EXACT_TERMS : M;
+    lp->chunk = int8 && M > QS_CPU_INT8_EXACT_TERMS ? QS_CPU_INT8_EXACT_TERMS : M;
     QS_TRY(linear_matmul(&lp->fwd, ctx, x, wt, N, fused_bias, false, NULL, "linear forward matmul"));
     QS_TRY(linear_matmul(&lp->bwd_data, ctx, dy, w, K, false, false, bwd_prefer, "linear backward-data matmul"));
     if (!int8) /* INT8 accumulates in its epilogue instead */
@@ -115,16 +111,16 @@ static qs_status linear_build(qs_cpu_linear_plan_t *lp, const qs_dnnl_ctx *ctx) 
     /* temporaries: emulated operands widened (two at most per direction); INT8 dX when
      * accumulating */
     size_t f = sizeof(float), tmp = 0;
-    if (lp->emulated) tmp = f * (size_t)max_sz(max_sz(M * K + N * K, M * N + N * K), M * N + M * K);
-    if (int8) tmp = max_sz(f * (size_t)(M * K), (size_t)(M * N)); /* dX temp | dYᵀ */
+    if (lp->emulated) tmp = f * (size_t)qs_cpu_max_size(qs_cpu_max_size(M * K + N * K, M * N + N * K), M * N + M * K);
+    if (int8) tmp = qs_cpu_max_size(f * (size_t)(M * K), (size_t)(M * N)); /* dX temp | dYᵀ */
     tmp = qs_cpu_align(tmp);
-    size_t scratch = max_sz(max_sz(lp->fwd.scratch_bytes, lp->bwd_data.scratch_bytes),
-                            max_sz(lp->bwd_data_acc.scratch_bytes, lp->bwd_weights.scratch_bytes));
-    scratch = max_sz(scratch, max_sz(lp->bwd_weights_acc.scratch_bytes, lp->bwd_weights_tail.scratch_bytes));
-    if (lp->d.has_bias) scratch = max_sz(scratch, (size_t)N * sizeof(double));
+    size_t scratch = qs_cpu_max_size(qs_cpu_max_size(lp->fwd.scratch_bytes, lp->bwd_data.scratch_bytes),
+                            qs_cpu_max_size(lp->bwd_data_acc.scratch_bytes, lp->bwd_weights.scratch_bytes));
+    scratch = qs_cpu_max_size(scratch, qs_cpu_max_size(lp->bwd_weights_acc.scratch_bytes, lp->bwd_weights_tail.scratch_bytes));
+    if (lp->d.has_bias) scratch = qs_cpu_max_size(scratch, (size_t)N * sizeof(double));
     lp->tmp_bytes = tmp;
     lp->y_off = tmp + qs_cpu_align(scratch);
-    const size_t narrow = max_sz(lp->d.y_dt == QS_BF16 ? (size_t)(M * N) : 0,  /* FP32 Y */
+    const size_t narrow = qs_cpu_max_size(lp->d.y_dt == QS_BF16 ? (size_t)(M * N) : 0,  /* FP32 Y */
                                  lp->d.dx_dt == QS_BF16 ? (size_t)(M * K) : 0); /* FP32 dX */
     lp->ws_bytes = lp->y_off + qs_cpu_align(f * narrow);
     return QS_OK;
@@ -146,7 +142,7 @@ qs_status qs_cpu_linear_plan(qs_backend *be, const qs_linear_desc *d, void **pla
     lp->d = *d;
     lp->fdt = qs_precision_operand_dtype(d->prec, false);
     lp->gdt = qs_precision_operand_dtype(d->prec, true);
-    lp->emulated = qs_cpu_precision_support(be, d->prec) == QS_PREC_EMULATED;
+    lp->emulated = qs_cpu_prec_of(be, d->prec) == QS_PREC_EMULATED;
     lp->path = lp->emulated ? PATH_F32 : d->prec == QS_PREC_BF16 ? PATH_BF16 : d->prec == QS_PREC_INT8 ? PATH_INT8 : PATH_F32;
     qs_status st = linear_build(lp, &qs_cpu_be(be)->dnnl);
     if (st != QS_OK) {

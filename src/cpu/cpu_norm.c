@@ -228,7 +228,7 @@ static void bn_dx_rows(int64_t r0, int64_t r1, int64_t C, const float *x, const 
     }
 }
 
-/* Contract: core/backend.h batchnorm_backward (dx F32; or BF16: the FP32 dx in the scratch,
+/* Contract: core/backend_ops.def batchnorm_backward (dx F32; or BF16: the FP32 dx in the scratch,
  * rounded by qs_f32_to_bf16 — the conversion quantize(…, QS_BF16, …, sr, …) runs, on the whole
  * tensor, so the bits equal quantize's; the dx_dt and accumulate checks come before any work). */
 qs_status qs_cpu_batchnorm_backward(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const void *x,

@@ -1,7 +1,5 @@
-/* src/cpu/cpu_quant.c — quantize / dequantize / column sums of the CPU backend, the
- * precision support table (probed once per backend), and the helpers every low-precision
- * GEMM path shares: operand checks, the FP32 epilogue that applies dequantization scales and
- * bias, and operand widening for emulated precisions. */
+/* src/cpu/cpu_quant.c — defines: quantize / dequantize of the CPU backend, and operand widening
+ * for emulated precisions (qs_cpu_widen, a dequantize into FP32). */
 #include "cpu/cpu_backend.h"
 
 #include <math.h>
@@ -9,83 +7,6 @@
 #include <string.h>
 
 #include "core/quant_int8.h"
-
-/* ------------------------------------------------------------------ precision support */
-
-qs_prec_support qs_cpu_precision_support(qs_backend *be, qs_precision p) {
-    if ((unsigned)p >= QS_PREC_COUNT) return QS_PREC_UNSUPPORTED;
-    return qs_cpu_be(be)->prec_support[p];
-}
-
-/* A precision runs natively when oneDNN builds a matmul for its operand types with an
- * optimized (non-reference) implementation on this CPU — for INT8 also exact int32
- * accumulation (VNNI or AMX) — otherwise it is emulated. */
-qs_status qs_cpu_probe_precisions(qs_cpu_backend *cb) {
-    qs_prec_support *t = cb->prec_support;
-    for (int p = 0; p < QS_PREC_COUNT; p++) t[p] = QS_PREC_UNSUPPORTED;
-    t[QS_PREC_FP32] = QS_PREC_NATIVE;
-    t[QS_PREC_FP16] = QS_PREC_EMULATED; /* oneDNN 2.6 has no f16 matmul/convolution */
-    t[QS_PREC_FP8] = QS_PREC_EMULATED;  /* no FP8 arithmetic on CPUs */
-    const qs_dtype probe[2] = {QS_BF16, QS_S8};
-    const qs_precision prec[2] = {QS_PREC_BF16, QS_PREC_INT8};
-    for (int i = 0; i < 2; i++) {
-        bool fast = false;
-        QS_TRY(qs_dnnl_matmul_probe(&cb->dnnl, probe[i], &fast));
-        /* without VNNI/AMX, oneDNN 2.6's s8 kernels saturate intermediate u8·s8 pair sums
-         * (wrong by up to 99% for ±127 operands, measured): INT8 is then emulated */
-        if (prec[i] == QS_PREC_INT8 && !qs_dnnl_int8_exact()) fast = false;
-        t[prec[i]] = fast ? QS_PREC_NATIVE : QS_PREC_EMULATED;
-    }
-    return QS_OK;
-}
-
-/* ------------------------------------------------------------------ operand helpers */
-
-qs_status qs_cpu_operand_check(const qs_operand *op, qs_dtype expect, bool allow_per_row, const char *what) {
-    if (!op || !op->data) return QS_FAIL(QS_ERR_INVALID_ARG, "%s: NULL operand", what);
-    if (op->dt != expect)
-        return QS_FAIL(QS_ERR_INVALID_ARG, "%s: operand is %s but the plan's precision stores %s", what,
-                       qs_dtype_name(op->dt), qs_dtype_name(expect));
-    bool scaled = qs_cpu_dtype_scaled(expect);
-    if (scaled && !op->scale) return QS_FAIL(QS_ERR_INVALID_ARG, "%s: %s operand without a scale", what, qs_dtype_name(expect));
-    if (op->per_row && !(scaled && allow_per_row))
-        return QS_FAIL(QS_ERR_INVALID_ARG,
-                       "%s: per-row scales are not allowed for this operand (fold them into the gradient)", what);
-    return QS_OK;
-}
-
-float qs_cpu_operand_tensor_scale(const qs_operand *op) {
-    return qs_cpu_dtype_scaled(op->dt) ? op->scale[0] : 1.0f;
-}
-
-void qs_cpu_epilogue(int64_t rows, int64_t cols, const float *acc, float alpha, const float *col_scale,
-                     const float *bias, float *out, bool accumulate) {
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-        const float *a = acc + r * cols;
-        float *o = out + r * cols;
-        for (int64_t c = 0; c < cols; c++) {
-            float v = a[c] * (col_scale ? alpha * col_scale[c] : alpha) + (bias ? bias[c] : 0.0f);
-            o[c] = accumulate ? o[c] + v : v;
-        }
-    }
-}
-
-qs_status qs_cpu_scratch(qs_cpu_backend *cb, size_t bytes, void **out) {
-    if (bytes > cb->scratch_bytes) {
-        free(cb->scratch);
-        cb->scratch = NULL;
-        cb->scratch_bytes = 0;
-        size_t sz = qs_cpu_align(bytes);
-        cb->scratch = aligned_alloc(64, sz);
-        if (!cb->scratch) return QS_FAIL(QS_ERR_OOM, "CPU backend: out of memory for %zu bytes of scratch", sz);
-        cb->scratch_bytes = sz;
-    }
-    *out = cb->scratch;
-    return QS_OK;
-}
-
-/* ------------------------------------------------------------------ backend ops */
 
 /* Largest finite magnitude of an FP8 format. */
 static float fp8_encode_scale(qs_dtype dt, float amax) {
@@ -101,7 +22,7 @@ static qs_status cpu_quantize_direct(qs_backend *be, int64_t rows, int64_t cols,
                                      const float *col_scale, qs_dtype dt, void *dst, float *scales, bool per_row,
                                      const qs_sr *sr, const qs_quant_delayed *delayed);
 
-/* Contract: core/backend.h quantize; dst_t is written after dst, from its bytes. */
+/* Contract: core/backend_ops.def quantize; dst_t is written after dst, from its bytes. */
 qs_status qs_cpu_quantize(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const float *src,
                           const float *col_scale, qs_dtype dt, void *dst, float *scales, bool per_row,
                           const qs_sr *sr, void *dst_t, const qs_quant_delayed *delayed) {
@@ -193,17 +114,6 @@ qs_status qs_cpu_dequantize(qs_backend *be, qs_stream *s, int64_t rows, int64_t 
     }
 }
 
-qs_status qs_cpu_column_sums(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const float *x, float *sums) {
-    if (rows < 0 || cols < 1 || !sums || (rows > 0 && !x))
-        return QS_FAIL(QS_ERR_INVALID_ARG, "column_sums: bad shape (%lld, %lld) or NULL pointer", (long long)rows,
-                       (long long)cols);
-    double *acc = NULL;
-    QS_TRY(qs_cpu_scratch(qs_cpu_be(be), (size_t)cols * sizeof(double), (void **)&acc));
-    QS_TRY(qs_cpu_colsums(rows, cols, x, NULL, NULL, NULL, NULL, acc, NULL));
-    for (int64_t c = 0; c < cols; c++) sums[c] = (float)acc[c];
-    return QS_OK;
-}
-
 qs_status qs_cpu_widen(qs_backend *be, int64_t rows, int64_t cols, const qs_operand *op, float **out, float *dst) {
     if (op->dt == QS_F32) {
         *out = (float *)op->data;
@@ -211,15 +121,4 @@ qs_status qs_cpu_widen(qs_backend *be, int64_t rows, int64_t cols, const qs_oper
     }
     *out = dst;
     return qs_cpu_dequantize(be, NULL, rows, cols, op, dst);
-}
-
-void qs_cpu_transpose_s8(int64_t rows, int64_t cols, const void *src, void *dst) {
-    const int8_t *a = src;
-    int8_t *t = dst;
-    enum { TB = 64 };
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int64_t r0 = 0; r0 < rows; r0 += TB)
-        for (int64_t c0 = 0; c0 < cols; c0 += TB)
-            for (int64_t c = c0; c < c0 + TB && c < cols; c++)
-                for (int64_t r = r0; r < r0 + TB && r < rows; r++) t[c * rows + r] = a[r * cols + c];
 }

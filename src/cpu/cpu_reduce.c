@@ -1,4 +1,5 @@
-/* src/cpu/cpu_reduce.c — deterministic per-channel (column) sums over (rows, C) data.
+/* src/cpu/cpu_reduce.c — defines: deterministic per-channel (column) sums over (rows, C) data
+ * (qs_cpu_colsums, shared with cpu_norm.c) and the column_sums op.
  *
  * Rows are split into a fixed number of chunks that depends only on `rows` (not on the
  * thread count); each chunk sums into its own double row of partials (vectorised over C),
@@ -11,6 +12,7 @@
 #define QS_REDUCE_MIN_ROWS 64   /* rows per chunk at least */
 #define QS_REDUCE_MAX_CHUNKS 32
 
+/* Contract: cpu_backend.h. */
 qs_status qs_cpu_colsums(int64_t rows, int64_t C, const float *a, const float *mask, const float *b,
                          const double *sa, const double *sb, double *sum1, double *sum2) {
     if (C <= 0) return QS_OK;
@@ -66,5 +68,17 @@ qs_status qs_cpu_colsums(int64_t rows, int64_t C, const float *a, const float *m
     }
     free(part);
     free(zero);
+    return QS_OK;
+}
+
+/* sums[c] = Σ_r x[r,c] for x (rows, cols), in double through qs_cpu_colsums, rounded once. */
+qs_status qs_cpu_column_sums(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const float *x, float *sums) {
+    if (rows < 0 || cols < 1 || !sums || (rows > 0 && !x))
+        return QS_FAIL(QS_ERR_INVALID_ARG, "column_sums: bad shape (%lld, %lld) or NULL pointer", (long long)rows,
+                       (long long)cols);
+    double *acc = NULL;
+    QS_TRY(qs_cpu_scratch(qs_cpu_be(be), (size_t)cols * sizeof(double), (void **)&acc));
+    QS_TRY(qs_cpu_colsums(rows, cols, x, NULL, NULL, NULL, NULL, acc, NULL));
+    for (int64_t c = 0; c < cols; c++) sums[c] = (float)acc[c];
     return QS_OK;
 }

@@ -1,5 +1,5 @@
 /* src/cpu/cpu_transformer.c — the memory-bound transformer operators of the CPU backend (FP32,
- * rows × C with C innermost; contracts in src/core/backend.h): LayerNorm, GELU (tanh
+ * rows × C with C innermost; contracts in src/core/backend_ops.def): LayerNorm, GELU (tanh
  * approximation), tanh, token-embedding lookup and its gradient, the broadcast add of position
  * embeddings, attention's heads ⇄ tokens permute and the masked softmax.
  *

@@ -86,7 +86,7 @@ qs_status qs_dnnl_conv_create(qs_dnnl_prim *p, const qs_dnnl_ctx *ctx, qs_dnnl_c
 
 /* Geometry of a forward convolution or deconvolution with explicit dilation (0 = dense, as
  * in oneDNN) and separate left/right padding, for the recipes that reinterpret a
- * convolution's backward pass as a forward one (cpu_conv.c). */
+ * convolution's backward pass as a forward one (cpu_conv_plan.c). */
 typedef struct qs_dnnl_conv_geom {
     int64_t strides[2], dilates[2], pad_l[2], pad_r[2];
 } qs_dnnl_conv_geom;

@@ -1,5 +1,13 @@
-/* src/cuda/cuda_attention.cu — fused multi-head attention on tensor cores (contract and design:
- * cuda_attention.h; semantics: core/backend.h qs_attention_desc).
+/* src/cuda/cuda_attention.cu — defines: fused multi-head attention on tensor cores, the optional
+ * attention ops of core/backend_ops.def (semantics: core/backend.h qs_attention_desc).
+ *
+ * Forward and backward are flash-attention style: the (T, T) scores never exist in memory.
+ * Tiles of 64 queries × 64 keys are multiplied on tensor cores (mma.sync m16n8k16, BF16 or FP16
+ * operands, FP32 accumulation); the forward keeps a running maximum and sum per query row and
+ * saves the row's log-sum-exp; the backward recomputes the probabilities from it, in two
+ * kernels — one per block of keys (dK, dV), one per block of queries (dQ) — so that every
+ * gradient element is written once, in a fixed order: results are bitwise reproducible.
+ * Supported: dtype BF16 or F16, head width D of 32 or 64, any T ≥ 1.
  *
  * Layout of the work: q, k, v are first packed from their token rows (FP32) into (N,H,T,D) in
  * the operand dtype E — the tensors the backward needs, kept in `saved` — then every kernel
@@ -10,8 +18,6 @@
  * the A operand of the next product without leaving registers: accumulator element c of n-tile
  * j in lane (g = lane/4, t = lane%4) is row g + 8·(c/2), column 8j + 2t + c%2.
  * Scores are kept in the log2 domain (scaled by alpha·log2 e) and exponentiated with exp2f. */
-#include "cuda/cuda_attention.h"
-
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -545,12 +551,14 @@ qs_status backward_as(qs_backend *be, cudaStream_t st, const qs_attention_desc *
 
 } // namespace
 
+/* BF16 or F16, D 32 or 64, T < 2^24 and N·H within int32 (the file comment's limits). */
 extern "C" bool qs_cuda_attention_supported(qs_backend *be, const qs_attention_desc *d) {
     (void)be;
     return d && (d->dtype == QS_BF16 || d->dtype == QS_F16) && (d->D == 32 || d->D == 64) && d->N >= 1 &&
            d->H >= 1 && d->T >= 1 && d->T < (1 << 24) && d->N * d->H < INT32_MAX;
 }
 
+/* Contract: core/backend_ops.def attention_forward; checks, then forward_as for the dtype and D. */
 extern "C" qs_status qs_cuda_attention_forward(qs_backend *be, qs_stream *s, const qs_attention_desc *d,
                                                const qs_heads_ref *q, const qs_heads_ref *k, const qs_heads_ref *v,
                                                float *out, void *saved) {
@@ -569,6 +577,7 @@ extern "C" qs_status qs_cuda_attention_forward(qs_backend *be, qs_stream *s, con
               : forward_as<__half, 64>(be, st, d, ops, out, saved);
 }
 
+/* Contract: core/backend_ops.def attention_backward; checks, then backward_as for the dtype and D. */
 extern "C" qs_status qs_cuda_attention_backward(qs_backend *be, qs_stream *s, const qs_attention_desc *d,
                                                 const void *saved, const float *out, const float *dout,
                                                 const qs_heads_ref *dq, const qs_heads_ref *dk,

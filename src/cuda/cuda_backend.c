@@ -1,10 +1,8 @@
-/* src/cuda/cuda_backend.c — the CUDA backend handle: construction on a device, counted device
- * memory, the (non-blocking) stream, copies, stream_sync with the report of errors that
- * kernels record in the device flag word, precision support, plan dispatch and the
- * qs_backend_ops table. Host code only (C11); the kernels live in the .cu files. */
+/* src/cuda/cuda_backend.c — defines: the CUDA backend handle: construction on a device, counted
+ * device memory, the (non-blocking) stream, events, copies, stream_sync with the report of errors
+ * that kernels record in the device flag word, precision support, plan dispatch and the
+ * qs_backend_ops table (expanded from core/backend_ops.def). Host code only (C11). */
 #include "cuda/cuda_backend.h"
-#include "cuda/cuda_attention.h"
-#include "cuda/cuda_transformer.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -31,30 +29,15 @@ struct qs_cuda_alloc {
 
 static cudaStream_t cuda_stream_of(qs_cuda_backend *cb, qs_stream *s) { return s ? s->s : cb->stream.s; }
 
-/* After a kernel launch: a launch error (bad configuration, no kernel image for this GPU, or
- * an earlier asynchronous fault) as QS_ERR_BACKEND naming the op. */
-qs_status qs_cuda_check_launch(const char *what) {
-    cudaError_t e = cudaGetLastError();
-    if (e == cudaSuccess) return QS_OK;
-    return QS_FAIL(QS_ERR_BACKEND, "%s: CUDA kernel launch failed: %s (%s)", what, cudaGetErrorName(e),
-                   cudaGetErrorString(e));
-}
-
-qs_status qs_cuda_make_current(qs_cuda_backend *cb) {
-    if (cb->green.green) return qs_cuda_green_make_current(&cb->green);
-    QS_CUDA_TRY(cudaSetDevice(cb->device));
-    return QS_OK;
-}
-
 /* Wait for the stream, free every allocation still live, release the cuBLASLt / cuDNN
- * handles (cuda_linear.c, cuda_conv.c), the flag word, the stream and the handle. Errors
+ * handles (cuda_gemm.c, cuda_conv_common.c), the flag word, the stream and the handle. Errors
  * are ignored: nothing can be done about them while tearing down. */
 void qs_cuda_destroy(qs_backend *be) {
     if (!be) return;
     qs_cuda_backend *cb = qs_cuda_be(be);
     (void)qs_cuda_make_current(cb);
     if (cb->stream.s) (void)cudaStreamSynchronize(cb->stream.s);
-    qs_cuda_linear_release(be);
+    qs_cuda_gemm_release(be);
     qs_cuda_conv_release(be);
     if (cb->allocs) {
         for (size_t i = 0; i < cb->allocs->count; i++) (void)cudaFree(cb->allocs->e[i].p);
@@ -127,7 +110,8 @@ void qs_cuda_free(qs_backend *be, void *p) {
     }
 }
 
-static qs_status qs_cuda_event_create(qs_backend *be, void **event) {
+/* Events: cudaEvent_t behind the void pointer, recorded on the op's stream. */
+qs_status qs_cuda_event_create(qs_backend *be, void **event) {
     (void)be;
     cudaEvent_t e;
     QS_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDefault));
@@ -135,22 +119,23 @@ static qs_status qs_cuda_event_create(qs_backend *be, void **event) {
     return QS_OK;
 }
 
-static void qs_cuda_event_destroy(qs_backend *be, void *event) {
+void qs_cuda_event_destroy(qs_backend *be, void *event) {
     (void)be;
     if (event) (void)cudaEventDestroy((cudaEvent_t)event);
 }
 
-static qs_status qs_cuda_event_record(qs_backend *be, qs_stream *s, void *event) {
+qs_status qs_cuda_event_record(qs_backend *be, qs_stream *s, void *event) {
     QS_CUDA_TRY(cudaEventRecord((cudaEvent_t)event, cuda_stream_of(qs_cuda_be(be), s)));
     return QS_OK;
 }
 
-static qs_status qs_cuda_event_elapsed_ms(qs_backend *be, void *start, void *end, float *ms) {
+qs_status qs_cuda_event_elapsed_ms(qs_backend *be, void *start, void *end, float *ms) {
     (void)be;
     QS_CUDA_TRY(cudaEventElapsedTime(ms, (cudaEvent_t)start, (cudaEvent_t)end));
     return QS_OK;
 }
 
+/* Bytes in use and the peak since creation (either pointer may be NULL). */
 void qs_cuda_memory_stats(qs_backend *be, size_t *in_use, size_t *peak) {
     if (in_use) *in_use = qs_cuda_be(be)->in_use;
     if (peak) *peak = qs_cuda_be(be)->peak;
@@ -210,8 +195,8 @@ qs_status qs_cuda_stream_sync(qs_backend *be, qs_stream *s) {
 
 qs_stream *qs_cuda_default_stream(qs_backend *be) { return &qs_cuda_be(be)->stream; }
 
-/* INT8 GEMMs: not run yet. Change this one line (to QS_PREC_NATIVE) once cuda_linear.c and
- * cuda_conv.c execute S8 operands. */
+/* INT8 GEMMs: not run yet. Change this one line (to QS_PREC_NATIVE) once cuda_gemm.c and
+ * cuda_conv_*.c execute S8 operands. */
 #define QS_CUDA_INT8_SUPPORT QS_PREC_UNSUPPORTED
 
 /* FP32 and FP16 run natively everywhere; TF32 and BF16 need Ampere (8.0), FP8 Ada/Hopper
@@ -245,80 +230,12 @@ void qs_cuda_plan_destroy(qs_backend *be, void *plan) {
     }
 }
 
+/* The ops table: qs_cuda_<op> for every op of core/backend_ops.def. */
 static const qs_backend_ops qs_cuda_ops = {
     .name = "cuda",
-    .destroy = qs_cuda_destroy,
-    .alloc = qs_cuda_alloc,
-    .free = qs_cuda_free,
-    .memory_stats = qs_cuda_memory_stats,
-    .event_create = qs_cuda_event_create,
-    .event_destroy = qs_cuda_event_destroy,
-    .event_record = qs_cuda_event_record,
-    .event_elapsed_ms = qs_cuda_event_elapsed_ms,
-    .memset_zero = qs_cuda_memset_zero,
-    .copy_h2d = qs_cuda_copy_h2d,
-    .copy_d2h = qs_cuda_copy_d2h,
-    .copy_d2d = qs_cuda_copy_d2d,
-    .stream_sync = qs_cuda_stream_sync,
-    .default_stream = qs_cuda_default_stream,
-    .capture_begin = qs_cuda_capture_begin,
-    .capture_end = qs_cuda_capture_end,
-    .graph_launch = qs_cuda_graph_launch,
-    .graph_destroy = qs_cuda_graph_destroy,
-    .precision_support = qs_cuda_precision_support,
-    .linear_plan = qs_cuda_linear_plan,
-    .linear_forward = qs_cuda_linear_forward,
-    .linear_backward_data = qs_cuda_linear_backward_data,
-    .linear_backward_weights = qs_cuda_linear_backward_weights,
-    .conv_plan = qs_cuda_conv_plan,
-    .conv_forward = qs_cuda_conv_forward,
-    .conv_backward_data = qs_cuda_conv_backward_data,
-    .conv_backward_weights = qs_cuda_conv_backward_weights,
-    .pool_plan = qs_cuda_pool_plan,
-    .pool_forward = qs_cuda_pool_forward,
-    .pool_backward = qs_cuda_pool_backward,
-    .plan_destroy = qs_cuda_plan_destroy,
-    .bmm_plan = qs_cuda_bmm_plan,
-    .bmm_forward = qs_cuda_bmm_forward,
-    .bmm_backward_a = qs_cuda_bmm_backward_a,
-    .bmm_backward_b = qs_cuda_bmm_backward_b,
-    .batchnorm_forward_train = qs_cuda_batchnorm_forward_train,
-    .batchnorm_forward_eval = qs_cuda_batchnorm_forward_eval,
-    .batchnorm_backward = qs_cuda_batchnorm_backward,
-    .relu_forward = qs_cuda_relu_forward,
-    .relu_backward = qs_cuda_relu_backward,
-    .add_forward = qs_cuda_add_forward,
-    .accumulate = qs_cuda_accumulate,
-    .dropout_forward = qs_cuda_dropout_forward,
-    .dropout_backward = qs_cuda_dropout_backward,
-    .softmax_xent_forward = qs_cuda_softmax_xent_forward,
-    .softmax_xent_backward = qs_cuda_softmax_xent_backward,
-    .layernorm_forward = qs_cuda_layernorm_forward,
-    .layernorm_backward = qs_cuda_layernorm_backward,
-    .gelu_forward = qs_cuda_gelu_forward,
-    .gelu_backward = qs_cuda_gelu_backward,
-    .embedding_forward = qs_cuda_embedding_forward,
-    .embedding_backward = qs_cuda_embedding_backward,
-    .add_broadcast = qs_cuda_add_broadcast,
-    .permute_heads = qs_cuda_permute_heads,
-    .softmax_forward = qs_cuda_softmax_forward,
-    .softmax_backward = qs_cuda_softmax_backward,
-    .attention_supported = qs_cuda_attention_supported,
-    .attention_forward = qs_cuda_attention_forward,
-    .attention_backward = qs_cuda_attention_backward,
-    .tanh_forward = qs_cuda_tanh_forward,
-    .tanh_backward = qs_cuda_tanh_backward,
-    .nhwc_to_nchw = qs_cuda_nhwc_to_nchw,
-    .nchw_to_nhwc = qs_cuda_nchw_to_nhwc,
-    .cast = qs_cuda_cast,
-    .quantize = qs_cuda_quantize,
-    .dequantize = qs_cuda_dequantize,
-    .column_sums = qs_cuda_column_sums,
-    .argmax_rows = qs_cuda_argmax_rows,
-    .sgd_step = qs_cuda_sgd_step,
-    .adamw_step = qs_cuda_adamw_step,
-    .sum_squares = qs_cuda_sum_squares,
-    .scale = qs_cuda_scale,
+#define QS_OP(family, ret, op, params) .op = qs_cuda_##op,
+#define QS_OP_OPTIONAL(family, ret, op, params) .op = qs_cuda_##op,
+#include "core/backend_ops.def"
 };
 
 /* On failure inside qs_backend_cuda_create: record the message, then tear down. */
@@ -332,10 +249,7 @@ static const qs_backend_ops qs_cuda_ops = {
         }                                                                                              \
     } while (0)
 
-/* Select `device` for this host thread (every later call of the backend must come from a
- * thread with this device current: one device per process), read its properties, create the
- * non-blocking stream and the zeroed flag word. The cuBLASLt and cuDNN handles (lt, dnn) are
- * created on first use by cuda_linear.c / cuda_conv.c. */
+/* The name, SM count (the partition's when on one), memory and compute capability of the GPU. */
 qs_status qs_backend_cuda_facts(qs_backend *be, qs_gpu_facts *out) {
     memset(out, 0, sizeof *out);
     if (!be || strcmp(be->ops->name, "cuda") != 0)
@@ -349,6 +263,10 @@ qs_status qs_backend_cuda_facts(qs_backend *be, qs_gpu_facts *out) {
     return QS_OK;
 }
 
+/* Select `device` for this host thread (every later call of the backend must come from a
+ * thread with this device current: one device per process), read its properties, create the
+ * non-blocking stream and the zeroed flag word. The cuBLASLt and cuDNN handles (lt, dnn) are
+ * created on first use by cuda_gemm.c / cuda_conv_common.c. */
 qs_status qs_backend_cuda_create(int device, qs_backend **out) {
     if (!out) return QS_FAIL(QS_ERR_INVALID_ARG, "qs_backend_cuda_create: out is NULL");
     *out = NULL;

@@ -1,5 +1,5 @@
 /* src/cuda/cuda_graph.c — defines: capture of queued ops into CUDA graphs and their replay
- * (the capture_begin / capture_end / graph_launch / graph_destroy ops of core/backend.h).
+ * (the capture_begin / capture_end / graph_launch / graph_destroy ops of core/backend_ops.def).
  *
  * Capture runs in cudaStreamCaptureModeThreadLocal: a call of this thread that is not allowed
  * while capturing (cudaMalloc, a synchronising copy, cudaStreamSynchronize) fails and invalidates

@@ -1,6 +1,6 @@
 /* src/cuda/cuda_linear_kernels.cu — defines: the small kernels around the cuBLASLt products of
- * cuda_linear.c (Linear and batched matmul; declared, with their contracts, in
- * cuda_linear_kernels.h):
+ * cuda_gemm.c (Linear and batched matmul) and the Linear's bias sums (declared, with their
+ * contracts, in cuda_linear_kernels.h):
  *   transpose_u8   FP8 operand transposes (cuBLASLt's FP8 GEMMs take only the TN layout),
  *                  zero-filling the padding of both dimensions of the destination
  *   pad_u8         FP8 operand copies into a wider / taller row-major buffer, zero-filled

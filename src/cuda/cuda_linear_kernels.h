@@ -1,5 +1,5 @@
-/* src/cuda/cuda_linear_kernels.h — defines: the launchers of the small kernels that
- * cuda_linear.c needs around its cuBLASLt products (cuda_linear_kernels.cu, C linkage):
+/* src/cuda/cuda_linear_kernels.h — defines: the launchers of the small kernels that the cuBLASLt
+ * wrapper (cuda_gemm.c) and the Linear (cuda_linear.c) need (cuda_linear_kernels.cu, C linkage):
  * the byte transpose and the zero-filled byte copy that give FP8 GEMMs their "TN" operands
  * with 16-byte leading dimensions, the write-back of a padded FP32 result into the caller's
  * unpadded output, the bias add of the FP8 forward, and the deterministic column sums behind

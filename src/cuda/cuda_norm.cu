@@ -1,39 +1,23 @@
-/* src/cuda/cuda_norm.cu — pooling, batch normalisation and fused softmax + cross-entropy on the
- * GPU, FP32, with the CPU backend's semantics (src/cpu/cpu_pool.c, cpu_norm.c, cpu_softmax.c).
+/* src/cuda/cuda_norm.cu — defines: batch normalisation on the GPU (the batchnorm_* ops), with the
+ * CPU backend's semantics (src/cpu/cpu_norm.c).
  *
- * Pooling: X (N,H,W,C) → Y (N,P,Q,C), one thread per output element (C innermost, coalesced).
- *   Max: the first maximum in window scan order (h, then w) wins and NaN propagates (a later
- *   NaN replaces an earlier one), like the CPU; idx = h*W+w within the image. Average divides
- *   by R·S (count_include_pad). Backward is a gather, one thread per input element, adding the
- *   contributions of the windows that contain it in (p, q) order — the order of the CPU's
- *   scatter — so no atomics: deterministic, and the same sums as the CPU.
- * Batch norm: x viewed as (rows, C), FP32 or BF16 (x_dt; every kernel that reads x is templated
- *   on its element type and widens a BF16 value exactly, so the results are bitwise those of the
- *   FP32 op on the widened x). Blocks of 32 channels × 8 row lanes (a warp reads 32
- *   consecutive channels of one row); each block reduces one chunk of rows in double, chunk
- *   partials go to a per-call stream-ordered scratch (cudaMallocAsync) and are summed per
- *   channel in a fixed order by 32 chunk lanes of one block (bn_chunk_sums: the per-thread
- *   loop over all chunks that summed them before took ~24 µs a call, 2 ms of a resnet50 step).
- *   The chunking and the order depend only on (rows, C), so results are bitwise
- *   reproducible. Training statistics are two-pass like the CPU: mean = Σx/n, then
- *   var = Σ(x-mean)²/n (biased) normalises, running_var takes Σ(x-mean)²/(n-1). The backward's
- *   dx is FP32, or BF16 rounded in the dx kernel from the FP32 value it computes — stochastically
- *   with the words quantize uses (core/quant_sr.h) or to nearest even — so the BF16 gradient of
- *   the convolution before it costs no FP32 write and no pass. When C and the rounding offset
- *   are multiples of 64, a thread rounds four channels of a row with one Philox block
- *   (k_bn_bwd_dx_sr64); otherwise the (channel, row) layout gives a thread no two elements of
- *   one block and it computes a block per element.
- * Softmax + cross-entropy: one block per row; one pass over the logits keeps a running maximum
- *   and Σexp(x − max) per thread (FP32 exponentials, double sums), merged over the block in a
- *   fixed order into the log-sum-exp (double); a second pass writes the probabilities (float4
- *   loads and stores where the rows allow). The CPU takes the maximum first and the
- *   exponentials in double: the two agree to FP32 rounding of the terms. Labels live in device memory and cannot be checked without a
- *   synchronisation: an out-of-range label gives a NaN loss (forward) and a NaN gradient row
- *   (backward) instead of an out-of-bounds read, so the step's loss shows it. */
+ * x viewed as (rows, C), FP32 or BF16 (x_dt; every kernel that reads x is templated on its
+ * element type and widens a BF16 value exactly, so the results are bitwise those of the FP32 op
+ * on the widened x). Blocks of 32 channels × 8 row lanes (a warp reads 32 consecutive channels of
+ * one row); each block reduces one chunk of rows in double, chunk partials go to a per-call
+ * stream-ordered scratch (cudaMallocAsync) and are summed per channel in a fixed order by 32
+ * chunk lanes of one block (bn_chunk_sums). The chunking and the order depend only on (rows, C),
+ * so results are bitwise reproducible. Training statistics are two-pass like the CPU: mean =
+ * Σx/n, then var = Σ(x-mean)²/n (biased) normalises, running_var takes Σ(x-mean)²/(n-1). The
+ * backward's dx is FP32, or BF16 rounded in the dx kernel from the FP32 value it computes —
+ * stochastically with the words quantize uses (core/quant_sr.h) or to nearest even — so the BF16
+ * gradient of the convolution before it costs no FP32 write and no pass. When C and the rounding
+ * offset are multiples of 64, a thread rounds four channels of a row with one Philox block
+ * (k_bn_bwd_dx_sr64); otherwise the (channel, row) layout gives a thread no two elements of one
+ * block and it computes a block per element. */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
-#include <stdlib.h>
 #include <type_traits>
 
 #include "cuda/cuda_backend.h"
@@ -43,124 +27,13 @@
 
 namespace {
 
-constexpr int kBlock = 256;
 constexpr int kTx = 32; /* channels per batch-norm block */
 constexpr int kTy = 8;  /* row lanes per batch-norm block */
 
-unsigned grid_for(int64_t n) {
-    int64_t b = (n + kBlock - 1) / kBlock;
-    if (b < 1) b = 1;
-    if (b > 65535 * 8) b = 65535 * 8;
-    return (unsigned)b;
-}
-
+using qs_cuda::args_check;
 using qs_cuda::Scratch;
 using qs_cuda::stream_of;
 using qs_cuda::with_f32_or_bf16;
-
-using qs_cuda::args_check;
-
-
-/* ================================================================== pooling */
-
-struct PoolPlan {
-    qs_cuda_plan_kind kind; /* QS_CUDA_PLAN_POOL, first */
-    qs_pool_desc d;
-};
-
-qs_status pool_plan_check(void *plan, const char *what, const qs_pool_desc **d) {
-    if (!plan) return QS_FAIL(QS_ERR_INVALID_ARG, "%s: plan is NULL; create it with pool_plan", what);
-    const PoolPlan *pp = static_cast<const PoolPlan *>(plan);
-    if (pp->kind != QS_CUDA_PLAN_POOL)
-        return QS_FAIL(QS_ERR_INVALID_ARG, "%s: the plan passed is of another operator kind; pass the pool plan", what);
-    *d = &pp->d;
-    return QS_OK;
-}
-
-/* y[n,p,q,c], idx[n,p,q,c] = max over the clipped window and the position h*W+w of the winner. */
-__global__ void k_maxpool_fwd(qs_pool_desc d, const float *__restrict__ x, float *__restrict__ y,
-                              int32_t *__restrict__ idx) {
-    const int64_t n_out = d.N * d.P * d.Q * d.C;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n_out; i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t c = i % d.C, t = i / d.C;
-        int64_t q = t % d.Q;
-        t /= d.Q;
-        int64_t p = t % d.P, n = t / d.P;
-        int64_t hs = p * d.stride_h - d.pad_h, ws = q * d.stride_w - d.pad_w;
-        int64_t h0 = hs < 0 ? 0 : hs, h1 = hs + d.R < d.H ? hs + d.R : d.H;
-        int64_t w0 = ws < 0 ? 0 : ws, w1 = ws + d.S < d.W ? ws + d.S : d.W;
-        const float *xn = x + n * d.H * d.W * d.C + c;
-        float best = -__int_as_float(0x7f800000); /* -inf */
-        int32_t bi = (int32_t)(h0 * d.W + w0);
-        for (int64_t h = h0; h < h1; h++)
-            for (int64_t w = w0; w < w1; w++) {
-                float v = xn[(h * d.W + w) * d.C];
-                if (v > best || v != v) { /* NaN wins, like PyTorch and the CPU */
-                    best = v;
-                    bi = (int32_t)(h * d.W + w);
-                }
-            }
-        y[i] = best;
-        idx[i] = bi;
-    }
-}
-
-/* y[n,p,q,c] = Σ over the clipped window · inv (inv = 1/(R·S): padding counts). */
-__global__ void k_avgpool_fwd(qs_pool_desc d, float inv, const float *__restrict__ x, float *__restrict__ y) {
-    const int64_t n_out = d.N * d.P * d.Q * d.C;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n_out; i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t c = i % d.C, t = i / d.C;
-        int64_t q = t % d.Q;
-        t /= d.Q;
-        int64_t p = t % d.P, n = t / d.P;
-        int64_t hs = p * d.stride_h - d.pad_h, ws = q * d.stride_w - d.pad_w;
-        int64_t h0 = hs < 0 ? 0 : hs, h1 = hs + d.R < d.H ? hs + d.R : d.H;
-        int64_t w0 = ws < 0 ? 0 : ws, w1 = ws + d.S < d.W ? ws + d.S : d.W;
-        const float *xn = x + n * d.H * d.W * d.C + c;
-        float sum = 0.0f;
-        for (int64_t h = h0; h < h1; h++)
-            for (int64_t w = w0; w < w1; w++) sum += xn[(h * d.W + w) * d.C];
-        y[i] = sum * inv;
-    }
-}
-
-/* First output index o with o·stride − pad + K > v (its window reaches v), i.e.
- * ceil((v + pad − K + 1) / stride) clamped at 0. */
-__device__ __forceinline__ int64_t first_window(int64_t v, int64_t pad, int64_t K, int64_t stride) {
-    int64_t num = v + pad - K + 1;
-    return num <= 0 ? 0 : (num + stride - 1) / stride;
-}
-
-/* dx[n,h,w,c] (= or +=) Σ over the outputs (p,q) whose window holds (h,w), in (p,q) order:
- * max — dy where idx == h*W+w; average — dy·inv. */
-__global__ void k_pool_bwd(qs_pool_desc d, bool is_max, float inv, const float *__restrict__ dy,
-                           const int32_t *__restrict__ idx, float *__restrict__ dx, bool accumulate) {
-    const int64_t n_in = d.N * d.H * d.W * d.C;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n_in; i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t c = i % d.C, t = i / d.C;
-        int64_t w = t % d.W;
-        t /= d.W;
-        int64_t h = t % d.H, n = t / d.H;
-        int64_t p0 = first_window(h, d.pad_h, d.R, d.stride_h), p1 = (h + d.pad_h) / d.stride_h;
-        int64_t q0 = first_window(w, d.pad_w, d.S, d.stride_w), q1 = (w + d.pad_w) / d.stride_w;
-        if (p1 > d.P - 1) p1 = d.P - 1;
-        if (q1 > d.Q - 1) q1 = d.Q - 1;
-        const int32_t pos = (int32_t)(h * d.W + w);
-        float acc = accumulate ? dx[i] : 0.0f;
-        for (int64_t p = p0; p <= p1; p++)
-            for (int64_t q = q0; q <= q1; q++) {
-                int64_t o = ((n * d.P + p) * d.Q + q) * d.C + c;
-                if (is_max) {
-                    if (idx[o] == pos) acc += dy[o];
-                } else {
-                    acc += dy[o] * inv;
-                }
-            }
-        dx[i] = acc;
-    }
-}
-
-/* ================================================================== batch norm */
 
 /* Row chunks of the per-channel reductions: a function of (rows, C) only (reproducible),
  * at least 64 rows each, about 1024 blocks in all. */
@@ -536,193 +409,7 @@ void bn_apply_launch(dim3 grid, cudaStream_t st, int64_t rows, int64_t C, const 
     });
 }
 
-/* ================================================================== softmax + cross-entropy */
-
-/* Running (max m, Σ exp(x − m)) of a stream of values: one more value x. The exponentials are
- * FP32, their sum double. */
-__device__ __forceinline__ void lse_push(float &m, double &s, float x) {
-    if (x > m) {
-        s = s * (double)expf(m - x) + 1.0; /* m = -inf at first: expf(-inf) = 0 */
-        m = x;
-    } else {
-        s += (double)expf(x - m);
-    }
-}
-
-/* Merge another running pair (om, os) into (m, s). */
-__device__ __forceinline__ void lse_merge(float &m, double &s, float om, double os) {
-    const float nm = fmaxf(m, om);
-    if (nm == -INFINITY) return; /* both empty */
-    s = s * (double)expf(m - nm) + os * (double)expf(om - nm);
-    m = nm;
-}
-
-/* Whether a row of K floats at p can be read as float4s. */
-__device__ __forceinline__ bool vec4_ok(const float *p, int64_t K) {
-    return K % 4 == 0 && ((uintptr_t)p & 15) == 0;
-}
-
-/* One block per row: the row's log-sum-exp in one pass over the logits (running maximum and
- * sum per thread, merged over the block), then probs = exp(logits − lse) and
- * loss = lse − logits[label] (NaN for a label outside [0, K)). */
-__global__ void __launch_bounds__(kBlock) k_xent_fwd(int64_t K, const float *__restrict__ logits,
-                                                     const int32_t *__restrict__ labels, float *__restrict__ loss,
-                                                     float *__restrict__ probs) {
-    __shared__ float sm[kBlock / 32];
-    __shared__ double ss[kBlock / 32];
-    __shared__ double lse_s;
-    const int64_t row = blockIdx.x;
-    const float *l = logits + row * K;
-    float *pr = probs + row * K;
-    const bool vec = vec4_ok(l, K) && vec4_ok(pr, K);
-    float m = -INFINITY;
-    double s = 0.0;
-    if (vec) {
-        for (int64_t i = threadIdx.x; i < K / 4; i += kBlock) {
-            const float4 v = reinterpret_cast<const float4 *>(l)[i];
-            lse_push(m, s, v.x);
-            lse_push(m, s, v.y);
-            lse_push(m, s, v.z);
-            lse_push(m, s, v.w);
-        }
-    } else {
-        for (int64_t c = threadIdx.x; c < K; c += kBlock) lse_push(m, s, l[c]);
-    }
-    for (int o = 16; o > 0; o >>= 1) lse_merge(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) {
-        sm[warp] = m;
-        ss[warp] = s;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float bm = sm[0];
-        double bs = ss[0];
-        for (int w = 1; w < kBlock / 32; w++) lse_merge(bm, bs, sm[w], ss[w]); /* fixed order */
-        lse_s = (double)bm + log(bs);
-        const int32_t lab = labels[row];
-        loss[row] = (lab >= 0 && lab < K) ? (float)(lse_s - (double)l[lab]) : __int_as_float(0x7fc00000);
-    }
-    __syncthreads();
-    const double lse = lse_s;
-    if (vec) {
-        for (int64_t i = threadIdx.x; i < K / 4; i += kBlock) {
-            const float4 v = reinterpret_cast<const float4 *>(l)[i];
-            reinterpret_cast<float4 *>(pr)[i] =
-                make_float4(expf((float)((double)v.x - lse)), expf((float)((double)v.y - lse)),
-                            expf((float)((double)v.z - lse)), expf((float)((double)v.w - lse)));
-        }
-    } else {
-        for (int64_t c = threadIdx.x; c < K; c += kBlock) pr[c] = expf((float)((double)l[c] - lse));
-    }
-}
-
-/* One block per row: dlogits = (probs - onehot(label))·scale; a row with an out-of-range label
- * becomes NaN. */
-__global__ void __launch_bounds__(kBlock) k_xent_bwd(int64_t K, const float *__restrict__ probs,
-                                                     const int32_t *__restrict__ labels, float scale,
-                                                     float *__restrict__ d) {
-    const int64_t row = blockIdx.x;
-    const float *p = probs + row * K;
-    float *dr = d + row * K;
-    const int32_t lab = labels[row];
-    if (lab < 0 || lab >= K) {
-        for (int64_t c = threadIdx.x; c < K; c += kBlock) dr[c] = __int_as_float(0x7fc00000); /* NaN */
-        return;
-    }
-    if (vec4_ok(p, K) && vec4_ok(dr, K)) {
-        for (int64_t i = threadIdx.x; i < K / 4; i += kBlock) {
-            const float4 v = reinterpret_cast<const float4 *>(p)[i];
-            reinterpret_cast<float4 *>(dr)[i] = make_float4(v.x * scale, v.y * scale, v.z * scale, v.w * scale);
-        }
-    } else {
-        for (int64_t c = threadIdx.x; c < K; c += kBlock) dr[c] = p[c] * scale;
-    }
-    __syncthreads(); /* the label's element is rewritten after the row (same thread order) */
-    if (threadIdx.x == 0) dr[lab] = (p[lab] - 1.0f) * scale;
-}
-
-/* One warp per row: every lane scans its columns with `>` (so it keeps its first maximum), then
- * the lanes' (value, column) pairs meet, the larger value or, on a tie, the smaller column. */
-__global__ void k_argmax_rows(int64_t rows, int64_t cols, const float *__restrict__ x, int32_t *__restrict__ idx) {
-    const int lane = threadIdx.x & 31;
-    const int64_t row = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    if (row >= rows) return; /* whole warps leave together */
-    const float *r = x + row * cols;
-    float best = -__int_as_float(0x7f800000);
-    int64_t at = cols; /* none yet */
-    for (int64_t c = lane; c < cols; c += 32)
-        if (at == cols || r[c] > best) best = r[c], at = c;
-    for (int o = 16; o > 0; o >>= 1) {
-        const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-        const int64_t oa = __shfl_xor_sync(0xffffffffu, at, o);
-        if (ob > best || (ob == best && oa < at)) best = ob, at = oa;
-    }
-    if (lane == 0) idx[row] = (int32_t)(at < cols ? at : 0);
-}
-
-qs_status xent_check(const char *what, int64_t B, int64_t classes, std::initializer_list<const void *> ptrs) {
-    if (B < 0 || classes < 1)
-        return QS_FAIL(QS_ERR_INVALID_ARG, "%s: B=%lld classes=%lld; need B >= 0 and classes >= 1", what,
-                       (long long)B, (long long)classes);
-    return args_check(what, B, ptrs);
-}
-
 } // namespace
-
-/* ------------------------------------------------------------------ pooling entry points */
-
-/* Validate the descriptor (P,Q must be qs_pool_desc_finish()'s) and keep it; no workspace. */
-extern "C" qs_status qs_cuda_pool_plan(qs_backend *, const qs_pool_desc *d, void **plan, size_t *workspace) {
-    QS_TRY(qs_pool_plan_args(d, plan, workspace));
-    qs_pool_desc dd = *d; /* finished: the same P,Q */
-    PoolPlan *pp = static_cast<PoolPlan *>(calloc(1, sizeof(PoolPlan)));
-    if (!pp) return QS_FAIL(QS_ERR_OOM, "pool_plan: out of memory for the plan");
-    pp->kind = QS_CUDA_PLAN_POOL;
-    pp->d = dd;
-    *plan = pp;
-    return QS_OK;
-}
-
-extern "C" void qs_cuda_pool_plan_destroy(qs_backend *, void *plan) { free(plan); }
-
-/* y (N,P,Q,C) from x (N,H,W,C); max pooling also writes idx (N,P,Q,C). */
-extern "C" qs_status qs_cuda_pool_forward(qs_backend *be, void *plan, qs_stream *s, const void *x, void *y,
-                                          int32_t *idx, void * /* ws: none needed */) {
-    const qs_pool_desc *d = nullptr;
-    QS_TRY(pool_plan_check(plan, "pool_forward", &d));
-    const bool is_max = d->kind == QS_POOL_MAX;
-    if (!x || !y || (is_max && !idx))
-        return QS_FAIL(QS_ERR_INVALID_ARG, "pool_forward: NULL x, y or (max pooling) idx");
-    const int64_t n = d->N * d->P * d->Q * d->C;
-    if (n <= 0) return QS_OK;
-    cudaStream_t st = stream_of(be, s);
-    if (is_max) {
-        k_maxpool_fwd<<<grid_for(n), kBlock, 0, st>>>(*d, static_cast<const float *>(x), static_cast<float *>(y), idx);
-        return qs_cuda_check_launch("pool_forward (max pooling kernel)");
-    }
-    const float inv = 1.0f / (float)(d->R * d->S);
-    k_avgpool_fwd<<<grid_for(n), kBlock, 0, st>>>(*d, inv, static_cast<const float *>(x), static_cast<float *>(y));
-    return qs_cuda_check_launch("pool_forward (average pooling kernel)");
-}
-
-/* dx (N,H,W,C) = (or +=) the gradient of pooling for dy (N,P,Q,C). */
-extern "C" qs_status qs_cuda_pool_backward(qs_backend *be, void *plan, qs_stream *s, const void *dy,
-                                           const int32_t *idx, void *dx, bool accumulate, void * /* ws */) {
-    const qs_pool_desc *d = nullptr;
-    QS_TRY(pool_plan_check(plan, "pool_backward", &d));
-    const bool is_max = d->kind == QS_POOL_MAX;
-    if (!dy || !dx || (is_max && !idx))
-        return QS_FAIL(QS_ERR_INVALID_ARG, "pool_backward: NULL dy, dx or (max pooling) idx");
-    const int64_t n = d->N * d->H * d->W * d->C;
-    if (n <= 0) return QS_OK;
-    const float inv = 1.0f / (float)(d->R * d->S);
-    k_pool_bwd<<<grid_for(n), kBlock, 0, stream_of(be, s)>>>(*d, is_max, inv, static_cast<const float *>(dy), idx,
-                                                             static_cast<float *>(dx), accumulate);
-    return qs_cuda_check_launch(is_max ? "pool_backward (max pooling kernel)" : "pool_backward (average pooling kernel)");
-}
-
-/* ------------------------------------------------------------------ batch norm entry points */
 
 /* x (rows, C) in x_dt, y (rows, C) in y_dt (each F32 or BF16); save_mean, save_invstd,
  * running_mean, running_var, gamma, beta (C). gamma/beta NULL = 1/0; running_* NULL = no update;
@@ -860,44 +547,4 @@ extern "C" qs_status qs_cuda_batchnorm_backward(qs_backend *be, qs_stream *s, in
         });
     });
     return qs_cuda_check_launch("batchnorm_backward (input-gradient kernel)");
-}
-
-/* ------------------------------------------------------------------ softmax + cross-entropy */
-
-/* logits, probs (B, classes); labels (B) int32 in [0, classes); loss (B). */
-extern "C" qs_status qs_cuda_softmax_xent_forward(qs_backend *be, qs_stream *s, int64_t B, int64_t classes,
-                                                  const float *logits, const int32_t *labels, float *loss,
-                                                  float *probs) {
-    QS_TRY(xent_check("softmax_xent_forward", B, classes, {logits, labels, loss, probs}));
-    if (B == 0) return QS_OK;
-    if (B > INT32_MAX)
-        return QS_FAIL(QS_ERR_UNSUPPORTED, "softmax_xent_forward: %lld rows are too many for one launch", (long long)B);
-    k_xent_fwd<<<(unsigned)B, kBlock, 0, stream_of(be, s)>>>(classes, logits, labels, loss, probs);
-    return qs_cuda_check_launch("softmax_xent_forward (softmax kernel)");
-}
-
-/* dlogits (B, classes) = (probs - onehot(labels))·scale. */
-extern "C" qs_status qs_cuda_softmax_xent_backward(qs_backend *be, qs_stream *s, int64_t B, int64_t classes,
-                                                   const float *probs, const int32_t *labels, float scale,
-                                                   float *dlogits) {
-    QS_TRY(xent_check("softmax_xent_backward", B, classes, {probs, labels, dlogits}));
-    if (B == 0) return QS_OK;
-    if (B > INT32_MAX)
-        return QS_FAIL(QS_ERR_UNSUPPORTED, "softmax_xent_backward: %lld rows are too many for one launch", (long long)B);
-    k_xent_bwd<<<(unsigned)B, kBlock, 0, stream_of(be, s)>>>(classes, probs, labels, scale, dlogits);
-    return qs_cuda_check_launch("softmax_xent_backward (gradient kernel)");
-}
-
-/* idx (rows) = the first column of each row's largest value of x (rows, cols). */
-extern "C" qs_status qs_cuda_argmax_rows(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const float *x,
-                                         int32_t *idx) {
-    QS_TRY(xent_check("argmax_rows", rows, cols, {x, idx}));
-    if (cols > INT32_MAX) return QS_FAIL(QS_ERR_INVALID_ARG, "argmax_rows: %lld columns exceed int32", (long long)cols);
-    if (rows == 0) return QS_OK;
-    const int rows_per_block = kBlock / 32;
-    const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
-    if (blocks > INT32_MAX)
-        return QS_FAIL(QS_ERR_UNSUPPORTED, "argmax_rows: %lld rows are too many for one launch", (long long)rows);
-    k_argmax_rows<<<(unsigned)blocks, kBlock, 0, stream_of(be, s)>>>(rows, cols, x, idx);
-    return qs_cuda_check_launch("argmax_rows (kernel)");
 }

@@ -1,5 +1,5 @@
-/* src/cuda/cuda_quant.cu — quantize / dequantize of the CUDA backend (contracts in
- * core/backend.h; the CPU reference is src/cpu/cpu_quant.c). Every element goes through the
+/* src/cuda/cuda_quant.cu — defines: quantize of the CUDA backend (contract in core/backend_ops.def;
+ * the CPU reference is src/cpu/cpu_quant.c; dequantize: cuda_quant_dequant.cu). Every element goes through the
  * same QS_HD element functions as the CPU (core/numfmt.h, core/quant_int8.h) with the same
  * random word per element (core/quant_sr.h), and every float operation outside them is the
  * CPU's, in the CPU's order, with explicitly rounded intrinsics (__fmul_rn, __fdiv_rn: never
@@ -23,14 +23,7 @@
 #include "core/numfmt.h"
 #include "core/quant_int8.h"
 #include "core/quant_sr.h"
-
-/* Threads per block of every kernel here (a multiple of 32: the reductions use whole warps). */
-#define QQ_THREADS 256
-/* Grid-stride kernels use at most this many blocks per SM. */
-#define QQ_BLOCKS_PER_SM 8
-
-/* Element formats of the kernels (qs_dtype mapped to compile-time cases). */
-enum qq_fmt { QQ_F32, QQ_BF16, QQ_F16, QQ_S8, QQ_E4M3, QQ_E5M2 };
+#include "cuda/cuda_quant.cuh"
 
 /* Arguments of the quantize kernels. n = rows·cols elements of src (row-major), element i is
  * (i / cols, i % cols). scales: device memory, S8 one per tensor or per row, FP8 the
@@ -53,21 +46,6 @@ typedef struct qq_args {
     const int64_t *amax_step_at;
     int amax_len;
 } qq_args;
-
-/* ------------------------------------------------------------------ host helpers */
-
-static cudaStream_t qq_stream(qs_backend *be, qs_stream *s) { return s ? s->s : qs_cuda_be(be)->stream.s; }
-
-/* Blocks for `work` independent items in a grid-stride kernel: enough to cover them, at most
- * QQ_BLOCKS_PER_SM per SM. work > 0. */
-static unsigned qq_grid(qs_backend *be, uint64_t work) {
-    uint64_t need = (work + QQ_THREADS - 1) / QQ_THREADS;
-    int sms = qs_cuda_be(be)->props.multiProcessorCount;
-    uint64_t cap = (uint64_t)(sms > 0 ? sms : 1) * QQ_BLOCKS_PER_SM;
-    return (unsigned)(need < cap ? (need > 0 ? need : 1) : cap);
-}
-
-static bool qq_scaled(qs_dtype dt) { return dt == QS_S8 || dt == QS_F8E4M3 || dt == QS_F8E5M2; }
 
 /* ------------------------------------------------------------------ amax and scales */
 
@@ -308,6 +286,50 @@ static __global__ void qq_quant_sr_kernel(qq_args a, uint64_t units) {
     }
 }
 
+#define QQ_TILE 64
+
+/* The tiled kernel's loads of one thread: v[p][k] = src[gr·cols + gc + k] for the tile rows
+ * gr = gr0 + 16p (p < QQ_TILE/16), k < 4, 0 outside (rows, cols); one float4 per row when VEC
+ * (cols % 4 == 0, 16-byte aligned rows) and the 4 columns are inside. */
+template <bool VEC>
+static __device__ __forceinline__ void qq_tile_load(const float *src, int64_t rows, int64_t cols, int64_t gr0,
+                                                    int64_t gc, float (*v)[4]) {
+#pragma unroll
+    for (int p = 0; p < QQ_TILE / 16; p++) {
+        const int64_t gr = gr0 + 16 * p;
+        const float *x = src + gr * cols + gc;
+        if (VEC && gr < rows && gc + 3 < cols) {
+            const float4 f = *reinterpret_cast<const float4 *>(x);
+            v[p][0] = f.x, v[p][1] = f.y, v[p][2] = f.z, v[p][3] = f.w;
+        } else {
+#pragma unroll
+            for (int k = 0; k < 4; k++) v[p][k] = gr < rows && gc + k < cols ? x[k] : 0.0f;
+        }
+    }
+}
+
+/* The tiled kernel's transposed copy of the codes of tile (r0, c0) into dst_t (cols, rows): the
+ * thread (tr, l) writes source columns 16p + tr, rows 4l .. 4l+3, as one 4-byte store when vec_t
+ * (rows % 4 == 0, dst_t 4-byte aligned) and the 4 rows are inside. */
+static __device__ __forceinline__ void qq_tile_store_t(const uint8_t (*tile)[QQ_TILE + 4], uint8_t *dst_t, int64_t rows,
+                                                       int64_t cols, int64_t r0, int64_t c0, int tr, int l,
+                                                       bool vec_t) {
+#pragma unroll
+    for (int p = 0; p < QQ_TILE / 16; p++) {
+        const int cc = 16 * p + tr;
+        const int64_t gcc = c0 + cc, gr = r0 + 4 * l;
+        if (gcc >= cols || gr >= rows) continue;
+        uint8_t *out = dst_t + gcc * rows + gr;
+        if (vec_t && gr + 3 < rows) {
+            const uint32_t b = (uint32_t)tile[4 * l][cc] | (uint32_t)tile[4 * l + 1][cc] << 8 |
+                               (uint32_t)tile[4 * l + 2][cc] << 16 | (uint32_t)tile[4 * l + 3][cc] << 24;
+            *reinterpret_cast<uint32_t *>(out) = b;
+        } else {
+            for (int k = 0; k < 4 && gr + k < rows; k++) out[k] = tile[4 * l + k][cc];
+        }
+    }
+}
+
 /* Tiled quantization of the 1-byte per-tensor formats (S8, E4M3, E5M2): QQ_TILE × QQ_TILE
  * tiles of the (rows, cols) source, QQ_THREADS threads each (any shape: edge tiles are
  * bounds-checked). Every element goes through qq_byte with the word of its global index
@@ -322,7 +344,6 @@ static __global__ void qq_quant_sr_kernel(qq_args a, uint64_t units) {
  * block per element.
  * AMAX (delayed scaling): the amax of what was quantized is found on the way — recorded into
  * a.amax_out (when set) and, when non-finite, reported through a.flags. */
-#define QQ_TILE 64
 template <qq_fmt F, bool SR, bool HAS_CS, bool GROUPED, bool VEC, bool AMAX>
 static __global__ void __launch_bounds__(QQ_THREADS) qq_quant_tile_kernel(qq_args a) {
     __shared__ __align__(16) uint8_t tile[QQ_TILE][QQ_TILE + 4];
@@ -340,18 +361,7 @@ static __global__ void __launch_bounds__(QQ_THREADS) qq_quant_tile_kernel(qq_arg
         float v[QQ_TILE / 16][4];
         const int c = 4 * l;
         const int64_t gc = c0 + c;
-#pragma unroll
-        for (int p = 0; p < QQ_TILE / 16; p++) { /* loads first: in flight while the generator runs */
-            const int64_t gr = r0 + 16 * p + tr;
-            const float *x = a.src + gr * cols + gc;
-            if (VEC && gr < rows && gc + 3 < cols) {
-                const float4 f = *reinterpret_cast<const float4 *>(x);
-                v[p][0] = f.x, v[p][1] = f.y, v[p][2] = f.z, v[p][3] = f.w;
-            } else {
-#pragma unroll
-                for (int k = 0; k < 4; k++) v[p][k] = gr < rows && gc + k < cols ? x[k] : 0.0f;
-            }
-        }
+        qq_tile_load<VEC>(a.src, rows, cols, r0 + tr, gc, v); /* loads first: in flight while the generator runs */
         if constexpr (SR && GROUPED) {
 #pragma unroll
             for (int p = 0; p < QQ_TILE / 16; p++) {
@@ -390,20 +400,7 @@ static __global__ void __launch_bounds__(QQ_THREADS) qq_quant_tile_kernel(qq_arg
         }
         __syncthreads();
         if (dst_t) {
-#pragma unroll
-            for (int p = 0; p < QQ_TILE / 16; p++) { /* transposed: source column 16p + tr, rows 4l .. 4l+3 */
-                const int cc = 16 * p + tr;
-                const int64_t gcc = c0 + cc, gr = r0 + 4 * l;
-                if (gcc >= cols || gr >= rows) continue;
-                uint8_t *out = dst_t + gcc * rows + gr;
-                if (vec_t && gr + 3 < rows) {
-                    const uint32_t b = (uint32_t)tile[4 * l][cc] | (uint32_t)tile[4 * l + 1][cc] << 8 |
-                                       (uint32_t)tile[4 * l + 2][cc] << 16 | (uint32_t)tile[4 * l + 3][cc] << 24;
-                    *reinterpret_cast<uint32_t *>(out) = b;
-                } else {
-                    for (int k = 0; k < 4 && gr + k < rows; k++) out[k] = tile[4 * l + k][cc];
-                }
-            }
+            qq_tile_store_t(tile, dst_t, rows, cols, r0, c0, tr, l, vec_t);
             __syncthreads();
         }
     }
@@ -459,6 +456,7 @@ static qs_status qq_launch3(qs_backend *be, cudaStream_t st, const qq_args &a, b
     return qs_cuda_check_launch("quantize: round-to-nearest kernel");
 }
 
+/* Launch the element-wise quantize kernel of format F (per_row only for S8). */
 template <qq_fmt F>
 static qs_status qq_launch(qs_backend *be, cudaStream_t st, const qq_args &a, bool per_row, bool sr) {
     bool cs = a.col_scale != NULL;
@@ -517,7 +515,7 @@ static qs_status qq_amax(qs_backend *be, cudaStream_t st, const qq_args &a, int6
 
 /* ------------------------------------------------------------------ backend ops */
 
-/* quantize (core/backend.h): src (rows, cols) FP32 device memory → dst in dt; scales device
+/* quantize (core/backend_ops.def): src (rows, cols) FP32 device memory → dst in dt; scales device
  * memory (S8: 1 or rows entries, FP8: 1), written on the stream; col_scale NULL or cols
  * device floats; sr NULL (RNE) or a host descriptor of the stream. Argument errors are
  * reported at once (as the CPU does); non-finite S8/FP8 input at the next stream_sync. */
@@ -597,86 +595,5 @@ qs_status qs_cuda_quantize(qs_backend *be, qs_stream *s, int64_t rows, int64_t c
     }
     default:
         return QS_FAIL(QS_ERR_UNSUPPORTED, "quantize: no conversion to %s", qs_dtype_name(dt));
-    }
-}
-
-/* ------------------------------------------------------------------ dequantize */
-
-/* dst[i] = value of element i of an operand (n = rows·cols, row i / cols): BF16/F16 widened
- * exactly; S8 (float)q · scale (qs_int8_dequantize); FP8 decode(q) / fl(1/scale) (the CPU's
- * qs_fp8_to_f32 with scale 1/scale, exact for power-of-two scales). scale per row when
- * PER_ROW, else scales[0]. */
-template <qq_fmt F, bool PER_ROW>
-static __global__ void qq_dequant_kernel(const void *data, const float *scales, int64_t n, int64_t cols, float *dst) {
-    float tmul = 0.0f;
-    if constexpr (!PER_ROW && F == QQ_S8) tmul = scales[0];
-    if constexpr (!PER_ROW && (F == QQ_E4M3 || F == QQ_E5M2)) tmul = __fdiv_rn(1.0f, scales[0]);
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        float m = tmul;
-        if constexpr (PER_ROW) {
-            float sc = scales[i / cols];
-            m = F == QQ_S8 ? sc : __fdiv_rn(1.0f, sc);
-        }
-        float y;
-        if constexpr (F == QQ_BF16)
-            y = qs_nf_bits_f32(qs_nf_bf16_to_f32(static_cast<const uint16_t *>(data)[i]));
-        else if constexpr (F == QQ_F16)
-            y = qs_nf_bits_f32(qs_nf_f16_to_f32(static_cast<const uint16_t *>(data)[i]));
-        else if constexpr (F == QQ_S8)
-            y = __fmul_rn((float)static_cast<const int8_t *>(data)[i], m);
-        else
-            y = __fdiv_rn(qs_nf_fp8_to_f32(static_cast<const uint8_t *>(data)[i], F == QQ_E4M3 ? QS_F8E4M3 : QS_F8E5M2),
-                          m);
-        dst[i] = y;
-        (void)m;
-    }
-    (void)scales;
-    (void)cols;
-}
-
-template <qq_fmt F>
-static qs_status qq_dequant_launch(qs_backend *be, cudaStream_t st, const qs_operand *src, int64_t n, int64_t cols,
-                                   float *dst) {
-    unsigned grid = qq_grid(be, (uint64_t)n);
-    bool per_row = false;
-    if constexpr (F == QQ_S8 || F == QQ_E4M3 || F == QQ_E5M2) per_row = src->per_row; /* checked by the caller */
-    if (per_row)
-        qq_dequant_kernel<F, true><<<grid, QQ_THREADS, 0, st>>>(src->data, src->scale, n, cols, dst);
-    else
-        qq_dequant_kernel<F, false><<<grid, QQ_THREADS, 0, st>>>(src->data, src->scale, n, cols, dst);
-    return qs_cuda_check_launch("dequantize kernel");
-}
-
-/* dequantize (core/backend.h): dst (rows, cols) FP32 device memory = value of operand src
- * (data and scales in device memory; per_row: one scale per row, S8 and FP8). */
-qs_status qs_cuda_dequantize(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const qs_operand *src,
-                             float *dst) {
-    if (rows < 0 || cols < 0)
-        return QS_FAIL(QS_ERR_INVALID_ARG, "dequantize: negative shape (%lld, %lld)", (long long)rows,
-                       (long long)cols);
-    if (cols > 0 && rows > INT64_MAX / cols)
-        return QS_FAIL(QS_ERR_INVALID_ARG, "dequantize: shape (%lld, %lld) overflows int64", (long long)rows,
-                       (long long)cols);
-    const int64_t n = rows * cols;
-    if (n == 0) return QS_OK;
-    if (!src || !src->data || !dst) return QS_FAIL(QS_ERR_INVALID_ARG, "dequantize: NULL operand or dst");
-    const bool scaled = qq_scaled(src->dt);
-    if (scaled && !src->scale)
-        return QS_FAIL(QS_ERR_INVALID_ARG, "dequantize: %s operand without a scale", qs_dtype_name(src->dt));
-    if (src->per_row && !scaled)
-        return QS_FAIL(QS_ERR_INVALID_ARG, "dequantize: per-row scales on a %s operand (only s8 and fp8 have scales)",
-                       qs_dtype_name(src->dt));
-    cudaStream_t st = qq_stream(be, s);
-    switch (src->dt) {
-    case QS_F32:
-        QS_CUDA_TRY(cudaMemcpyAsync(dst, src->data, (size_t)n * sizeof(float), cudaMemcpyDeviceToDevice, st));
-        return QS_OK;
-    case QS_BF16: return qq_dequant_launch<QQ_BF16>(be, st, src, n, cols, dst);
-    case QS_F16: return qq_dequant_launch<QQ_F16>(be, st, src, n, cols, dst);
-    case QS_S8: return qq_dequant_launch<QQ_S8>(be, st, src, n, cols, dst);
-    case QS_F8E4M3: return qq_dequant_launch<QQ_E4M3>(be, st, src, n, cols, dst);
-    case QS_F8E5M2: return qq_dequant_launch<QQ_E5M2>(be, st, src, n, cols, dst);
-    default:
-        return QS_FAIL(QS_ERR_UNSUPPORTED, "dequantize: no conversion from %s", qs_dtype_name(src->dt));
     }
 }

@@ -1,20 +1,9 @@
-/* src/cuda/cuda_transformer.cu — the transformer's memory-bound operators on the GPU, FP32:
- * layer norm (forward, backward with deterministic parameter gradients), GELU (tanh
- * approximation) and tanh with their backwards, embedding lookup and its deterministic gradient
- * (CUB stable radix sort by id, then one warp per id and 32 channels), the broadcast add of
- * position embeddings, the attention-head permutes, and the masked softmax with its backward.
- * Contracts: src/core/backend.h; the CUDA specifics (what each kernel does, its cost) are in
- * cuda_transformer.h.
- *
- * Conventions (as cuda_elementwise.cu): 256-thread blocks, grid-stride loops over int64
- * indices (any shape fits the grid), nothing queued for empty tensors, element formulas with
- * every product that meets a sum written as __fmul_rn / __fadd_rn so that nvcc cannot contract
- * them into FMAs (the CPU backend is ISO C11, which does not contract either). Row-wise
- * reductions use one warp per row: lane partials in column order, then a xor butterfly, which
- * leaves the bitwise-same total in every lane. No floating-point atomics anywhere: results are
- * bitwise reproducible from run to run. */
-#include "cuda/cuda_transformer.h"
-
+/* src/cuda/cuda_transformer.cu — defines: the transformer's memory-bound ops on the GPU, FP32
+ * (layer norm, GELU, tanh, embedding and its deterministic gradient, position add, head permutes,
+ * masked softmax; contracts: core/backend_ops.def, CUDA specifics beside each op and kernel).
+ * Conventions as cuda_map.cuh; temporaries come from the stream-ordered pool. Row-wise
+ * reductions: one warp per row, lane partials in column order, then a xor butterfly (the same
+ * total in every lane). No floating-point atomics: results are bitwise reproducible. */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -49,7 +38,6 @@ qs_status dims_check(const char *what, std::initializer_list<int64_t> dims) {
         if (d < 0) return QS_FAIL(QS_ERR_INVALID_ARG, "%s: negative dimension %lld", what, (long long)d);
     return QS_OK;
 }
-
 
 /* Warp-wide sum and maximum by xor butterfly: every lane ends with the same bits. */
 __device__ __forceinline__ double warp_sum(double v) {
@@ -367,7 +355,7 @@ __device__ __forceinline__ bool key_masked(bool causal, int64_t i, int64_t j, co
     return (causal && j > i) || (kid && kid[j] == pad_id);
 }
 
-/* One warp per row (n, h, i) of x (N·H·Tq rows of Tk): masked softmax (see cuda_transformer.h):
+/* One warp per row (n, h, i) of x (N·H·Tq rows of Tk): masked softmax (masking: core/backend_ops.def softmax_forward):
  * the maximum over the unmasked keys, e = expf(x − max) in FP32, Σe in double, then
  * y = e·(float)(1/Σe). */
 __global__ void __launch_bounds__(kThreads)
@@ -419,8 +407,7 @@ __global__ void __launch_bounds__(kThreads)
 
 } // namespace
 
-/* ============================================================== exported ops (C linkage) */
-
+/* x, y (rows, C); gamma, beta (C) (NULL: 1 / 0); save_mean, save_rstd (rows): k_ln_fwd. */
 extern "C" qs_status qs_cuda_layernorm_forward(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const float *x,
                                                const float *gamma, const float *beta, float eps, float *y,
                                                float *save_mean, float *save_rstd) {
@@ -435,6 +422,8 @@ extern "C" qs_status qs_cuda_layernorm_forward(qs_backend *be, qs_stream *s, int
     return qs_cuda_check_launch(what);
 }
 
+/* x, dy, dx (rows, C; dx NULL: not needed); gamma (C) (NULL: 1); save_mean, save_rstd (rows).
+ * dx: k_ln_bwd_dx; dgamma, dbeta (C; NULL: not needed): fixed row chunks in double, in order. */
 extern "C" qs_status qs_cuda_layernorm_backward(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, const float *x,
                                                 const float *dy, const float *gamma, const float *save_mean,
                                                 const float *save_rstd, float *dx, bool accumulate, float *dgamma,
@@ -470,28 +459,34 @@ extern "C" qs_status qs_cuda_layernorm_backward(qs_backend *be, qs_stream *s, in
     return qs_cuda_check_launch("layernorm_backward (parameter gradients)");
 }
 
+/* y = GELU(x) over n elements (y may alias x), in the logistic form x·σ(2z) (GeluFwd). */
 extern "C" qs_status qs_cuda_gelu_forward(qs_backend *be, qs_stream *s, int64_t n, const float *x, float *y) {
     QS_TRY(args_check("gelu_forward", n, {x, y}));
     return launch_map(be, s, n, GeluFwd{x, y}, "gelu_forward");
 }
 
+/* dx (=, or += with accumulate) dy·GELU'(x), x the forward's input (n elements). */
 extern "C" qs_status qs_cuda_gelu_backward(qs_backend *be, qs_stream *s, int64_t n, const float *x, const float *dy,
                                            float *dx, bool accumulate) {
     QS_TRY(args_check("gelu_backward", n, {x, dy, dx}));
     return launch_map(be, s, n, GeluBwd{x, dy, dx, accumulate}, "gelu_backward");
 }
 
+/* y = tanh(x) over n elements (y may alias x). */
 extern "C" qs_status qs_cuda_tanh_forward(qs_backend *be, qs_stream *s, int64_t n, const float *x, float *y) {
     QS_TRY(args_check("tanh_forward", n, {x, y}));
     return launch_map(be, s, n, TanhFwd{x, y}, "tanh_forward");
 }
 
+/* dx (=, or +=) dy·(1 − y²), y the forward's output (n elements). */
 extern "C" qs_status qs_cuda_tanh_backward(qs_backend *be, qs_stream *s, int64_t n, const float *y, const float *dy,
                                            float *dx, bool accumulate) {
     QS_TRY(args_check("tanh_backward", n, {y, dy, dx}));
     return launch_map(be, s, n, TanhBwd{y, dy, dx, accumulate}, "tanh_backward");
 }
 
+/* y (rows, C) row r = table (V, C) row ids[r] (FP32 ids); an id outside [0, V) (or NaN) gives a
+ * zero row, a fractional one is truncated towards zero (loaders check ids). */
 extern "C" qs_status qs_cuda_embedding_forward(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, int64_t V,
                                                const float *ids, const float *table, float *y) {
     const char *what = "embedding_forward";
@@ -502,6 +497,9 @@ extern "C" qs_status qs_cuda_embedding_forward(qs_backend *be, qs_stream *s, int
     return launch_map(be, s, rows * C, EmbeddingFwd{ids, table, y, C, V}, what);
 }
 
+/* dtable (V, C) (+)= per-id sums of dy rows (ids outside [0, V) ignored): rows sorted by id (CUB
+ * stable radix sort), then k_emb_grad. rows ≤ 2^31 − 1; 16·rows bytes + CUB's storage from the pool;
+ * the slowest warp grows with the count of the most frequent id. */
 extern "C" qs_status qs_cuda_embedding_backward(qs_backend *be, qs_stream *s, int64_t rows, int64_t C, int64_t V,
                                                 const float *ids, const float *dy, float *dtable, bool accumulate) {
     const char *what = "embedding_backward";
@@ -550,6 +548,7 @@ extern "C" qs_status qs_cuda_embedding_backward(qs_backend *be, qs_stream *s, in
     return qs_cuda_check_launch("embedding_backward (row sums)");
 }
 
+/* y[o·inner + i] = x[o·inner + i] + v[i] for o < outer, i < inner (y may alias x). */
 extern "C" qs_status qs_cuda_add_broadcast(qs_backend *be, qs_stream *s, int64_t outer, int64_t inner, const float *x,
                                            const float *v, float *y) {
     const char *what = "add_broadcast";
@@ -558,6 +557,9 @@ extern "C" qs_status qs_cuda_add_broadcast(qs_backend *be, qs_stream *s, int64_t
     return launch_map(be, s, outer * inner, AddBroadcast{x, v, y, inner}, what);
 }
 
+/* to_heads: dst (N,H,T,D)[n,h,t,d] (=, or +=) src[(n·T + t)·ld + off + h·D + d];
+ * !to_heads: dst[(n·T + t)·ld + off + h·D + d] (=, or +=) src (N,H,T,D)[n,h,t,d], only that
+ * slice of dst touched. ld ≥ off + H·D. src and dst must not overlap. */
 extern "C" qs_status qs_cuda_permute_heads(qs_backend *be, qs_stream *s, int64_t N, int64_t T, int64_t H, int64_t D,
                                            int64_t ld, int64_t off, const float *src, float *dst, bool to_heads,
                                            bool accumulate) {
@@ -571,6 +573,8 @@ extern "C" qs_status qs_cuda_permute_heads(qs_backend *be, qs_stream *s, int64_t
     return launch_map(be, s, n, PermuteHeads{src, dst, T, H, D, ld, off, to_heads, accumulate}, what);
 }
 
+/* y (N,H,Tq,Tk) = masked softmax over the last axis of x (k_softmax_fwd); key_ids (N,Tk) may be
+ * NULL. A NaN among a row's unmasked keys makes them all NaN. */
 extern "C" qs_status qs_cuda_softmax_forward(qs_backend *be, qs_stream *s, int64_t N, int64_t H, int64_t Tq,
                                              int64_t Tk, const float *x, float *y, bool causal, const float *key_ids,
                                              float pad_id) {
@@ -584,6 +588,7 @@ extern "C" qs_status qs_cuda_softmax_forward(qs_backend *be, qs_stream *s, int64
     return qs_cuda_check_launch(what);
 }
 
+/* dx (rows, cols) (=, or +=) y ⊙ (dy − Σ_j dy·y) per row (k_softmax_bwd). */
 extern "C" qs_status qs_cuda_softmax_backward(qs_backend *be, qs_stream *s, int64_t rows, int64_t cols, const float *y,
                                               const float *dy, float *dx, bool accumulate) {
     const char *what = "softmax_backward";

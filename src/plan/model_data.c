@@ -6,6 +6,7 @@
 
 #include "models/models.h"
 #include "io/checkpoint_model.h"
+#include "backends/backends.h"
 
 /* The model's architecture and options: the checkpoint's (checked against r->model, r->width
  * and the data's shape), else r->model at the data's shape with r->width. */

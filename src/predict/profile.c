@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/backend.h"
+#include "backends/backends.h"
 #include "core/stats.h"
 #include "core/timer.h"
 #include "graph/graph.h"

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/backend.h"
+#include "backends/backends.h"
 #include "core/stats.h"
 #include "core/timer.h"
 #include "data/dataset.h"

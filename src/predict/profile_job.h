@@ -18,6 +18,7 @@
 #include "predict/profile.h"
 #include "qsync/log.h"
 #include "qsync/status.h"
+#include "backends/backends.h"
 
 typedef struct qs_profile_job {
     const char *model;          /* built-in model name */

@@ -8,6 +8,7 @@
 #include "train/evaluate.h"
 #include "io/safetensors.h"
 #include "train/trainer.h"
+#include "backends/backends.h"
 
 /* Write logits as one f32 tensor "logits" plus the s32 "labels": (n, classes) and (n) for a
  * classifier, (n, T, classes) and (n, T) for a language model (label_len T). */

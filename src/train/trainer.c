@@ -26,6 +26,7 @@
 #include "train/metrics.h"
 #include "train/op_report.h"
 #include "train/worker_report.h"
+#include "backends/backends.h"
 
 #define QS_PROFILE_WARMUP_STEPS 2
 

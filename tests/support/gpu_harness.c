@@ -14,6 +14,7 @@
 #include "check.h"
 #include "gpu_harness.h"
 #include "graph_helpers.h"
+#include "backends/backends.h"
 
 /* ================================================================== state and bookkeeping */
 

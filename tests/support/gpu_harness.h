@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/backend.h"
+#include "backends/backends.h"
 #include "qsync/rng.h"
 #include "qsync/status.h"
 

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "graph_helpers.h"
+#include "backends/backends.h"
 
 int qs_test_backend_create(int threads, qs_backend **out) {
     if (qs_backend_cpu_create(threads, out) != QS_OK) {

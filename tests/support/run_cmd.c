@@ -1,6 +1,6 @@
 /* tests/support/run_cmd.c — process and scratch-directory helpers for the tests (run_cmd.h). */
 #include "run_cmd.h"
-#include "core/backend.h"
+#include "backends/backends.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
