@@ -18,6 +18,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "backends/backends.h"
 #include "graph/memory_plan.h"
 #include "graph/precision.h"
 #include "graph_helpers.h"
