@@ -15,7 +15,9 @@
 # writes every run and the medians and ratios to $OUT/step-compare.json (or ./step-compare.json).
 # Environment: QS_COMPARE_MODELS ("resnet50 resnet18"), QS_COMPARE_PRECISION (bf16),
 # QS_COMPARE_REPS (2), QS_COMPARE_STEPS (30), QS_COMPARE_BATCH (256), QS_COMPARE_DEVICE (cuda;
-# cpu for a smoke test of the script), QS_COMPARE_TORCH (1; 0 skips PyTorch).
+# cpu for a smoke test of the script), QS_COMPARE_TORCH (1; 0 skips PyTorch). Token models (gpt*,
+# bert*) train on QS_COMPARE_TEXT (synthetic-text:50304:1024) at QS_COMPARE_TEXT_BATCH (8), and
+# PyTorch is not run for them here.
 set -euo pipefail
 [[ $# -ge 1 ]] || { sed -n '2,18p' "$0" >&2; exit 2; }
 bundle=$1 before=${2:-}
@@ -43,8 +45,11 @@ fi
 
 # qsync_run SIDE BINARY MODEL ROUND: one training run; appends its line to $runs.
 qsync_run() {
-    local side=$1 bin=$2 model=$3 round=$4 log=$tmp/$1-$3-$4
-    "$bin" train --device "$device" --model "$model" --data synthetic:32x32x3 --batch "$batch" --steps "$steps" \
+    local side=$1 bin=$2 model=$3 round=$4 log=$tmp/$1-$3-$4 data=synthetic:32x32x3 b=$batch
+    if [[ $model == gpt* || $model == bert* ]]; then
+        data=${QS_COMPARE_TEXT:-synthetic-text:50304:1024} b=${QS_COMPARE_TEXT_BATCH:-8}
+    fi
+    "$bin" train --device "$device" --model "$model" --data "$data" --batch "$b" --steps "$steps" \
         --precision "$prec" --json --no-progress --quiet >"$log.json" 2>"$log.err" ||
         { echo "gpu_step_compare: $side $model round $round failed:" >&2; tail -20 "$log.err" >&2; exit 1; }
     python3 - "$log.json" "$side" "$model" "$round" >>"$runs" <<'PY'
@@ -84,7 +89,7 @@ for model in $models; do
         [[ -z $before ]] || qsync_run before "$before" "$model" "$round"
         qsync_run after "$Q" "$model" "$round"
     done
-    [[ $torch == 0 ]] || torch_run "$model"
+    [[ $torch == 0 || $model == gpt* || $model == bert* ]] || torch_run "$model"
 done
 
 python3 - "$runs" "$out/step-compare.json" "$prec" "$device" <<'PY'

@@ -7,7 +7,8 @@
 #
 # REPS (default 5) timed runs of each binary per configuration; OUT_DIR (default a temporary
 # directory) keeps the checkpoints and a JSON summary (summary.json). Exit status 1 when any
-# pair of checkpoints differs.
+# pair of checkpoints differs. EQ_SYNTHETIC=1 trains on synthetic images and synthetic text
+# instead of Fashion-MNIST and the fortunes corpus (for a machine without the Debian datasets).
 set -euo pipefail
 OLD=${1:?usage: $0 OLD_QSYNC NEW_QSYNC [REPS] [OUT_DIR]}
 NEW=${2:?usage: $0 OLD_QSYNC NEW_QSYNC [REPS] [OUT_DIR]}
@@ -27,6 +28,10 @@ CONFIGS=(
   "gpt-mini-fp32|--model gpt-mini --data fortunes --optimizer adamw --lr 0.001 --batch 8"
   "gpt-mini-bf16|--model gpt-mini --data fortunes --optimizer adamw --lr 0.001 --batch 8 --precision bf16"
 )
+if [ "${EQ_SYNTHETIC:-0}" = 1 ]; then
+  COMMON+=(--data synthetic)
+  for i in "${!CONFIGS[@]}"; do CONFIGS[$i]=${CONFIGS[$i]//--data fortunes/--data synthetic-text:256:64}; done
+fi
 status=0
 echo "[" > "$OUT/summary.json"
 first=1

@@ -54,7 +54,7 @@ SYSTEM_LIBS=(
 # missing GPU a failure in every suite). The ops suites compare CUDA ops with the CPU backend;
 # test_cuda_dist runs the bundled qsync (QS_BIN) on several ranks sharing the GPU under the
 # machine's mpirun.
-GPU_SUITES=(test_backend_ops test_cuda_attention test_cuda_dist test_cuda_graphs)
+GPU_SUITES=(test_backend_ops test_cuda_attention test_cuda_dist test_cuda_graphs test_memory_plan)
 
 die() {
     echo "gpu-suite: $*" >&2
