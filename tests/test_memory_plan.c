@@ -135,7 +135,7 @@ static size_t mp_predict(const qs_model *twin, const qs_model *m, const qs_optim
     for (int i = 0; i < m->n_nodes; i++) ws[i] = m->nodes[i].workspace;
     const qs_sim_memory_input in = {.m = twin, .batch = m->batch, .facts = m->facts, .workspace = ws,
                                     .attention_supported = mp_fused_like, .attention_ctx = (void *)m, .optimizer = oc};
-    ASSERT_OK(qs_sim_memory(&in, pred, &peak));
+    ASSERT_OK(qs_sim_memory(&in, pred, &peak, NULL));
     free(ws);
     return peak;
 }
@@ -294,9 +294,9 @@ static void test_full_presets_planned(void **state) {
         size_t p8 = 0, p16 = 0;
         const qs_mem_facts gpu = {true, true, true};
         qs_sim_memory_input in = {.m = m, .batch = 8, .facts = gpu, .optimizer = &oc};
-        ASSERT_OK(qs_sim_memory(&in, &r8, &p8));
+        ASSERT_OK(qs_sim_memory(&in, &r8, &p8, NULL));
         in.batch = 16;
-        ASSERT_OK(qs_sim_memory(&in, &r16, &p16));
+        ASSERT_OK(qs_sim_memory(&in, &r16, &p16, NULL));
         printf("  %s bf16 (GPU facts), AdamW: predicted %.1f MB at batch 8, %.1f MB at 16 (activations %.1f / %.1f MB)\n",
                names[i], p8 / 1e6, p16 / 1e6, r8.activations / 1e6, r16.activations / 1e6);
         assert_int_equal(r8.optimizer, 2 * m->params.bytes);
@@ -306,7 +306,7 @@ static void test_full_presets_planned(void **state) {
             qs_memory_report ru;
             size_t pu = 0;
             in.facts.fused_attention = false;
-            ASSERT_OK(qs_sim_memory(&in, &ru, &pu));
+            ASSERT_OK(qs_sim_memory(&in, &ru, &pu, NULL));
             printf("  %s unfused attention: %.1f MB at batch 16\n", names[i], pu / 1e6);
             assert_true(pu > p16 && ru.activations > r16.activations);
         }

@@ -19,6 +19,7 @@
 #include "core/json_doc.h"
 #include "parallel/grad_sync.h"
 #include "predict/simulate.h"
+#include "graph/precision_setup.h"
 #include "backends/backends.h"
 #include "optim/optim.h"
 #include "run_cmd.h"
@@ -241,6 +242,109 @@ static void test_simulate_one_worker(void **state) {
     be->ops->destroy(be);
     qs_profile_free(&P);
     cJSON_Delete(prof);
+}
+
+/* One case of test_simulate_memory_is_the_plan: a model and its lower precision. */
+typedef struct sim_mem_case {
+    const char *name;
+    int64_t in_h, in_w, in_c, classes, width, layers, heads;
+    qs_precision low;
+} sim_mem_case;
+
+/* One batch of inputs for model options mo at batch b (token ids for a transformer, whose
+ * input is in_c tokens), labels y of label_len each: owned by the caller. */
+static void sim_mem_batch(const qs_model_options *mo, int64_t b, int64_t label_len, int64_t classes, float **x,
+                          int32_t **y) {
+    const int64_t n = b * mo->in_h * mo->in_w * mo->in_c;
+    *x = malloc((size_t)n * sizeof **x);
+    *y = malloc((size_t)(b * label_len) * sizeof **y);
+    assert_true(*x && *y);
+    for (int64_t i = 0; i < n; i++) (*x)[i] = (float)(i % classes); /* whole numbers: valid token ids too */
+    for (int64_t i = 0; i < b * label_len; i++) (*y)[i] = (int32_t)(i % classes);
+}
+
+/* The replayer's memory for a worker is what the engine allocates for the same precisions: the
+ * prediction from a profile taken at the worker's batch equals the set-up model's arenas,
+ * parameters, gradients, buffers and optimizer state (qs_model_memory), and the backend's own
+ * count of what it allocated stays within 1% of it — for cnn, resnet18 and gpt-mini, at two
+ * batches each, uniform FP32 and a lower precision. */
+static void test_simulate_memory_is_the_plan(void **state) {
+    (void)state;
+    static const sim_mem_case cases[] = {
+        {"cnn", 28, 28, 1, 10, 4, 0, 0, QS_PREC_INT8},
+        {"resnet18", 16, 16, 3, 10, 4, 0, 0, QS_PREC_INT8},
+        {"gpt-mini", 1, 1, 16, 64, 64, 1, 2, QS_PREC_BF16},
+    };
+    static const int64_t batches[2] = {4, 8};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
+        for (int bi = 0; bi < 2; bi++) {
+            const sim_mem_case *e = &cases[c];
+            const int64_t b = batches[bi];
+            qs_model_options mo = qs_models_default_options(e->in_h, e->in_w, e->in_c, e->classes);
+            mo.width = e->width, mo.layers = e->layers, mo.heads = e->heads;
+            qs_model *probe = NULL;
+            assert_int_equal(qs_models_build(e->name, &mo, &probe), QS_OK);
+            float *x = NULL;
+            int32_t *y = NULL;
+            sim_mem_batch(&mo, b, probe->label_len, e->classes, &x, &y);
+            qs_model_free(probe);
+            qs_precision precs[2] = {QS_PREC_FP32, e->low};
+            qs_profile_options o = {.model = e->name, .data = "synthetic", .batch = b, .threads = 1, .precs = precs,
+                                    .n_precs = 2, .allow_emulated = true, .warmup = 1, .reps = 3,
+                                    .optimizer = QS_OPTIM_SGD, .x = x, .y = y, .model_opt = mo};
+            cJSON *doc = NULL;
+            if (qs_profile_model(&o, &doc) != QS_OK) fail_msg("profile %s: %s", e->name, qs_last_error());
+            qs_profile P = {0};
+            typed(doc, e->name, &P);
+            for (int k = 0; k < 2; k++) {
+                /* the engine: the model set up as training sets it up, and its optimizer */
+                qs_backend *be = NULL;
+                assert_int_equal(qs_backend_cpu_create(1, &be), QS_OK);
+                qs_model *real = NULL;
+                assert_int_equal(qs_models_build(e->name, &mo, &real), QS_OK);
+                qs_model_fuse(real);
+                qs_precision_options po;
+                qs_precision_options_default(&po);
+                po.uniform = precs[k];
+                po.allow_emulated = true;
+                assert_int_equal(qs_precision_setup(real, be, &po), QS_OK);
+                assert_int_equal(qs_model_setup(real, be, b, 1), QS_OK);
+                const qs_optim_config oc = qs_profile_optim_config(QS_OPTIM_SGD);
+                qs_optimizer opt;
+                assert_int_equal(qs_optimizer_init(&opt, be, &real->params, &oc), QS_OK);
+                qs_memory_report mr;
+                qs_model_memory(real, &mr);
+                const double arenas = (double)(mr.params + mr.grads + mr.buffers + mr.activations + mr.activation_grads +
+                                               mr.saved + mr.workspace + mr.labels +
+                                               qs_optim_state_bytes(&oc, &real->params));
+                size_t in_use = 0;
+                be->ops->memory_stats(be, &in_use, NULL);
+                /* the replayer: the planner's view of the same precisions */
+                qs_model *m = NULL;
+                assert_int_equal(qs_models_build(e->name, &mo, &m), QS_OK);
+                qs_model_fuse(m);
+                qs_model_set_uniform_precision(m, precs[k]);
+                assert_int_equal(qs_model_insert_casts(m, NULL), QS_OK);
+                qs_sim_worker w = {.profile = &P, .m = m, .batch = b};
+                qs_sim_options so = {.bucket_bytes = 25 << 20, .overlap = true};
+                cJSON *out = NULL;
+                if (simulate(&w, 1, &so, NULL, &out) != QS_OK) fail_msg("simulate %s: %s", e->name, qs_last_error());
+                const double pred = num(cJSON_GetArrayItem(cJSON_GetObjectItem(out, "workers"), 0), "memory_bytes");
+                printf("  %s %s batch %lld: predicted %.0f B, set-up model %.0f B, backend %zu B\n", e->name,
+                       qs_precision_name(precs[k]), (long long)b, pred, arenas, in_use);
+                assert_true(pred == arenas);
+                assert_true(fabs(pred - (double)in_use) <= 0.01 * (double)in_use);
+                cJSON_Delete(out);
+                qs_model_free(m);
+                qs_optimizer_free(&opt, be);
+                qs_model_free(real);
+                be->ops->destroy(be);
+            }
+            qs_profile_free(&P);
+            cJSON_Delete(doc);
+            free(x);
+            free(y);
+        }
 }
 
 /* Two workers, the second emulated 2x slower: without an all-reduce measurement for 2 ranks
@@ -483,6 +587,7 @@ int main(void) {
         cmocka_unit_test(test_precision_list),
         cmocka_unit_test(test_profile_cnn),
         cmocka_unit_test(test_simulate_one_worker),
+        cmocka_unit_test(test_simulate_memory_is_the_plan),
         cmocka_unit_test(test_simulate_two_workers),
         cmocka_unit_test(test_simulate_measured_sync_and_jitter),
         cmocka_unit_test(test_simulate_sync_beside_slow_worker),

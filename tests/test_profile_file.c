@@ -31,6 +31,7 @@ static const char *const VALID =
     "     \"overlap_step_ms\": 3, \"no_overlap_step_ms\": 4},"
     "   \"memory_bytes\": {\"params\": 1, \"grads\": 2, \"optimizer\": 3, \"buffers\": 4, \"activations\": 5,"
     "     \"activation_grads\": 6, \"saved\": 7, \"workspace\": 8, \"labels\": 9, \"backend_in_use\": 45, \"backend_peak\": 50},"
+    "   \"memory_facts\": {\"fp8_wants_transposed\": true, \"pointwise_conv_as_linear\": false, \"fused_attention\": true},"
     "   \"ops\": [{\"name\": \"conv1\", \"kind\": \"Conv2d\", \"inputs\": [\"input\"], \"precision\": \"fp32\","
     "     \"out_dtype\": \"f32\", \"out_elements\": 100, \"out_bytes\": 400, \"grad_bytes\": 400, \"saved_bytes\": 0,"
     "     \"workspace_bytes\": 16, \"param_count\": 10, \"forward_ms\": 0.1, \"backward_data_ms\": 0,"
@@ -117,6 +118,12 @@ static void test_valid_profile(void **state) {
     assert_false(r8->has_sync);
     assert_true(r8->grad_average_ms == 0 && r8->n_step_samples == 0); /* optional, absent */
     assert_true(r->memory.backend_in_use == 45 && r->memory.labels == 9);
+    assert_true(r->memory_facts.fp8_wants_transposed && !r->memory_facts.pointwise_conv_as_linear &&
+                r->memory_facts.fused_attention);
+    /* int8 has no memory_facts: the cpu backend's defaults */
+    assert_false(r8->memory_facts.fp8_wants_transposed || r8->memory_facts.pointwise_conv_as_linear ||
+                 r8->memory_facts.fused_attention);
+    assert_int_equal(p.optimizer_kind, QS_OPTIM_SGD);
     assert_int_equal(r->n_ops, 2);
     assert_string_equal(r->ops[0].inputs[0], "input");
     assert_true(r->ops[0].workspace_bytes == 16 && r->ops[0].backward_weights_ms == 0.2 && !r->ops[0].fused);
@@ -135,6 +142,14 @@ static void test_valid_profile(void **state) {
     char *t = mutated("emulation", NULL);
     assert_int_equal(qs_profile_parse(t, "v.json", &p), QS_OK);
     assert_false(p.has_emulation);
+    qs_profile_free(&p);
+    free(t);
+    t = mutated("device.backend", "\"cuda\""); /* a profile without memory_facts on cuda: all true */
+    assert_int_equal(qs_profile_parse(t, "v.json", &p), QS_OK);
+    r8 = qs_profile_run_at(&p, QS_PREC_INT8);
+    assert_true(r8->memory_facts.fp8_wants_transposed && r8->memory_facts.pointwise_conv_as_linear &&
+                r8->memory_facts.fused_attention);
+    assert_false(qs_profile_base_run(&p)->memory_facts.pointwise_conv_as_linear); /* as given */
     qs_profile_free(&p);
     free(t);
     t = mutated("runs.fp32.grad_sync.overlap_step_ms", NULL);
@@ -182,6 +197,11 @@ static const bad_case BAD[] = {
     {"runs.fp32.grad_sync.buckets", NULL, "runs.fp32.grad_sync lacks \"buckets\""},
     {"runs.fp32.memory_bytes.grads", "-1", "runs.fp32.memory_bytes.grads must be a whole number"},
     {"runs.fp32.memory_bytes.arena", "1", "runs.fp32.memory_bytes: unknown key \"arena\""},
+    {"runs.fp32.memory_facts.fused_attention", "1", "runs.fp32.memory_facts.fused_attention must be true or false (got 1)"},
+    {"runs.fp32.memory_facts.fp8_wants_transposed", NULL, "runs.fp32.memory_facts lacks \"fp8_wants_transposed\""},
+    {"runs.fp32.memory_facts.arena", "true", "runs.fp32.memory_facts: unknown key \"arena\""},
+    {"runs.fp32.memory_facts", "[]", "runs.fp32.memory_facts must be an object"},
+    {"optimizer", "\"lamb\"", "optimizer must be \"sgd\" or \"adamw\" (got \"lamb\")"},
     {"runs.fp32.ops", "{}", "runs.fp32.ops must be an array"},
     {"runs.fp32.ops[1].forward_ms", "-1", "runs.fp32.ops[1].forward_ms must be a finite number >= 0 (got -1)"},
     {"runs.fp32.ops[0].cast_ms", "\"fast\"", "runs.fp32.ops[0].cast_ms must be a finite number >= 0 (got \"fast\")"},

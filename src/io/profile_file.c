@@ -50,6 +50,12 @@ static const qs_jf_field qs_pf_memory_fields[] = {
     QS_JF_COUNT(qs_profile_memory, backend_peak, true),
 };
 
+static const qs_jf_field qs_pf_facts_fields[] = {
+    QS_JF_F(qs_mem_facts, fp8_wants_transposed, QS_JF_BOOL, true, 0, 0),
+    QS_JF_F(qs_mem_facts, pointwise_conv_as_linear, QS_JF_BOOL, true, 0, 0),
+    QS_JF_F(qs_mem_facts, fused_attention, QS_JF_BOOL, true, 0, 0),
+};
+
 static const qs_jf_field qs_pf_run_fields[] = {
     QS_JF_F(qs_profile_prec_run, precision, QS_JF_PRECISION, true, 0, 0),
     QS_JF_NESTED("support", QS_JF_ANY, true),
@@ -59,6 +65,7 @@ static const qs_jf_field qs_pf_run_fields[] = {
     QS_JF_MS(qs_profile_prec_run, grad_average_ms, false),
     QS_JF_NESTED("grad_sync", QS_JF_OBJECT, false),
     QS_JF_NESTED("memory_bytes", QS_JF_OBJECT, true),
+    QS_JF_NESTED("memory_facts", QS_JF_OBJECT, false),
     QS_JF_NESTED("ops", QS_JF_ARRAY, true),
 };
 
@@ -196,7 +203,7 @@ static qs_status qs_pf_support(qs_jf_ctx *ctx, const cJSON *v, qs_prec_support *
     return qs_jf_fail(ctx, v, "must be \"native\" or \"emulated\"");
 }
 
-/* Run `o` keyed `key` (a precision name) into r. */
+/* Run `o` keyed `key` (a precision name) into r (its memory_facts preset to the device's defaults). */
 static qs_status qs_pf_run(qs_jf_ctx *ctx, const cJSON *o, qs_precision key, qs_profile_prec_run *r) {
     QS_TRY(qs_jf_read(ctx, o, qs_pf_run_fields, QS_PF_N(qs_pf_run_fields), r));
     if (r->precision != key) {
@@ -212,6 +219,8 @@ static qs_status qs_pf_run(qs_jf_ctx *ctx, const cJSON *o, qs_precision key, qs_
     QS_PF_NESTED(ctx, o, "grad_sync", qs_pf_sync(ctx, qs_pf_v_, &r->sync));
     QS_PF_NESTED(ctx, o, "memory_bytes",
                  qs_jf_read(ctx, qs_pf_v_, qs_pf_memory_fields, QS_PF_N(qs_pf_memory_fields), &r->memory));
+    QS_PF_NESTED(ctx, o, "memory_facts",
+                 qs_jf_read(ctx, qs_pf_v_, qs_pf_facts_fields, QS_PF_N(qs_pf_facts_fields), &r->memory_facts));
     QS_PF_NESTED(ctx, o, "ops", qs_pf_list(ctx, qs_pf_v_, sizeof *r->ops, qs_pf_op, (void *)&r->ops, &r->n_ops));
     return QS_OK;
 }
@@ -231,7 +240,10 @@ static qs_status qs_pf_runs(qs_jf_ctx *ctx, const cJSON *o, qs_profile *p) {
         if (st == QS_OK && p->run_index[prec] >= 0) st = qs_jf_fail(ctx, NULL, "appears twice");
         if (st == QS_OK) {
             p->run_index[prec] = p->n_runs;
-            st = qs_pf_run(ctx, e, prec, &p->runs[p->n_runs++]);
+            qs_profile_prec_run *r = &p->runs[p->n_runs++];
+            const bool cuda = strcmp(p->device.backend, "cuda") == 0; /* "device" is read before "runs" */
+            r->memory_facts = (qs_mem_facts){cuda, cuda, cuda};
+            st = qs_pf_run(ctx, e, prec, r);
         }
         qs_jf_leave(ctx, at);
         QS_TRY(st);
@@ -329,6 +341,10 @@ static qs_status qs_pf_header(qs_jf_ctx *ctx, const cJSON *doc) {
 static qs_status qs_pf_document(qs_jf_ctx *ctx, const cJSON *doc, qs_profile *p) {
     QS_TRY(qs_pf_header(ctx, doc));
     QS_TRY(qs_jf_read(ctx, doc, qs_pf_top_fields, QS_PF_N(qs_pf_top_fields), p));
+    if (qs_optim_kind_parse(p->optimizer, &p->optimizer_kind) != QS_OK) {
+        snprintf(ctx->path, sizeof ctx->path, "optimizer");
+        return qs_jf_fail(ctx, qs_pf_get(doc, "optimizer"), "must be \"sgd\" or \"adamw\"");
+    }
     QS_PF_NESTED(ctx, doc, "device", qs_pf_device(ctx, qs_pf_v_, &p->device));
     QS_PF_NESTED(ctx, doc, "emulation", qs_pf_emulation(ctx, qs_pf_v_, p));
     QS_PF_NESTED(ctx, doc, "runs", qs_pf_runs(ctx, qs_pf_v_, p));

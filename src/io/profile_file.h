@@ -5,12 +5,13 @@
  * Read: the document must be an object of format "qsync-profile", version 1. Every object's
  * keys must be known and given once; required fields must be present; numbers must be finite,
  * times and sizes >= 0, counts whole (batch a whole number in [1, 2^53]); precisions and dtypes
- * known names; "runs" keyed by precision names (at least one run; each run's "precision" its
- * key); "allreduce".points [bytes, ms] pairs with strictly increasing bytes. Fields added to the
- * format after its first files (data_ms, step_samples_ms, grad_average_ms, grad_sync,
- * co_running_*, emulation, device.type, fp8_amax_history, mixed_runs) are optional. Errors are
- * QS_ERR_FORMAT (QS_ERR_IO / QS_ERR_NOT_FOUND for a file that cannot be read) naming the file,
- * the JSON path and the value (src/io/json_fields.h); on failure nothing is kept (*out zeroed). */
+ * known names, the optimizer "sgd" or "adamw"; "runs" keyed by precision names (at least one
+ * run; each run's "precision" its key); "allreduce".points [bytes, ms] pairs with strictly
+ * increasing bytes. Fields added to the format after its first files (data_ms,
+ * step_samples_ms, grad_average_ms, grad_sync, co_running_*, emulation, device.type,
+ * fp8_amax_history, mixed_runs, memory_facts) are optional. Errors are QS_ERR_FORMAT
+ * (QS_ERR_IO / QS_ERR_NOT_FOUND for a file that cannot be read) naming the file, the JSON path
+ * and the value (src/io/json_fields.h); on failure nothing is kept (*out zeroed). */
 #ifndef QSYNC_IO_PROFILE_FILE_H
 #define QSYNC_IO_PROFILE_FILE_H
 
@@ -20,6 +21,7 @@
 
 #include "core/backend.h"
 #include "dag/dag.h"
+#include "optim/optim.h"
 #include "qsync/dtype.h"
 #include "qsync/status.h"
 
@@ -65,6 +67,9 @@ typedef struct qs_profile_prec_run {
     bool has_sync;
     qs_profile_sync sync;
     qs_profile_memory memory;
+    qs_mem_facts memory_facts;        /* the backend facts the memory plan took ("memory_facts");
+                                       * absent (profiles taken before it): the backend's defaults,
+                                       * all true on "cuda", all false otherwise */
     qs_profile_op *ops;               /* owned */
     int n_ops;
 } qs_profile_prec_run;
@@ -114,6 +119,7 @@ typedef struct qs_profile_device {
 typedef struct qs_profile {
     char origin[4096];                /* the file, for messages */
     char model[32], config[256], data[256], optimizer[16];
+    qs_optim_kind optimizer_kind;     /* "optimizer" ("sgd" or "adamw") */
     int64_t batch, warmup, reps, fp8_amax_history;
     double data_ms;                   /* 0 when not recorded */
     int64_t co_running_ranks;         /* 0 when not recorded */

@@ -55,6 +55,16 @@ typedef struct qs_prof_run {
     float lr;  /* the optimizer's step size (see qs_prof_run_setup) */
 } qs_prof_run;
 
+qs_optim_config qs_profile_optim_config(qs_optim_kind kind) {
+    /* The steps repeat one batch, and only their time counts: a step size that keeps the
+     * weights finite over every step a run takes (warm-up, reps, and under mpirun the
+     * gradient-sync measurement's); AdamW moves every weight by about lr per step whatever its
+     * gradient (docs/BENCHMARKS.md, profiling). */
+    qs_optim_config oc = qs_optim_config_default(kind, kind == QS_OPTIM_ADAMW ? 1e-5f : 0.01f);
+    if (kind == QS_OPTIM_SGD) oc.momentum = 0.9f;
+    return oc;
+}
+
 static void qs_prof_run_free(qs_prof_run *r) {
     if (r->opt_ready) qs_optimizer_free(&r->opt, r->be);
     qs_model_free(r->m);
@@ -73,14 +83,8 @@ static qs_status qs_prof_run_setup(const qs_profile_options *o, qs_precision p, 
     po.fp8_amax_history = o->fp8_amax_history;
     QS_TRY(qs_precision_setup(r->m, r->be, &po));
     QS_TRY(qs_model_setup(r->m, r->be, o->batch, 1));
-    /* The steps repeat one batch, and only their time counts: a step size that keeps the
-     * weights finite over every step a run takes (warm-up, reps, and under mpirun the
-     * gradient-sync measurement's). AdamW moves every weight by about lr per step whatever its
-     * gradient: at 0.01 a 4096-wide mlp's activations overflowed within ~35 FP8 steps on the
-     * H200 (a non-finite amax stopped the profile). */
-    r->lr = o->optimizer == QS_OPTIM_ADAMW ? 1e-5f : 0.01f;
-    qs_optim_config oc = qs_optim_config_default(o->optimizer, r->lr);
-    if (o->optimizer == QS_OPTIM_SGD) oc.momentum = 0.9f;
+    qs_optim_config oc = qs_profile_optim_config(o->optimizer);
+    r->lr = oc.lr;
     QS_TRY(qs_optimizer_init(&r->opt, r->be, &r->m->params, &oc));
     r->opt_ready = true;
     qs_loss_scaler_init(&r->scaler, QS_LOSS_SCALE_NONE, 1.0f, 0);

@@ -50,6 +50,11 @@ typedef struct qs_profile_options {
     size_t bucket_bytes;          /* ... formed at this bucket size, as training forms them */
 } qs_profile_options;
 
+/* The optimizer a profile steps with `kind`: PyTorch's defaults at a small step size (SGD lr
+ * 0.01, momentum 0.9; AdamW lr 1e-5), so that repeating one batch keeps the weights finite.
+ * Its state is what a profile's "memory_bytes".optimizer counts. */
+qs_optim_config qs_profile_optim_config(qs_optim_kind kind);
+
 /* Profile o->model and return the profile document in *out (caller deletes). */
 qs_status qs_profile_model(const qs_profile_options *o, cJSON **out);
 

@@ -12,7 +12,20 @@ static bool qs_sim_every_attention(void *ctx, const qs_attention_desc *d) {
     return true;
 }
 
-qs_status qs_sim_memory(const qs_sim_memory_input *in, qs_memory_report *r, size_t *peak) {
+/* Node i of m's own buffers in its plan p (qs_sim_memory's node_bytes): none for a fused alias,
+ * whose buffers are its owner's. */
+static size_t qs_sim_node_plan_bytes(const qs_memory_plan *p, const qs_model *m, int i) {
+    const qs_mem_node *n = &p->node[i];
+    size_t b = 0;
+    if (m->nodes[i].alias_of >= 0) return 0;
+    if (n->y >= 0) b += qs_mem_footprint(p->buf[n->y].bytes);
+    if (n->dy >= 0 && !n->dy_shared) b += qs_mem_footprint(p->buf[n->dy].bytes);
+    for (int k = 0; k < QS_MAX_NODE_SAVED; k++)
+        if (n->saved[k] >= 0) b += qs_mem_footprint(p->buf[n->saved[k]].bytes);
+    return b;
+}
+
+qs_status qs_sim_memory(const qs_sim_memory_input *in, qs_memory_report *r, size_t *peak, size_t *node_bytes) {
     const qs_model *m = in->m;
     memset(r, 0, sizeof *r);
     *peak = 0;
@@ -39,36 +52,18 @@ qs_status qs_sim_memory(const qs_sim_memory_input *in, qs_memory_report *r, size
     r->workspace = p.arena_bytes[QS_MEM_WORKSPACE];
     r->labels = p.arena_bytes[QS_MEM_LABELS];
     *peak = r->params + r->grads + r->optimizer + r->buffers + qs_memory_plan_bytes(&p);
+    for (int i = 0; node_bytes && i < m->n_nodes; i++) node_bytes[i] = qs_sim_node_plan_bytes(&p, m, i);
     qs_memory_plan_free(&p);
     return QS_OK;
 }
 
-qs_mem_facts qs_sim_memory_facts_read(const cJSON *run, const char *backend) {
-    const bool dflt = backend && strcmp(backend, "cuda") == 0;
-    const cJSON *f = cJSON_GetObjectItemCaseSensitive(run, "memory_facts");
-    const char *const keys[3] = {"fp8_wants_transposed", "pointwise_conv_as_linear", "fused_attention"};
-    bool v[3];
-    for (int k = 0; k < 3; k++) {
-        const cJSON *x = cJSON_GetObjectItemCaseSensitive(f, keys[k]);
-        v[k] = cJSON_IsBool(x) ? cJSON_IsTrue(x) : dflt;
-    }
-    return (qs_mem_facts){.fp8_wants_transposed = v[0], .pointwise_conv_as_linear = v[1], .fused_attention = v[2]};
-}
-
 bool qs_sim_profile_attention_fused(void *ctx, const qs_attention_desc *d) {
-    const cJSON *runs = cJSON_GetObjectItemCaseSensitive((const cJSON *)ctx, "runs");
-    const cJSON *run = cJSON_GetObjectItemCaseSensitive(runs, d->dtype == QS_BF16 ? "bf16" : "fp16");
-    const cJSON *ops = cJSON_GetObjectItemCaseSensitive(run, "ops"), *op, *other;
-    cJSON_ArrayForEach(op, ops) {
-        const cJSON *into = cJSON_GetObjectItemCaseSensitive(op, "fused_into");
-        if (!cJSON_IsString(into)) continue;
-        cJSON_ArrayForEach(other, ops) {
-            const cJSON *name = cJSON_GetObjectItemCaseSensitive(other, "name");
-            const cJSON *kind = cJSON_GetObjectItemCaseSensitive(other, "kind");
-            if (cJSON_IsString(name) && cJSON_IsString(kind) && strcmp(name->valuestring, into->valuestring) == 0 &&
-                strcmp(kind->valuestring, "MergeHeads") == 0)
-                return true;
-        }
+    const qs_profile *p = ctx;
+    const qs_profile_prec_run *run = qs_profile_run_at(p, d->dtype == QS_BF16 ? QS_PREC_BF16 : QS_PREC_FP16);
+    for (int i = 0; run && i < run->n_ops; i++) {
+        if (!run->ops[i].fused) continue;
+        const qs_profile_op *into = qs_profile_find_op(run, run->ops[i].fused_into);
+        if (into && strcmp(into->kind, "MergeHeads") == 0) return true;
     }
     return false;
 }

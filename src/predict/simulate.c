@@ -10,6 +10,8 @@
 
 #include "graph/precision.h"
 #include "parallel/cpu_quota.h"
+#include "predict/profile.h"
+#include "predict/sim_memory.h"
 
 /* ---- the profile's runs ---- */
 
@@ -60,10 +62,10 @@ static qs_status qs_sim_run_for(const qs_sim_worker *w, const qs_node *n, const 
 
 /* ---- one node's cost ---- */
 
-/* One node's cost: times per category (ms) and memory (bytes). */
+/* One node's cost: times per category (ms) and its workspace (bytes, its arena footprint). */
 typedef struct qs_sim_cost {
     double fwd, bwd_data, bwd_weights, cast;
-    double out, grad, saved, workspace;
+    double workspace;
 } qs_sim_cost;
 
 static void qs_sim_cost_from_op(const qs_profile_op *op, qs_sim_cost *c) {
@@ -71,14 +73,10 @@ static void qs_sim_cost_from_op(const qs_profile_op *op, qs_sim_cost *c) {
     c->bwd_data = op->backward_data_ms;
     c->bwd_weights = op->backward_weights_ms;
     c->cast = op->cast_ms;
-    c->out = (double)op->out_bytes;
-    c->grad = (double)op->grad_bytes;
-    c->saved = (double)op->saved_bytes;
     c->workspace = (double)op->workspace_bytes;
 }
 
-/* A cast measured in no run: its dtype pair's fitted line, its output at its dtype and an FP32
- * gradient unless it shares its input's (straight-through, sole consumer). */
+/* A cast measured in no run: its dtype pair's fitted line (no workspace). */
 static qs_status qs_sim_cast_cost(const qs_sim_worker *w, const qs_node *n, qs_sim_cost *c) {
     const qs_dtype from = w->m->nodes[n->inputs[0]].out_dtype, to = n->out_dtype;
     double elems = (double)qs_shape_numel(n->out_ndim, n->out_shape) * (double)w->batch;
@@ -87,31 +85,19 @@ static qs_status qs_sim_cast_cost(const qs_sim_worker *w, const qs_node *n, qs_s
         if (f->from != from || f->to != to) continue;
         memset(c, 0, sizeof *c);
         c->cast = f->alpha_ms + f->beta_ms_per_element * elems;
-        c->out = elems * (double)qs_dtype_size(n->out_dtype);
-        c->saved = sizeof(float); /* its scale */
         return QS_OK;
     }
     return QS_FAIL(QS_ERR_MISMATCH, "%s has no cast from %s to %s (needed by %s): profile the precision that uses it",
                    w->profile->origin, qs_dtype_name(from), qs_dtype_name(to), n->name);
 }
 
-/* The gradient buffer of a straight-through cast in this graph (graph.c's rule): none when
- * nothing upstream needs gradients, the input's own when the cast is its only consumer, else
- * an FP32 one. It depends on the neighbours, so it is not taken from a profiled run. */
-static double qs_sim_cast_grad(const qs_sim_worker *w, const qs_node *n, const bool *needs_grad) {
-    const qs_node *in = &w->m->nodes[n->inputs[0]];
-    if (!needs_grad[n - w->m->nodes] || in->n_consumers == 1) return 0;
-    return (double)qs_shape_numel(n->out_ndim, n->out_shape) * (double)w->batch * sizeof(float);
-}
-
-static qs_status qs_sim_node_cost(const qs_sim_worker *w, const qs_node *n, const bool *needs_grad, qs_sim_cost *c) {
+static qs_status qs_sim_node_cost(const qs_sim_worker *w, const qs_node *n, qs_sim_cost *c) {
     memset(c, 0, sizeof *c);
     if (n->kind == QS_NODE_CAST) { /* measured where the same cast ran (the first run holding it), else fitted */
         const qs_profile_op *op = NULL;
         for (int r = 0; r < w->profile->n_runs && !op; r++) op = qs_profile_find_op(&w->profile->runs[r], n->name);
         if (op) qs_sim_cost_from_op(op, c);
         else QS_TRY(qs_sim_cast_cost(w, n, c));
-        c->grad = qs_sim_cast_grad(w, n, needs_grad);
         return QS_OK;
     }
     const qs_profile_prec_run *run;
@@ -127,18 +113,34 @@ static qs_status qs_sim_node_cost(const qs_sim_worker *w, const qs_node *n, cons
  * as the replay charges them. */
 static qs_status qs_sim_costs(const qs_sim_worker *w, qs_sim_cost *cost) {
     const qs_model *m = w->m;
-    bool *needs_grad = calloc((size_t)m->n_nodes, sizeof *needs_grad);
-    qs_status st = needs_grad ? QS_OK : QS_FAIL(QS_ERR_OOM, "out of memory replaying %s", m->arch);
-    for (int i = 1; i < m->n_nodes && st == QS_OK; i++) { /* as graph.c marks them */
-        const qs_node *n = &m->nodes[i];
-        needs_grad[i] = qs_node_has_weights(n);
-        for (int k = 0; k < n->n_inputs; k++) needs_grad[i] |= needs_grad[n->inputs[k]];
-    }
+    qs_status st = QS_OK;
     for (int pass = 0; pass < 2; pass++) /* casts last: a missing run is the clearer message */
         for (int i = 1; i < m->n_nodes && st == QS_OK; i++)
             if (m->nodes[i].alias_of < 0 && (m->nodes[i].kind == QS_NODE_CAST) == (pass == 1))
-                st = qs_sim_node_cost(w, &m->nodes[i], needs_grad, &cost[i]);
-    free(needs_grad);
+                st = qs_sim_node_cost(w, &m->nodes[i], &cost[i]);
+    return st;
+}
+
+/* ---- memory ---- */
+
+/* Worker w's memory through the memory plan that allocation uses (sim_memory.h): the backend
+ * facts of its profile's base run, each node's workspace from its cost, the attentions the
+ * profile ran fused, the profile's optimizer. Its peak into *peak; each node's own buffers into
+ * node_bytes ([m->n_nodes], or NULL). */
+static qs_status qs_sim_plan_memory(const qs_sim_worker *w, const qs_sim_cost *cost, size_t *node_bytes, double *peak) {
+    const qs_model *m = w->m;
+    size_t *ws = calloc((size_t)m->n_nodes, sizeof *ws);
+    if (!ws) return QS_FAIL(QS_ERR_OOM, "out of memory replaying %s", m->arch);
+    for (int i = 0; i < m->n_nodes; i++) ws[i] = (size_t)cost[i].workspace;
+    const qs_optim_config oc = qs_profile_optim_config(w->profile->optimizer_kind);
+    const qs_sim_memory_input in = {.m = m, .batch = w->batch, .facts = qs_profile_base_run(w->profile)->memory_facts,
+                                    .workspace = ws, .attention_supported = qs_sim_profile_attention_fused,
+                                    .attention_ctx = (void *)w->profile, .optimizer = &oc};
+    qs_memory_report r;
+    size_t bytes = 0;
+    qs_status st = qs_sim_memory(&in, &r, &bytes, node_bytes);
+    free(ws);
+    *peak = (double)bytes;
     return st;
 }
 
@@ -183,44 +185,21 @@ qs_status qs_sim_node_charges(const qs_sim_worker *w, qs_sim_charge *out) {
     const qs_model *m = w->m;
     QS_TRY(qs_sim_check_profile(w, 0));
     qs_sim_cost *cost = calloc((size_t)m->n_nodes, sizeof *cost);
-    if (!cost) return QS_FAIL(QS_ERR_OOM, "out of memory replaying %s", m->arch);
-    qs_status st = qs_sim_costs(w, cost);
+    size_t *node_bytes = calloc((size_t)m->n_nodes, sizeof *node_bytes);
+    qs_status st = cost && node_bytes ? qs_sim_costs(w, cost) : QS_FAIL(QS_ERR_OOM, "out of memory replaying %s", m->arch);
+    double peak = 0;
+    if (st == QS_OK) st = qs_sim_plan_memory(w, cost, node_bytes, &peak);
     const qs_profile_prec_run *base = qs_profile_base_run(w->profile);
     double op_scale = w->slowdown > 1 ? w->slowdown : 1, step_scale = w->slow_whole_step ? op_scale : 1;
     for (int i = 0; i < m->n_nodes && st == QS_OK; i++) {
         const qs_sim_cost *c = &cost[i];
         out[i].ms = i == 0 ? 0 : (c->fwd + c->cast) * op_scale + (c->bwd_weights + c->bwd_data) * op_scale;
         out[i].untimed_ms = i == 0 ? 0 : qs_sim_untimed_share(w, base, &m->nodes[i]) * step_scale;
-        out[i].mem = c->out + c->grad + c->saved;
+        out[i].mem = i == 0 ? 0 : (double)node_bytes[i];
         out[i].workspace = c->workspace;
     }
     free(cost);
-    return st;
-}
-
-/* ---- memory ---- */
-
-/* Worker w's predicted peak memory, bytes, into *bytes: what every run shares (parameters,
- * gradients, optimizer state, buffers, labels, and the input batch: the base run's activations
- * less its ops' outputs) plus every node's output, output gradient and saved tensors at its
- * precision (qs_sim_costs) and the largest workspace. */
-static qs_status qs_sim_worker_memory(const qs_sim_worker *w, double *bytes) {
-    const qs_model *m = w->m;
-    const qs_profile_prec_run *base = qs_profile_base_run(w->profile);
-    const qs_profile_memory *mem = &base->memory;
-    qs_sim_cost *cost = calloc((size_t)m->n_nodes, sizeof *cost);
-    qs_status st = cost ? qs_sim_costs(w, cost) : QS_FAIL(QS_ERR_OOM, "out of memory replaying %s", m->arch);
-    double shared_out = 0;
-    for (int i = 0; i < base->n_ops; i++) shared_out += (double)base->ops[i].out_bytes;
-    double input = (double)mem->activations - shared_out, workspace = 0;
-    double total = (double)mem->params + (double)mem->grads + (double)mem->optimizer + (double)mem->buffers +
-                   (double)mem->labels + input;
-    for (int i = 1; i < m->n_nodes && st == QS_OK; i++) {
-        total += cost[i].out + cost[i].grad + cost[i].saved;
-        workspace = fmax(workspace, cost[i].workspace);
-    }
-    *bytes = total + workspace;
-    free(cost);
+    free(node_bytes);
     return st;
 }
 
@@ -309,7 +288,7 @@ qs_status qs_sim_worker_timeline(const qs_sim_worker *w, int rank, int nb, const
     double op_scale = w->slowdown > 1 ? w->slowdown : 1, step_scale = w->slow_whole_step ? op_scale : 1;
     qs_sim_cost *cost = calloc((size_t)m->n_nodes, sizeof *cost);
     qs_status st = cost ? qs_sim_costs(w, cost) : QS_FAIL(QS_ERR_OOM, "out of memory replaying %s", m->arch);
-    if (st == QS_OK) st = qs_sim_worker_memory(w, &tl->memory);
+    if (st == QS_OK) st = qs_sim_plan_memory(w, cost, NULL, &tl->memory);
     if (st != QS_OK) {
         free(cost);
         return st;

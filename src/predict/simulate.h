@@ -20,9 +20,11 @@
  * another, each starting when ready ("concurrent").
  *
  * Emulated workers: a duty cycle multiplies the ops' times by the slowdown; a CPU quota the
- * whole step's, and under the serial model also the transfers it takes part in. Memory: every node's output, output gradient, saved tensors and the largest
- * workspace at its precision, plus parameters, gradients, optimizer state, buffers and labels —
- * the categories the backend's allocation is made of. */
+ * whole step's, and under the serial model also the transfers it takes part in.
+ *
+ * Memory: the worker's memory plan (predict/sim_memory.h, the layout allocation uses) with the
+ * profile's backend facts, workspaces and optimizer: its arenas plus parameters, gradients,
+ * optimizer state and buffers. */
 #ifndef QSYNC_PREDICT_SIMULATE_H
 #define QSYNC_PREDICT_SIMULATE_H
 
@@ -61,7 +63,8 @@ typedef struct qs_sim_charge {
     double ms;          /* forward + casts + backward (data and weights), times the emulated op slowdown */
     double untimed_ms;  /* Conv2d/Linear: its share of the untimed time beyond the base run's (may be < 0;
                            times the whole-step slowdown); 0 for other nodes */
-    double mem;         /* output + output gradient + saved tensors, bytes */
+    double mem;         /* its own buffers in the worker's memory plan (output, output gradient unless
+                           shared, saved tensors), bytes */
     double workspace;   /* its workspace, bytes (the replay adds the largest one) */
 } qs_sim_charge;
 
