@@ -3,7 +3,7 @@
  * loops vectorised by the compiler, SR loops in tiles of QS_SR_TILE elements whose random
  * words come from qs_sr_bits (AVX-512 Philox), OpenMP-parallel over tiles. */
 /* With AVX-512, let the compiler use 512-bit vectors in the loops below (GCC's default on this
- * CPU is 256-bit; the f16 conversion is 3x faster with 512). Results do not depend on it. */
+ * CPU is 256-bit, slower here: docs/BENCHMARKS.md, "Quantizers"). Results do not depend on it. */
 #if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
 #pragma GCC target("prefer-vector-width=512")
 #endif

@@ -108,7 +108,7 @@ static qs_status cpu_probe_precisions(qs_cpu_backend *cb) {
         bool fast = false;
         QS_TRY(qs_dnnl_matmul_probe(&cb->dnnl, probe[i], &fast));
         /* without VNNI/AMX, oneDNN 2.6's s8 kernels saturate intermediate u8·s8 pair sums
-         * (wrong by up to 99% for ±127 operands, measured): INT8 is then emulated */
+         * (inexact: qs_dnnl_int8_exact): INT8 is then emulated */
         if (prec[i] == QS_PREC_INT8 && !qs_dnnl_int8_exact()) fast = false;
         t[prec[i]] = fast ? QS_PREC_NATIVE : QS_PREC_EMULATED;
     }

@@ -127,7 +127,7 @@ static qs_status build_fwd(qs_cpu_conv_plan_t *cp, const qs_dnnl_ctx *ctx) {
     if (r == RCP_S8) {
         /* the dequantization scale (and the bias) as binary post-ops, kept when oneDNN runs
          * them in the same kernel (true for its brgemm/AMX and VNNI convolutions; not for
-         * its int8 deconvolution, which drops to a 5× slower kernel) */
+         * its int8 deconvolution, which drops to a slower kernel: docs/BENCHMARKS.md) */
         const qs_dnnl_conv_geom g = {.strides = {d->stride_h, d->stride_w}, .dilates = {0, 0},
                                      .pad_l = {d->pad_h, d->pad_w}, .pad_r = {d->pad_h, d->pad_w}};
         qs_dnnl_prim fused;
@@ -340,8 +340,8 @@ static void choose_recipes(qs_cpu_conv_plan_t *cp, qs_backend *be) {
     if (qs_cpu_prec_of(be, d->prec) != QS_PREC_NATIVE) return;
     if (d->prec == QS_PREC_BF16) {
         cp->rcp[0] = cp->rcp[1] = cp->rcp[2] = RCP_BF16;
-        /* oneDNN's bf16 backward-weights kernel slows down on small images (measured 2–4×
-         * slower than FP32 at 4×4 and 7×7): there the swapped bf16 forward convolution (3×3)
+        /* oneDNN's bf16 backward-weights kernel slows down on small images (docs/BENCHMARKS.md,
+         * "Convolution at every CPU precision"): there the swapped bf16 forward convolution (3×3)
          * or FP32 on the widened values (1×1) is faster */
         if (d->P * d->Q <= 64) cp->rcp[DIR_BWD_WEIGHTS] = d->R * d->S > 1 ? RCP_BF16_SWAPPED : RCP_F32;
     } else if (d->prec == QS_PREC_INT8 && qs_dnnl_int8_exact()) {

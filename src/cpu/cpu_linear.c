@@ -9,16 +9,16 @@
  * Per precision (the plan's compute path):
  *   FP32  f32 primitives. bench/bench_conv_choice.c chose matmul over inner_product, oneDNN's
  *         default (brgemm) for forward and its "gemm" implementation for both backward
- *         products (≈25% faster for M=128, K=3136, N=1024 on the 2-core AVX-512 host).
+ *         products (docs/BENCHMARKS.md, "Convolution and Linear algorithm choice").
  *   BF16  bf16 × bf16 → f32 primitives (AMX / AVX512-BF16 where the CPU has them), f32 bias.
  *   INT8  s8 × s8 → f32 primitives without output scales (oneDNN 2.6 drops from its AMX/VNNI
- *         brgemm kernels to a ≈3× slower gemm one when scales are runtime arguments), then one
+ *         brgemm kernels to a slower gemm one when scales are runtime arguments), then one
  *         FP32 epilogue pass applies s_a·s_b (per-column for per-output-channel weights) and
  *         the bias. Backward-weights reduces over the M rows; int32 accumulation of int8
  *         products is exact only up to 2^31/127² = 133,144 terms, so M is split into chunks
  *         of at most that many rows whose f32 results are summed (sum post-op). oneDNN 2.6
  *         runs an s8 matmul with a transposed A (dYᵀ as strides) on its slow gemm kernel
- *         (≈5× slower than AMX brgemm at 1024³), so dY is transposed into the workspace first
+ *         (both kernel figures: docs/BENCHMARKS.md), so dY is transposed into the workspace first
  *         (one byte per element) and the product reads it plainly.
  *   FP16, FP8 (emulated) operands widened to f32 in the workspace, then the FP32 primitives:
  *         the values are exactly those of the format, the arithmetic FP32.

@@ -7,7 +7,7 @@
  * (track_running_stats=False); dgamma/dbeta NULL skip those gradients; dx NULL computes only
  * dgamma/dbeta (the input needs no gradient). `relu` applies max(·, 0) to the output (BN+ReLU
  * fused); its backward then takes the output `y_relu` and multiplies dy by [y_relu > 0] (a
- * multiply, not a select, which is 2× faster here; it differs from ReLU's backward only for
+ * multiply, faster than a select: docs/BENCHMARKS.md; it differs from ReLU's backward only for
  * non-finite dy at masked positions). A BF16 output (y_dt) is the FP32 result rounded to
  * nearest even (core/numfmt.h, the rounding of the straight-through cast it replaces); its
  * backward widens the mask first. The input x is F32 or BF16 (x_dt: a convolution's BF16

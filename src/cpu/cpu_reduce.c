@@ -39,7 +39,7 @@ qs_status qs_cpu_colsums(int64_t rows, int64_t C, const float *a, const float *m
         double *p2 = sum2 ? part + ch * nout * C + (sum1 ? C : 0) : NULL;
         for (int64_t r = r0; r < r1; r++) {
             const float *ar = a + r * C, *br = bb + r * C, *mr = mask ? mask + r * C : NULL;
-            if (mr) { /* masked by a multiply with [mask > 0]: 2.5× faster here than a select */
+            if (mr) { /* masked by a multiply with [mask > 0], faster than a select (docs/BENCHMARKS.md) */
                 if (p1)
 #pragma omp simd
                     for (int64_t c = 0; c < C; c++) p1[c] += (double)(ar[c] * (float)(mr[c] > 0.0f));

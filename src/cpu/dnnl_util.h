@@ -109,8 +109,8 @@ qs_status qs_dnnl_reorder_create_t(qs_dnnl_prim *p, const qs_dnnl_ctx *ctx, cons
 
 /* Whether oneDNN's int8 kernels on this CPU sum s8·s8 products exactly in int32: true when
  * the ISA it runs has VNNI (AVX-512 or AVX2) or AMX. Older ISAs go through saturating 16-bit
- * pair sums or halve s8 weights to 7 bits (measured with ±127 operands: errors of 1/127 in a
- * convolution and ≈99% in a matmul), so exact INT8 results cannot be promised there. */
+ * pair sums or halve s8 weights to 7 bits (inexact with ±127 operands: docs/BENCHMARKS.md,
+ * "Convolution at every CPU precision"), so exact INT8 results cannot be promised there. */
 bool qs_dnnl_int8_exact(void);
 
 /* For a primitive's weights-like argument `arg` (0 = weights, 1 = diff_weights) whose layout

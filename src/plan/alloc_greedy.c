@@ -1,5 +1,62 @@
 /* src/plan/alloc_greedy.c — the corrected QSync greedy precision recovery
- * (qs_alloc_greedy; rules and the differences from QSync's code in allocator.h). */
+ * (qs_alloc_greedy; the problem and the contract in allocator.h).
+ *
+ * The rules (QSync's "precision recovery", reference qsync-method.md §5.2, corrected):
+ *  1. Start from the fastest plan within the memory cap. The least-time plan (casts
+ *     included) is computed exactly by dynamic programming along the layer order (its state
+ *     is the options of the layers that still have edges to later layers: exact whenever
+ *     K^width ≤ QS_ALLOC_DP_MAX_STATES, which chains and residual networks meet; otherwise
+ *     coordinate descent, not proven least). If it misses T: infeasible, the best achievable
+ *     time is reported. If it exceeds the cap: Lagrangian plans argmin time + λ·mem (the
+ *     same DP, bisection on λ) and a repair (single-layer moves saving the most memory per
+ *     ms, or the most ms per byte) look for a plan meeting both; the fastest one found starts.
+ *     When none meets both and nothing proves that no plan can, the start is the exact
+ *     fastest plan within the cap from the ILP (qs_alloc_fastest): finding any plan under two
+ *     constraints is NP-hard, and the greedy must never call a feasible problem infeasible.
+ *     res->exact_start says when (how often: docs/BENCHMARKS.md).
+ *  2. Repeat: among ALL single-layer moves (layer l from its option to ANY allowed option of
+ *     lower ω — several precision steps at once, or a step that is not adjacent), evaluate
+ *     each exactly (its own time and memory change plus the cast changes on every incident
+ *     edge given the neighbours' current options), drop those that would break T or the
+ *     cap, and apply the one with the best ratio
+ *         Δω / (Δt⁺ / slack_t + Δm⁺ / slack_m)
+ *     (slack = what is left of T and of the cap; with memory ample this is Δω/Δt, QSync's
+ *     order). Moves that cost neither time nor memory (Δt ≤ 0, Δm ≤ 0: e.g. a move that
+ *     removes a cast) come first, largest Δω first. After applying, the plan is re-evaluated
+ *     from scratch and the move is rolled back if it broke a constraint (floating-point
+ *     drift; the exact deltas make this a safety net). Stop when no move is feasible and
+ *     lowers Σω.
+ *  3. Enumeration of the first move: the recovery of rule 2 is run again from the start with
+ *     each feasible single move that lowers Σω forced first (L·(K−1) runs), and the best
+ *     result is kept — the classic repair of the ratio greedy's knapsack failure, where the
+ *     slack goes to many small moves of high ratio and one large move worth more (a big
+ *     layer's int8 → bf16) no longer fits.
+ *  4. Local search on that plan, until neither finds anything: (a) pair moves — two layers'
+ *     options changed together (casts between them counted for the pair) that keep the plan
+ *     feasible and lower Σω the most, each followed by rule 2; (b) ejection moves — force one
+ *     layer to an option of lower ω that breaks T or the cap, make the plan feasible again
+ *     with the other layers (repeatedly the move that removes the most violation per unit of
+ *     Σω it adds), run rule 2, and keep the result if Σω went down.
+ *  All are on by default; each can be switched off (qs_alloc_greedy_opts) to measure it (what
+ *  each adds: docs/BENCHMARKS.md, "Allocator on generated problems").
+ * How it differs from QSync's code and why:
+ *   - gain order: QSync's heap key is ω(i) − ω(i−1) (wrapping at i = 0), i.e. negative gains
+ *     popped in ascending order; here the gain is ω(current) − ω(new), largest ratio first.
+ *   - a ratio to the time (and memory) it costs, not the raw gain: a cheap recovery of a
+ *     sensitive layer beats an expensive one of equal gain.
+ *   - several steps per layer and any target option: QSync moves each layer at most one
+ *     step; a step up can be dominated (CPU bf16 slower than fp32) and must be jumpable.
+ *   - rejected moves leave no trace (QSync's rejected trial wrote its bit into the shared DAG)
+ *     and are re-evaluated after every change (QSync never retries a rejected layer, though
+ *     a later move may change the casts that blocked it).
+ *   - start from the least-time plan within the cap instead of uniform FP16, so the slack
+ *     is the largest possible and infeasibility is detected (and reported) up front.
+ *   - cast costs are counted exactly per move on every incident edge (QSync re-costs its
+ *     neighbours too, but on a DAG polluted by rejected trials).
+ *   - memory is a constraint of every move (QSync's shipped script disables it).
+ *   - rules 3 and 4 are not in QSync: a pure ratio greedy is far from the optimum whenever one
+ *     large recovery is worth more than the many small ones that used up the slack.
+ */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -157,7 +214,7 @@ done:
 
 /* ------------------------------------------------------------------ rule 2: recovery */
 
-/* Apply the best feasible single-layer move lowering Σω (rule 2 in allocator.h) until none
+/* Apply the best feasible single-layer move lowering Σω (rule 2 above) until none
  * is left (or, never seen, a move the fresh evaluation rejects). g's plan must be feasible. */
 static void qs_greedy_recover(qs_greedy *g) {
     const qs_alloc_problem *p = g->p;

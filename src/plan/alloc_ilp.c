@@ -1,6 +1,17 @@
 /* src/plan/alloc_ilp.c — the exact allocator: the 0/1 ILP of allocator.h solved with GLPK's
  * branch and cut (glp_intopt), and the exact fastest plan within a memory cap. The only file
- * that includes glpk.h. */
+ * that includes glpk.h.
+ *
+ * The ILP: binary x[l][k] with Σ_k x[l][k] = 1; per edge continuous y[e][k1][k2] ≥ 0 with the
+ * marginal constraints Σ_k2 y[e][k1][k2] = x[src][k1] and Σ_k1 y[e][k1][k2] = x[dst][k2]
+ * (integral x makes y the indicator of the pair; tighter than y ≥ x1 + x2 − 1);
+ * Σ t·x + Σ c·y ≤ T − fixed_ms; Σ m·x ≤ cap − fixed_mem; minimize Σ ω·x. Edges whose cast
+ * matrix is all zero get no y. With warm_start (default) the greedy runs first and the row
+ * Σ ω·x ≤ its Σω (+1e-9 relative) prunes the search like an incumbent; it never removes an
+ * optimum. The returned plan is re-evaluated exactly; if GLPK's tolerance let it exceed T or the
+ * cap, that row is tightened and the ILP solved again. The LP relaxation is weak where casts
+ * matter (it mixes two cast-free plans to meet T on average), so the search needs many more
+ * nodes than the same problem without casts (docs/BENCHMARKS.md). */
 #include <glpk.h>
 #include <limits.h>
 #include <math.h>
@@ -137,7 +148,7 @@ static qs_status qs_ilp_run(glp_prob *lp, const qs_alloc_problem *p, double time
     glp_iocp parm;
     glp_init_iocp(&parm);
     parm.msg_lev = GLP_MSG_OFF;
-    parm.presolve = GLP_ON; /* GLPK's default cuts and heuristics */
+    parm.presolve = GLP_ON; /* GLPK's default cuts and heuristics (the others: docs/BENCHMARKS.md, allocator) */
     parm.tm_lim = time_limit_ms > 0 ? (time_limit_ms < INT_MAX ? (int)time_limit_ms : INT_MAX) : INT_MAX;
     parm.cb_func = qs_ilp_callback;
     parm.cb_info = info;

@@ -22,81 +22,22 @@
  * tolerance absorbs floating-point summation order), mem ≤ cap exactly (int64 bytes).
  *
  * ---- Greedy (qs_alloc_greedy): QSync's "precision recovery" (reference qsync-method.md §5.2),
- * corrected. The rules:
- *  1. Start from the fastest plan within the memory cap. The least-time plan (casts
- *     included) is computed exactly by dynamic programming along the layer order (its state
- *     is the options of the layers that still have edges to later layers: exact whenever
- *     K^width ≤ QS_ALLOC_DP_MAX_STATES, which chains and residual networks meet; otherwise
- *     coordinate descent, not proven least). If it misses T: infeasible, the best achievable
- *     time is reported. If it exceeds the cap: Lagrangian plans argmin time + λ·mem (the
- *     same DP, bisection on λ) and a repair (single-layer moves saving the most memory per
- *     ms, or the most ms per byte) look for a plan meeting both; the fastest one found starts.
- *     When none meets both and nothing proves that no plan can, the start is the exact
- *     fastest plan within the cap from the ILP (qs_alloc_fastest): finding any plan under two
- *     constraints is NP-hard, and the greedy must never call a feasible problem infeasible.
- *     Needed on none of 1,450 generated problems tried (1,278 with a binding cap) and on 2 of
- *     3,783 feasible small adversarial ones (uniform costs, no correlation); res->exact_start
- *     says when.
- *  2. Repeat: among ALL single-layer moves (layer l from its option to ANY allowed option of
- *     lower ω — several precision steps at once, or a step that is not adjacent), evaluate
- *     each exactly (its own time and memory change plus the cast changes on every incident
- *     edge given the neighbours' current options), drop those that would break T or the
- *     cap, and apply the one with the best ratio
- *         Δω / (Δt⁺ / slack_t + Δm⁺ / slack_m)
- *     (slack = what is left of T and of the cap; with memory ample this is Δω/Δt, QSync's
- *     order). Moves that cost neither time nor memory (Δt ≤ 0, Δm ≤ 0: e.g. a move that
- *     removes a cast) come first, largest Δω first. After applying, the plan is re-evaluated
- *     from scratch and the move is rolled back if it broke a constraint (floating-point
- *     drift; the exact deltas make this a safety net). Stop when no move is feasible and
- *     lowers Σω.
- *  3. Enumeration of the first move: the recovery of rule 2 is run again from the start with
- *     each feasible single move that lowers Σω forced first (L·(K−1) runs), and the best
- *     result is kept — the classic repair of the ratio greedy's knapsack failure, where the
- *     slack goes to many small moves of high ratio and one large move worth more (a big
- *     layer's int8 → bf16) no longer fits.
- *  4. Local search on that plan, until neither finds anything: (a) pair moves — two layers'
- *     options changed together (casts between them counted for the pair) that keep the plan
- *     feasible and lower Σω the most, each followed by rule 2; (b) ejection moves — force one
- *     layer to an option of lower ω that breaks T or the cap, make the plan feasible again
- *     with the other layers (repeatedly the move that removes the most violation per unit of
- *     Σω it adds), run rule 2, and keep the result if Σω went down.
- *  Measured on the generator below (250 problems of tests/test_allocator.c, and 500 held-out
- *  problems of seeds 101–300 to guard against tuning the rules to the test's own set): share
- *  of problems with Σω within 5% of the optimum — rules 1–2 only 73.6% / 81.0%; + rule 3
- *  90.8% / 93.8%; + rule 4a 92.8% / 95.0%; rules 1, 2, 4b 98.4% / 98.4%; all 99.6% / 99.2%,
- *  worst gap 6.2% / 12.5% (mean 2.5 ms, max 18 ms per problem of ≤ 60 layers on one core;
- *  rules 1–2 alone 0.04 ms). All are on by default; each can be switched off
- *  (qs_alloc_greedy_opts) to measure it.
- * How it differs from QSync's code and why:
- *   - gain order: QSync's heap key is ω(i) − ω(i−1) (wrapping at i = 0), i.e. negative gains
- *     popped in ascending order; here the gain is ω(current) − ω(new), largest ratio first.
- *   - a ratio to the time (and memory) it costs, not the raw gain: a cheap recovery of a
- *     sensitive layer beats an expensive one of equal gain.
- *   - several steps per layer and any target option: QSync moves each layer at most one
- *     step; a step up can be dominated (CPU bf16 slower than fp32) and must be jumpable.
- *   - rejected moves leave no trace (QSync's rejected trial wrote its bit into the shared DAG)
- *     and are re-evaluated after every change (QSync never retries a rejected layer, though
- *     a later move may change the casts that blocked it).
- *   - start from the least-time plan within the cap instead of uniform FP16, so the slack
- *     is the largest possible and infeasibility is detected (and reported) up front.
- *   - cast costs are counted exactly per move on every incident edge (QSync re-costs its
- *     neighbours too, but on a DAG polluted by rejected trials).
- *   - memory is a constraint of every move (QSync's shipped script disables it).
- *   - rules 3 and 4 are not in QSync: a pure ratio greedy is far from the optimum whenever one
- *     large recovery is worth more than the many small ones that used up the slack (above:
- *     rules 1–2 alone miss the 5% band on about a quarter of the problems).
+ * corrected; it never calls a feasible problem infeasible. Rules (alloc_greedy.c gives each in
+ * full, and how they differ from QSync's code):
+ *  1. start from the fastest plan within the memory cap (exact least-time DP, else Lagrangian
+ *     plans and a repair, else the ILP's fastest plan: res->exact_start); if it misses T the
+ *     problem is infeasible and the best achievable time is reported;
+ *  2. recovery: repeatedly apply the feasible single-layer move (to ANY allowed option of lower
+ *     ω) with the best ratio Δω / (Δt⁺ / slack_t + Δm⁺ / slack_m), free moves first;
+ *  3. enumeration of the first move (qs_alloc_greedy_opts.enumerate_first);
+ *  4. local search: (a) pair moves (local_search), (b) ejection moves (eject).
+ * All are on by default. Their quality on the generator below: docs/BENCHMARKS.md, "Allocator
+ * on generated problems".
  *
- * ---- Exact (qs_alloc_exact): a 0/1 ILP solved by GLPK (glp_intopt): binary x[l][k] with
- * Σ_k x[l][k] = 1; per edge continuous y[e][k1][k2] ≥ 0 with the marginal constraints
- * Σ_k2 y[e][k1][k2] = x[src][k1] and Σ_k1 y[e][k1][k2] = x[dst][k2] (integral x makes y the
- * indicator of the pair; tighter than y ≥ x1 + x2 − 1); Σ t·x + Σ c·y ≤ T − fixed_ms;
- * Σ m·x ≤ cap − fixed_mem; minimize Σ ω·x. Edges whose cast matrix is all zero get no y.
- * With warm_start (default) the greedy runs first and the row Σ ω·x ≤ its Σω (+1e-9
- * relative) prunes the search like an incumbent; it never removes an optimum (~30% faster on
- * the generated problems). The returned plan is re-evaluated exactly; if GLPK's tolerance let
- * it exceed T or the cap, that row is tightened and the ILP solved again. The LP relaxation is
- * weak where casts matter (it mixes two cast-free plans to meet T on average), so the search
- * needs ~20× the nodes of the same problem without casts: ~0.3–0.4 s for 100 layers.
+ * ---- Exact (qs_alloc_exact): the same problem as a 0/1 ILP (formulation in alloc_ilp.c) solved
+ * by GLPK's branch and cut; with warm_start (default) the greedy runs first and its Σω bounds the
+ * search without removing an optimum. The returned plan is re-evaluated exactly and meets T and
+ * the cap (the ILP is solved again, tightened, when GLPK's tolerance let it exceed them).
  *
  * ---- Errors: QS_ERR_INVALID_ARG for bad input (no layers, K out of range, negative or
  * non-finite costs, edges naming missing layers or a layer twice, a layer with no allowed
