@@ -59,7 +59,7 @@ qs_optim_config qs_profile_optim_config(qs_optim_kind kind) {
     /* The steps repeat one batch, and only their time counts: a step size that keeps the
      * weights finite over every step a run takes (warm-up, reps, and under mpirun the
      * gradient-sync measurement's); AdamW moves every weight by about lr per step whatever its
-     * gradient (docs/BENCHMARKS.md, profiling). */
+     * gradient (docs/BENCHMARKS.md, "Measurements behind design choices"). */
     qs_optim_config oc = qs_optim_config_default(kind, kind == QS_OPTIM_ADAMW ? 1e-5f : 0.01f);
     if (kind == QS_OPTIM_SGD) oc.momentum = 0.9f;
     return oc;
