@@ -5,6 +5,8 @@
 #ifndef QSYNC_CPU_CPU_COMMON_H
 #define QSYNC_CPU_CPU_COMMON_H
 
+#include <math.h>
+
 #include "core/backend.h"
 #include "core/numfmt.h"
 #include "cpu/dnnl_util.h"
@@ -85,5 +87,17 @@ qs_status qs_cpu_scratch(qs_cpu_backend *cb, size_t bytes, void **out);
 void qs_cpu_transpose_s8(int64_t rows, int64_t cols, const void *src, void *dst);
 /* dst = src (accumulate false) or dst += src over n floats, OpenMP-parallel. */
 void qs_cpu_copy_or_add(int64_t n, const float *src, float *dst, bool accumulate);
+
+/* The logistic σ(z) = 1/(1 + e), e = exp(−z), and its complement 1 − σ = e·σ, which keeps its
+ * relative accuracy where σ → 1 (1.0f − σ would not). Below z = −80, 1 − σ is 1 in FP32 and is
+ * taken as 1: further down e·σ would lose bits (σ subnormal below −87.3) and then be ∞·0 once e
+ * overflows (z < −88.7).
+ * GELU's σ(2z). On CUDA, `logistic` (cuda_map.cuh) makes the same FP32 operations (GELU's
+ * kernels, in cuda_transformer.cu beside their own map launcher, still spell them out). */
+static inline float qs_cpu_logistic(float z, float *one_minus) {
+    const float e = expf(-z), sg = 1.0f / (1.0f + e);
+    *one_minus = z < -80.0f ? 1.0f : e * sg;
+    return sg;
+}
 
 #endif

@@ -97,13 +97,10 @@ qs_status qs_cpu_layernorm_backward(qs_backend *be, qs_stream *s, int64_t rows, 
 #define GELU_K 0.7978845608028654f /* sqrt(2/π) */
 #define GELU_A 0.044715f
 
-/* With z = √(2/π)·(x + 0.044715·x³) and e = exp(−2z): 0.5·(1 + tanh(z)) = σ(2z) = 1/(1 + e)
- * and its complement 1 − σ = e·σ. The logistic form has no cancellation where 1 + tanh(z) → 0,
- * and 1 − σ computed as e·σ keeps its relative accuracy where σ → 1 (1.0f − σ would not). */
+/* With z = √(2/π)·(x + 0.044715·x³): 0.5·(1 + tanh(z)) = σ(2z) and its complement
+ * (qs_cpu_logistic). The logistic form has no cancellation where 1 + tanh(z) → 0. */
 static inline float gelu_sigma(float x, float *one_minus) {
-    const float z2 = 2.0f * GELU_K * (x + GELU_A * x * x * x), e = expf(-z2), sg = 1.0f / (1.0f + e);
-    *one_minus = z2 < -80.0f ? 1.0f : e * sg; /* e → ∞ there, and e·σ would be ∞·0 */
-    return sg;
+    return qs_cpu_logistic(2.0f * GELU_K * (x + GELU_A * x * x * x), one_minus);
 }
 
 /* y = x·σ(2z) = 0.5·x·(1 + tanh(z)) elementwise over n values (y may alias x). */

@@ -1,15 +1,16 @@
 /* src/cuda/cuda_map.cuh — defines: what the element-wise op files of the CUDA backend share (CUDA
  * C++, included by .cu files only): 256-thread blocks, the flat map kernel k_map and its launcher
  * (float4 at a time when every pointer is 16-byte aligned, then the tail element by element),
- * alignment tests and FP32 / BF16 loads.
+ * alignment tests, FP32 / BF16 loads and the logistic function.
  *
  * Bitwise agreement with the CPU backend (src/cpu): element formulas are the CPU's, in the same
  * order and types, with every product that meets a sum written as __fmul_rn / __fadd_rn so that
  * nvcc cannot contract it into an FMA (the CPU is built as ISO C11, which does not contract
  * either); divisions and square roots are the IEEE-rounded __fdiv_rn / __fsqrt_rn. A NaN made by
  * arithmetic (NaN + x, NaN·x) is the GPU's canonical NaN 0x7fffffff where x86 propagates the
- * input's payload and sign; selects and copies keep the bits. Kernels use grid-stride loops over
- * int64 indices; n == 0 queues nothing. */
+ * input's payload and sign; selects and copies keep the bits. expf (logistic) is no such bitwise
+ * match: ≤ 2 ulp on the GPU, < 1 ulp in glibc, so what follows it agrees within the tolerance its
+ * test rows derive. Kernels use grid-stride loops over int64 indices; n == 0 queues nothing. */
 #ifndef QSYNC_CUDA_CUDA_MAP_CUH
 #define QSYNC_CUDA_CUDA_MAP_CUH
 
@@ -72,6 +73,15 @@ __device__ __forceinline__ float4 ld4(const uint16_t *p, int64_t i4) {
     const uint2 u = reinterpret_cast<const uint2 *>(p)[i4];
     return make_float4(qs_nf_bits_f32(u.x << 16), qs_nf_bits_f32(u.x & 0xffff0000u), qs_nf_bits_f32(u.y << 16),
                        qs_nf_bits_f32(u.y & 0xffff0000u));
+}
+
+/* The logistic σ(z) = 1/(1 + e), e = expf(−z), and 1 − σ = e·σ (taken as 1 below z = −80, as
+ * it is in FP32: further down e·σ loses bits and then is ∞·0): the CPU's qs_cpu_logistic
+ * (src/cpu/cpu_common.h), operation for operation. */
+__device__ __forceinline__ float logistic(float z, float *one_minus) {
+    const float e = expf(-z), sg = __fdiv_rn(1.0f, __fadd_rn(1.0f, e));
+    *one_minus = z < -80.0f ? 1.0f : __fmul_rn(e, sg);
+    return sg;
 }
 
 } // namespace
