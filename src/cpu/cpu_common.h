@@ -92,8 +92,9 @@ void qs_cpu_copy_or_add(int64_t n, const float *src, float *dst, bool accumulate
  * relative accuracy where σ → 1 (1.0f − σ would not). Below z = −80, 1 − σ is 1 in FP32 and is
  * taken as 1: further down e·σ would lose bits (σ subnormal below −87.3) and then be ∞·0 once e
  * overflows (z < −88.7).
- * GELU's σ(2z). On CUDA, `logistic` (cuda_map.cuh) makes the same FP32 operations (GELU's
- * kernels, in cuda_transformer.cu beside their own map launcher, still spell them out). */
+ * GELU's σ(2z) and SiLU's σ(x). On CUDA, `logistic` (cuda_map.cuh) makes the same FP32
+ * operations (GELU's kernels, in cuda_transformer.cu beside their own map launcher, still spell
+ * them out). */
 static inline float qs_cpu_logistic(float z, float *one_minus) {
     const float e = expf(-z), sg = 1.0f / (1.0f + e);
     *one_minus = z < -80.0f ? 1.0f : e * sg;

@@ -1,4 +1,4 @@
-/* src/cpu/cpu_eltwise.c — elementwise FP32 ops: relu, add, accumulate/copy, scale.
+/* src/cpu/cpu_eltwise.c — elementwise FP32 ops: relu, silu, add, accumulate/copy, scale.
  * Flat OpenMP loops over n elements (vectorised by the compiler). */
 #include "cpu/cpu_backend.h"
 #include "core/numfmt.h"
@@ -29,6 +29,33 @@ qs_status qs_cpu_relu_backward(qs_backend *be, qs_stream *s, int64_t n, const fl
     } else {
 #pragma omp parallel for simd schedule(static)
         for (int64_t i = 0; i < n; i++) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+    }
+    return QS_OK;
+}
+
+/* y = x·σ(x), −0 where σ = 0 (e overflowed: x < −88.7, −∞ whose x·σ would be ∞·0); y may alias x. */
+qs_status qs_cpu_silu_forward(qs_backend *be, qs_stream *s, int64_t n, const float *x, float *y) {
+    QS_TRY(qs_cpu_args_check("silu_forward", n, 2, (const void *[]){x, y}));
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        float om;
+        const float v = x[i], sg = qs_cpu_logistic(v, &om);
+        y[i] = sg == 0.0f ? -0.0f : v * sg;
+    }
+    return QS_OK;
+}
+
+/* dx (+)= dy·σ·(1 + t), t = x·(1 − σ): t is 0 where 1 − σ is (x > 103.9, +∞ whose product
+ * would be ∞·0), and the factor −0 where σ is (x < −88.7, −∞ likewise). */
+qs_status qs_cpu_silu_backward(qs_backend *be, qs_stream *s, int64_t n, const float *x, const float *dy, float *dx,
+                               bool accumulate) {
+    QS_TRY(qs_cpu_args_check("silu_backward", n, 3, (const void *[]){x, dy, dx}));
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        float om;
+        const float v = x[i], sg = qs_cpu_logistic(v, &om), t = om == 0.0f ? 0.0f : v * om;
+        const float g = dy[i] * (sg == 0.0f ? -0.0f : sg * (1.0f + t));
+        dx[i] = accumulate ? dx[i] + g : g;
     }
     return QS_OK;
 }

@@ -1,6 +1,7 @@
 /* src/cuda/cuda_eltwise.cu — defines: the flat element-wise ops of the CUDA backend, FP32: ReLU
- * and its backward, add (with a fused ReLU; F32 or BF16 inputs), accumulate and scale, through
- * the map kernel of cuda_map.cuh (the CPU's element formulas, bit for bit: see there). */
+ * and its backward, SiLU and its backward, add (with a fused ReLU; F32 or BF16 inputs), accumulate
+ * and scale, through the map kernel of cuda_map.cuh (the CPU's element formulas, bit for bit, up
+ * to expf: see there). */
 #include "cuda/cuda_backend.h"
 
 #include <cuda_runtime.h>
@@ -40,6 +41,42 @@ struct ReluBwd {
     __device__ void one(int64_t i) const { dx[i] = f(y[i], ld1(dy, i), ACC ? dx[i] : 0.0f); }
     __device__ void four(int64_t i) const {
         const float4 a = ld4(y, i), g = ld4(dy, i);
+        const float4 o = ACC ? ld4(dx, i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        st4(dx, i, make_float4(f(a.x, g.x, o.x), f(a.y, g.y, o.y), f(a.z, g.z, o.z), f(a.w, g.w, o.w)));
+    }
+};
+
+/* y = x·σ(x), −0 where σ = 0 (x < −88.7, −∞ included). */
+struct SiluFwd {
+    const float *x;
+    float *y;
+    __device__ static float f(float v) {
+        float om;
+        const float sg = logistic(v, &om);
+        return sg == 0.0f ? -0.0f : __fmul_rn(v, sg);
+    }
+    __device__ void one(int64_t i) const { y[i] = f(x[i]); }
+    __device__ void four(int64_t i) const {
+        float4 v = ld4(x, i);
+        v.x = f(v.x), v.y = f(v.y), v.z = f(v.z), v.w = f(v.w);
+        st4(y, i, v);
+    }
+};
+
+/* dx (+)= dy·σ·(1 + t), t = x·(1 − σ): t = 0 where 1 − σ is, the factor −0 where σ is (±∞ included). */
+template <bool ACC>
+struct SiluBwd {
+    const float *x, *dy;
+    float *dx;
+    __device__ static float f(float v, float g, float old) {
+        float om;
+        const float sg = logistic(v, &om), t = om == 0.0f ? 0.0f : __fmul_rn(v, om);
+        const float d = __fmul_rn(g, sg == 0.0f ? -0.0f : __fmul_rn(sg, __fadd_rn(1.0f, t)));
+        return ACC ? __fadd_rn(old, d) : d;
+    }
+    __device__ void one(int64_t i) const { dx[i] = f(x[i], dy[i], ACC ? dx[i] : 0.0f); }
+    __device__ void four(int64_t i) const {
+        const float4 a = ld4(x, i), g = ld4(dy, i);
         const float4 o = ACC ? ld4(dx, i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         st4(dx, i, make_float4(f(a.x, g.x, o.x), f(a.y, g.y, o.y), f(a.z, g.z, o.z), f(a.w, g.w, o.w)));
     }
@@ -111,6 +148,21 @@ qs_status qs_cuda_relu_backward(qs_backend *be, qs_stream *s, int64_t n, const f
     const float *g = static_cast<const float *>(dy);
     if (accumulate) return launch_map(be, s, n, vec, ReluBwd<true, float>{y, g, dx}, "relu_backward");
     return launch_map(be, s, n, vec, ReluBwd<false, float>{y, g, dx}, "relu_backward");
+}
+
+/* y = x·σ(x) elementwise (y may alias x). */
+qs_status qs_cuda_silu_forward(qs_backend *be, qs_stream *s, int64_t n, const float *x, float *y) {
+    QS_TRY(args_check("silu_forward", n, {x, y}));
+    return launch_map(be, s, n, aligned16({x, y}), SiluFwd{x, y}, "silu_forward");
+}
+
+/* dx = dy·σ·(1 + x·(1 − σ)) from the forward's input x, or dx += that with accumulate. */
+qs_status qs_cuda_silu_backward(qs_backend *be, qs_stream *s, int64_t n, const float *x, const float *dy, float *dx,
+                                bool accumulate) {
+    QS_TRY(args_check("silu_backward", n, {x, dy, dx}));
+    const bool vec = aligned16({x, dy, dx});
+    if (accumulate) return launch_map(be, s, n, vec, SiluBwd<true>{x, dy, dx}, "silu_backward");
+    return launch_map(be, s, n, vec, SiluBwd<false>{x, dy, dx}, "silu_backward");
 }
 
 /* y = a + b, or max(a + b, 0) with relu (y may alias an F32 a or b); a, b F32 or BF16. */
