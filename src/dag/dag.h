@@ -54,6 +54,7 @@ typedef enum qs_node_kind {
     QS_NODE_MATMUL,          /* batched A·Bᵀ or A·B over (N,H): attention's QKᵀ and P·V */
     QS_NODE_SOFTMAX,         /* masked softmax over the last axis of (N,H,Tq,Tk) */
     QS_NODE_SELECT_TOKEN,    /* (N,T,C) → (N,C): the first position (BERT's [CLS]) */
+    QS_NODE_SILU,            /* x·σ(x), elementwise over any shape */
     QS_NODE_KIND_COUNT
 } qs_node_kind;
 

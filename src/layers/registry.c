@@ -5,7 +5,7 @@ extern const qs_layer_impl qs_layer_input_impl, qs_layer_linear, qs_layer_conv2d
     qs_layer_relu, qs_layer_maxpool2d, qs_layer_avgpool2d, qs_layer_flatten, qs_layer_dropout, qs_layer_add,
     qs_layer_cast, qs_layer_softmax_xent, qs_layer_embedding, qs_layer_pos_embedding, qs_layer_layernorm,
     qs_layer_gelu, qs_layer_tanh, qs_layer_split_heads, qs_layer_merge_heads, qs_layer_matmul, qs_layer_softmax,
-    qs_layer_select_token;
+    qs_layer_select_token, qs_layer_silu;
 
 const qs_layer_impl *qs_layer_impl_for(qs_node_kind kind) {
     static const qs_layer_impl *const table[QS_NODE_KIND_COUNT] = {
@@ -20,6 +20,7 @@ const qs_layer_impl *qs_layer_impl_for(qs_node_kind kind) {
         [QS_NODE_TANH] = &qs_layer_tanh,           [QS_NODE_SPLIT_HEADS] = &qs_layer_split_heads,
         [QS_NODE_MERGE_HEADS] = &qs_layer_merge_heads, [QS_NODE_MATMUL] = &qs_layer_matmul,
         [QS_NODE_SOFTMAX] = &qs_layer_softmax,     [QS_NODE_SELECT_TOKEN] = &qs_layer_select_token,
+        [QS_NODE_SILU] = &qs_layer_silu,
     };
     return (unsigned)kind < QS_NODE_KIND_COUNT ? table[kind] : &qs_layer_input_impl;
 }

@@ -148,6 +148,10 @@ int qs_mb_tanh(qs_mbuild *b, int x, const char *fmt, ...) {
     MB_ADD(b, QS_NODE_TANH, NULL, x, -1, fmt);
 }
 
+int qs_mb_silu(qs_mbuild *b, int x, const char *fmt, ...) {
+    MB_ADD(b, QS_NODE_SILU, NULL, x, -1, fmt);
+}
+
 int qs_mb_split_heads(qs_mbuild *b, int x, int64_t heads, int64_t part, int64_t parts, const char *fmt, ...) {
     qs_node_cfg c = {.heads = {.heads = heads, .part = part, .parts = parts}};
     MB_ADD(b, QS_NODE_SPLIT_HEADS, &c, x, -1, fmt);

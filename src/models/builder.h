@@ -51,6 +51,8 @@ int qs_mb_pos_embedding(qs_mbuild *b, int x, int64_t positions, const char *fmt,
 int qs_mb_layernorm(qs_mbuild *b, int x, float eps, const char *fmt, ...) QS_MB_PRINTF(4);
 int qs_mb_gelu(qs_mbuild *b, int x, const char *fmt, ...) QS_MB_PRINTF(3);
 int qs_mb_tanh(qs_mbuild *b, int x, const char *fmt, ...) QS_MB_PRINTF(3);
+/* SiLU, x·σ(x) (PyTorch nn.SiLU), elementwise over any shape. */
+int qs_mb_silu(qs_mbuild *b, int x, const char *fmt, ...) QS_MB_PRINTF(3);
 /* Part `part` of `parts` column blocks of x (N, T, parts·C) as `heads` heads (N, H, T, C/H). */
 int qs_mb_split_heads(qs_mbuild *b, int x, int64_t heads, int64_t part, int64_t parts, const char *fmt, ...)
     QS_MB_PRINTF(6);
