@@ -136,6 +136,7 @@ static void build_layernorm(qs_model *m) {
 }
 static void build_gelu(qs_model *m) { head(m, qs_test_add(m, QS_NODE_GELU, "gelu", 0, -1, qs_test_no_cfg())); }
 static void build_tanh(qs_model *m) { head(m, qs_test_add(m, QS_NODE_TANH, "tanh", 0, -1, qs_test_no_cfg())); }
+static void build_silu(qs_model *m) { head(m, qs_test_add(m, QS_NODE_SILU, "silu", 0, -1, qs_test_no_cfg())); }
 
 static const fd_model FD_MODELS[] = {
     {"linear", 4, 1, 1, 10, build_linear, 10 + 6 + CLASSES, 4 + CLASSES + 6, IN_NORMAL},
@@ -155,6 +156,7 @@ static const fd_model FD_MODELS[] = {
     {"layernorm", 3, 2, 1, 6, build_layernorm, 12 + 12 + CLASSES, CLASSES + 12 + 12, IN_NORMAL},
     {"gelu", 2, 3, 2, 2, build_gelu, 12 + CLASSES, CLASSES + 2, IN_NORMAL},
     {"tanh", 2, 3, 2, 2, build_tanh, 12 + CLASSES, CLASSES + 2, IN_NORMAL},
+    {"silu", 2, 3, 2, 2, build_silu, 12 + CLASSES, CLASSES + 2, IN_NORMAL},
 };
 
 /* Mean training-mode loss at the current parameters and input (mask of step 1). */

@@ -167,6 +167,9 @@ static void test_empty_ops(void **state) {
     (void)state;
     BEGIN();
     check_fact("relu_forward n=0 with NULL pointers", DOPS->relu_forward(g_dut, DST, 0, NULL, NULL) == QS_OK, "");
+    check_fact("silu_forward n=0 with NULL pointers", DOPS->silu_forward(g_dut, DST, 0, NULL, NULL) == QS_OK, "");
+    check_fact("silu_backward n=0 with NULL pointers",
+               DOPS->silu_backward(g_dut, DST, 0, NULL, NULL, NULL, true) == QS_OK, "");
     check_fact("gelu_forward n=0 with NULL pointers",
                !DOPS->gelu_forward || DOPS->gelu_forward(g_dut, DST, 0, NULL, NULL) == QS_OK, "");
     qs_error_clear();

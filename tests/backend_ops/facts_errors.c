@@ -151,6 +151,9 @@ void test_arg_errors(void **state) {
     float *cb = hf(64), *gb = dalloc_f(64);
     PARITY("relu n=-1", COPS->relu_forward(g_cpu, CST, -1, cb, cb), DOPS->relu_forward(g_dut, DST, -1, gb, gb));
     PARITY("relu NULL x", COPS->relu_forward(g_cpu, CST, 4, NULL, cb), DOPS->relu_forward(g_dut, DST, 4, NULL, gb));
+    PARITY("silu n=-1", COPS->silu_forward(g_cpu, CST, -1, cb, cb), DOPS->silu_forward(g_dut, DST, -1, gb, gb));
+    PARITY("silu_backward NULL dy", COPS->silu_backward(g_cpu, CST, 4, cb, NULL, cb, false),
+           DOPS->silu_backward(g_dut, DST, 4, gb, NULL, gb, false));
     PARITY("cast f32 -> s8", COPS->cast(g_cpu, CST, 4, cb, QS_F32, cb, QS_S8), DOPS->cast(g_dut, DST, 4, gb, QS_F32, gb, QS_S8));
     const qs_dropout_rng rng1 = {.key = 1};
     PARITY("dropout p=1.5", COPS->dropout_forward(g_cpu, CST, 4, cb, cb, (uint8_t *)cb, 1.5f, &rng1),

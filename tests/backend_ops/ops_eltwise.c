@@ -1,14 +1,33 @@
 /* tests/backend_ops/ops_eltwise.c — defines: the element-wise ops of the registry — ReLU forward
- * and backward (F32 and BF16 dy), Add (+ReLU, BF16 inputs), accumulate, scale, dropout forward
- * (mask, values, the base read from memory) and backward, and the NHWC ⇄ NCHW layouts — and
- * their rows.
+ * and backward (F32 and BF16 dy), SiLU forward (also in place) and backward (also accumulated),
+ * Add (+ReLU, BF16 inputs), accumulate, scale, dropout forward (mask, values, the base read from
+ * memory) and backward, and the NHWC ⇄ NCHW layouts — and their rows.
  *
  * Tolerances (the rule of tests/support/gpu_harness.h check_tol): exact — value equality, NaN
  * matching NaN — for relu, add, add+relu, accumulate, scale and the layouts (accumulate included:
  * one FP32 addition on both sides); bit identity for dropout masks; dropout's kept values are
  * x·(1/(1−p)): one rounding (the factor may be formed in float or double), Kr = 1, accumulated
  * Kr = 2. Backward ops read the reference's forward results (ReLU output, dropout mask), so each
- * op is judged alone. */
+ * op is judged alone.
+ *
+ * SiLU: both sides make the same FP32 operations after e = expf(−x), whose error ε_e is < 1 ulp
+ * (≤ 2u, u = 2^-24) in glibc and ≤ 2 ulp (≤ 4u) on the GPU; each later operation rounds once (≤ u).
+ * The pair's rule is |Δ| ≤ rtol·|ref| + atol with rtol = 8u·sqrt(Kr) (check_tol).
+ *  - forward: σ = 1/(1 + e) carries e's error times e/(1 + e) < 1 and two roundings, y = x·σ a
+ *    third, so one side is off by ≤ ε_e + 3u relative and nothing cancels: 5u + 7u = 12u between
+ *    the sides, rtol with Kr 3 (13.9u), element by element (atol 0);
+ *  - backward, d = σ·(1 + t), t = x·e·σ: t is off by ≤ ε_e + 4u, 1 + t multiplies that by
+ *    κ = |t|/|1 + t| and adds u, σ·(…) and dy·d add 2u, so one side is off by
+ *    ≤ (κ + 1)·ε_e + (4κ + 5)u relative. Where κ ≤ 1 that is 13u + 17u = 30u between the sides:
+ *    Kr 15 (31u). Where κ > 1 (t < −1/2: x < −0.75, with the zero of d at x ≈ −1.28) the
+ *    difference is ≤ 14u·σ|t| + 16u·|d| ≤ 5.8u·|dy| (σ|t| ≤ 0.23 and |d| ≤ 0.16 there), which
+ *    atol = rtol·max|ref| covers (max|ref| ≈ max|dy|·1.1);
+ *  - accumulated: one more addition per side, which may cancel: Kr 16, atol = rtol·max|ref|.
+ * The bounds hold wherever σ is normal (x > −87.3) or 0 (exp(−x) overflowed: x < −88.7, where
+ * both sides give −0); the inputs keep out of the gap between. FP64 rows (one side, rtol =
+ * 4u·sqrt(K)): forward 5u, K 2 (5.7u), with atol = rtol·1e-30 (≈ 3e-37) for results that
+ * underflow — a subnormal's rounding and the −0 of x < −88.7, where |x·σ(x)| < 2.6e-37; backward
+ * 13u, K 11 (13.3u), accumulated K 12, atol = rtol·max|ref| as above. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -163,6 +182,81 @@ static const int64_t k_add[][BO_V] = {ADDS(0, N0), ADDS(1, N1)};
 static const int64_t k_accumulate[][BO_V] = {{0, N0, 1}, {0, N0, 0}, {1, N1, 1}, {1, N1, 0}};
 static const int64_t k_scale[][BO_V] = {{0, N0, 0}, {0, N0, 1}, {1, N1, 0}, {1, N1, 1}};
 
+/* ------------------------------------------------------------------------------ SiLU */
+
+/* v = {input set, n}: x random in [-6, 6) with, every 5th element from the 3rd, the special
+ * values: zeros, subnormals, tiny, saturating (exp(−x) overflows below −88.7 and underflows
+ * above 103.9; ±Inf), the zero of the derivative and NaN; dy and the accumulated base random in
+ * [-1, 1). Set 1 is large (the float4 path, a tail element and many threads). */
+enum { SILU_FWD, SILU_FWD_INPLACE, SILU_BWD, SILU_BWD_ACC };
+static const float k_silu_special[] = {0.0f,   -0.0f,   1e-40f,   -1e-40f,  1e-30f,    -1e-30f, 20.0f,
+                                       -20.0f, 100.0f,  -100.0f,  1e4f,     -1e4f,     INFINITY, -INFINITY,
+                                       -1.2785f, 5.0f, -5.0f,    NAN};
+
+static void silu_describe(const bo_case *c, char *buf, size_t n) { snprintf(buf, n, "n=%lld", (long long)c->v[1]); }
+
+static void silu_inputs(bo_case *c) {
+    const int64_t n = c->v[1];
+    bo_seed(c, "silu", (uint64_t)c->v[0]);
+    float *x = rnd(n, -6, 6), *dy = rnd(n, -1, 1), *base = rnd(n, -1, 1);
+    for (size_t i = 0; i < sizeof k_silu_special / sizeof k_silu_special[0]; i++) x[5 * i + 2] = k_silu_special[i];
+    const int v = c->op->variant;
+    if (v == SILU_FWD_INPLACE) {
+        bo_inout(c, EX, "x = y", x, n, 4, BO_ROW, 3);
+        c->t[EX].scale = 0.0;
+        return;
+    }
+    bo_in(c, EX, "x", x, (size_t)n * 4);
+    if (v == SILU_FWD) {
+        bo_out(c, EY, "y", n, 4, BO_ROW, 3);
+        c->t[EY].scale = 0.0;
+        return;
+    }
+    bo_in(c, EDY, "dy", dy, (size_t)n * 4);
+    if (v == SILU_BWD_ACC) bo_inout(c, EDX, "dx accumulated", base, n, 4, BO_ROW, 16);
+    else bo_out(c, EDX, "dx", n, 4, BO_ROW, 15);
+}
+
+static qs_status silu_exec(bo_case *c, bo_side *s) {
+    const int64_t n = c->v[1];
+    const qs_backend_ops *o = s->be->ops;
+    switch (c->op->variant) {
+    case SILU_FWD: return o->silu_forward(s->be, s->st, n, BO_F(EX), BO_F(EY));
+    case SILU_FWD_INPLACE: return o->silu_forward(s->be, s->st, n, BO_F(EX), BO_F(EX));
+    default: return o->silu_backward(s->be, s->st, n, BO_F(EX), BO_F(EDY), BO_F(EDX), c->op->variant == SILU_BWD_ACC);
+    }
+}
+
+/* The CPU's results against x·σ(x) and dy·σ·(1 + x·(1 − σ)) (+ base) in double, 1 − σ as
+ * 1/(1 + e^x); ±Inf at their limits (y(−∞) = −0, d(−∞) = −0, d(+∞) = 1). */
+static void silu_fp64(bo_case *c) {
+    const int64_t n = c->v[1];
+    const int v = c->op->variant;
+    const bool fwd = v == SILU_FWD || v == SILU_FWD_INPLACE;
+    const float *x = c->t[EX].host, *dy = c->t[EDY].host, *base = c->t[EDX].host;
+    double *r = halloc((size_t)n * sizeof(double));
+    for (int64_t i = 0; i < n; i++) {
+        const double xi = x[i], sg = 1.0 / (1.0 + exp(-xi));
+        if (fwd) {
+            r[i] = xi == -INFINITY ? -0.0 : xi * sg;
+            continue;
+        }
+        const double d = isinf(xi) ? (xi > 0 ? 1.0 : -0.0) : sg * (1.0 + xi / (1.0 + exp(xi)));
+        r[i] = (v == SILU_BWD_ACC ? (double)base[i] : 0.0) + (double)dy[i] * d;
+    }
+    const int out = v == SILU_FWD ? EY : fwd ? EX : EDX;
+    check_fp64(bo_what(c, "cpu vs fp64"), c->t[out].at[0], r, n, fwd ? 2 : v == SILU_BWD ? 11 : 12, fwd ? 1e-30 : -1);
+}
+
+#define SILU_OP(nm, var, entry)                                                                                 \
+    {.name = nm, .variant = var, .seed_key = SEED_OPS, .describe = silu_describe, .inputs = silu_inputs,      \
+     .exec = silu_exec, .need = {BO_NEED(entry)}}
+static const bo_op bo_silu_forward = SILU_OP("silu_forward", SILU_FWD, silu_forward);
+static const bo_op bo_silu_forward_inplace = SILU_OP("silu_forward_in_place", SILU_FWD_INPLACE, silu_forward);
+static const bo_op bo_silu_backward = SILU_OP("silu_backward", SILU_BWD, silu_backward);
+static const bo_op bo_silu_backward_acc = SILU_OP("silu_backward_acc", SILU_BWD_ACC, silu_backward);
+static const int64_t k_silu[][BO_V] = {{0, N0}, {1, N1}};
+
 /* --------------------------------------------------------------------------- dropout */
 
 /* v = {case}: n, p and the counter base of each case */
@@ -278,6 +372,10 @@ const bo_row bo_rows_eltwise[] = {
     {&bo_add_forward, 0, BO_SHAPES(k_add), .budget = bo_exact},
     {&bo_accumulate, 0, BO_SHAPES(k_accumulate), .budget = bo_exact},
     {&bo_scale, 0, BO_SHAPES(k_scale), .budget = bo_exact},
+    {&bo_silu_forward, 0, BO_SHAPES(k_silu), .budget = bo_tol, .fp64 = silu_fp64},
+    {&bo_silu_forward_inplace, 0, BO_SHAPES(k_silu), .budget = bo_tol, .fp64 = silu_fp64},
+    {&bo_silu_backward, 0, BO_SHAPES(k_silu), .budget = bo_tol, .fp64 = silu_fp64},
+    {&bo_silu_backward_acc, 0, BO_SHAPES(k_silu), .budget = bo_tol, .fp64 = silu_fp64},
     {&bo_dropout_forward, 0, BO_SHAPES(k_dropout), .budget = bo_tol},
     {&bo_dropout_forward_step_at, 0, BO_SHAPES(k_dropout), .budget = bo_tol},
     {&bo_dropout_backward, 0, BO_SHAPES(k_dropout), .budget = bo_tol},
