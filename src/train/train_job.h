@@ -46,6 +46,10 @@ typedef struct qs_train_window {
     double loss, t0;
 } qs_train_window;
 
+/* trainer.c: the learning-rate warm-up of a run of `total` steps (the loop's schedule and the
+ * configuration log line). */
+int64_t qs_train_warmup_steps(const qs_train_config *c, int64_t total);
+
 /* train_setup.c: free what j holds (a zeroed or partly built job too); load both data splits
  * (subsets keep the first N samples); build the model, backend, precisions, batch split,
  * optimizer, gradient sync and loader into j (*mo: the model's resolved options). */

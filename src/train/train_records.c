@@ -24,7 +24,7 @@ void qs_train_log_config(const qs_train_config *c, const qs_train_job *j, int64_
                         "backend %s, threads %s",
                 (long long)c->batch, (long long)total, (long long)spe,
                 c->optim.kind == QS_OPTIM_SGD ? "sgd" : "adamw", c->optim.lr, c->lr_schedule,
-                (long long)(c->warmup_steps >= 0 ? c->warmup_steps : (total / 10 < 50 ? total / 10 : 50)), c->optim.weight_decay, (unsigned long long)c->seed,
+                (long long)qs_train_warmup_steps(c, total), c->optim.weight_decay, (unsigned long long)c->seed,
                 j->be->ops->name, threads);
     char line[256];
     qs_precision_report_line(j->m, j->be, line, sizeof line);

@@ -11,6 +11,11 @@
 
 #define QS_PROFILE_WARMUP_STEPS 2
 
+/* --warmup-steps, or (auto) 50 steps but never more than a tenth of the run's `total`. */
+int64_t qs_train_warmup_steps(const qs_train_config *c, int64_t total) {
+    return c->warmup_steps >= 0 ? c->warmup_steps : (total / 10 < 50 ? total / 10 : 50);
+}
+
 /* One optimizer step on the next batch; returns the batch's mean loss and correct count. */
 static qs_status qs_train_step(const qs_train_config *c, qs_train_job *j, float lr, double *loss, int64_t *correct) {
     int64_t valid;
@@ -39,8 +44,7 @@ static qs_status qs_train_loop(const qs_train_config *c, qs_train_job *j, const 
     memset(&sched, 0, sizeof sched);
     QS_TRY(qs_lr_schedule_parse(c->lr_schedule, &sched));
     sched.base_lr = c->optim.lr;
-    /* auto warm-up: 50 steps, but never more than a tenth of the run */
-    sched.warmup_steps = c->warmup_steps >= 0 ? c->warmup_steps : (total / 10 < 50 ? total / 10 : 50);
+    sched.warmup_steps = qs_train_warmup_steps(c, total);
     sched.total_steps = total;
     QS_TRY(qs_lr_schedule_check(&sched));
     int64_t step = 0;
