@@ -24,19 +24,27 @@ static qs_status qs_window_check(const char *what, int64_t N, int64_t H, int64_t
     return QS_OK;
 }
 
+/* *P, *Q: the output extent of the window over H×W; QS_ERR_INVALID_ARG naming `remedy` when
+ * it is empty. `what` is "conv" or "pool". */
+static qs_status qs_window_pq(const char *what, int64_t H, int64_t W, int64_t R, int64_t S, int64_t sh, int64_t sw,
+                              int64_t ph, int64_t pw, const char *remedy, int64_t *P, int64_t *Q) {
+    *P = qs_window_out(H, R, sh, ph);
+    *Q = qs_window_out(W, S, sw, pw);
+    if (*P < 1 || *Q < 1)
+        return QS_FAIL(QS_ERR_INVALID_ARG,
+                       "%s descriptor: kernel %lldx%lld with padding %lldx%lld does not fit the %lldx%lld input "
+                       "(empty output); %s",
+                       what, (long long)R, (long long)S, (long long)ph, (long long)pw, (long long)H, (long long)W,
+                       remedy);
+    return QS_OK;
+}
+
 qs_status qs_conv_desc_finish(qs_conv_desc *d) {
     QS_TRY(qs_window_check("conv", d->N, d->H, d->W, d->C, d->R, d->S, d->stride_h, d->stride_w, d->pad_h, d->pad_w));
     if (d->K < 1)
         return QS_FAIL(QS_ERR_INVALID_ARG, "conv descriptor: %lld output channels; need at least 1", (long long)d->K);
-    d->P = qs_window_out(d->H, d->R, d->stride_h, d->pad_h);
-    d->Q = qs_window_out(d->W, d->S, d->stride_w, d->pad_w);
-    if (d->P < 1 || d->Q < 1)
-        return QS_FAIL(QS_ERR_INVALID_ARG,
-                       "conv descriptor: kernel %lldx%lld with padding %lldx%lld does not fit the %lldx%lld input "
-                       "(empty output); enlarge the input or padding, or shrink the kernel",
-                       (long long)d->R, (long long)d->S, (long long)d->pad_h, (long long)d->pad_w, (long long)d->H,
-                       (long long)d->W);
-    return QS_OK;
+    return qs_window_pq("conv", d->H, d->W, d->R, d->S, d->stride_h, d->stride_w, d->pad_h, d->pad_w,
+                        "enlarge the input or padding, or shrink the kernel", &d->P, &d->Q);
 }
 
 qs_status qs_pool_desc_finish(qs_pool_desc *d) {
@@ -49,15 +57,8 @@ qs_status qs_pool_desc_finish(qs_pool_desc *d) {
                        "pool descriptor: padding %lldx%lld exceeds half the %lldx%lld kernel (PyTorch rejects this "
                        "too: windows could lie entirely in the padding); reduce the padding",
                        (long long)d->pad_h, (long long)d->pad_w, (long long)d->R, (long long)d->S);
-    d->P = qs_window_out(d->H, d->R, d->stride_h, d->pad_h);
-    d->Q = qs_window_out(d->W, d->S, d->stride_w, d->pad_w);
-    if (d->P < 1 || d->Q < 1)
-        return QS_FAIL(QS_ERR_INVALID_ARG,
-                       "pool descriptor: kernel %lldx%lld with padding %lldx%lld does not fit the %lldx%lld input "
-                       "(empty output); enlarge the input or shrink the kernel",
-                       (long long)d->R, (long long)d->S, (long long)d->pad_h, (long long)d->pad_w, (long long)d->H,
-                       (long long)d->W);
-    return QS_OK;
+    return qs_window_pq("pool", d->H, d->W, d->R, d->S, d->stride_h, d->stride_w, d->pad_h, d->pad_w,
+                        "enlarge the input or shrink the kernel", &d->P, &d->Q);
 }
 
 qs_dtype qs_precision_operand_dtype(qs_precision p, bool gradient) {
