@@ -1,5 +1,6 @@
 /* src/core/backend_desc.c — output-shape completion and validation of conv/pool
- * descriptors (backend independent; PyTorch floor-mode arithmetic). */
+ * descriptors (backend independent; PyTorch floor-mode arithmetic), and the argument rules
+ * that every backend's ops share (core/backend.h). */
 #include "core/backend.h"
 
 /* Output extent of a window sliding over `in` with kernel k, stride st and symmetric padding
@@ -160,6 +161,33 @@ qs_status qs_batchnorm_dtype_check(const char *what, qs_dtype x_dt, qs_dtype y_d
     QS_TRY(bn_dtype(what, "output dtype (y_dt)", y_dt));
     QS_TRY(bn_dtype(what, "input-gradient dtype (dx_dt)", dx_dt));
     return qs_dx_accumulate_check(what, dx_dt, accumulate);
+}
+
+qs_status qs_batchnorm_forward_check(const char *what, bool train, int64_t rows, qs_dtype x_dt, qs_dtype y_dt,
+                                     qs_dtype residual_dt) {
+    QS_TRY(qs_batchnorm_dtype_check(what, x_dt, y_dt, QS_F32, false));
+    QS_TRY(qs_f32_or_bf16_check(what, "residual dtype (residual_dt)", residual_dt));
+    if (train && rows < 2)
+        return QS_FAIL(QS_ERR_INVALID_ARG,
+                       "%s: %lld value(s) per channel; training-mode batch norm needs at least 2 (like PyTorch)", what,
+                       (long long)rows);
+    return QS_OK;
+}
+
+qs_status qs_sgd_step_check(int64_t n, const float *buf, float momentum, float dampening, bool nesterov) {
+    const bool use_buf = momentum != 0.0f;
+    if (use_buf && n > 0 && !buf)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "sgd_step: momentum %g needs a momentum buffer but buf is NULL",
+                       (double)momentum);
+    if (nesterov && (!use_buf || dampening != 0.0f))
+        return QS_FAIL(QS_ERR_INVALID_ARG,
+                       "sgd_step: Nesterov momentum requires momentum > 0 and dampening = 0 (PyTorch rule)");
+    return QS_OK;
+}
+
+qs_status qs_adamw_step_check(int64_t step) {
+    if (step < 1) return QS_FAIL(QS_ERR_INVALID_ARG, "adamw_step: step %lld; steps count from 1", (long long)step);
+    return QS_OK;
 }
 
 qs_status qs_dy_dtype_check(const char *what, qs_dtype dy_dt) {

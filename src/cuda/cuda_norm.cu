@@ -423,12 +423,7 @@ extern "C" qs_status qs_cuda_batchnorm_forward_train(qs_backend *be, qs_stream *
                                                      qs_dtype residual_dt) {
     const char *what = "batchnorm_forward_train";
     QS_TRY(bn_check(what, rows, C, {x, y, save_mean, save_invstd}));
-    QS_TRY(qs_batchnorm_dtype_check(what, x_dt, y_dt, QS_F32, false));
-    QS_TRY(qs_f32_or_bf16_check(what, "residual dtype (residual_dt)", residual_dt));
-    if (rows < 2)
-        return QS_FAIL(QS_ERR_INVALID_ARG,
-                       "%s: %lld value(s) per channel; training-mode batch norm needs at least 2 (like PyTorch)", what,
-                       (long long)rows);
+    QS_TRY(qs_batchnorm_forward_check(what, true, rows, x_dt, y_dt, residual_dt));
     cudaStream_t st = stream_of(be, s);
     const int64_t nch = bn_chunks(rows, C);
     const unsigned cb = (unsigned)((C + kTx - 1) / kTx);
@@ -458,8 +453,7 @@ extern "C" qs_status qs_cuda_batchnorm_forward_eval(qs_backend *be, qs_stream *s
                                                     bool relu, const void *residual, qs_dtype residual_dt) {
     const char *what = "batchnorm_forward_eval";
     QS_TRY(bn_check(what, rows, C, {x, y, running_mean, running_var}));
-    QS_TRY(qs_batchnorm_dtype_check(what, x_dt, y_dt, QS_F32, false));
-    QS_TRY(qs_f32_or_bf16_check(what, "residual dtype (residual_dt)", residual_dt));
+    QS_TRY(qs_batchnorm_forward_check(what, false, rows, x_dt, y_dt, residual_dt));
     if (rows == 0) return QS_OK;
     const unsigned cb = (unsigned)((C + kTx - 1) / kTx);
     bn_apply_launch(dim3(cb, bn_row_blocks(rows, C)), stream_of(be, s), rows, C, x, x_dt, running_mean, running_var, true,
