@@ -82,10 +82,10 @@ int qs_cmd_indicate(int argc, char **argv) {
         fprintf(stderr, "qsync indicate: --batch and --batches must be >= 1, --width >= 0, --gamma >= 0\n");
         return 2;
     }
-    qs_indicate_job job = {.model = model, .width = width, .data = data, .data_dir = data_dir,
-                           .checkpoint = checkpoint, .batch = batch, .batches = batches, .method = method,
-                           .gamma = gamma, .seed = seed, .threads = threads};
-    if (!qs_cli_parse_device(device, &job.cuda, &job.cuda_device)) {
+    qs_indicate_job job = {.in = {.model = model, .width = width, .data = data, .data_dir = data_dir,
+                                  .checkpoint = checkpoint, .batch = batch, .seed = seed, .threads = threads},
+                           .batches = batches, .method = method, .gamma = gamma};
+    if (!qs_cli_parse_device(device, &job.in.cuda, &job.in.cuda_device)) {
         fprintf(stderr, "qsync indicate: --device must be cpu, cuda or cuda:N (got '%s')\n", device);
         return 2;
     }

@@ -216,6 +216,18 @@ qs_status qs_dx_accumulate_check(const char *what, qs_dtype dx_dt, bool accumula
  * Forward ops pass dx_dt F32 and accumulate false. `what` names the op in the message. */
 qs_status qs_batchnorm_dtype_check(const char *what, qs_dtype x_dt, qs_dtype y_dt, qs_dtype dx_dt, bool accumulate);
 
+/* The rules of batchnorm_forward_train (train) and batchnorm_forward_eval after their pointer
+ * checks: x_dt, y_dt and residual_dt F32 or BF16 (QS_ERR_UNSUPPORTED), and in training at least
+ * 2 rows (QS_ERR_INVALID_ARG). */
+qs_status qs_batchnorm_forward_check(const char *what, bool train, int64_t rows, qs_dtype x_dt, qs_dtype y_dt,
+                                     qs_dtype residual_dt);
+
+/* The scalar rules of the optimizer ops (core/backend_ops.def), after their pointer checks
+ * (QS_ERR_INVALID_ARG): sgd_step needs buf when momentum != 0 and n > 0, and Nesterov momentum
+ * needs momentum > 0 and dampening 0; adamw_step counts steps from 1. */
+qs_status qs_sgd_step_check(int64_t n, const float *buf, float momentum, float dampening, bool nesterov);
+qs_status qs_adamw_step_check(int64_t step);
+
 /* The operation table of a backend: `name` ("cpu", "cuda"), then one function pointer per op of
  * core/backend_ops.def (contracts there), in its order; optional ops may be NULL. */
 typedef struct qs_backend_ops {

@@ -1,5 +1,6 @@
 /* src/core/backend_desc.c — output-shape completion and validation of conv/pool
- * descriptors (backend independent; PyTorch floor-mode arithmetic). */
+ * descriptors (backend independent; PyTorch floor-mode arithmetic), and the argument rules
+ * that every backend's ops share (core/backend.h). */
 #include "core/backend.h"
 
 /* Output extent of a window sliding over `in` with kernel k, stride st and symmetric padding
@@ -24,19 +25,27 @@ static qs_status qs_window_check(const char *what, int64_t N, int64_t H, int64_t
     return QS_OK;
 }
 
+/* *P, *Q: the output extent of the window over H×W; QS_ERR_INVALID_ARG naming `remedy` when
+ * it is empty. `what` is "conv" or "pool". */
+static qs_status qs_window_pq(const char *what, int64_t H, int64_t W, int64_t R, int64_t S, int64_t sh, int64_t sw,
+                              int64_t ph, int64_t pw, const char *remedy, int64_t *P, int64_t *Q) {
+    *P = qs_window_out(H, R, sh, ph);
+    *Q = qs_window_out(W, S, sw, pw);
+    if (*P < 1 || *Q < 1)
+        return QS_FAIL(QS_ERR_INVALID_ARG,
+                       "%s descriptor: kernel %lldx%lld with padding %lldx%lld does not fit the %lldx%lld input "
+                       "(empty output); %s",
+                       what, (long long)R, (long long)S, (long long)ph, (long long)pw, (long long)H, (long long)W,
+                       remedy);
+    return QS_OK;
+}
+
 qs_status qs_conv_desc_finish(qs_conv_desc *d) {
     QS_TRY(qs_window_check("conv", d->N, d->H, d->W, d->C, d->R, d->S, d->stride_h, d->stride_w, d->pad_h, d->pad_w));
     if (d->K < 1)
         return QS_FAIL(QS_ERR_INVALID_ARG, "conv descriptor: %lld output channels; need at least 1", (long long)d->K);
-    d->P = qs_window_out(d->H, d->R, d->stride_h, d->pad_h);
-    d->Q = qs_window_out(d->W, d->S, d->stride_w, d->pad_w);
-    if (d->P < 1 || d->Q < 1)
-        return QS_FAIL(QS_ERR_INVALID_ARG,
-                       "conv descriptor: kernel %lldx%lld with padding %lldx%lld does not fit the %lldx%lld input "
-                       "(empty output); enlarge the input or padding, or shrink the kernel",
-                       (long long)d->R, (long long)d->S, (long long)d->pad_h, (long long)d->pad_w, (long long)d->H,
-                       (long long)d->W);
-    return QS_OK;
+    return qs_window_pq("conv", d->H, d->W, d->R, d->S, d->stride_h, d->stride_w, d->pad_h, d->pad_w,
+                        "enlarge the input or padding, or shrink the kernel", &d->P, &d->Q);
 }
 
 qs_status qs_pool_desc_finish(qs_pool_desc *d) {
@@ -49,15 +58,8 @@ qs_status qs_pool_desc_finish(qs_pool_desc *d) {
                        "pool descriptor: padding %lldx%lld exceeds half the %lldx%lld kernel (PyTorch rejects this "
                        "too: windows could lie entirely in the padding); reduce the padding",
                        (long long)d->pad_h, (long long)d->pad_w, (long long)d->R, (long long)d->S);
-    d->P = qs_window_out(d->H, d->R, d->stride_h, d->pad_h);
-    d->Q = qs_window_out(d->W, d->S, d->stride_w, d->pad_w);
-    if (d->P < 1 || d->Q < 1)
-        return QS_FAIL(QS_ERR_INVALID_ARG,
-                       "pool descriptor: kernel %lldx%lld with padding %lldx%lld does not fit the %lldx%lld input "
-                       "(empty output); enlarge the input or shrink the kernel",
-                       (long long)d->R, (long long)d->S, (long long)d->pad_h, (long long)d->pad_w, (long long)d->H,
-                       (long long)d->W);
-    return QS_OK;
+    return qs_window_pq("pool", d->H, d->W, d->R, d->S, d->stride_h, d->stride_w, d->pad_h, d->pad_w,
+                        "enlarge the input or shrink the kernel", &d->P, &d->Q);
 }
 
 qs_dtype qs_precision_operand_dtype(qs_precision p, bool gradient) {
@@ -159,6 +161,33 @@ qs_status qs_batchnorm_dtype_check(const char *what, qs_dtype x_dt, qs_dtype y_d
     QS_TRY(bn_dtype(what, "output dtype (y_dt)", y_dt));
     QS_TRY(bn_dtype(what, "input-gradient dtype (dx_dt)", dx_dt));
     return qs_dx_accumulate_check(what, dx_dt, accumulate);
+}
+
+qs_status qs_batchnorm_forward_check(const char *what, bool train, int64_t rows, qs_dtype x_dt, qs_dtype y_dt,
+                                     qs_dtype residual_dt) {
+    QS_TRY(qs_batchnorm_dtype_check(what, x_dt, y_dt, QS_F32, false));
+    QS_TRY(qs_f32_or_bf16_check(what, "residual dtype (residual_dt)", residual_dt));
+    if (train && rows < 2)
+        return QS_FAIL(QS_ERR_INVALID_ARG,
+                       "%s: %lld value(s) per channel; training-mode batch norm needs at least 2 (like PyTorch)", what,
+                       (long long)rows);
+    return QS_OK;
+}
+
+qs_status qs_sgd_step_check(int64_t n, const float *buf, float momentum, float dampening, bool nesterov) {
+    const bool use_buf = momentum != 0.0f;
+    if (use_buf && n > 0 && !buf)
+        return QS_FAIL(QS_ERR_INVALID_ARG, "sgd_step: momentum %g needs a momentum buffer but buf is NULL",
+                       (double)momentum);
+    if (nesterov && (!use_buf || dampening != 0.0f))
+        return QS_FAIL(QS_ERR_INVALID_ARG,
+                       "sgd_step: Nesterov momentum requires momentum > 0 and dampening = 0 (PyTorch rule)");
+    return QS_OK;
+}
+
+qs_status qs_adamw_step_check(int64_t step) {
+    if (step < 1) return QS_FAIL(QS_ERR_INVALID_ARG, "adamw_step: step %lld; steps count from 1", (long long)step);
+    return QS_OK;
 }
 
 qs_status qs_dy_dtype_check(const char *what, qs_dtype dy_dt) {

@@ -27,6 +27,7 @@
 #include "cpu/cpu_backend.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 typedef enum bmm_dir { BMM_FWD = 0, BMM_BWD_A, BMM_BWD_B, BMM_NDIR } bmm_dir;
@@ -219,33 +220,39 @@ static qs_status bmm_run(qs_backend *be, qs_cpu_bmm_plan_t *bp, bmm_dir dir, con
     return QS_OK;
 }
 
+/* The checks every bmm execution starts with: the plan's kind and two operands of its storage
+ * dtypes (u in the gradient dtype when u_grad, v in the forward dtype; per-tensor scales),
+ * named "<what> <name>" in messages. */
+static qs_status bmm_args(void *plan, const qs_operand *u, bool u_grad, const char *u_name, const qs_operand *v,
+                          const char *v_name, const char *what) {
+    QS_TRY(qs_cpu_plan_check(plan, QS_CPU_PLAN_BMM, what));
+    const qs_cpu_bmm_plan_t *bp = plan;
+    char label[64];
+    snprintf(label, sizeof label, "%s %s", what, u_name);
+    QS_TRY(qs_cpu_operand_check(u, u_grad ? bp->gdt : bp->fdt, false, label));
+    snprintf(label, sizeof label, "%s %s", what, v_name);
+    return qs_cpu_operand_check(v, bp->fdt, false, label);
+}
+
 /* c (batch,M,N) = alpha · a (batch,M,K) · op(b); a, b in the forward dtype, per-tensor scales. */
 qs_status qs_cpu_bmm_forward(qs_backend *be, void *plan, qs_stream *s, const qs_operand *a, const qs_operand *b,
                              float *c, void *ws) {
-    QS_TRY(qs_cpu_plan_check(plan, QS_CPU_PLAN_BMM, "bmm_forward"));
-    qs_cpu_bmm_plan_t *bp = plan;
-    QS_TRY(qs_cpu_operand_check(a, bp->fdt, false, "bmm_forward a"));
-    QS_TRY(qs_cpu_operand_check(b, bp->fdt, false, "bmm_forward b"));
-    return bmm_run(be, bp, BMM_FWD, a, b, c, false, ws);
+    QS_TRY(bmm_args(plan, a, false, "a", b, "b", "bmm_forward"));
+    return bmm_run(be, plan, BMM_FWD, a, b, c, false, ws);
 }
 
 /* da (batch,M,K) (+)= alpha · dc (batch,M,N) · op(b)ᵀ; dc in the gradient dtype, b forward. */
 qs_status qs_cpu_bmm_backward_a(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dc, const qs_operand *b,
                                 float *da, bool accumulate, void *ws) {
-    QS_TRY(qs_cpu_plan_check(plan, QS_CPU_PLAN_BMM, "bmm_backward_a"));
-    qs_cpu_bmm_plan_t *bp = plan;
-    QS_TRY(qs_cpu_operand_check(dc, bp->gdt, false, "bmm_backward_a dc"));
-    QS_TRY(qs_cpu_operand_check(b, bp->fdt, false, "bmm_backward_a b"));
-    return bmm_run(be, bp, BMM_BWD_A, dc, b, da, accumulate, ws);
+    QS_TRY(bmm_args(plan, dc, true, "dc", b, "b", "bmm_backward_a"));
+    return bmm_run(be, plan, BMM_BWD_A, dc, b, da, accumulate, ws);
 }
 
 /* db (+)= alpha · dcᵀ · a (batch,N,K) when trans_b, else alpha · aᵀ · dc (batch,K,N). */
 qs_status qs_cpu_bmm_backward_b(qs_backend *be, void *plan, qs_stream *s, const qs_operand *dc, const qs_operand *a,
                                 float *db, bool accumulate, void *ws) {
-    QS_TRY(qs_cpu_plan_check(plan, QS_CPU_PLAN_BMM, "bmm_backward_b"));
+    QS_TRY(bmm_args(plan, dc, true, "dc", a, "a", "bmm_backward_b"));
     qs_cpu_bmm_plan_t *bp = plan;
-    QS_TRY(qs_cpu_operand_check(dc, bp->gdt, false, "bmm_backward_b dc"));
-    QS_TRY(qs_cpu_operand_check(a, bp->fdt, false, "bmm_backward_b a"));
     if (bp->d.trans_b) return bmm_run(be, bp, BMM_BWD_B, dc, a, db, accumulate, ws);
     return bmm_run(be, bp, BMM_BWD_B, a, dc, db, accumulate, ws);
 }

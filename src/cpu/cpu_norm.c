@@ -160,12 +160,7 @@ qs_status qs_cpu_batchnorm_forward_train(qs_backend *be, qs_stream *s, int64_t r
                                          qs_dtype residual_dt) {
     const char *what = "batchnorm_forward_train";
     QS_TRY(bn_check(what, rows, C, 4, (const void *[]){x, y, save_mean, save_invstd}));
-    QS_TRY(qs_batchnorm_dtype_check(what, x_dt, y_dt, QS_F32, false));
-    QS_TRY(qs_f32_or_bf16_check(what, "residual dtype (residual_dt)", residual_dt));
-    if (rows < 2)
-        return QS_FAIL(QS_ERR_INVALID_ARG,
-                       "%s: %lld value(s) per channel; training-mode batch norm needs at least 2 (like PyTorch)", what,
-                       (long long)rows);
+    QS_TRY(qs_batchnorm_forward_check(what, true, rows, x_dt, y_dt, residual_dt));
     const float *xf, *rf;
     QS_TRY(bn_f32_views(be, rows * C, x, x_dt, residual, residual_dt, &xf, &rf));
     return bn_train(what, rows, C, xf, gamma, beta, rf, y, y_dt, save_mean, save_invstd, running_mean, running_var,
@@ -178,8 +173,7 @@ qs_status qs_cpu_batchnorm_forward_eval(qs_backend *be, qs_stream *s, int64_t ro
                                         const void *residual, qs_dtype residual_dt) {
     const char *what = "batchnorm_forward_eval";
     QS_TRY(bn_check(what, rows, C, 4, (const void *[]){x, y, running_mean, running_var}));
-    QS_TRY(qs_batchnorm_dtype_check(what, x_dt, y_dt, QS_F32, false));
-    QS_TRY(qs_f32_or_bf16_check(what, "residual dtype (residual_dt)", residual_dt));
+    QS_TRY(qs_batchnorm_forward_check(what, false, rows, x_dt, y_dt, residual_dt));
     bn_scratch sc = {0};
     QS_TRY(bn_scratch_alloc(&sc, C, what));
     float *k = sc.f[0], *b = sc.f[1];

@@ -10,13 +10,8 @@
 qs_status qs_cpu_sgd_step(qs_backend *be, qs_stream *s, int64_t n, float *p, const float *g, float *buf,
                           float lr, float momentum, float dampening, float wd, bool nesterov, bool first_step) {
     QS_TRY(qs_cpu_args_check("sgd_step", n, 2, (const void *[]){p, g}));
+    QS_TRY(qs_sgd_step_check(n, buf, momentum, dampening, nesterov));
     const bool use_buf = momentum != 0.0f;
-    if (use_buf && n > 0 && !buf)
-        return QS_FAIL(QS_ERR_INVALID_ARG, "sgd_step: momentum %g needs a momentum buffer but buf is NULL",
-                       (double)momentum);
-    if (nesterov && (!use_buf || dampening != 0.0f))
-        return QS_FAIL(QS_ERR_INVALID_ARG,
-                       "sgd_step: Nesterov momentum requires momentum > 0 and dampening = 0 (PyTorch rule)");
     const float keep = (float)(1.0 - (double)dampening);
 #pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < n; i++) {
@@ -38,7 +33,7 @@ qs_status qs_cpu_sgd_step(qs_backend *be, qs_stream *s, int64_t n, float *p, con
 qs_status qs_cpu_adamw_step(qs_backend *be, qs_stream *s, int64_t n, float *p, const float *g, float *m, float *v,
                             float lr, double beta1, double beta2, float eps, float wd, int64_t step) {
     QS_TRY(qs_cpu_args_check("adamw_step", n, 4, (const void *[]){p, g, m, v}));
-    if (step < 1) return QS_FAIL(QS_ERR_INVALID_ARG, "adamw_step: step %lld; steps count from 1", (long long)step);
+    QS_TRY(qs_adamw_step_check(step));
     const float decay = (float)(1.0 - (double)lr * (double)wd);
     /* PyTorch: 1 - β in double, then every scalar rounded once to the tensor's float */
     const float b1 = (float)beta1, b2 = (float)beta2;

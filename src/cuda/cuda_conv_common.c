@@ -1,6 +1,6 @@
 /* src/cuda/cuda_conv_common.c — defines: what every CUDA convolution file uses (cuda_conv_plan.h):
  * the direction names, the two environment switches, cuDNN error messages, the backend's cuDNN
- * handle and the clean-up of a direction. */
+ * handle, the clean-up of a direction and the scratch that timing candidates runs on. */
 #include "cuda/cuda_conv_plan.h"
 
 #include <stdio.h>
@@ -71,4 +71,30 @@ void qs_cuda_conv_dir_clear(qs_cuda_conv_dir *cd) {
     if (cd->gplan) cudnnBackendDestroyDescriptor(cd->gplan);
     for (int i = cd->nkeep - 1; i >= 0; i--) cudnnBackendDestroyDescriptor(cd->keep[i]);
     memset(cd, 0, sizeof *cd);
+}
+
+/* Allocate and zero the timing scratch (cuda_conv_plan.h); false when any step fails. */
+bool qs_cuda_conv_scratch_open(qs_cuda_conv_scratch *sc, size_t a_bytes, size_t b_bytes, size_t out_bytes,
+                               size_t scale_bytes, size_t ws_bytes, cudaStream_t st) {
+    memset(sc, 0, sizeof *sc);
+    return cudaMalloc(&sc->a, a_bytes) == cudaSuccess && cudaMalloc(&sc->b, b_bytes) == cudaSuccess &&
+           cudaMalloc(&sc->o, out_bytes) == cudaSuccess &&
+           (!scale_bytes || cudaMalloc(&sc->scale, scale_bytes) == cudaSuccess) &&
+           (!ws_bytes || cudaMalloc(&sc->w, ws_bytes) == cudaSuccess) && cudaEventCreate(&sc->e0) == cudaSuccess &&
+           cudaEventCreate(&sc->e1) == cudaSuccess && cudaMemsetAsync(sc->a, 0, a_bytes, st) == cudaSuccess &&
+           cudaMemsetAsync(sc->b, 0, b_bytes, st) == cudaSuccess;
+}
+
+/* Wait for st and free the timing scratch, opened or not (cuda_conv_plan.h). */
+void qs_cuda_conv_scratch_close(qs_cuda_conv_scratch *sc, cudaStream_t st) {
+    cudaStreamSynchronize(st);
+    if (sc->e0) cudaEventDestroy(sc->e0);
+    if (sc->e1) cudaEventDestroy(sc->e1);
+    cudaFree(sc->a);
+    cudaFree(sc->b);
+    cudaFree(sc->o);
+    cudaFree(sc->w);
+    cudaFree(sc->scale);
+    cudaGetLastError(); /* a scratch allocation that failed here is not the caller's error */
+    memset(sc, 0, sizeof *sc);
 }

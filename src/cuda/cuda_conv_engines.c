@@ -89,36 +89,24 @@ static int g_tune(const qs_conv_desc *d, int dir, cudnnHandle_t h, cudaStream_t 
     for (int i = 0; i < n; i++) wmax = wss[i] > wmax ? wss[i] : wmax;
     const size_t sa = (size_t)qs_cuda_conv_numel_a(d, dir) * qs_dtype_size(a_dt), sb = (size_t)qs_cuda_conv_numel_b(d, dir) * qs_dtype_size(b_dt);
     const size_t so = (size_t)qs_cuda_conv_numel_out(d, dir) * sizeof(float); /* at least what any graph output needs */
-    void *a = NULL, *b = NULL, *o = NULL, *w = NULL;
-    cudaEvent_t e0 = NULL, e1 = NULL;
+    qs_cuda_conv_scratch sc;
     int best = 0;
     float best_ms = 0.0f;
-    if (cudaMalloc(&a, sa) != cudaSuccess || cudaMalloc(&b, sb) != cudaSuccess || cudaMalloc(&o, so) != cudaSuccess ||
-        (wmax && cudaMalloc(&w, wmax) != cudaSuccess) || cudaEventCreate(&e0) != cudaSuccess ||
-        cudaEventCreate(&e1) != cudaSuccess)
-        goto done;
-    if (cudaMemsetAsync(a, 0, sa, st) != cudaSuccess || cudaMemsetAsync(b, 0, sb, st) != cudaSuccess) goto done;
-    void *ptrs[3];
-    dir_ptrs(dir, a, b, o, ptrs);
-    for (int i = 0; i < n; i++) {
-        if (g_execute(h, plans[i], ptrs, w) != CUDNN_STATUS_SUCCESS) continue; /* warm-up */
-        bool ok = cudaEventRecord(e0, st) == cudaSuccess;
-        for (int r = 0; ok && r < 3; r++) ok = g_execute(h, plans[i], ptrs, w) == CUDNN_STATUS_SUCCESS;
-        ok = ok && cudaEventRecord(e1, st) == cudaSuccess && cudaEventSynchronize(e1) == cudaSuccess;
-        float ms = 0.0f;
-        if (!ok || cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess) continue;
-        if (*timed == 0 || ms < best_ms) best = i, best_ms = ms;
-        (*timed)++;
+    if (qs_cuda_conv_scratch_open(&sc, sa, sb, so, 0, wmax, st)) {
+        void *ptrs[3];
+        dir_ptrs(dir, sc.a, sc.b, sc.o, ptrs);
+        for (int i = 0; i < n; i++) {
+            if (g_execute(h, plans[i], ptrs, sc.w) != CUDNN_STATUS_SUCCESS) continue; /* warm-up */
+            bool ok = cudaEventRecord(sc.e0, st) == cudaSuccess;
+            for (int r = 0; ok && r < 3; r++) ok = g_execute(h, plans[i], ptrs, sc.w) == CUDNN_STATUS_SUCCESS;
+            ok = ok && cudaEventRecord(sc.e1, st) == cudaSuccess && cudaEventSynchronize(sc.e1) == cudaSuccess;
+            float ms = 0.0f;
+            if (!ok || cudaEventElapsedTime(&ms, sc.e0, sc.e1) != cudaSuccess) continue;
+            if (*timed == 0 || ms < best_ms) best = i, best_ms = ms;
+            (*timed)++;
+        }
     }
-done:
-    cudaStreamSynchronize(st);
-    if (e0) cudaEventDestroy(e0);
-    if (e1) cudaEventDestroy(e1);
-    cudaFree(a);
-    cudaFree(b);
-    cudaFree(o);
-    cudaFree(w);
-    cudaGetLastError(); /* an allocation that failed here is not the caller's error */
+    qs_cuda_conv_scratch_close(&sc, st);
     return best;
 }
 

@@ -11,18 +11,14 @@
 
 #include "core/numfmt.h"
 #include "cuda/cuda_conv.h"
+#include "cuda/cuda_launch.cuh"
 
 namespace {
 
 constexpr int kBlock = 256;
 
 /* Blocks for n elements (grid-stride loops cover the rest). */
-unsigned grid_for(int64_t n) {
-    int64_t b = (n + kBlock - 1) / kBlock;
-    if (b < 1) b = 1;
-    if (b > 65535 * 8) b = 65535 * 8;
-    return (unsigned)b;
-}
+unsigned grid_for(int64_t n) { return qs_cuda::grid_for_n(n, kBlock); }
 
 /* Value of element i of a buffer of dtype dt (F32, BF16, F16, F8E4M3, F8E5M2), exact. */
 __device__ __forceinline__ float load_val(const void *p, int64_t i, qs_dtype dt) {

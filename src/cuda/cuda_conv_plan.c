@@ -94,44 +94,32 @@ static int time_paths(qs_backend *be, qs_cuda_conv_plan_t *cp, int dir, qs_cuda_
     /* the output as a call gets it: Y in the plan's y_dt, dX in its dx_dt, dW in FP32 */
     const size_t so = (size_t)qs_cuda_conv_numel_out(d, dir) * qs_dtype_size(qs_cuda_conv_out_dtype(d, dir));
     static const float ones[2] = {1.0f, 1.0f};
-    void *a = NULL, *b = NULL, *o = NULL, *w = NULL, *sc = NULL;
-    cudaEvent_t e0 = NULL, e1 = NULL;
+    qs_cuda_conv_scratch sc;
     int best = 0;
     const qs_cuda_conv_dir saved = cp->dir[dir];
-    if (cudaMalloc(&a, sa) != cudaSuccess || cudaMalloc(&b, sb) != cudaSuccess || cudaMalloc(&o, so) != cudaSuccess ||
-        cudaMalloc(&sc, sizeof ones) != cudaSuccess || (wmax && cudaMalloc(&w, wmax) != cudaSuccess) ||
-        cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess)
-        goto done;
-    if (cudaMemsetAsync(a, 0, sa, st) != cudaSuccess || cudaMemsetAsync(b, 0, sb, st) != cudaSuccess ||
-        cudaMemcpyAsync(sc, ones, sizeof ones, cudaMemcpyHostToDevice, st) != cudaSuccess)
-        goto done;
-    const qs_operand oa = {a, a_dt, (const float *)sc, false, NULL}, ob = {b, b_dt, (const float *)sc + 1, false, NULL};
-    for (int i = 0; i < n; i++) {
-        cp->dir[dir] = paths[i];
-        if (qs_cuda_conv_run(be, cp, dir, NULL, &oa, &ob, NULL, o, false, w) != QS_OK) { /* warm-up */
-            qs_error_clear();
-            continue;
+    if (qs_cuda_conv_scratch_open(&sc, sa, sb, so, sizeof ones, wmax, st) &&
+        cudaMemcpyAsync(sc.scale, ones, sizeof ones, cudaMemcpyHostToDevice, st) == cudaSuccess) {
+        const qs_operand oa = {sc.a, a_dt, (const float *)sc.scale, false, NULL},
+                         ob = {sc.b, b_dt, (const float *)sc.scale + 1, false, NULL};
+        for (int i = 0; i < n; i++) {
+            cp->dir[dir] = paths[i];
+            if (qs_cuda_conv_run(be, cp, dir, NULL, &oa, &ob, NULL, sc.o, false, sc.w) != QS_OK) { /* warm-up */
+                qs_error_clear();
+                continue;
+            }
+            bool ok = cudaEventRecord(sc.e0, st) == cudaSuccess;
+            for (int r = 0; ok && r < 3; r++)
+                ok = qs_cuda_conv_run(be, cp, dir, NULL, &oa, &ob, NULL, sc.o, false, sc.w) == QS_OK;
+            if (!ok) qs_error_clear();
+            ok = ok && cudaEventRecord(sc.e1, st) == cudaSuccess && cudaEventSynchronize(sc.e1) == cudaSuccess;
+            float t = 0.0f;
+            if (!ok || cudaEventElapsedTime(&t, sc.e0, sc.e1) != cudaSuccess) continue;
+            ms[i] = t / 3.0f;
+            if (ms[best] < 0.0f || ms[i] < ms[best]) best = i;
         }
-        bool ok = cudaEventRecord(e0, st) == cudaSuccess;
-        for (int r = 0; ok && r < 3; r++) ok = qs_cuda_conv_run(be, cp, dir, NULL, &oa, &ob, NULL, o, false, w) == QS_OK;
-        if (!ok) qs_error_clear();
-        ok = ok && cudaEventRecord(e1, st) == cudaSuccess && cudaEventSynchronize(e1) == cudaSuccess;
-        float t = 0.0f;
-        if (!ok || cudaEventElapsedTime(&t, e0, e1) != cudaSuccess) continue;
-        ms[i] = t / 3.0f;
-        if (ms[best] < 0.0f || ms[i] < ms[best]) best = i;
     }
-done:
     cp->dir[dir] = saved;
-    cudaStreamSynchronize(st);
-    if (e0) cudaEventDestroy(e0);
-    if (e1) cudaEventDestroy(e1);
-    cudaFree(a);
-    cudaFree(b);
-    cudaFree(o);
-    cudaFree(w);
-    cudaFree(sc);
-    cudaGetLastError(); /* a scratch allocation that failed here is not the caller's error */
+    qs_cuda_conv_scratch_close(&sc, st);
     return best;
 }
 

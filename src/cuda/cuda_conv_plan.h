@@ -101,6 +101,19 @@ qs_status qs_cuda_conv_handle(qs_backend *be, cudnnHandle_t *out);
 /* Destroy a direction's cuDNN objects and clear it. */
 void qs_cuda_conv_dir_clear(qs_cuda_conv_dir *cd);
 
+/* Scratch for timing the candidates of a direction (QS_CUDNN_BENCHMARK): operands a and b
+ * (zeroed on the stream), the output o, optional per-tensor scales and workspace w, and two
+ * events. open allocates them all, in that order (false as soon as one fails); close, after
+ * either, waits for the stream, frees what was allocated and clears the CUDA error that a
+ * failed allocation left (it is not the caller's). */
+typedef struct qs_cuda_conv_scratch {
+    void *a, *b, *o, *scale, *w;
+    cudaEvent_t e0, e1;
+} qs_cuda_conv_scratch;
+bool qs_cuda_conv_scratch_open(qs_cuda_conv_scratch *sc, size_t a_bytes, size_t b_bytes, size_t out_bytes,
+                               size_t scale_bytes, size_t ws_bytes, cudaStream_t st);
+void qs_cuda_conv_scratch_close(qs_cuda_conv_scratch *sc, cudaStream_t st);
+
 /* ---- cuda_conv_legacy.c: the LEGACY path ---- */
 /* Choose a legacy algorithm for direction dir on FP32 data into cd; tf32 selects the math. */
 qs_status qs_cuda_conv_legacy_build(qs_cuda_conv_plan_t *cp, int dir, cudnnHandle_t h, bool tf32, qs_cuda_conv_dir *cd);

@@ -31,6 +31,15 @@ inline unsigned grid_for(qs_backend *be, int64_t items, int threads) {
     return grid_cap(be, (items + threads - 1) / threads);
 }
 
+/* Blocks of `threads` threads for a grid-stride loop over n elements, whatever the GPU: all of
+ * them up to 65535·8, at least 1. */
+inline unsigned grid_for_n(int64_t n, int threads) {
+    int64_t b = (n + threads - 1) / threads;
+    if (b < 1) b = 1;
+    if (b > 65535 * 8) b = 65535 * 8;
+    return (unsigned)b;
+}
+
 /* n >= 0 elements and, when n > 0, no NULL pointer among ptrs (numbered from 1 in the message). */
 inline qs_status args_check(const char *what, int64_t n, std::initializer_list<const void *> ptrs) {
     if (n < 0) return QS_FAIL(QS_ERR_INVALID_ARG, "%s: negative element count %lld", what, (long long)n);

@@ -133,32 +133,28 @@ __global__ void qs_lin_unpad_f32(int64_t rows, int64_t cols, const float *__rest
     }
 }
 
-/* y (M, N) += b: threads over columns (b read once per thread), each block a run of rows. */
-__global__ void qs_lin_bias_add(int64_t M, int64_t N, int64_t rows_per_block, const float *__restrict__ b,
-                                float *__restrict__ y) {
-    for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < N; c += (int64_t)gridDim.x * blockDim.x) {
-        const float bc = b[c];
-        for (int64_t r0 = (int64_t)blockIdx.y * rows_per_block; r0 < M; r0 += (int64_t)gridDim.y * rows_per_block) {
-            const int64_t r1 = r0 + rows_per_block < M ? r0 + rows_per_block : M;
-            for (int64_t r = r0; r < r1; r++) y[r * N + c] += bc;
-        }
-    }
+/* v += b, one float or four (float4: x, y, z, w in turn). */
+__device__ __forceinline__ void qs_lin_add(float &v, const float &b) { v += b; }
+__device__ __forceinline__ void qs_lin_add(float4 &v, const float4 &b) {
+    v.x += b.x;
+    v.y += b.y;
+    v.z += b.z;
+    v.w += b.w;
 }
 
-/* The same four columns a thread (float4), for N % 4 == 0 and 16-aligned y and b. */
-__global__ void qs_lin_bias_add4(int64_t M, int64_t N4, int64_t rows_per_block, const float4 *__restrict__ b,
-                                 float4 *__restrict__ y) {
-    for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < N4; c += (int64_t)gridDim.x * blockDim.x) {
-        const float4 bc = b[c];
+/* y (M, N) += b in elements V (float, or float4 for N % 4 == 0 and 16-aligned y and b; N then
+ * counts float4s): threads over columns (b read once per thread), each block a run of rows. */
+template <typename V>
+__global__ void qs_lin_bias_add(int64_t M, int64_t N, int64_t rows_per_block, const V *__restrict__ b,
+                                V *__restrict__ y) {
+    for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < N; c += (int64_t)gridDim.x * blockDim.x) {
+        const V bc = b[c];
         for (int64_t r0 = (int64_t)blockIdx.y * rows_per_block; r0 < M; r0 += (int64_t)gridDim.y * rows_per_block) {
             const int64_t r1 = r0 + rows_per_block < M ? r0 + rows_per_block : M;
             for (int64_t r = r0; r < r1; r++) {
-                float4 v = y[r * N4 + c];
-                v.x += bc.x;
-                v.y += bc.y;
-                v.z += bc.z;
-                v.w += bc.w;
-                y[r * N4 + c] = v;
+                V v = y[r * N + c];
+                qs_lin_add(v, bc);
+                y[r * N + c] = v;
             }
         }
     }
@@ -206,14 +202,22 @@ __global__ void qs_lin_colsum_final(const double *__restrict__ partial, int64_t 
 
 static unsigned grid_cap(int64_t want, int64_t cap) { return (unsigned)(want < 1 ? 1 : want > cap ? cap : want); }
 
-extern "C" qs_status qs_cuda_linear_transpose_u8(cudaStream_t stream, int64_t batch, const void *src, int64_t rows,
-                                                 int64_t cols, void *dst, int64_t rows_padded, int64_t cols_padded) {
+/* The shapes of an FP8 operand transpose or pad (`what`): non-negative, the padded extents at
+ * least the real ones; QS_ERR_INTERNAL (the callers size them) otherwise. */
+static qs_status u8_shape_check(const char *what, int64_t batch, int64_t rows, int64_t cols, int64_t rows_padded,
+                                int64_t cols_padded) {
     if (batch < 0 || rows < 0 || cols < 0 || rows_padded < rows || cols_padded < cols)
         return QS_FAIL(QS_ERR_INTERNAL,
-                       "FP8 GEMM operand transpose: bad shape batch=%lld rows=%lld cols=%lld rows_padded=%lld "
+                       "FP8 GEMM operand %s: bad shape batch=%lld rows=%lld cols=%lld rows_padded=%lld "
                        "cols_padded=%lld",
-                       (long long)batch, (long long)rows, (long long)cols, (long long)rows_padded,
+                       what, (long long)batch, (long long)rows, (long long)cols, (long long)rows_padded,
                        (long long)cols_padded);
+    return QS_OK;
+}
+
+extern "C" qs_status qs_cuda_linear_transpose_u8(cudaStream_t stream, int64_t batch, const void *src, int64_t rows,
+                                                 int64_t cols, void *dst, int64_t rows_padded, int64_t cols_padded) {
+    QS_TRY(u8_shape_check("transpose", batch, rows, cols, rows_padded, cols_padded));
     if (batch == 0 || rows_padded == 0 || cols_padded == 0) return QS_OK;
     if (cols % 4 == 0 && rows_padded % 4 == 0 && (uintptr_t)src % 4 == 0 && (uintptr_t)dst % 4 == 0) {
         const int64_t tr = (rows_padded + QS_LIN_TW - 1) / QS_LIN_TW, tc = (cols_padded + QS_LIN_TW - 1) / QS_LIN_TW;
@@ -231,12 +235,7 @@ extern "C" qs_status qs_cuda_linear_transpose_u8(cudaStream_t stream, int64_t ba
 
 extern "C" qs_status qs_cuda_linear_pad_u8(cudaStream_t stream, int64_t batch, const void *src, int64_t rows,
                                            int64_t cols, void *dst, int64_t rows_padded, int64_t cols_padded) {
-    if (batch < 0 || rows < 0 || cols < 0 || rows_padded < rows || cols_padded < cols)
-        return QS_FAIL(QS_ERR_INTERNAL,
-                       "FP8 GEMM operand pad: bad shape batch=%lld rows=%lld cols=%lld rows_padded=%lld "
-                       "cols_padded=%lld",
-                       (long long)batch, (long long)rows, (long long)cols, (long long)rows_padded,
-                       (long long)cols_padded);
+    QS_TRY(u8_shape_check("pad", batch, rows, cols, rows_padded, cols_padded));
     if (batch == 0 || rows_padded == 0 || cols_padded == 0) return QS_OK;
     if (cols_padded % 4 == 0 && (uintptr_t)dst % 4 == 0) {
         const int64_t wpr = cols_padded / 4;
@@ -269,9 +268,9 @@ extern "C" qs_status qs_cuda_linear_bias_add(cudaStream_t stream, int64_t M, int
     const int64_t cols = vec ? N / 4 : N;
     dim3 grid(grid_cap((cols + 255) / 256, 1024), grid_cap((M + rows_per_block - 1) / rows_per_block, 65535));
     if (vec)
-        qs_lin_bias_add4<<<grid, 256, 0, stream>>>(M, cols, rows_per_block, (const float4 *)b, (float4 *)y);
+        qs_lin_bias_add<float4><<<grid, 256, 0, stream>>>(M, cols, rows_per_block, (const float4 *)b, (float4 *)y);
     else
-        qs_lin_bias_add<<<grid, 256, 0, stream>>>(M, N, rows_per_block, b, y);
+        qs_lin_bias_add<float><<<grid, 256, 0, stream>>>(M, N, rows_per_block, b, y);
     return qs_cuda_check_launch("linear bias add");
 }
 

@@ -71,6 +71,24 @@ __device__ __forceinline__ void bn_block_store(double (*sh)[kTx], double v, int6
     __syncthreads();
 }
 
+/* This block's row chunk (grid y: chunk ch of nch): rows [r0, r1) of `rows`. */
+struct BnChunk {
+    int64_t ch, nch, r0, r1;
+};
+__device__ __forceinline__ BnChunk bn_chunk(int64_t rows) {
+    const int64_t ch = blockIdx.y, nch = gridDim.y;
+    return {ch, nch, rows * ch / nch, rows * (ch + 1) / nch};
+}
+
+/* Store a block's two chunk partials s1, s2 of channel c (bn_block_store) into the two (nch, C)
+ * planes of part. */
+__device__ __forceinline__ void bn_chunk_store(double (*sh)[kTx], double s1, double s2, int64_t c, int64_t C,
+                                               const BnChunk &ck, double *part) {
+    const int64_t cc = c < C ? c : 0;
+    bn_block_store(sh, s1, c, C, part + ck.ch * C + cc);
+    bn_block_store(sh, s2, c, C, part + (ck.nch + ck.ch) * C + cc);
+}
+
 /* Element i of x as FP32: an FP32 x, or BF16 bits widened exactly (core/numfmt.h). X: float or
  * uint16_t. */
 __device__ __forceinline__ float bn_load(const float *x, int64_t i) { return x[i]; }
@@ -103,22 +121,19 @@ template <typename X>
 __global__ void k_bn_stats(int64_t rows, int64_t C, const X *__restrict__ x, double *__restrict__ part) {
     __shared__ double sh[kTy][kTx];
     const int64_t c = (int64_t)blockIdx.x * kTx + threadIdx.x;
-    const int64_t ch = blockIdx.y, nch = gridDim.y;
-    const int64_t r0 = rows * ch / nch, r1 = rows * (ch + 1) / nch;
+    const BnChunk ck = bn_chunk(rows);
     double s1 = 0.0, s2 = 0.0;
     if (c < C) {
         const double shift = (double)bn_load(x, c);
         bn_rows(
-            r0 + threadIdx.y, r1, kTy, [&](int64_t r) { return bn_load(x, r * C + c); },
+            ck.r0 + threadIdx.y, ck.r1, kTy, [&](int64_t r) { return bn_load(x, r * C + c); },
             [&](int64_t, float xv) {
                 const double d = (double)xv - shift;
                 s1 += d;
                 s2 += d * d;
             });
     }
-    const int64_t cc = c < C ? c : 0;
-    bn_block_store(sh, s1, c, C, part + ch * C + cc);
-    bn_block_store(sh, s2, c, C, part + (nch + ch) * C + cc);
+    bn_chunk_store(sh, s1, s2, c, C, ck, part);
 }
 
 /* The sums over the nch chunks of channel c = blockIdx.x·kTx + threadIdx.x of the two (nch, C)
@@ -216,13 +231,12 @@ __global__ void k_bn_bwd_stats(int64_t rows, int64_t C, const X *__restrict__ x,
                                double *__restrict__ part) {
     __shared__ double sh[kTy][kTx];
     const int64_t c = (int64_t)blockIdx.x * kTx + threadIdx.x;
-    const int64_t ch = blockIdx.y, nch = gridDim.y;
-    const int64_t r0 = rows * ch / nch, r1 = rows * (ch + 1) / nch;
+    const BnChunk ck = bn_chunk(rows);
     double s1 = 0.0, s2 = 0.0;
     if (c < C) {
         const double m = (double)save_mean[c];
         bn_rows(
-            r0 + threadIdx.y, r1, kTy,
+            ck.r0 + threadIdx.y, ck.r1, kTy,
             [&](int64_t r) {
                 const int64_t i = r * C + c;
                 float g = bn_load(dy, i);
@@ -234,9 +248,7 @@ __global__ void k_bn_bwd_stats(int64_t rows, int64_t C, const X *__restrict__ x,
                 s2 += (double)gx.x * ((double)gx.y - m);
             });
     }
-    const int64_t cc = c < C ? c : 0;
-    bn_block_store(sh, s1, c, C, part + ch * C + cc);
-    bn_block_store(sh, s2, c, C, part + (nch + ch) * C + cc);
+    bn_chunk_store(sh, s1, s2, c, C, ck, part);
 }
 
 /* From the chunk partials: dgamma = Σg(x-mean)·invstd, dbeta = Σg, and (kap != NULL) the dx
@@ -423,12 +435,7 @@ extern "C" qs_status qs_cuda_batchnorm_forward_train(qs_backend *be, qs_stream *
                                                      qs_dtype residual_dt) {
     const char *what = "batchnorm_forward_train";
     QS_TRY(bn_check(what, rows, C, {x, y, save_mean, save_invstd}));
-    QS_TRY(qs_batchnorm_dtype_check(what, x_dt, y_dt, QS_F32, false));
-    QS_TRY(qs_f32_or_bf16_check(what, "residual dtype (residual_dt)", residual_dt));
-    if (rows < 2)
-        return QS_FAIL(QS_ERR_INVALID_ARG,
-                       "%s: %lld value(s) per channel; training-mode batch norm needs at least 2 (like PyTorch)", what,
-                       (long long)rows);
+    QS_TRY(qs_batchnorm_forward_check(what, true, rows, x_dt, y_dt, residual_dt));
     cudaStream_t st = stream_of(be, s);
     const int64_t nch = bn_chunks(rows, C);
     const unsigned cb = (unsigned)((C + kTx - 1) / kTx);
@@ -458,8 +465,7 @@ extern "C" qs_status qs_cuda_batchnorm_forward_eval(qs_backend *be, qs_stream *s
                                                     bool relu, const void *residual, qs_dtype residual_dt) {
     const char *what = "batchnorm_forward_eval";
     QS_TRY(bn_check(what, rows, C, {x, y, running_mean, running_var}));
-    QS_TRY(qs_batchnorm_dtype_check(what, x_dt, y_dt, QS_F32, false));
-    QS_TRY(qs_f32_or_bf16_check(what, "residual dtype (residual_dt)", residual_dt));
+    QS_TRY(qs_batchnorm_forward_check(what, false, rows, x_dt, y_dt, residual_dt));
     if (rows == 0) return QS_OK;
     const unsigned cb = (unsigned)((C + kTx - 1) / kTx);
     bn_apply_launch(dim3(cb, bn_row_blocks(rows, C)), stream_of(be, s), rows, C, x, x_dt, running_mean, running_var, true,

@@ -92,13 +92,8 @@ __global__ void __launch_bounds__(kThreads)
 qs_status qs_cuda_sgd_step(qs_backend *be, qs_stream *s, int64_t n, float *p, const float *g, float *buf, float lr,
                            float momentum, float dampening, float wd, bool nesterov, bool first_step) {
     QS_TRY(args_check("sgd_step", n, {p, g}));
+    QS_TRY(qs_sgd_step_check(n, buf, momentum, dampening, nesterov));
     const bool use_buf = momentum != 0.0f;
-    if (use_buf && n > 0 && !buf)
-        return QS_FAIL(QS_ERR_INVALID_ARG, "sgd_step: momentum %g needs a momentum buffer but buf is NULL",
-                       (double)momentum);
-    if (nesterov && (!use_buf || dampening != 0.0f))
-        return QS_FAIL(QS_ERR_INVALID_ARG,
-                       "sgd_step: Nesterov momentum requires momentum > 0 and dampening = 0 (PyTorch rule)");
     if (n == 0) return QS_OK;
     const float keep = (float)(1.0 - (double)dampening);
     k_sgd<<<grid_for(be, n), kThreads, 0, stream_of(be, s)>>>(n, p, g, buf, lr, momentum, keep, wd, use_buf, nesterov,
@@ -111,7 +106,7 @@ qs_status qs_cuda_sgd_step(qs_backend *be, qs_stream *s, int64_t n, float *p, co
 qs_status qs_cuda_adamw_step(qs_backend *be, qs_stream *s, int64_t n, float *p, const float *g, float *m, float *v,
                              float lr, double beta1, double beta2, float eps, float wd, int64_t step) {
     QS_TRY(args_check("adamw_step", n, {p, g, m, v}));
-    if (step < 1) return QS_FAIL(QS_ERR_INVALID_ARG, "adamw_step: step %lld; steps count from 1", (long long)step);
+    QS_TRY(qs_adamw_step_check(step));
     if (n == 0) return QS_OK;
     const float decay = (float)(1.0 - (double)lr * (double)wd);
     const float b1 = (float)beta1, b2 = (float)beta2;

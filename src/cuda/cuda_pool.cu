@@ -18,13 +18,8 @@ namespace {
 
 constexpr int kBlock = 256;
 
-/* Blocks of kBlock threads for a grid-stride loop over n elements, at most 65535·8. */
-unsigned grid_for(int64_t n) {
-    int64_t b = (n + kBlock - 1) / kBlock;
-    if (b < 1) b = 1;
-    if (b > 65535 * 8) b = 65535 * 8;
-    return (unsigned)b;
-}
+/* Blocks of kBlock threads for a grid-stride loop over n elements. */
+unsigned grid_for(int64_t n) { return qs_cuda::grid_for_n(n, kBlock); }
 using qs_cuda::stream_of;
 
 struct PoolPlan {
@@ -41,19 +36,29 @@ qs_status pool_plan_check(void *plan, const char *what, const qs_pool_desc **d) 
     return QS_OK;
 }
 
+/* The input window of output element i = ((n·P + p)·Q + q)·C + c: rows [h0, h1) and columns
+ * [w0, w1) of the input, clipped to it, and x_at the offset of x[n, 0, 0, c]. */
+struct PoolWindow {
+    int64_t h0, h1, w0, w1, x_at;
+};
+__device__ __forceinline__ PoolWindow pool_window(const qs_pool_desc &d, int64_t i) {
+    int64_t c = i % d.C, t = i / d.C;
+    int64_t q = t % d.Q;
+    t /= d.Q;
+    int64_t p = t % d.P, n = t / d.P;
+    int64_t hs = p * d.stride_h - d.pad_h, ws = q * d.stride_w - d.pad_w;
+    int64_t h0 = hs < 0 ? 0 : hs, h1 = hs + d.R < d.H ? hs + d.R : d.H;
+    int64_t w0 = ws < 0 ? 0 : ws, w1 = ws + d.S < d.W ? ws + d.S : d.W;
+    return {h0, h1, w0, w1, n * d.H * d.W * d.C + c};
+}
+
 /* y[n,p,q,c], idx[n,p,q,c] = max over the clipped window and the position h*W+w of the winner. */
 __global__ void k_maxpool_fwd(qs_pool_desc d, const float *__restrict__ x, float *__restrict__ y,
                               int32_t *__restrict__ idx) {
     const int64_t n_out = d.N * d.P * d.Q * d.C;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n_out; i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t c = i % d.C, t = i / d.C;
-        int64_t q = t % d.Q;
-        t /= d.Q;
-        int64_t p = t % d.P, n = t / d.P;
-        int64_t hs = p * d.stride_h - d.pad_h, ws = q * d.stride_w - d.pad_w;
-        int64_t h0 = hs < 0 ? 0 : hs, h1 = hs + d.R < d.H ? hs + d.R : d.H;
-        int64_t w0 = ws < 0 ? 0 : ws, w1 = ws + d.S < d.W ? ws + d.S : d.W;
-        const float *xn = x + n * d.H * d.W * d.C + c;
+        const auto [h0, h1, w0, w1, x_at] = pool_window(d, i);
+        const float *xn = x + x_at;
         float best = -__int_as_float(0x7f800000); /* -inf */
         int32_t bi = (int32_t)(h0 * d.W + w0);
         for (int64_t h = h0; h < h1; h++)
@@ -73,14 +78,8 @@ __global__ void k_maxpool_fwd(qs_pool_desc d, const float *__restrict__ x, float
 __global__ void k_avgpool_fwd(qs_pool_desc d, float inv, const float *__restrict__ x, float *__restrict__ y) {
     const int64_t n_out = d.N * d.P * d.Q * d.C;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n_out; i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t c = i % d.C, t = i / d.C;
-        int64_t q = t % d.Q;
-        t /= d.Q;
-        int64_t p = t % d.P, n = t / d.P;
-        int64_t hs = p * d.stride_h - d.pad_h, ws = q * d.stride_w - d.pad_w;
-        int64_t h0 = hs < 0 ? 0 : hs, h1 = hs + d.R < d.H ? hs + d.R : d.H;
-        int64_t w0 = ws < 0 ? 0 : ws, w1 = ws + d.S < d.W ? ws + d.S : d.W;
-        const float *xn = x + n * d.H * d.W * d.C + c;
+        const auto [h0, h1, w0, w1, x_at] = pool_window(d, i);
+        const float *xn = x + x_at;
         float sum = 0.0f;
         for (int64_t h = h0; h < h1; h++)
             for (int64_t w = w0; w < w1; w++) sum += xn[(h * d.W + w) * d.C];

@@ -9,20 +9,16 @@
 #include <cjson/cJSON.h>
 
 #include "plan/indicator.h"
+#include "plan/model_data.h"
 #include "qsync/status.h"
 
 typedef struct qs_indicate_job {
-    const char *model;           /* built-in model; may be NULL with a checkpoint (then its model) */
-    int64_t width;               /* 0 = the architecture's default (or the checkpoint's) */
-    const char *data, *data_dir; /* data_dir may be NULL */
-    const char *checkpoint;      /* NULL: fresh weights */
-    int64_t batch, batches;      /* ≥ 1 */
+    qs_model_data_request in;    /* model, data, batch, seed, device (plan/model_data.h); the seed also
+                                  * seeds gradient rounding and the random method; with cuda, forward and
+                                  * backward run on the GPU (statistics on the host) */
+    int64_t batches;             /* ≥ 1 */
     qs_indicator_method method;
     double gamma;                /* ≥ 0 */
-    uint64_t seed;               /* initialisation, batch order, gradient rounding, the random method */
-    int threads;                 /* 0 = OpenMP's default */
-    bool cuda;                   /* forward and backward on GPU cuda_device (statistics on the host) */
-    int cuda_device;
 } qs_indicate_job;
 
 /* Run the job; on QS_OK *doc is the indicator document (caller deletes). Errors name the

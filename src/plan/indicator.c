@@ -447,18 +447,22 @@ static cJSON *qs_ind_prec_obj(const double v[QS_PREC_COUNT]) {
     return o;
 }
 
+void qs_analysis_doc_head(cJSON *doc, const char *format, double version, const char *model, const char *config,
+                          const char *data, const char *checkpoint) {
+    cJSON_AddStringToObject(doc, "format", format);
+    cJSON_AddNumberToObject(doc, "version", version);
+    cJSON_AddStringToObject(doc, "model", model ? model : "");
+    cJSON_AddStringToObject(doc, "config", config ? config : "");
+    cJSON_AddStringToObject(doc, "data", data ? data : "");
+    if (checkpoint) cJSON_AddStringToObject(doc, "checkpoint", checkpoint);
+    else cJSON_AddNullToObject(doc, "checkpoint");
+}
+
 cJSON *qs_indicator_to_json(const qs_indicator *ind, const qs_indicator_meta *meta) {
     cJSON *doc = cJSON_CreateObject();
     if (!doc) return NULL;
-    cJSON_AddStringToObject(doc, "format", QS_INDICATOR_FORMAT);
-    qs_ind_num(doc, "version", QS_INDICATOR_VERSION);
-    cJSON_AddStringToObject(doc, "model", meta->model ? meta->model : "");
-    cJSON_AddStringToObject(doc, "config", meta->config ? meta->config : "");
-    cJSON_AddStringToObject(doc, "data", meta->data ? meta->data : "");
-    if (meta->checkpoint)
-        cJSON_AddStringToObject(doc, "checkpoint", meta->checkpoint);
-    else
-        cJSON_AddNullToObject(doc, "checkpoint");
+    qs_analysis_doc_head(doc, QS_INDICATOR_FORMAT, QS_INDICATOR_VERSION, meta->model, meta->config, meta->data,
+                         meta->checkpoint);
     qs_ind_num(doc, "batch", (double)meta->batch);
     qs_ind_num(doc, "batches", meta->batches);
     cJSON_AddStringToObject(doc, "method", qs_indicator_method_name(meta->method));

@@ -107,6 +107,11 @@ typedef struct qs_indicator_meta {
     const char *checkpoint; /* NULL: freshly initialised weights */
 } qs_indicator_meta;
 
+/* The keys an analysis document (this one, plan/sensitivity.h's) starts with: format, version,
+ * model, config and data ("" for NULL), checkpoint (null for NULL: fresh weights). */
+void qs_analysis_doc_head(cJSON *doc, const char *format, double version, const char *model, const char *config,
+                          const char *data, const char *checkpoint);
+
 /* The versioned JSON document (docs/INDICATOR.md); NULL when out of memory. */
 cJSON *qs_indicator_to_json(const qs_indicator *ind, const qs_indicator_meta *meta);
 

@@ -413,13 +413,8 @@ static void qs_sens_layers_json(cJSON *layers, const qs_sensitivity *s) {
 cJSON *qs_sensitivity_to_json(const qs_sensitivity *s, const qs_sensitivity_meta *meta) {
     cJSON *doc = cJSON_CreateObject();
     if (!doc) return NULL;
-    cJSON_AddStringToObject(doc, "format", QS_SENSITIVITY_FORMAT);
-    cJSON_AddNumberToObject(doc, "version", QS_SENSITIVITY_VERSION);
-    cJSON_AddStringToObject(doc, "model", meta->model ? meta->model : "");
-    cJSON_AddStringToObject(doc, "config", meta->config ? meta->config : "");
-    cJSON_AddStringToObject(doc, "data", meta->data ? meta->data : "");
-    if (meta->checkpoint) cJSON_AddStringToObject(doc, "checkpoint", meta->checkpoint);
-    else cJSON_AddNullToObject(doc, "checkpoint");
+    qs_analysis_doc_head(doc, QS_SENSITIVITY_FORMAT, QS_SENSITIVITY_VERSION, meta->model, meta->config, meta->data,
+                         meta->checkpoint);
     cJSON_AddNumberToObject(doc, "batch", (double)s->ind.batch);
     cJSON_AddNumberToObject(doc, "batches", s->batches);
     cJSON_AddNumberToObject(doc, "seed", (double)meta->data_seed);

@@ -183,10 +183,10 @@ static qs_status qs_run_indicate(qs_run_state *s) {
     if (s->rank != 0 || c->plan_path) return QS_OK;
     qs_log_info(c->log, "[2/4] indicator (%s) over %lld batches of %lld", qs_indicator_method_name(c->method),
                 (long long)c->indicator_batches, (long long)s->local_batch);
-    qs_indicate_job job = {.model = c->train.model, .width = c->train.model_opt.width, .data = c->train.data,
-                           .data_dir = c->train.data_dir, .batch = s->local_batch, .batches = c->indicator_batches,
-                           .method = c->method, .gamma = c->gamma, .seed = c->train.seed,
-                           .threads = s->me->threads, .cuda = s->me->cuda, .cuda_device = s->me->cuda_device};
+    qs_indicate_job job = {.in = {.model = c->train.model, .width = c->train.model_opt.width, .data = c->train.data,
+                                  .data_dir = c->train.data_dir, .batch = s->local_batch, .seed = c->train.seed,
+                                  .threads = s->me->threads, .cuda = s->me->cuda, .cuda_device = s->me->cuda_device},
+                           .batches = c->indicator_batches, .method = c->method, .gamma = c->gamma};
     cJSON *doc = NULL;
     QS_TRY(qs_indicate_job_run(&job, &doc));
     char path[4096];

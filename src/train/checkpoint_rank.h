@@ -6,11 +6,12 @@
  *                         rank's own per-layer precisions, which differ between device types),
  *                         batch_split (every rank's local batch, "b0,b1,...").
  *   complete.json         {"format": "qsync-checkpoint", "version": 1, "step": N, "world": W}
- * Order (src/train/trainer.c): rank 0 removes complete.json; every rank writes its rank file and
- * rank 0 model.safetensors and state.safetensors (all atomically); the ranks meet; rank 0 writes
- * complete.json. A directory without the marker, or whose files name another step than the
- * marker, was being written when the job stopped: resume refuses it. Single-process runs write
- * neither (model and state alone are the whole checkpoint). The ranks must share the directory. */
+ * Order (src/train/train_checkpoints.c): rank 0 removes complete.json; every rank writes its
+ * rank file and rank 0 model.safetensors and state.safetensors (all atomically); the ranks
+ * meet; rank 0 writes complete.json. A directory without the marker, or whose files name
+ * another step than the marker, was being written when the job stopped: resume refuses it.
+ * Single-process runs write neither (model and state alone are the whole checkpoint). The
+ * ranks must share the directory. */
 #ifndef QSYNC_TRAIN_CHECKPOINT_RANK_H
 #define QSYNC_TRAIN_CHECKPOINT_RANK_H
 
