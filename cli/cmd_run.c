@@ -141,6 +141,8 @@ static int qs_run_parse(int argc, char **argv, qs_run_config *c, qs_run_cli *a) 
          "(default int8; give fp8 on a GPU)"},
         {"precisions", QS_CLI_STR, &a->menu, "LIST", "the precisions profiled and planned from, the base first (default: "
          "the base and every lower one the device runs natively; e.g. bf16,fp8 on a GPU)"},
+        {"allow-emulated", QS_CLI_FLAG, &c->train.allow_emulated, NULL, "permit precisions the device only emulates, "
+         "in the profiles, the plan and every arm (e.g. int8 and bf16 on a CPU without VNNI / AVX-512)"},
         {"grad-rounding", QS_CLI_STR, &a->grad_rounding, "R", "low-precision gradients: stochastic (default) or nearest"},
         {"weight-scales", QS_CLI_STR, &a->weight_scales, "S", "INT8 weight scales: tensor (default) or channel"},
         {"fp8-scaling", QS_CLI_STR, &a->fp8_scaling, "MODE", "FP8 scales in profiles and arms: current (default) or delayed[:N]"},

@@ -17,10 +17,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <cmocka.h>
 
 #include "check.h"
 #include "core/backend.h"
+#include "cpu/dnnl_util.h" /* qs_dnnl_int8_exact */
 #include "graph_helpers.h"
 #include "op_harness.h"
 #include "qsync/rng.h"
@@ -247,7 +249,10 @@ static void test_quantize_delayed_scaling(void **state) {
 }
 
 /* The support table: FP32 native, FP16/FP8 emulated, TF32 unsupported; BF16/INT8 native or
- * emulated depending on the CPU (both run either way). */
+ * emulated depending on the CPU (both run either way), INT8 native only where oneDNN's s8
+ * kernels sum exactly (VNNI, AMX). With oneDNN capped at AVX2 (ONEDNN_MAX_CPU_ISA=AVX2, as
+ * scripts/test.sh reruns the ISA-dependent suites) both are emulated: the cap reached the
+ * backend, and the rerun tests the emulated case. */
 static void test_precision_support(void **state) {
     assert_int_equal(OPS->precision_support(qs_th_be, QS_PREC_FP32), QS_PREC_NATIVE);
     assert_int_equal(OPS->precision_support(qs_th_be, QS_PREC_TF32), QS_PREC_UNSUPPORTED);
@@ -255,6 +260,13 @@ static void test_precision_support(void **state) {
     assert_int_equal(OPS->precision_support(qs_th_be, QS_PREC_FP8), QS_PREC_EMULATED);
     assert_int_not_equal(OPS->precision_support(qs_th_be, QS_PREC_BF16), QS_PREC_UNSUPPORTED);
     assert_int_not_equal(OPS->precision_support(qs_th_be, QS_PREC_INT8), QS_PREC_UNSUPPORTED);
+    if (!qs_dnnl_int8_exact()) assert_int_equal(OPS->precision_support(qs_th_be, QS_PREC_INT8), QS_PREC_EMULATED);
+    const char *cap = getenv("ONEDNN_MAX_CPU_ISA");
+    if (cap && strcasecmp(cap, "AVX2") == 0) {
+        assert_false(qs_dnnl_int8_exact());
+        assert_int_equal(OPS->precision_support(qs_th_be, QS_PREC_BF16), QS_PREC_EMULATED);
+        assert_int_equal(OPS->precision_support(qs_th_be, QS_PREC_INT8), QS_PREC_EMULATED);
+    }
 }
 
 int main(void) {

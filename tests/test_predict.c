@@ -441,7 +441,7 @@ static void test_profile_cli(void **state) {
     char a[1024], path[512];
     snprintf(path, sizeof path, "%s/cnn.json", qs_test_tmp);
     snprintf(a, sizeof a, "profile --model cnn --width 4 --batch 8 --data synthetic --precisions fp32,bf16 "
-             "--reps 3 --warmup 1 --threads 1 --out %s", path);
+             "--allow-emulated --reps 3 --warmup 1 --threads 1 --out %s", path); /* bf16: emulated without AVX-512 */
     qs_test_expect_qsync(0, "written to", a);
     cJSON *doc = NULL;
     FILE *f = fopen(path, "r");
@@ -458,11 +458,11 @@ static void test_profile_cli(void **state) {
     cJSON_Delete(doc);
     /* the replayer from that file: a trace; a worker type without a profile; a plan of
      * another model; a profile of a precision the plan does not use refused by name */
-    snprintf(a, sizeof a, "simulate --profile %s --precision bf16 --trace %s/t.json", path, qs_test_tmp);
+    snprintf(a, sizeof a, "simulate --profile %s --precision bf16 --allow-emulated --trace %s/t.json", path, qs_test_tmp);
     qs_test_expect_qsync(0, "predicted iteration", a);
     snprintf(a, sizeof a, "grep -c traceEvents %s/t.json", qs_test_tmp);
     assert_int_equal(qs_test_run_shell(a, NULL), 0);
-    snprintf(a, sizeof a, "simulate --profile %s --precision int8", path);
+    snprintf(a, sizeof a, "simulate --profile %s --precision int8 --allow-emulated", path);
     qs_test_expect_qsync(1, "has no run at int8", a);
     snprintf(a, sizeof a, "printf '{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": [{\"device\": \"cpu\", "
              "\"type\": \"a\"}, {\"device\": \"cpu\", \"type\": \"b\"}]}' > %s/c.json", qs_test_tmp);

@@ -4,7 +4,8 @@
  * With --base-precision bf16 (a GPU's base) the profiles, the plan and the base arm are bf16 and
  * the report compares against "bf16". And the refusals: a one-worker or homogeneous cluster, a
  * wrong rank count, a cluster that sets precisions, an unknown arm, a low precision not below
- * the base. */
+ * the base. Where the CPU only emulates int8 or bf16 (AVX2 without VNNI / AVX-512) the runs that
+ * use them pass --allow-emulated, and the given plan is first refused without it. */
 #include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -38,6 +39,12 @@ static int count(const cJSON *o, const char *key) {
 #define TINY "--model cnn --width 4 --data synthetic --batch 32 --steps 30 --log-every 5 --eval-subset 64 " \
              "--profile-reps 3 --indicator-batches 2 --quiet"
 
+/* " --allow-emulated" where this CPU only emulates int8 or bf16 (no VNNI / AVX-512, e.g. AVX2
+ * alone: the pipeline's low arm, a given plan and a bf16 base need it there), else "". */
+static const char *allow_emulated(void) {
+    return qs_test_cpu_emulates(QS_PREC_INT8) || qs_test_cpu_emulates(QS_PREC_BF16) ? " --allow-emulated" : "";
+}
+
 /* A 2-worker cluster whose slow worker is 2x slower by a duty cycle (no cgroup needed). */
 static void write_cluster(void) {
     qs_test_write_tmp("c.json", "{\"format\": \"qsync-cluster\", \"version\": 1, \"workers\": ["
@@ -61,7 +68,8 @@ static void test_run_pipeline(void **state) {
     char a[4096], p[512];
     qs_test_mpi_env();
     write_cluster();
-    snprintf(a, sizeof a, "run " TINY " --cluster %s/c.json --out %s/out --plot %s/out/loss.png --json", t, t, t);
+    snprintf(a, sizeof a, "run " TINY " --cluster %s/c.json --out %s/out --plot %s/out/loss.png --json%s", t, t, t,
+             allow_emulated());
     char *out = NULL;
     int rc = qs_test_run_qsync(a, &out);
     if (rc != 0 || !strstr(out, "launching 2 ranks")) fail_msg("%s\n  exit %d, output:\n%s", a, rc, out);
@@ -172,7 +180,13 @@ static void test_run_given_plan(void **state) {
     qs_test_write_tmp("given.json", "{\"format\": \"qsync-plan\", \"version\": 2, \"model\": \"cnn\", "
                                     "\"device_types\": {\"fast\": {\"default\": \"fp32\"}, \"slow\": {\"precisions\": "
                                     "{\"conv1\": \"fp32\", \"conv2\": \"int8\", \"fc1\": \"bf16\", \"fc2\": \"fp32\"}}}}");
-    snprintf(a, sizeof a, "run " TINY " --cluster %s/c.json --arms qsync,int8 --plan %s/given.json --out %s/out", t, t, t);
+    const char *emu = allow_emulated();
+    snprintf(a, sizeof a, "run " TINY " --cluster %s/c.json --arms qsync,int8 --plan %s/given.json --out %s/refused", t,
+             t, t);
+    if (emu[0]) /* int8 or bf16 only emulated here: refused without the flag, which the message names */
+        qs_test_expect_qsync(1, "pass --allow-emulated", a);
+    snprintf(a, sizeof a, "run " TINY " --cluster %s/c.json --arms qsync,int8 --plan %s/given.json --out %s/out%s", t, t,
+             t, emu);
     qs_test_expect_qsync(0, "plan: given", a);
     snprintf(p, sizeof p, "%s/out/indicator.json", t);
     assert_int_not_equal(access(p, F_OK), 0); /* not measured */
@@ -207,7 +221,7 @@ static void test_run_bf16_base(void **state) {
     write_cluster();
     snprintf(a, sizeof a,
              "run " TINY " --cluster %s/c.json --base-precision bf16 --precisions bf16,int8 --arms qsync,bf16 --ideal-ms 0.5 "
-             "--seeds 2 --out %s/out", t, t);
+             "--seeds 2 --out %s/out%s", t, t, allow_emulated());
     char *out = NULL;
     int rc = qs_test_run_qsync(a, &out);
     if (rc != 0 || !strstr(out, "test accuracy minus bf16's, paired by seed:  qsync") ||

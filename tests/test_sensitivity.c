@@ -151,12 +151,14 @@ static void bench_close(bench *t) {
     free(t);
 }
 
-/* Measure t's model at the given precisions. */
+/* Measure t's model at the given precisions, emulated ones allowed (bf16 and int8 are emulated on
+ * a CPU without AVX-512 / VNNI, numerically as the native kernels compute). */
 static void measure(bench *t, const qs_precision *p, int n, qs_sensitivity *s) {
     qs_sensitivity_options o;
     qs_sensitivity_options_default(&o);
     o.precisions = p;
     o.n_precisions = n;
+    o.allow_emulated = true;
     qs_status st = qs_sensitivity_measure(t->m, &t->b, &o, s);
     if (st != QS_OK) fail_msg("qs_sensitivity_measure: %s", qs_last_error());
 }
@@ -266,8 +268,9 @@ static void test_uses_given_weights(void **state) {
     bench_close(t);
 }
 
-/* The default list is the backend's native precisions but fp32; an emulated precision is
- * refused unless allowed; a batch size other than the model's is refused. */
+/* The default list is the backend's native precisions but fp32 (refused when there are none, as
+ * on a CPU that only emulates bf16 and int8), with allow_emulated also the emulated ones; an
+ * emulated precision is refused unless allowed; a batch size other than the model's is refused. */
 static void test_precision_choice(void **state) {
     (void)state;
     bench *t = bench_open();
@@ -289,15 +292,33 @@ static void test_precision_choice(void **state) {
     /* the default list (on one batch, to keep the test fast) */
     o.precisions = NULL;
     o.n_precisions = 0;
-    int want = 0;
-    for (int p = QS_PREC_FP32 + 1; p < QS_PREC_COUNT; p++)
-        want += t->be->ops->precision_support(t->be, (qs_precision)p) == QS_PREC_NATIVE;
+    int want = 0, emulated = 0;
+    for (int p = QS_PREC_FP32 + 1; p < QS_PREC_COUNT; p++) {
+        const qs_prec_support sup = t->be->ops->precision_support(t->be, (qs_precision)p);
+        want += sup == QS_PREC_NATIVE;
+        emulated += sup == QS_PREC_EMULATED;
+    }
     other = t->b;
     other.count = 1;
+    if (want == 0) { /* only fp32 native here (e.g. AVX2 without VNNI): nothing to measure by default */
+        assert_int_equal(qs_sensitivity_measure(t->m, &other, &o, &s), QS_ERR_UNSUPPORTED);
+        assert_non_null(strstr(qs_last_error(), "runs no precision other than fp32 natively (allow emulated"));
+        assert_null(s.points);
+    } else {
+        assert_int_equal(qs_sensitivity_measure(t->m, &other, &o, &s), QS_OK);
+        assert_int_equal(s.n_precs, want);
+        for (int k = 0; k < s.n_precs; k++)
+            assert_int_equal(t->be->ops->precision_support(t->be, s.precs[k]), QS_PREC_NATIVE);
+        qs_sensitivity_free(&s);
+    }
+    /* allowed, the emulated ones join them, in precision order */
+    o.allow_emulated = true;
     assert_int_equal(qs_sensitivity_measure(t->m, &other, &o, &s), QS_OK);
-    assert_int_equal(s.n_precs, want);
-    for (int k = 0; k < s.n_precs; k++)
-        assert_int_equal(t->be->ops->precision_support(t->be, s.precs[k]), QS_PREC_NATIVE);
+    assert_int_equal(s.n_precs, want + emulated);
+    for (int k = 0; k < s.n_precs; k++) {
+        assert_int_not_equal(t->be->ops->precision_support(t->be, s.precs[k]), QS_PREC_UNSUPPORTED);
+        assert_true(s.precs[k] != QS_PREC_FP32 && (k == 0 || s.precs[k] > s.precs[k - 1]));
+    }
     qs_sensitivity_free(&s);
     bench_close(t);
 }
@@ -325,6 +346,11 @@ static void test_sensitivity_cli(void **state) {
              "sensitivity --model cnn --width 4 --data synthetic --batch 8 --batches 1 --precisions bf16,int8 "
              "--threads 1 --quiet --out %s",
              path);
+    if (qs_test_cpu_emulates(QS_PREC_BF16) || qs_test_cpu_emulates(QS_PREC_INT8)) { /* refused without the flag */
+        qs_test_expect_qsync(1, "pass --allow-emulated", args);
+        assert_int_equal(qs_test_count_entries(qs_test_tmp), 0);
+    }
+    strcat(args, " --allow-emulated");
     qs_test_expect_qsync(0, NULL, args);
     cJSON *doc = read_json(path);
     assert_non_null(doc);
@@ -372,7 +398,7 @@ static void test_sensitivity_checkpoint(void **state) {
     qs_test_tiny_checkpoint(ck, sizeof ck);
     snprintf(a, sizeof a, "%s/a.json", qs_test_tmp);
     snprintf(b, sizeof b, "%s/b.json", qs_test_tmp);
-    const char *common = "--data synthetic --batch 8 --batches 1 --precisions int8 --threads 1 --quiet";
+    const char *common = "--data synthetic --batch 8 --batches 1 --precisions int8 --threads 1 --quiet --allow-emulated";
     snprintf(args, sizeof args, "sensitivity --checkpoint %s %s --out %s", ck, common, a);
     qs_test_expect_qsync(0, NULL, args);
     snprintf(args, sizeof args, "sensitivity --model cnn --width 4 %s --out %s", common, b);

@@ -138,7 +138,7 @@ static qs_status qs_run_profile(qs_run_state *s) {
     qs_precision precs[QS_PREC_COUNT];
     qs_profile_job job = {.model = c->train.model, .width = c->train.model_opt.width, .batch = s->local_batch,
                           .data = c->train.data, .data_dir = c->train.data_dir, .optimizer = opt,
-                          .fp8_amax_history = c->train.fp8_amax_history,
+                          .allow_emulated = c->train.allow_emulated, .fp8_amax_history = c->train.fp8_amax_history,
                           .warmup = c->profile_warmup, .reps = c->profile_reps, .bucket_bytes = c->train.bucket_bytes,
                           .worker = s->me, .cluster = cl, .comm = s->comm, .log = c->log, .precs = precs,
                           .n_precs = qs_run_profile_precisions(s, precs)};

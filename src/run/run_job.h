@@ -41,7 +41,8 @@ typedef enum qs_run_arm {
 typedef struct qs_run_config {
     /* The training job every arm runs: model, width, data, global batch, steps or epochs, the
      * optimizer and schedule, subsets, comm. Its seed is the first seed; its precision, plan,
-     * threads and emulation fields are ignored (the cluster and the arm set them). */
+     * threads and emulation fields are ignored (the cluster and the arm set them); its
+     * allow_emulated also holds for the profiles (precisions the device only emulates). */
     qs_train_config train;
     const qs_cluster *cluster;   /* one worker per rank; ≥ 2 workers of ≥ 2 device types */
     const char *out_dir;         /* created if missing */

@@ -130,6 +130,14 @@ void qs_test_expect_qsync(int want, const char *needle, const char *args) {
     free(out);
 }
 
+bool qs_test_cpu_emulates(qs_precision p) {
+    qs_backend *be = NULL;
+    assert_int_equal(qs_backend_cpu_create(1, &be), QS_OK);
+    const bool emulated = be->ops->precision_support(be, p) == QS_PREC_EMULATED;
+    be->ops->destroy(be);
+    return emulated;
+}
+
 int qs_test_gpu_suite_start(const char *suite) {
     qs_backend *be = NULL;
     if (qs_backend_cuda_create(0, &be) == QS_OK) {

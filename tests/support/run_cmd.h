@@ -4,6 +4,10 @@
 #ifndef QSYNC_TESTS_RUN_CMD_H
 #define QSYNC_TESTS_RUN_CMD_H
 
+#include <stdbool.h>
+
+#include "qsync/dtype.h" /* qs_precision */
+
 /* Run `QS_BIN args` through /bin/sh with 2>&1; returns the exit status (or -1) and stores the
  * output (malloc'ed, NUL-terminated) in *out when out is not NULL. */
 int qs_test_run_qsync(const char *args, char **out);
@@ -47,6 +51,12 @@ int qs_test_tmpdir_teardown(void **state);
 
 /* cmocka group setup of the suites that run mpirun: qs_test_mpi_env, then qs_test_tmpdir_setup. */
 int qs_test_mpi_tmpdir_setup(void **state);
+
+/* Whether the CPU backend only emulates precision p on this machine (precision_support, as
+ * `qsync train` decides whether --allow-emulated is needed): fp16 and fp8 always; int8 where
+ * oneDNN runs no VNNI/AMX kernels and bf16 where it has no optimized bf16 ones, e.g. on a CPU
+ * with AVX2 but no AVX-512, or under ONEDNN_MAX_CPU_ISA=AVX2. */
+bool qs_test_cpu_emulates(qs_precision p);
 
 /* Start-up of a suite that runs qsync on the GPU: 0 when CUDA device 0 is usable (a backend
  * made and destroyed in this process), else the exit code — 77 (skipped, with a line naming
