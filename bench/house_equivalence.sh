@@ -8,14 +8,16 @@
 # REPS (default 5) timed runs of each binary per configuration; OUT_DIR (default a temporary
 # directory) keeps the checkpoints and a JSON summary (summary.json). Exit status 1 when any
 # pair of checkpoints differs. EQ_SYNTHETIC=1 trains on synthetic images and synthetic text
-# instead of Fashion-MNIST and the fortunes corpus (for a machine without the Debian datasets).
+# instead of Fashion-MNIST and the fortunes corpus (for a machine without the Debian datasets);
+# EQ_STEPS (default 30) sets the steps of every run, EQ_ONLY (an extended regex, default all)
+# the configurations run.
 set -euo pipefail
 OLD=${1:?usage: $0 OLD_QSYNC NEW_QSYNC [REPS] [OUT_DIR]}
 NEW=${2:?usage: $0 OLD_QSYNC NEW_QSYNC [REPS] [OUT_DIR]}
 REPS=${3:-5}
 OUT=${4:-$(mktemp -d)}
 mkdir -p "$OUT"
-COMMON=(--steps 30 --batch 32 --train-subset 2000 --eval-subset 200 --threads 2 --no-progress --json --seed 7 --allow-emulated)
+COMMON=(--steps "${EQ_STEPS:-30}" --batch 32 --train-subset 2000 --eval-subset 200 --threads 2 --no-progress --json --seed 7 --allow-emulated)
 # name | options
 CONFIGS=(
   "cnn-fp32|--model cnn"
@@ -37,6 +39,7 @@ echo "[" > "$OUT/summary.json"
 first=1
 for entry in "${CONFIGS[@]}"; do
   name=${entry%%|*}
+  [[ $name =~ ${EQ_ONLY:-.} ]] || continue
   read -r -a opts <<< "${entry#*|}"
   declare -A ips=([old]="" [new]="")
   for ((r = 0; r < REPS; r++)); do

@@ -154,7 +154,7 @@ int qs_cmd_train(int argc, char **argv) {
         {"no-fuse", QS_CLI_FLAG, &c.no_fuse, NULL, "keep BatchNorm and ReLU as separate ops"},
         {"precision", QS_CLI_STR, &precision, "P", "precision of every Linear/Conv2d/MatMul: fp32 (default), bf16, int8, fp16, fp8"},
         {"plan", QS_CLI_STR, &c.plan, "FILE", "per-layer precisions from a plan file (docs/PLANS.md) or a checkpoint"},
-        {"allow-emulated", QS_CLI_FLAG, &c.allow_emulated, NULL, "permit precisions the backend only emulates (fp16, fp8 on the cpu)"},
+        {"allow-emulated", QS_CLI_FLAG, &c.allow_emulated, NULL, "permit precisions the backend only emulates (on the cpu: fp16, fp8, and bf16/int8 without AVX-512 BF16/VNNI; `qsync models` lists them)"},
         {"grad-rounding", QS_CLI_STR, &grad_rounding, "R", "low-precision gradients: stochastic (default) or nearest"},
         {"weight-scales", QS_CLI_STR, &weight_scales, "S", "INT8 weight scales: tensor (default) or channel"},
         {"fp8-scaling", QS_CLI_STR, &fp8_scaling, "MODE", "FP8 scales: current (default: each tensor's amax) or delayed[:N] "
