@@ -62,7 +62,7 @@ static const qs_jf_field qs_if_top_fields[] = {
 /* The precision-keyed object obj[key], if present, into v (present: has, or NULL). */
 static qs_status qs_if_map(qs_jf_ctx *ctx, const cJSON *obj, const char *key, double *v, bool *has, bool *given) {
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(obj, key);
-    bool present[QS_PREC_COUNT];
+    bool present[QS_PREC_COUNT] = {false};
     for (int p = 0; p < QS_PREC_COUNT; p++) v[p] = NAN;
     if (given) *given = m != NULL;
     if (!m) return QS_OK;

@@ -271,6 +271,7 @@ qs_status qs_jf_precision_map(qs_jf_ctx *ctx, const cJSON *obj, bool null_ok, do
     qs_jf_field f[QS_PREC_COUNT];
     double got[QS_PREC_COUNT];
     for (int p = 0; p < QS_PREC_COUNT; p++) {
+        present[p] = false; /* also on failure */
         f[p] = (qs_jf_field){qs_precision_name((qs_precision)p), null_ok ? QS_JF_NUM_NULL : QS_JF_NUM, false,
                              (size_t)p * sizeof(double), sizeof(double), 0, INFINITY};
         got[p] = NAN;

@@ -102,7 +102,7 @@ qs_status qs_jf_points(qs_jf_ctx *ctx, const cJSON *arr, bool increasing, double
 qs_status qs_jf_times(qs_jf_ctx *ctx, const cJSON *arr, double **v, int *n);
 /* Object `obj` (at ctx->path) keyed by precision names, each at most once, with finite numbers
  * >= 0 (or null when null_ok: NAN) into v[precision]; present[p] says which were given (absent:
- * v[p] = NAN). */
+ * v[p] = NAN; all false on failure). */
 qs_status qs_jf_precision_map(qs_jf_ctx *ctx, const cJSON *obj, bool null_ok, double v[QS_PREC_COUNT],
                               bool present[QS_PREC_COUNT]);
 /* Whether an earlier member of obj has item's key (cJSON keeps repeated keys). */
