@@ -112,7 +112,7 @@ static void qs_run_defaults(qs_run_config *c, qs_run_cli *a) {
     c->indicator_batches = 8;
     c->gamma = 4;
     *a = (qs_run_cli){.out_dir = "runs/qsync-run", .arms = "qsync,base,low,dynamic,ideal", .base = "fp32",
-                      .low = "int8", .method = "gvar", .optimizer = "sgd", .fp8_scaling = "current", .bucket_mb = 25};
+                      .low = NULL, .method = "gvar", .optimizer = "sgd", .fp8_scaling = "current", .bucket_mb = 25};
 }
 
 /* The command line parsed into c and a; 0, or the exit status (1: --help shown). */
@@ -138,7 +138,7 @@ static int qs_run_parse(int argc, char **argv, qs_run_config *c, qs_run_cli *a) 
         {"base-precision", QS_CLI_STR, &a->base, "P", "what every layer trains at outside the plan, profiled first "
          "(default fp32; give bf16 on a GPU)"},
         {"low-precision", QS_CLI_STR, &a->low, "P", "the low arm's uniform precision on slower workers, below the base "
-         "(default int8; give fp8 on a GPU)"},
+         "(default int8, measured emulated where the CPU only emulates it; give fp8 on a GPU)"},
         {"precisions", QS_CLI_STR, &a->menu, "LIST", "the precisions profiled and planned from, the base first (default: "
          "the base and every lower one the device runs natively; e.g. bf16,fp8 on a GPU)"},
         {"allow-emulated", QS_CLI_FLAG, &c->train.allow_emulated, NULL, "permit precisions the device only emulates, "
@@ -177,9 +177,12 @@ static int qs_run_values(const qs_run_cli *a, qs_run_config *c) {
                 "fp8; got '%s')\n", a->base);
         return 2;
     }
-    if (!qs_precision_parse(a->low, &c->low_precision) || c->low_precision <= c->base_precision) {
+    /* the default low arm (int8) runs where the CPU only emulates it; a chosen one needs --allow-emulated */
+    const char *low = a->low ? a->low : "int8";
+    c->low_emulated_ok = !a->low;
+    if (!qs_precision_parse(low, &c->low_precision) || c->low_precision <= c->base_precision) {
         fprintf(stderr, "qsync run: --low-precision must be a precision below the base precision %s (order: fp32, "
-                "tf32, bf16, fp16, fp8, int8; got '%s')\n", qs_precision_name(c->base_precision), a->low);
+                "tf32, bf16, fp16, fp8, int8; got '%s')\n", qs_precision_name(c->base_precision), low);
         return 2;
     }
     if (a->menu && !qs_precision_list_parse(a->menu, c->menu, QS_PREC_COUNT, &c->n_menu, err, sizeof err)) {

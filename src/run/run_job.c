@@ -325,7 +325,10 @@ static void qs_run_arm_config(const qs_run_state *s, qs_run_arm arm, uint64_t se
         t->plan = plan_origin;
         t->plan_text = s->plan_text;
     }
-    if (arm == QS_ARM_LOW && strcmp(s->me->type, s->fastest) != 0) t->precision = c->low_precision;
+    if (arm == QS_ARM_LOW && strcmp(s->me->type, s->fastest) != 0) {
+        t->precision = c->low_precision;
+        t->allow_emulated |= c->low_emulated_ok;
+    }
     snprintf(metrics, cap, "%s/%s-seed%llu.jsonl", c->out_dir, qs_run_arm_label(c, arm), (unsigned long long)seed);
     t->metrics_path = metrics;
 }

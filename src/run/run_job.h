@@ -51,6 +51,9 @@ typedef struct qs_run_config {
     qs_precision base_precision; /* what the base, dynamic and ideal arms and the fastest type train at,
                                   * profiled first (default fp32, zeroed config) */
     qs_precision low_precision;  /* the low arm's uniform precision on slower workers; below the base */
+    bool low_emulated_ok;        /* the low arm may run low_precision where the device only emulates it
+                                  * (qsync run's own default, int8, on a CPU without VNNI / AMX: the arm
+                                  * is then measured as emulated); train.allow_emulated covers every arm */
     qs_precision menu[QS_PREC_COUNT]; /* n_menu > 0: the precisions profiled, hence the plan's menu: the
                                   * base first, then lower ones (the low precision among them) */
     int n_menu;
